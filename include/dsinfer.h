@@ -1,0 +1,126 @@
+/* dsinfer.h — the one public header of the dsinfer engine.
+ * Opaque handles and plain option structs only: the CLI and the server use
+ * nothing else, so they never depend on tensor or kernel internals. */
+#ifndef DSINFER_H
+#define DSINFER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DSINFER_VERSION "0.1.0"
+
+/* ---- status codes: 0 is success, failures a user can cause are negative ---- */
+enum {
+  DSI_OK = 0,
+  DSI_E_INVAL = -1,       /* bad argument or request */
+  DSI_E_IO = -2,          /* file missing, unreadable, short */
+  DSI_E_FORMAT = -3,      /* malformed file (safetensors header, JSON) */
+  DSI_E_CONFIG = -4,      /* config.json key missing, wrong type or inconsistent */
+  DSI_E_NOMEM = -5,       /* allocation failed */
+  DSI_E_CAPACITY = -6,    /* over a limit: KV blocks, context length */
+  DSI_E_UNSUPPORTED = -7, /* valid but not supported by this build */
+};
+const char *dsi_status_str(int status);
+
+/* An error: the status and a message that names the thing at fault. */
+typedef struct dsi_err {
+  int status;
+  char msg[1024];
+} dsi_err;
+
+/* ---- model: config + weights, read-only once loaded ---- */
+typedef struct dsi_model dsi_model;
+
+typedef struct dsi_load_opts {
+  int mlock;     /* 1: lock the file mapping and compute from it; 0: copy into anonymous memory */
+  int progress;  /* 1: show loading progress on stderr (when it is a terminal) */
+  int n_threads; /* threads used while loading; 0 = all cores */
+} dsi_load_opts;
+
+/* Open a Hugging Face checkpoint directory (config.json + model.safetensors
+ * or model.safetensors.index.json with shards). */
+int dsi_model_open(dsi_model **out, const char *dir, const dsi_load_opts *opts, dsi_err *err);
+void dsi_model_free(dsi_model *m);
+
+typedef struct dsi_model_info {
+  int vocab_size, hidden_size, num_hidden_layers, num_attention_heads;
+  int n_routed_experts, num_experts_per_tok, max_position_embeddings;
+  int bos_token_id, eos_token_id;
+  size_t weight_bytes;   /* bytes of weights held for run time */
+  size_t file_bytes;     /* bytes of the checkpoint's tensors on disk */
+  double load_seconds;
+  const char *weight_dtype; /* "f32", "bf16", "fp8", "mixed" */
+} dsi_model_info;
+void dsi_model_get_info(const dsi_model *m, dsi_model_info *info);
+
+/* ---- engine: a thread pool, a paged latent KV cache, sequences ---- */
+typedef struct dsi_engine dsi_engine;
+
+typedef struct dsi_engine_opts {
+  int n_threads;     /* 0 = all cores */
+  int max_tokens;    /* most tokens in one forward batch (0 = 512) */
+  int kv_block_size; /* tokens per KV block (0 = 64) */
+  int kv_blocks;     /* blocks in the pool (0 = enough for max_context x 8 sequences) */
+  int max_context;   /* longest sequence (0 = min(max_position_embeddings, 4096)) */
+} dsi_engine_opts;
+
+int dsi_engine_open(dsi_engine **out, dsi_model *m, const dsi_engine_opts *opts, dsi_err *err);
+void dsi_engine_free(dsi_engine *e);
+/* The last error of a call on this engine. */
+const dsi_err *dsi_engine_error(const dsi_engine *e);
+
+/* Sequences: a handle >= 0 owns KV blocks until freed. */
+int dsi_seq_new(dsi_engine *e);               /* returns id, or negative status */
+void dsi_seq_free(dsi_engine *e, int seq);    /* returns its blocks to the pool */
+int dsi_seq_len(const dsi_engine *e, int seq);/* tokens in its cache */
+
+/* One forward step over a batch: any mix of prefill chunks and decode
+ * tokens of several sequences. Token i belongs to sequence seq[i] and sits
+ * at the next position of that sequence (positions are implicit: a
+ * sequence's tokens in the batch follow its cache, in order).
+ * logits: [n_tokens, vocab] for every token when logits_all, else only the
+ * rows where want_logits[i] != 0, packed in order (may be NULL for none). */
+typedef struct dsi_batch {
+  int n_tokens;
+  const int32_t *tokens; /* [n_tokens] */
+  const int32_t *seq;    /* [n_tokens] sequence ids from dsi_seq_new */
+  const uint8_t *want_logits; /* [n_tokens] or NULL = all */
+} dsi_batch;
+int dsi_engine_forward(dsi_engine *e, const dsi_batch *b, float *logits);
+
+/* ---- sampling ---- */
+typedef struct dsi_sampling {
+  float temperature; /* 0 = greedy */
+  float top_p;       /* 1 = off */
+  int top_k;         /* 0 = off */
+  uint64_t seed;
+} dsi_sampling;
+typedef struct dsi_sampler dsi_sampler;
+dsi_sampler *dsi_sampler_new(const dsi_sampling *s, int vocab);
+void dsi_sampler_free(dsi_sampler *s);
+int dsi_sampler_sample(dsi_sampler *s, const float *logits);
+
+/* ---- checkpoints for tests and benchmarks ---- */
+typedef struct dsi_mkmodel_opts {
+  const char *preset; /* tiny | small | bench | v3slice */
+  const char *dtype;  /* f32 | bf16 | fp8 */
+  uint64_t seed;
+  const char *out_dir;
+  int shard_mb;       /* 0 = one file */
+  int progress;
+} dsi_mkmodel_opts;
+int dsi_mkmodel(const dsi_mkmodel_opts *o, dsi_err *err);
+
+/* ---- the CPU this runs on ---- */
+const char *dsi_isa_name(void);
+int dsi_default_threads(void);
+void dsi_set_log_level(int level); /* 0 error .. 3 debug */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,219 @@
+/* base: implementation of errors, logging, memory, arena, time, files, rng. */
+#define _GNU_SOURCE
+#include "base/base.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+/* ---- assertions ---- */
+void dsi_panic(const char *file, int line, const char *what) {
+  fprintf(stderr, "dsinfer: internal error at %s:%d: assertion `%s' failed\n", file, line, what);
+  fflush(stderr);
+  abort();
+}
+
+/* ---- errors ---- */
+int dsi_errf(dsi_err *err, int status, const char *fmt, ...) {
+  if (err) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    va_end(ap);
+    err->status = status;
+  }
+  return status;
+}
+
+int dsi_err_prefix(dsi_err *err, int status, const char *fmt, ...) {
+  if (err) {
+    char pre[256], old[sizeof err->msg];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(pre, sizeof pre, fmt, ap);
+    va_end(ap);
+    memcpy(old, err->msg, sizeof old);
+    snprintf(err->msg, sizeof err->msg, "%s: %s", pre, old);
+    err->status = status;
+  }
+  return status;
+}
+
+const char *dsi_status_str(int status) {
+  switch (status) {
+  case DSI_OK: return "ok";
+  case DSI_E_INVAL: return "invalid argument";
+  case DSI_E_IO: return "i/o error";
+  case DSI_E_FORMAT: return "bad file format";
+  case DSI_E_CONFIG: return "bad model config";
+  case DSI_E_NOMEM: return "out of memory";
+  case DSI_E_CAPACITY: return "over capacity";
+  case DSI_E_UNSUPPORTED: return "unsupported";
+  }
+  return "unknown error";
+}
+
+/* ---- logging ---- */
+static int g_log_level = DSI_LOG_INFO; /* process-wide verbosity, set once by the CLI */
+void dsi_log_set_level(int level) { g_log_level = level; }
+int dsi_log_level(void) { return g_log_level; }
+void dsi_log(int level, const char *fmt, ...) {
+  if (level > g_log_level) return;
+  static const char *tag[] = {"error", "warning", "info", "debug"};
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "dsinfer: %s: ", tag[level]);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+}
+
+/* ---- memory ---- */
+static void oom(size_t n) {
+  fprintf(stderr, "dsinfer: out of memory allocating %zu bytes\n", n);
+  abort();
+}
+void *dsi_xmalloc(size_t n) {
+  void *p = malloc(n ? n : 1);
+  if (!p) oom(n);
+  return p;
+}
+void *dsi_xcalloc(size_t n, size_t size) {
+  void *p = calloc(n ? n : 1, size ? size : 1);
+  if (!p) oom(n * size);
+  return p;
+}
+void *dsi_xrealloc(void *p, size_t n) {
+  void *q = realloc(p, n ? n : 1);
+  if (!q) oom(n);
+  return q;
+}
+char *dsi_xstrdup(const char *s) {
+  size_t n = strlen(s) + 1;
+  char *p = dsi_xmalloc(n);
+  memcpy(p, s, n);
+  return p;
+}
+void *dsi_alloc_aligned(size_t n) {
+  void *p = NULL;
+  if (posix_memalign(&p, 64, n ? (n + 63) & ~(size_t)63 : 64)) return NULL;
+  memset(p, 0, n);
+  return p;
+}
+void dsi_free_aligned(void *p) { free(p); }
+
+void *dsi_alloc_big(size_t n) {
+  if (n == 0) n = 1;
+  void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return NULL;
+#ifdef MADV_HUGEPAGE
+  if (n >= (2u << 20)) madvise(p, n, MADV_HUGEPAGE);
+#endif
+  return p;
+}
+void dsi_free_big(void *p, size_t n) {
+  if (p) munmap(p, n ? n : 1);
+}
+
+static size_t status_kb(const char *key) {
+  FILE *f = fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  size_t kb = 0, klen = strlen(key);
+  while (fgets(line, sizeof line, f))
+    if (!strncmp(line, key, klen)) { kb = strtoull(line + klen, NULL, 10); break; }
+  fclose(f);
+  return kb * 1024;
+}
+size_t dsi_rss_bytes(void) { return status_kb("VmRSS:"); }
+size_t dsi_peak_rss_bytes(void) { return status_kb("VmHWM:"); }
+
+/* ---- arena ---- */
+int dsi_arena_init(dsi_arena *a, size_t cap) {
+  memset(a, 0, sizeof *a);
+  a->base = dsi_alloc_aligned(cap);
+  if (!a->base && cap) return DSI_E_NOMEM;
+  a->cap = cap;
+  return DSI_OK;
+}
+void *dsi_arena_alloc(dsi_arena *a, size_t n) {
+  size_t off = (a->used + 63) & ~(size_t)63;
+  DSI_ASSERT(off + n <= a->cap);
+  a->used = off + n;
+  if (a->used > a->peak) a->peak = a->used;
+  return a->base + off;
+}
+void dsi_arena_reset(dsi_arena *a) { a->used = 0; }
+void dsi_arena_free(dsi_arena *a) {
+  dsi_free_aligned(a->base);
+  memset(a, 0, sizeof *a);
+}
+
+/* ---- time ---- */
+double dsi_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ---- files ---- */
+int dsi_read_file(const char *path, char **out, size_t *len, dsi_err *err) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return dsi_errf(err, DSI_E_IO, "%s: %s", path, strerror(errno));
+  size_t cap = 4096, n = 0;
+  char *buf = dsi_xmalloc(cap);
+  for (;;) {
+    if (n + 1 >= cap) buf = dsi_xrealloc(buf, cap *= 2);
+    size_t r = fread(buf + n, 1, cap - n - 1, f);
+    n += r;
+    if (r == 0) break;
+  }
+  int bad = ferror(f);
+  fclose(f);
+  if (bad) { free(buf); return dsi_errf(err, DSI_E_IO, "%s: read error", path); }
+  buf[n] = 0;
+  *out = buf;
+  if (len) *len = n;
+  return DSI_OK;
+}
+
+int dsi_write_file(const char *path, const void *data, size_t len, dsi_err *err) {
+  FILE *f = fopen(path, "wb");
+  if (!f) return dsi_errf(err, DSI_E_IO, "%s: %s", path, strerror(errno));
+  size_t w = fwrite(data, 1, len, f);
+  if (fclose(f) != 0 || w != len) return dsi_errf(err, DSI_E_IO, "%s: write error", path);
+  return DSI_OK;
+}
+
+char *dsi_path_join(char *buf, size_t cap, const char *a, const char *b) {
+  size_t la = strlen(a);
+  snprintf(buf, cap, "%s%s%s", a, (la && a[la - 1] == '/') ? "" : "/", b);
+  return buf;
+}
+
+/* ---- rng: xoshiro256** seeded by splitmix64 ---- */
+static uint64_t splitmix(uint64_t *x) {
+  uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+void dsi_rng_seed(dsi_rng *r, uint64_t seed) {
+  for (int i = 0; i < 4; i++) r->s[i] = splitmix(&seed);
+}
+static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+uint64_t dsi_rng_u64(dsi_rng *r) {
+  uint64_t *s = r->s, res = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+  s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3]; s[2] ^= t; s[3] = rotl(s[3], 45);
+  return res;
+}
+float dsi_rng_uniform(dsi_rng *r) { return (dsi_rng_u64(r) >> 40) * (1.0f / 16777216.0f); }
+float dsi_rng_normal(dsi_rng *r) {
+  float u1 = dsi_rng_uniform(r), u2 = dsi_rng_uniform(r);
+  if (u1 < 1e-7f) u1 = 1e-7f;
+  return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853f * u2);
+}

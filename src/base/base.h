@@ -1,0 +1,84 @@
+/* base: status codes, error messages, assertions, logging, timers and the
+ * small allocation and file helpers every other layer uses. Nothing here
+ * knows about models. */
+#ifndef DSI_BASE_H
+#define DSI_BASE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdbool.h>
+
+#include "dsinfer.h"
+
+/* ---- assertions: a broken invariant is a bug, not a user error ---- */
+#define DSI_ASSERT(c) \
+  do { if (!(c)) dsi_panic(__FILE__, __LINE__, #c); } while (0)
+_Noreturn void dsi_panic(const char *file, int line, const char *what);
+
+#define DSI_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define DSI_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define DSI_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define DSI_CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
+
+/* ---- errors a user can cause: a status plus a message naming the cause ---- */
+/* dsi_err is defined in dsinfer.h. Set the message (printf-style) and
+ * return the status, so call sites read `return dsi_errf(err, DSI_E_..., ...)`.
+ * err may be NULL. */
+int dsi_errf(dsi_err *err, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Prefix an existing message: "ctx: <old message>". Returns status. */
+int dsi_err_prefix(dsi_err *err, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---- logging to stderr ---- */
+enum { DSI_LOG_ERROR, DSI_LOG_WARN, DSI_LOG_INFO, DSI_LOG_DEBUG };
+void dsi_log_set_level(int level);
+int dsi_log_level(void);
+void dsi_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- memory ---- */
+/* Aborts on failure: only for small, bounded allocations whose failure is
+ * not a user's problem. Large buffers use dsi_alloc_big. */
+void *dsi_xmalloc(size_t n);
+void *dsi_xcalloc(size_t n, size_t size);
+void *dsi_xrealloc(void *p, size_t n);
+char *dsi_xstrdup(const char *s);
+/* 64-byte aligned, zeroed; NULL on failure. Free with dsi_free_aligned. */
+void *dsi_alloc_aligned(size_t n);
+void dsi_free_aligned(void *p);
+/* Large anonymous mapping (huge pages advised); NULL on failure. */
+void *dsi_alloc_big(size_t n);
+void dsi_free_big(void *p, size_t n);
+/* Bytes resident (VmRSS) and peak (VmHWM) of this process; 0 if unknown. */
+size_t dsi_rss_bytes(void);
+size_t dsi_peak_rss_bytes(void);
+
+/* ---- arena: bump allocation, reset as a whole ---- */
+typedef struct dsi_arena {
+  uint8_t *base;
+  size_t cap, used, peak;
+} dsi_arena;
+int dsi_arena_init(dsi_arena *a, size_t cap);
+void *dsi_arena_alloc(dsi_arena *a, size_t n); /* 64-aligned; asserts fit */
+void dsi_arena_reset(dsi_arena *a);
+void dsi_arena_free(dsi_arena *a);
+
+/* ---- time ---- */
+double dsi_now(void); /* seconds, monotonic */
+
+/* ---- files ---- */
+/* Read a whole (small) file, NUL-terminated. Returns status. */
+int dsi_read_file(const char *path, char **out, size_t *len, dsi_err *err);
+int dsi_write_file(const char *path, const void *data, size_t len, dsi_err *err);
+/* a/b joined into buf; returns buf */
+char *dsi_path_join(char *buf, size_t cap, const char *a, const char *b);
+
+/* ---- deterministic random numbers (xoshiro256**) ---- */
+typedef struct dsi_rng { uint64_t s[4]; } dsi_rng;
+void dsi_rng_seed(dsi_rng *r, uint64_t seed);
+uint64_t dsi_rng_u64(dsi_rng *r);
+float dsi_rng_uniform(dsi_rng *r);  /* [0,1) */
+float dsi_rng_normal(dsi_rng *r);   /* N(0,1) */
+
+#endif
