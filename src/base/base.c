@@ -37,7 +37,14 @@ int dsi_err_prefix(dsi_err *err, int status, const char *fmt, ...) {
     vsnprintf(pre, sizeof pre, fmt, ap);
     va_end(ap);
     memcpy(old, err->msg, sizeof old);
-    snprintf(err->msg, sizeof err->msg, "%s: %s", pre, old);
+    size_t n = strlen(pre);
+    if (n > sizeof err->msg - 3) n = sizeof err->msg - 3;
+    memcpy(err->msg, pre, n);
+    memcpy(err->msg + n, ": ", 2);
+    size_t room = sizeof err->msg - n - 3, ol = strnlen(old, sizeof old - 1);
+    if (ol > room) ol = room;
+    memcpy(err->msg + n + 2, old, ol);
+    err->msg[n + 2 + ol] = 0;
     err->status = status;
   }
   return status;
