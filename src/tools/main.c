@@ -3,12 +3,41 @@
 #include <string.h>
 
 #include "dsinfer.h"
+#include "tools/commands.h"
+
+static const struct {
+  const char *name;
+  int (*fn)(int, char **);
+  const char *help;
+} k_commands[] = {
+  {"generate", dsi_cmd_generate, "generate token ids from a prompt of ids; report speed"},
+  {"logits", dsi_cmd_logits, "write every position's logits of one or more sequences"},
+  {"mkmodel", dsi_cmd_mkmodel, "write a random-weight checkpoint (tiny, small, bench, v3slice)"},
+};
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: dsinfer <command> [options]   (dsinfer <command> --help for its options)\n\ncommands:\n");
+  for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++)
+    fprintf(f, "  %-10s %s\n", k_commands[i].name, k_commands[i].help);
+  fprintf(f, "  %-10s %s\n", "version", "print the version and the kernels chosen for this CPU");
+}
 
 int main(int argc, char **argv) {
-  if (argc >= 2 && (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version"))) {
-    printf("dsinfer %s\n", DSINFER_VERSION);
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  const char *cmd = argv[1];
+  if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
+    printf("dsinfer %s (isa: %s)\n", DSINFER_VERSION, dsi_isa_name());
     return 0;
   }
-  fprintf(stderr, "usage: dsinfer <command> [options]\n");
+  if (!strcmp(cmd, "--help") || !strcmp(cmd, "help") || !strcmp(cmd, "-h")) {
+    usage(stdout);
+    return 0;
+  }
+  for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++)
+    if (!strcmp(cmd, k_commands[i].name)) return k_commands[i].fn(argc - 2, argv + 2);
+  fprintf(stderr, "dsinfer: unknown command '%s' (see 'dsinfer --help')\n", cmd);
   return 2;
 }

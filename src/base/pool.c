@@ -1,0 +1,104 @@
+/* base: the persistent thread pool (see pool.h). A job is published by
+ * bumping a generation counter; workers spin on it for a short while, then
+ * block on a condition variable, so idle pools cost nothing. */
+#define _GNU_SOURCE
+#include "base/pool.h"
+#include "base/base.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+struct dsi_pool {
+  int n;
+  pthread_t *threads;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  atomic_uint gen;      /* bumped once per job */
+  atomic_int pending;   /* workers still running the current job */
+  atomic_int stop;
+  dsi_pool_fn fn;
+  void *ctx;
+};
+
+typedef struct { dsi_pool *p; int ith; } worker_arg;
+
+static void *worker_main(void *arg) {
+  worker_arg *wa = arg;
+  dsi_pool *p = wa->p;
+  int ith = wa->ith;
+  free(wa);
+  unsigned seen = 0;
+  for (;;) {
+    unsigned g;
+    int spins = 0;
+    while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen && !atomic_load(&p->stop)) {
+      if (++spins < 20000) {
+#if defined(__x86_64__)
+        __builtin_ia32_pause();
+#endif
+        continue;
+      }
+      pthread_mutex_lock(&p->mu);
+      while (atomic_load(&p->gen) == seen && !atomic_load(&p->stop)) pthread_cond_wait(&p->cv, &p->mu);
+      pthread_mutex_unlock(&p->mu);
+    }
+    if (atomic_load(&p->stop)) return NULL;
+    seen = g;
+    p->fn(p->ctx, ith, p->n);
+    atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel);
+  }
+}
+
+dsi_pool *dsi_pool_new(int n_threads) {
+  if (n_threads < 1) n_threads = 1;
+  dsi_pool *p = dsi_xcalloc(1, sizeof *p);
+  p->n = n_threads;
+  pthread_mutex_init(&p->mu, NULL);
+  pthread_cond_init(&p->cv, NULL);
+  p->threads = dsi_xcalloc(n_threads, sizeof *p->threads);
+  for (int i = 1; i < n_threads; i++) {
+    worker_arg *wa = dsi_xmalloc(sizeof *wa);
+    wa->p = p;
+    wa->ith = i;
+    if (pthread_create(&p->threads[i], NULL, worker_main, wa)) {
+      free(wa);
+      p->n = i; /* run with the threads we got */
+      break;
+    }
+  }
+  return p;
+}
+
+void dsi_pool_free(dsi_pool *p) {
+  if (!p) return;
+  pthread_mutex_lock(&p->mu);
+  atomic_store(&p->stop, 1);
+  pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->mu);
+  for (int i = 1; i < p->n; i++) pthread_join(p->threads[i], NULL);
+  pthread_mutex_destroy(&p->mu);
+  pthread_cond_destroy(&p->cv);
+  free(p->threads);
+  free(p);
+}
+
+int dsi_pool_size(const dsi_pool *p) { return p->n; }
+
+void dsi_pool_run(dsi_pool *p, dsi_pool_fn fn, void *ctx) {
+  if (p->n == 1) { fn(ctx, 0, 1); return; }
+  p->fn = fn;
+  p->ctx = ctx;
+  atomic_store_explicit(&p->pending, p->n - 1, memory_order_release);
+  pthread_mutex_lock(&p->mu);
+  atomic_fetch_add_explicit(&p->gen, 1, memory_order_acq_rel);
+  pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->mu);
+  fn(ctx, 0, p->n);
+  while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) {
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+  }
+}

@@ -1,0 +1,167 @@
+/* engine: sequences over the paged KV cache, the batched forward step
+ * behind dsi_engine_forward, and the thread pool they share. */
+#define _GNU_SOURCE
+#include "base/pool.h"
+#include "graph/forward.h"
+#include "kv/kv.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct dsi_engine {
+  dsi_model *m;
+  dsi_pool *pool;
+  dsi_fwd *fwd;
+  dsi_kv kv;
+  dsi_kv_seq *seqs;   /* by id */
+  uint8_t *live;
+  int n_seqs_cap;
+  int max_tokens, max_context;
+  /* per-step scratch, [max_tokens] each */
+  int32_t *pos, *slot, *seq_idx, *logit_rows, *seq_count;
+  const int32_t **tables;
+  dsi_err err;
+};
+
+int dsi_default_threads(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
+}
+
+const dsi_err *dsi_engine_error(const dsi_engine *e) { return &e->err; }
+
+int dsi_engine_open(dsi_engine **out, dsi_model *m, const dsi_engine_opts *o, dsi_err *err) {
+  dsi_engine_opts d = {0};
+  if (!o) o = &d;
+  *out = NULL;
+  const dsi_config *c = &m->cfg;
+  dsi_engine *e = dsi_xcalloc(1, sizeof *e);
+  e->m = m;
+  e->max_tokens = o->max_tokens > 0 ? o->max_tokens : 512;
+  e->max_context = o->max_context > 0 ? o->max_context : DSI_MIN(c->max_position_embeddings, 4096);
+  if (e->max_context > c->max_position_embeddings) e->max_context = c->max_position_embeddings;
+  int bs = o->kv_block_size > 0 ? o->kv_block_size : 64;
+  int nb = o->kv_blocks > 0 ? o->kv_blocks : DSI_CEIL_DIV(e->max_context, bs) * 8;
+  int rc;
+  e->pool = dsi_pool_new(o->n_threads > 0 ? o->n_threads : dsi_default_threads());
+  if ((rc = dsi_kv_init(&e->kv, c->num_hidden_layers, c->kv_lora_rank + c->qk_rope_head_dim, bs, nb, err)) ||
+      (rc = dsi_fwd_new(&e->fwd, m, e->pool, e->max_tokens, e->max_context, err))) {
+    dsi_engine_free(e);
+    return rc;
+  }
+  int T = e->max_tokens;
+  e->pos = dsi_xmalloc(T * sizeof(int32_t));
+  e->slot = dsi_xmalloc(T * sizeof(int32_t));
+  e->seq_idx = dsi_xmalloc(T * sizeof(int32_t));
+  e->logit_rows = dsi_xmalloc(T * sizeof(int32_t));
+  *out = e;
+  return DSI_OK;
+}
+
+void dsi_engine_free(dsi_engine *e) {
+  if (!e) return;
+  for (int i = 0; i < e->n_seqs_cap; i++)
+    if (e->live[i]) dsi_kv_release(&e->kv, &e->seqs[i]);
+  dsi_fwd_free(e->fwd);
+  dsi_kv_free(&e->kv);
+  dsi_pool_free(e->pool);
+  free(e->seqs);
+  free(e->live);
+  free(e->seq_count);
+  free(e->tables);
+  free(e->pos);
+  free(e->slot);
+  free(e->seq_idx);
+  free(e->logit_rows);
+  free(e);
+}
+
+/* ---- sequences ---- */
+int dsi_seq_new(dsi_engine *e) {
+  for (int i = 0; i < e->n_seqs_cap; i++)
+    if (!e->live[i]) {
+      e->live[i] = 1;
+      memset(&e->seqs[i], 0, sizeof e->seqs[i]);
+      return i;
+    }
+  int id = e->n_seqs_cap, cap = e->n_seqs_cap ? 2 * e->n_seqs_cap : 16;
+  e->seqs = dsi_xrealloc(e->seqs, cap * sizeof *e->seqs);
+  e->live = dsi_xrealloc(e->live, cap);
+  e->seq_count = dsi_xrealloc(e->seq_count, cap * sizeof(int32_t));
+  e->tables = dsi_xrealloc(e->tables, cap * sizeof(*e->tables));
+  memset(e->live + id, 0, cap - id);
+  memset(e->seqs + id, 0, (cap - id) * sizeof *e->seqs);
+  e->n_seqs_cap = cap;
+  e->live[id] = 1;
+  return id;
+}
+
+void dsi_seq_free(dsi_engine *e, int seq) {
+  if (seq < 0 || seq >= e->n_seqs_cap || !e->live[seq]) return;
+  dsi_kv_release(&e->kv, &e->seqs[seq]);
+  e->live[seq] = 0;
+}
+
+int dsi_seq_len(const dsi_engine *e, int seq) {
+  if (seq < 0 || seq >= e->n_seqs_cap || !e->live[seq]) return -1;
+  return e->seqs[seq].len;
+}
+
+/* ---- the forward step ---- */
+/* One window of at most max_tokens tokens: validate, reserve KV blocks,
+ * assign positions and slots, run, then advance each sequence. */
+static int forward_window(dsi_engine *e, const dsi_batch *b, int t0, int n, float *logits, int *n_out) {
+  const dsi_config *c = &e->m->cfg;
+  for (int i = 0; i < e->n_seqs_cap; i++) e->seq_count[i] = 0;
+  for (int i = t0; i < t0 + n; i++) {
+    int s = b->seq[i];
+    if (s < 0 || s >= e->n_seqs_cap || !e->live[s])
+      return dsi_errf(&e->err, DSI_E_INVAL, "batch token %d: sequence %d does not exist", i, s);
+    if (b->tokens[i] < 0 || b->tokens[i] >= c->vocab_size)
+      return dsi_errf(&e->err, DSI_E_INVAL, "batch token %d: id %d is outside the vocabulary [0, %d)", i,
+                      b->tokens[i], c->vocab_size);
+    e->seq_count[s]++;
+  }
+  for (int s = 0; s < e->n_seqs_cap; s++) {
+    if (!e->seq_count[s]) continue;
+    int total = e->seqs[s].len + e->seq_count[s];
+    if (total > e->max_context)
+      return dsi_errf(&e->err, DSI_E_CAPACITY, "sequence %d would hold %d tokens, over the context limit of %d",
+                      s, total, e->max_context);
+    int rc = dsi_kv_reserve(&e->kv, &e->seqs[s], total, &e->err);
+    if (rc) return rc;
+    e->tables[s] = e->seqs[s].blocks;
+    e->seq_count[s] = 0; /* reused as the running offset below */
+  }
+  int nl = 0;
+  for (int i = 0; i < n; i++) {
+    int s = b->seq[t0 + i];
+    int p = e->seqs[s].len + e->seq_count[s]++;
+    e->pos[i] = p;
+    e->slot[i] = dsi_kv_slot(&e->kv, &e->seqs[s], p);
+    if (!b->want_logits || b->want_logits[t0 + i]) e->logit_rows[nl++] = i;
+  }
+  dsi_fwd_batch fb = {
+    .n_tokens = n, .tokens = b->tokens + t0, .pos = e->pos, .seq = b->seq + t0, .slot = e->slot,
+    .block_tables = e->tables, .logit_rows = e->logit_rows, .n_logits = logits ? nl : 0,
+  };
+  dsi_fwd_cache cache = {e->kv.layer, e->kv.block_size, e->kv.n_blocks * e->kv.block_size};
+  dsi_fwd_run(e->fwd, &fb, &cache, logits);
+  for (int s = 0; s < e->n_seqs_cap; s++) e->seqs[s].len += e->seq_count[s];
+  *n_out = nl;
+  return DSI_OK;
+}
+
+int dsi_engine_forward(dsi_engine *e, const dsi_batch *b, float *logits) {
+  if (!b || b->n_tokens <= 0 || !b->tokens || !b->seq)
+    return dsi_errf(&e->err, DSI_E_INVAL, "empty batch");
+  size_t vocab = e->m->cfg.vocab_size;
+  for (int t0 = 0; t0 < b->n_tokens; t0 += e->max_tokens) {
+    int n = DSI_MIN(e->max_tokens, b->n_tokens - t0), nl = 0;
+    int rc = forward_window(e, b, t0, n, logits, &nl);
+    if (rc) return rc;
+    if (logits) logits += nl * vocab;
+  }
+  return DSI_OK;
+}

@@ -1,0 +1,438 @@
+/* graph: the DeepSeek-V3 forward (see forward.h). Sections in data-flow
+ * order: rotary tables, parallel helpers, MLA attention, MLP and MoE, the
+ * block and the whole model. Buffers are sized once for max_tokens; the
+ * forward allocates nothing. */
+#include "graph/forward.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct dsi_fwd {
+  const dsi_model *m;
+  const dsi_config *c;
+  dsi_pool *pool;
+  int nth, max_tokens, max_context;
+  float softmax_scale;
+  float *rope_cos, *rope_sin; /* [max_context, rope/2] */
+  /* activations, [max_tokens, ...] each */
+  float *x;      /* [T, hidden] residual stream */
+  float *xn;     /* [T, hidden] normed input of a block */
+  float *qa;     /* [T, q_lora] */
+  float *q;      /* [T, H, nope + rope] */
+  float *kva;    /* [T, kv_lora + rope] */
+  float *attn;   /* [T, H * v] */
+  float *out;    /* [T, hidden] block output */
+  float *h_gate; /* [T, max inter] */
+  float *h_up;   /* [T, max inter] */
+  float *moe_y;  /* [T, hidden] routed experts' sum */
+  float *xg, *yg;/* [T, hidden] one expert's gathered tokens / outputs */
+  float *router_logits; /* [T, n_experts] */
+  int32_t *topk_ids;    /* [T, top_k] */
+  float *topk_w;        /* [T, top_k] */
+  int32_t *exp_count;   /* [n_experts + 1] */
+  int32_t *exp_tok;     /* [T * top_k] token of each routed pair, grouped by expert */
+  float *exp_w;         /* [T * top_k] its weight */
+  float *final_x;       /* [T, hidden] normed rows for the lm_head */
+  /* per-thread scratch */
+  float **scratch;      /* [nth][scratch_len] */
+  size_t scratch_len;
+};
+
+/* ---- rotary tables: interleaved pairs, YaRN frequencies at every position ---- */
+void dsi_rope_tables(const dsi_config *c, int n_pos, float *cos_t, float *sin_t) {
+  int d = c->qk_rope_head_dim, half = d / 2;
+  float *freq = malloc(half * sizeof(float));
+  for (int i = 0; i < half; i++)
+    freq[i] = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)d);
+  if (c->rope_yarn) {
+    double base = c->rope_theta, orig = c->rope_original_max_position_embeddings;
+    double lo = floor(d * log(orig / (c->rope_beta_fast * 2 * M_PI)) / (2 * log(base)));
+    double hi = ceil(d * log(orig / (c->rope_beta_slow * 2 * M_PI)) / (2 * log(base)));
+    if (lo < 0) lo = 0;
+    if (hi > d - 1) hi = d - 1;
+    if (lo == hi) hi += 0.001;
+    for (int i = 0; i < half; i++) {
+      float ramp = (float)((i - lo) / (hi - lo));
+      ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+      freq[i] = freq[i] / c->rope_factor * ramp + freq[i] * (1 - ramp);
+    }
+  }
+  for (int p = 0; p < n_pos; p++)
+    for (int i = 0; i < half; i++) {
+      float a = (float)p * freq[i];
+      cos_t[(size_t)p * half + i] = cosf(a);
+      sin_t[(size_t)p * half + i] = sinf(a);
+    }
+  free(freq);
+}
+
+/* ---- parallel helpers ---- */
+typedef struct {
+  dsi_fwd *f;
+  const dsi_mat *w;
+  const float *x;
+  int ldx, ldy, m;
+  float *y;
+} matmul_job;
+
+static void matmul_task(void *ctx, int ith, int nth) {
+  matmul_job *j = ctx;
+  dsi_k_matmul(j->w, j->x, j->ldx, j->y, j->ldy, j->m, j->f->scratch[ith], ith, nth);
+}
+
+/* y[m, w->rows] = x[m, w->cols] W^T, over the pool */
+static void matmul(dsi_fwd *f, const dsi_mat *w, const float *x, float *y, int m) {
+  matmul_job j = {f, w, x, w->cols, w->rows, m, y};
+  dsi_pool_run(f->pool, matmul_task, &j);
+}
+
+/* ---- MLA attention ---- */
+typedef struct {
+  dsi_fwd *f;
+  const dsi_layer_weights *w;
+  const dsi_fwd_batch *b;
+  const dsi_fwd_cache *cache;
+  int layer;
+} attn_job;
+
+/* Normalize the latent, rotate k_pe, store both in each token's cache slot. */
+static void kv_write_task(void *ctx, int ith, int nth) {
+  attn_job *j = ctx;
+  dsi_fwd *f = j->f;
+  const dsi_config *c = f->c;
+  int kvl = c->kv_lora_rank, rope = c->qk_rope_head_dim, row = kvl + rope;
+  long t0, t1;
+  dsi_split(j->b->n_tokens, ith, nth, &t0, &t1);
+  for (long t = t0; t < t1; t++) {
+    const float *kv = f->kva + t * row;
+    float *dst = j->cache->layer[j->layer] + (size_t)j->b->slot[t] * row;
+    dsi_k_rmsnorm(kv, j->w->kv_a_layernorm, kvl, c->rms_norm_eps, dst);
+    memcpy(dst + kvl, kv + kvl, rope * sizeof(float));
+    size_t p = (size_t)j->b->pos[t] * (rope / 2);
+    dsi_k_rope(dst + kvl, rope, f->rope_cos + p, f->rope_sin + p);
+  }
+}
+
+/* Absorbed attention of one (token, head): the query moves into latent
+ * space through W_UK, attends over the cached latents and rotated keys,
+ * and the latent result leaves through W_UV. */
+static void attn_task(void *ctx, int ith, int nth) {
+  attn_job *j = ctx;
+  dsi_fwd *f = j->f;
+  const dsi_config *c = f->c;
+  const dsi_mat *kv_b = &j->w->kv_b_proj;
+  int H = c->num_attention_heads, nope = c->qk_nope_head_dim, rope = c->qk_rope_head_dim;
+  int vd = c->v_head_dim, kvl = c->kv_lora_rank, qk = nope + rope, row = kvl + rope;
+  int bs = j->cache->block_size;
+  const float *cache = j->cache->layer[j->layer];
+  float *s = f->scratch[ith];
+  float *q_lat = s;               /* [kv_lora] */
+  float *o_lat = q_lat + kvl;     /* [kv_lora] */
+  float *wrow = o_lat + kvl;      /* [kv_lora] widened weight row */
+  float *score = wrow + kvl;      /* [max_context] */
+  long p0, p1;
+  dsi_split((long)j->b->n_tokens * H, ith, nth, &p0, &p1);
+  for (long p = p0; p < p1; p++) {
+    int t = (int)(p / H), h = (int)(p % H);
+    const float *q = f->q + ((size_t)t * H + h) * qk;
+    int pos = j->b->pos[t];
+    const int32_t *table = j->b->block_tables[j->b->seq[t]];
+    int kb = h * (nope + vd); /* this head's rows in kv_b_proj: [k_nope | v] */
+    dsi_k_matvec_t(kv_b, kb, kb + nope, q, q_lat, wrow);
+    for (int u = 0; u <= pos; u++) {
+      const float *kv = cache + ((size_t)table[u / bs] * bs + u % bs) * row;
+      score[u] = (dsi_k_dot(q_lat, kv, kvl) + dsi_k_dot(q + nope, kv + kvl, rope)) * f->softmax_scale;
+    }
+    dsi_k_softmax(score, pos + 1);
+    memset(o_lat, 0, kvl * sizeof(float));
+    for (int u = 0; u <= pos; u++) {
+      const float *kv = cache + ((size_t)table[u / bs] * bs + u % bs) * row;
+      dsi_k_axpy(o_lat, kv, score[u], kvl);
+    }
+    float *o = f->attn + ((size_t)t * H + h) * vd;
+    dsi_k_matmul_rows(kv_b, kb + nope, kb + nope + vd, o_lat, kvl, o, vd, 1, wrow);
+  }
+}
+
+typedef struct {
+  dsi_fwd *f;
+  const dsi_fwd_batch *b;
+  const float *weight;
+  float *buf;
+  int stride, n, rope_off, rope_stride, n_heads;
+} rows_job;
+
+/* per token: optional rmsnorm of buf[t, 0..n) and rope on each head's rope part */
+static void q_post_task(void *ctx, int ith, int nth) {
+  rows_job *j = ctx;
+  const dsi_config *c = j->f->c;
+  int rope = c->qk_rope_head_dim;
+  long t0, t1;
+  dsi_split(j->b->n_tokens, ith, nth, &t0, &t1);
+  for (long t = t0; t < t1; t++) {
+    float *r = j->buf + (size_t)t * j->stride;
+    if (j->weight) dsi_k_rmsnorm(r, j->weight, j->n, c->rms_norm_eps, r);
+    if (j->n_heads) {
+      size_t p = (size_t)j->b->pos[t] * (rope / 2);
+      for (int h = 0; h < j->n_heads; h++)
+        dsi_k_rope(r + j->rope_off + h * j->rope_stride, rope, j->f->rope_cos + p, j->f->rope_sin + p);
+    }
+  }
+}
+
+static void mla(dsi_fwd *f, const dsi_layer_weights *w, const dsi_fwd_batch *b,
+                const dsi_fwd_cache *cache, int layer) {
+  const dsi_config *c = f->c;
+  int T = b->n_tokens, H = c->num_attention_heads;
+  int qk = c->qk_nope_head_dim + c->qk_rope_head_dim;
+  if (c->q_lora_rank > 0) {
+    matmul(f, &w->q_a_proj, f->xn, f->qa, T);
+    rows_job nj = {f, b, w->q_a_layernorm, f->qa, c->q_lora_rank, c->q_lora_rank, 0, 0, 0};
+    dsi_pool_run(f->pool, q_post_task, &nj);
+    matmul(f, &w->q_b_proj, f->qa, f->q, T);
+  } else {
+    matmul(f, &w->q_proj, f->xn, f->q, T);
+  }
+  rows_job rj = {f, b, NULL, f->q, H * qk, 0, c->qk_nope_head_dim, qk, H};
+  dsi_pool_run(f->pool, q_post_task, &rj);
+  matmul(f, &w->kv_a_proj_with_mqa, f->xn, f->kva, T);
+  attn_job aj = {f, w, b, cache, layer};
+  dsi_pool_run(f->pool, kv_write_task, &aj);
+  dsi_pool_run(f->pool, attn_task, &aj);
+  matmul(f, &w->o_proj, f->attn, f->out, T);
+}
+
+/* ---- MLP: down(silu(gate x) * up x) ---- */
+typedef struct {
+  float *g;
+  const float *u;
+  long n;
+} silu_job;
+
+static void silu_task(void *ctx, int ith, int nth) {
+  silu_job *j = ctx;
+  long a, e;
+  dsi_split(j->n, ith, nth, &a, &e);
+  dsi_k_silu_mul(j->g + a, j->u + a, j->g + a, (int)(e - a));
+}
+
+static void mlp(dsi_fwd *f, const dsi_mat *gate, const dsi_mat *up, const dsi_mat *down,
+                const float *x, float *y, int m) {
+  matmul(f, gate, x, f->h_gate, m);
+  matmul(f, up, x, f->h_up, m);
+  silu_job sj = {f->h_gate, f->h_up, (long)m * gate->rows};
+  dsi_pool_run(f->pool, silu_task, &sj);
+  matmul(f, down, f->h_gate, y, m);
+}
+
+/* ---- MoE: route, run each expert on its tokens, add the shared experts ---- */
+typedef struct {
+  dsi_fwd *f;
+  const dsi_layer_weights *w;
+  int T;
+  int e0, n;      /* scatter: expert's first pair and count */
+} moe_job;
+
+static void route_task(void *ctx, int ith, int nth) {
+  moe_job *j = ctx;
+  dsi_fwd *f = j->f;
+  const dsi_config *c = f->c;
+  dsi_router_params p = {
+    .n_experts = c->n_routed_experts, .top_k = c->num_experts_per_tok,
+    .n_group = c->n_group, .topk_group = c->topk_group,
+    .sigmoid = c->scoring_func == DSI_SCORING_SIGMOID,
+    .group_limited = c->topk_method != DSI_TOPK_GREEDY,
+    .group_by_top2 = c->topk_method == DSI_TOPK_NOAUX_TC,
+    .normalize = c->scoring_func == DSI_SCORING_SIGMOID || c->norm_topk_prob,
+    .scale = c->routed_scaling_factor,
+  };
+  long t0, t1;
+  dsi_split(j->T, ith, nth, &t0, &t1);
+  for (long t = t0; t < t1; t++)
+    dsi_k_router(&p, f->router_logits + t * p.n_experts, j->w->e_score_correction_bias, f->scratch[ith],
+                 f->topk_ids + t * p.top_k, f->topk_w + t * p.top_k);
+}
+
+/* moe_y[tok] += weight * yg[i] for the expert's pairs; split over columns so
+ * each token row is summed in expert order whatever the batch holds */
+static void scatter_task(void *ctx, int ith, int nth) {
+  moe_job *j = ctx;
+  dsi_fwd *f = j->f;
+  int D = f->c->hidden_size;
+  long c0, c1;
+  dsi_split(D, ith, nth, &c0, &c1);
+  for (int i = 0; i < j->n; i++) {
+    int tok = f->exp_tok[j->e0 + i];
+    dsi_k_axpy(f->moe_y + (size_t)tok * D + c0, f->yg + (size_t)i * D + c0, f->exp_w[j->e0 + i], (int)(c1 - c0));
+  }
+}
+
+static void moe(dsi_fwd *f, const dsi_layer_weights *w, int T) {
+  const dsi_config *c = f->c;
+  int E = c->n_routed_experts, K = c->num_experts_per_tok, D = c->hidden_size;
+  matmul(f, &w->gate, f->xn, f->router_logits, T);
+  moe_job rj = {f, w, T, 0, 0};
+  dsi_pool_run(f->pool, route_task, &rj);
+
+  /* group the (token, expert) pairs by expert, tokens ascending within */
+  memset(f->exp_count, 0, (E + 1) * sizeof(int32_t));
+  for (int i = 0; i < T * K; i++) f->exp_count[f->topk_ids[i] + 1]++;
+  for (int e = 0; e < E; e++) f->exp_count[e + 1] += f->exp_count[e];
+  int32_t cursor[1024];
+  memcpy(cursor, f->exp_count, E * sizeof(int32_t));
+  for (int t = 0; t < T; t++)
+    for (int k = 0; k < K; k++) {
+      int e = f->topk_ids[t * K + k], at = cursor[e]++;
+      f->exp_tok[at] = t;
+      f->exp_w[at] = f->topk_w[t * K + k];
+    }
+
+  memset(f->moe_y, 0, (size_t)T * D * sizeof(float));
+  for (int e = 0; e < E; e++) {
+    int a = f->exp_count[e], n = f->exp_count[e + 1] - a;
+    if (n == 0) continue;
+    for (int i = 0; i < n; i++)
+      memcpy(f->xg + (size_t)i * D, f->xn + (size_t)f->exp_tok[a + i] * D, D * sizeof(float));
+    mlp(f, &w->exp_gate[e], &w->exp_up[e], &w->exp_down[e], f->xg, f->yg, n);
+    moe_job sj = {f, w, T, a, n};
+    dsi_pool_run(f->pool, scatter_task, &sj);
+  }
+  if (c->n_shared_experts > 0) {
+    mlp(f, &w->gate_proj, &w->up_proj, &w->down_proj, f->xn, f->out, T);
+    for (size_t i = 0; i < (size_t)T * D; i++) f->out[i] += f->moe_y[i];
+  } else {
+    memcpy(f->out, f->moe_y, (size_t)T * D * sizeof(float));
+  }
+}
+
+/* ---- the block and the model ---- */
+typedef struct {
+  dsi_fwd *f;
+  const float *weight;
+  const float *src;
+  float *dst;
+  const int32_t *rows; /* NULL: rows 0..n */
+  int n;
+} norm_job;
+
+/* dst[i] = rmsnorm(src[rows[i]]) */
+static void norm_task(void *ctx, int ith, int nth) {
+  norm_job *j = ctx;
+  int D = j->f->c->hidden_size;
+  long a, e;
+  dsi_split(j->n, ith, nth, &a, &e);
+  for (long i = a; i < e; i++) {
+    long r = j->rows ? j->rows[i] : i;
+    dsi_k_rmsnorm(j->src + r * D, j->weight, D, j->f->c->rms_norm_eps, j->dst + i * D);
+  }
+}
+
+static void rmsnorm_rows(dsi_fwd *f, const float *weight, const float *src, float *dst, const int32_t *rows, int n) {
+  norm_job j = {f, weight, src, dst, rows, n};
+  dsi_pool_run(f->pool, norm_task, &j);
+}
+
+static void residual_add(float *x, const float *y, size_t n) {
+  for (size_t i = 0; i < n; i++) x[i] += y[i];
+}
+
+void dsi_fwd_run(dsi_fwd *f, const dsi_fwd_batch *b, const dsi_fwd_cache *cache, float *logits) {
+  const dsi_model *m = f->m;
+  const dsi_config *c = f->c;
+  int T = b->n_tokens, D = c->hidden_size;
+  DSI_ASSERT(T > 0 && T <= f->max_tokens);
+  for (int t = 0; t < T; t++) {
+    DSI_ASSERT(b->pos[t] >= 0 && b->pos[t] < f->max_context);
+    dsi_k_row_f32(&m->embed_tokens, b->tokens[t], 0, D, f->x + (size_t)t * D);
+  }
+  for (int L = 0; L < c->num_hidden_layers; L++) {
+    const dsi_layer_weights *w = &m->layers[L];
+    rmsnorm_rows(f, w->input_layernorm, f->x, f->xn, NULL, T);
+    mla(f, w, b, cache, L);
+    residual_add(f->x, f->out, (size_t)T * D);
+    rmsnorm_rows(f, w->post_attention_layernorm, f->x, f->xn, NULL, T);
+    if (w->is_moe) moe(f, w, T);
+    else mlp(f, &w->gate_proj, &w->up_proj, &w->down_proj, f->xn, f->out, T);
+    residual_add(f->x, f->out, (size_t)T * D);
+  }
+  if (b->n_logits > 0 && logits) {
+    rmsnorm_rows(f, m->norm, f->x, f->final_x, b->logit_rows, b->n_logits);
+    matmul(f, &m->lm_head, f->final_x, logits, b->n_logits);
+  }
+}
+
+/* ---- set-up ---- */
+int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, int max_tokens, int max_context,
+                dsi_err *err) {
+  const dsi_config *c = &m->cfg;
+  dsi_fwd *f = dsi_xcalloc(1, sizeof *f);
+  f->m = m;
+  f->c = c;
+  f->pool = pool;
+  f->nth = dsi_pool_size(pool);
+  f->max_tokens = max_tokens;
+  f->max_context = max_context;
+  f->softmax_scale = dsi_config_softmax_scale(c);
+  int H = c->num_attention_heads, D = c->hidden_size, T = max_tokens;
+  int qk = c->qk_nope_head_dim + c->qk_rope_head_dim, kvl = c->kv_lora_rank;
+  int E = c->n_routed_experts, K = c->num_experts_per_tok;
+  long inter = c->intermediate_size;
+  if ((long)c->moe_intermediate_size * DSI_MAX(c->n_shared_experts, 1) > inter)
+    inter = (long)c->moe_intermediate_size * DSI_MAX(c->n_shared_experts, 1);
+  size_t half = c->qk_rope_head_dim / 2;
+  int ok = 1;
+#define ALLOC(p, n) do { if (!((p) = dsi_alloc_aligned((size_t)(n) * sizeof(*(p))))) ok = 0; } while (0)
+  ALLOC(f->rope_cos, (size_t)max_context * half);
+  ALLOC(f->rope_sin, (size_t)max_context * half);
+  ALLOC(f->x, (size_t)T * D);
+  ALLOC(f->xn, (size_t)T * D);
+  ALLOC(f->qa, (size_t)T * DSI_MAX(c->q_lora_rank, 1));
+  ALLOC(f->q, (size_t)T * H * qk);
+  ALLOC(f->kva, (size_t)T * (kvl + c->qk_rope_head_dim));
+  ALLOC(f->attn, (size_t)T * H * c->v_head_dim);
+  ALLOC(f->out, (size_t)T * D);
+  ALLOC(f->h_gate, (size_t)T * inter);
+  ALLOC(f->h_up, (size_t)T * inter);
+  ALLOC(f->final_x, (size_t)T * D);
+  if (E > 0) {
+    ALLOC(f->moe_y, (size_t)T * D);
+    ALLOC(f->xg, (size_t)T * D);
+    ALLOC(f->yg, (size_t)T * D);
+    ALLOC(f->router_logits, (size_t)T * E);
+    ALLOC(f->topk_ids, (size_t)T * K);
+    ALLOC(f->topk_w, (size_t)T * K);
+    ALLOC(f->exp_count, (size_t)E + 1);
+    ALLOC(f->exp_tok, (size_t)T * K);
+    ALLOC(f->exp_w, (size_t)T * K);
+  }
+  /* scratch: the widest weight row, or attention's 3 latent rows + scores */
+  size_t widest = DSI_MAX(DSI_MAX(D, inter), DSI_MAX(H * c->v_head_dim, DSI_MAX(c->q_lora_rank, kvl)));
+  f->scratch_len = DSI_MAX(widest, (size_t)3 * kvl + max_context);
+  f->scratch_len = DSI_MAX(f->scratch_len, (size_t)2 * DSI_MAX(E, 1));
+  f->scratch = dsi_xcalloc(f->nth, sizeof(float *));
+  for (int i = 0; i < f->nth; i++) ALLOC(f->scratch[i], f->scratch_len);
+#undef ALLOC
+  if (!ok) {
+    dsi_fwd_free(f);
+    return dsi_errf(err, DSI_E_NOMEM, "cannot allocate activation buffers for %d tokens", max_tokens);
+  }
+  dsi_rope_tables(c, max_context, f->rope_cos, f->rope_sin);
+  *out = f;
+  return DSI_OK;
+}
+
+void dsi_fwd_free(dsi_fwd *f) {
+  if (!f) return;
+  float *bufs[] = {f->rope_cos, f->rope_sin, f->x, f->xn, f->qa, f->q, f->kva, f->attn, f->out,
+                   f->h_gate, f->h_up, f->final_x, f->moe_y, f->xg, f->yg, f->router_logits,
+                   f->topk_w, f->exp_w};
+  for (size_t i = 0; i < DSI_ARRAY_LEN(bufs); i++) dsi_free_aligned(bufs[i]);
+  dsi_free_aligned(f->topk_ids);
+  dsi_free_aligned(f->exp_count);
+  dsi_free_aligned(f->exp_tok);
+  if (f->scratch)
+    for (int i = 0; i < f->nth; i++) dsi_free_aligned(f->scratch[i]);
+  free(f->scratch);
+  free(f);
+}

@@ -1,0 +1,46 @@
+/* graph: the DeepSeek-V3 forward over a batch — any mix of prefill chunks
+ * and decode tokens of several sequences — reading and writing the paged
+ * latent KV cache through plain slot numbers and block tables. It reads
+ * like inference/model.py: one function per block (MLA, MoE, dense MLP). */
+#ifndef DSI_FORWARD_H
+#define DSI_FORWARD_H
+
+#include "base/pool.h"
+#include "model/model.h"
+
+/* A batch as the forward sees it. Token i of the batch belongs to sequence
+ * seq[i] (an index into block_tables) and sits at position pos[i] of it;
+ * its latent KV goes to cache row slot[i]; it attends to positions
+ * 0..pos[i] of its sequence, found through that sequence's block table. */
+typedef struct dsi_fwd_batch {
+  int n_tokens;
+  const int32_t *tokens;       /* [n_tokens] */
+  const int32_t *pos;          /* [n_tokens] */
+  const int32_t *seq;          /* [n_tokens] */
+  const int32_t *slot;         /* [n_tokens] */
+  const int32_t *const *block_tables; /* [n_seqs][...] block ids */
+  const int32_t *logit_rows;   /* batch rows whose logits are wanted, ascending */
+  int n_logits;
+} dsi_fwd_batch;
+
+/* The latent cache of one layer: row s holds [c_kv (kv_lora_rank) | k_pe
+ * (qk_rope_head_dim)] of the token in slot s. */
+typedef struct dsi_fwd_cache {
+  float **layer;   /* [num_hidden_layers] -> [n_slots, kv_lora + rope] */
+  int block_size;
+  int n_slots;
+} dsi_fwd_cache;
+
+typedef struct dsi_fwd dsi_fwd;
+
+int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, int max_tokens, int max_context,
+                dsi_err *err);
+void dsi_fwd_free(dsi_fwd *f);
+/* Run the batch; logits: [n_logits, vocab]. The caller guarantees slots
+ * and block tables are valid (the engine's KV layer owns them). */
+void dsi_fwd_run(dsi_fwd *f, const dsi_fwd_batch *b, const dsi_fwd_cache *cache, float *logits);
+
+/* YaRN-aware rotary tables: cos/sin[pos * (rope/2) + i]. Public for tests. */
+void dsi_rope_tables(const dsi_config *c, int n_pos, float *cos_t, float *sin_t);
+
+#endif

@@ -1,0 +1,165 @@
+/* kernels: scalar reference implementations — simple loops, f32
+ * accumulation, the oracle every optimized kernel is tested against. */
+#include "kernels/kernels.h"
+#include "base/pool.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- widening ---- */
+void dsi_k_row_f32(const dsi_mat *w, int r, int c0, int c1, float *out) {
+  size_t base = (size_t)r * w->cols;
+  int n = c1 - c0;
+  switch (w->dtype) {
+  case DSI_DTYPE_F32:
+    memcpy(out, (const float *)w->data + base + c0, n * sizeof(float));
+    break;
+  case DSI_DTYPE_BF16: {
+    const uint16_t *s = (const uint16_t *)w->data + base + c0;
+    for (int i = 0; i < n; i++) out[i] = dsi_bf16_to_f32(s[i]);
+  } break;
+  case DSI_DTYPE_F16: {
+    const uint16_t *s = (const uint16_t *)w->data + base + c0;
+    for (int i = 0; i < n; i++) out[i] = dsi_f16_to_f32(s[i]);
+  } break;
+  case DSI_DTYPE_F8_E4M3: {
+    const uint8_t *s = (const uint8_t *)w->data + base + c0;
+    const float *sc = w->scale + (size_t)(r / w->block) * w->scale_cols;
+    for (int c = c0; c < c1;) {
+      int bc = c / w->block, end = (bc + 1) * w->block;
+      if (end > c1) end = c1;
+      float f = sc[bc];
+      for (; c < end; c++) out[c - c0] = dsi_fp8_table[s[c - c0]] * f;
+    }
+  } break;
+  default:
+    for (int i = 0; i < n; i++) out[i] = 0;
+  }
+}
+
+/* ---- matmul ---- */
+float dsi_k_dot(const float *a, const float *b, int n) {
+  float s = 0;
+  for (int i = 0; i < n; i++) s += a[i] * b[i];
+  return s;
+}
+
+void dsi_k_matmul_rows(const dsi_mat *w, int r0, int r1, const float *x, int ldx, float *y,
+                       int ldy, int m, float *scratch) {
+  for (int r = r0; r < r1; r++) {
+    dsi_k_row_f32(w, r, 0, w->cols, scratch);
+    for (int i = 0; i < m; i++)
+      y[(size_t)i * ldy + (r - r0)] = dsi_k_dot(scratch, x + (size_t)i * ldx, w->cols);
+  }
+}
+
+void dsi_k_matmul(const dsi_mat *w, const float *x, int ldx, float *y, int ldy, int m,
+                  float *scratch, int ith, int nth) {
+  long r0, r1;
+  dsi_split(w->rows, ith, nth, &r0, &r1);
+  dsi_k_matmul_rows(w, (int)r0, (int)r1, x, ldx, y + r0, ldy, m, scratch);
+}
+
+void dsi_k_matvec_t(const dsi_mat *w, int r0, int r1, const float *x, float *y, float *scratch) {
+  memset(y, 0, w->cols * sizeof(float));
+  for (int r = r0; r < r1; r++) {
+    dsi_k_row_f32(w, r, 0, w->cols, scratch);
+    dsi_k_axpy(y, scratch, x[r - r0], w->cols);
+  }
+}
+
+/* ---- elementwise ---- */
+void dsi_k_rmsnorm(const float *x, const float *weight, int n, float eps, float *out) {
+  float ss = 0;
+  for (int i = 0; i < n; i++) ss += x[i] * x[i];
+  float inv = 1.0f / sqrtf(ss / n + eps);
+  for (int i = 0; i < n; i++) out[i] = x[i] * inv * weight[i];
+}
+
+void dsi_k_rope(float *x, int dim, const float *cos_t, const float *sin_t) {
+  for (int i = 0; i < dim / 2; i++) {
+    float a = x[2 * i], b = x[2 * i + 1], c = cos_t[i], s = sin_t[i];
+    x[2 * i] = a * c - b * s;
+    x[2 * i + 1] = a * s + b * c;
+  }
+}
+
+void dsi_k_silu_mul(const float *g, const float *u, float *out, int n) {
+  for (int i = 0; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+void dsi_k_axpy(float *y, const float *x, float a, int n) {
+  for (int i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+void dsi_k_softmax(float *x, int n) {
+  float mx = -INFINITY, s = 0;
+  for (int i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+  for (int i = 0; i < n; i++) s += (x[i] = expf(x[i] - mx));
+  float inv = 1.0f / s;
+  for (int i = 0; i < n; i++) x[i] *= inv;
+}
+
+/* ---- router ---- */
+/* index of the largest of x[0..n) not yet taken; ties go to the lower index
+ * (torch.topk's order on CPU for distinct values; ties are measure-zero) */
+static int argmax_free(const float *x, const uint8_t *taken, int n) {
+  int best = -1;
+  for (int i = 0; i < n; i++)
+    if (!taken[i] && (best < 0 || x[i] > x[best])) best = i;
+  return best;
+}
+
+void dsi_k_router(const dsi_router_params *p, const float *logits, const float *bias,
+                  float *work, int32_t *experts, float *weights) {
+  int E = p->n_experts;
+  float *orig = work, *sel = work + E;
+  if (p->sigmoid) {
+    for (int e = 0; e < E; e++) orig[e] = 1.0f / (1.0f + expf(-logits[e]));
+  } else {
+    memcpy(orig, logits, E * sizeof(float));
+    dsi_k_softmax(orig, E);
+  }
+  for (int e = 0; e < E; e++) sel[e] = orig[e] + (bias ? bias[e] : 0.0f);
+
+  uint8_t taken[1024];
+  if (p->group_limited && p->n_group > 1) {
+    int G = p->n_group, per = E / G;
+    float gscore[256];
+    for (int g = 0; g < G; g++) {
+      const float *s = sel + g * per;
+      if (p->group_by_top2) {
+        float a = -INFINITY, b = -INFINITY;
+        for (int i = 0; i < per; i++) {
+          if (s[i] > a) { b = a; a = s[i]; } else if (s[i] > b) b = s[i];
+        }
+        gscore[g] = per >= 2 ? a + b : a;
+      } else {
+        float a = -INFINITY;
+        for (int i = 0; i < per; i++) a = s[i] > a ? s[i] : a;
+        gscore[g] = a;
+      }
+    }
+    uint8_t keep[256] = {0}, gt[256] = {0};
+    for (int k = 0; k < p->topk_group; k++) {
+      int g = argmax_free(gscore, gt, G);
+      gt[g] = 1;
+      keep[g] = 1;
+    }
+    for (int g = 0; g < G; g++)
+      if (!keep[g])
+        for (int i = 0; i < per; i++) sel[g * per + i] = -INFINITY;
+  }
+  memset(taken, 0, E);
+  float sum = 0;
+  for (int k = 0; k < p->top_k; k++) {
+    int e = argmax_free(sel, taken, E);
+    taken[e] = 1;
+    experts[k] = e;
+    weights[k] = orig[e];
+    sum += orig[e];
+  }
+  if (p->normalize)
+    for (int k = 0; k < p->top_k; k++) weights[k] /= sum;
+  for (int k = 0; k < p->top_k; k++) weights[k] *= p->scale;
+}

@@ -1,0 +1,36 @@
+/* kv: the paged latent KV cache of MLA. Per token per layer it holds only
+ * the normed c_kv (kv_lora_rank) and the rotated k_pe (qk_rope_head_dim).
+ * Fixed-size blocks come from one pool; each sequence has a block table;
+ * a sequence's blocks go back to the pool when it ends. */
+#ifndef DSI_KV_H
+#define DSI_KV_H
+
+#include "base/base.h"
+
+typedef struct dsi_kv {
+  int n_layers, row;      /* row = kv_lora_rank + qk_rope_head_dim floats */
+  int block_size, n_blocks;
+  float **layer;          /* [n_layers] -> [n_blocks * block_size, row] */
+  int32_t *free_list;     /* stack of free block ids */
+  int n_free;
+} dsi_kv;
+
+typedef struct dsi_kv_seq {
+  int32_t *blocks;        /* block table */
+  int n_blocks, cap;
+  int len;                /* tokens stored */
+} dsi_kv_seq;
+
+int dsi_kv_init(dsi_kv *kv, int n_layers, int row, int block_size, int n_blocks, dsi_err *err);
+void dsi_kv_free(dsi_kv *kv);
+/* Make room for seq to hold n_tokens in total; DSI_E_CAPACITY when the pool
+ * is out of blocks (nothing is taken then). */
+int dsi_kv_reserve(dsi_kv *kv, dsi_kv_seq *s, int n_tokens, dsi_err *err);
+/* Return all of seq's blocks to the pool. */
+void dsi_kv_release(dsi_kv *kv, dsi_kv_seq *s);
+/* cache row of position pos of seq (must be reserved) */
+static inline int32_t dsi_kv_slot(const dsi_kv *kv, const dsi_kv_seq *s, int pos) {
+  return s->blocks[pos / kv->block_size] * kv->block_size + pos % kv->block_size;
+}
+
+#endif

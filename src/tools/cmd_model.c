@@ -1,0 +1,208 @@
+/* tools: the commands that run the model on token ids — logits (every
+ * position's logits to a file) and generate (sample ids, report speed) —
+ * and mkmodel (write a random-weight checkpoint). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dsinfer.h"
+#include "tools/cli.h"
+#include "tools/commands.h"
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int fail(const char *cmd, const dsi_err *err) {
+  fprintf(stderr, "dsinfer %s: %s\n", cmd, err->msg);
+  return 1;
+}
+
+/* Load the model and open an engine; prints the error and returns 1 on failure. */
+static int open_all(const char *cmd, const char *dir, int threads, int mlock, int max_tokens,
+                    int max_context, dsi_model **m, dsi_engine **e) {
+  dsi_err err = {0};
+  dsi_load_opts lo = {.mlock = mlock, .progress = 1, .n_threads = threads};
+  if (dsi_model_open(m, dir, &lo, &err)) return fail(cmd, &err);
+  dsi_engine_opts eo = {.n_threads = threads, .max_tokens = max_tokens, .max_context = max_context};
+  if (dsi_engine_open(e, *m, &eo, &err)) {
+    dsi_model_free(*m);
+    return fail(cmd, &err);
+  }
+  return 0;
+}
+
+/* ---- logits ---- */
+int dsi_cmd_logits(int argc, char **argv) {
+  const char *model = NULL, *out = NULL;
+  dsi_strlist toks = {0};
+  int decode = 0, chunk = 0, threads = 0, mlock = 0;
+  const dsi_opt opts[] = {
+    {"--model", NULL, OPT_STR, &model, "checkpoint directory (config.json + safetensors)"},
+    {"--tokens", NULL, OPT_LIST, &toks, "comma-separated ids of one sequence; repeat for more sequences"},
+    {"--decode", NULL, OPT_FLAG, &decode, "feed one token per sequence per step through the KV cache"},
+    {"--chunk", NULL, OPT_INT, &chunk, "prefill in chunks of N tokens per sequence per step"},
+    {"--out", NULL, OPT_STR, &out, "output file: raw little-endian f32, [n_tokens, vocab] per sequence"},
+    {"--threads", NULL, OPT_INT, &threads, "worker threads (default: all cores)"},
+    {"--mlock", NULL, OPT_FLAG, &mlock, "lock the file mapping instead of copying weights"},
+    {0}};
+  int rc = dsi_cli_parse("logits", "--model DIR --tokens IDS [--tokens IDS ...] [--decode | --chunk N] --out FILE",
+                         opts, argc, argv);
+  if (rc) { free(toks.v); return rc == 1 ? 0 : 2; }
+  if (!model || !out || toks.n == 0) {
+    free(toks.v);
+    return dsi_cli_usage_error("logits", "--model, --tokens and --out are required");
+  }
+  if (chunk < 0 || (decode && chunk)) { free(toks.v); return dsi_cli_usage_error("logits", "--chunk must be positive and not combined with --decode"); }
+  if (decode) chunk = 1;
+  int ns = toks.n;
+  int32_t **ids = calloc(ns, sizeof *ids);
+  int *len = calloc(ns, sizeof *len), total = 0;
+  for (int s = 0; s < ns; s++) {
+    len[s] = dsi_cli_parse_ids(toks.v[s], &ids[s]);
+    if (len[s] < 0) {
+      rc = dsi_cli_usage_error("logits", "--tokens expects comma-separated non-negative ids, got '%s'", toks.v[s]);
+      goto done;
+    }
+    total += len[s];
+  }
+  dsi_model *m = NULL;
+  dsi_engine *e = NULL;
+  int maxlen = 0;
+  for (int s = 0; s < ns; s++) maxlen = len[s] > maxlen ? len[s] : maxlen;
+  if ((rc = open_all("logits", model, threads, mlock, total, maxlen, &m, &e))) goto done;
+  dsi_model_info info;
+  dsi_model_get_info(m, &info);
+  size_t V = info.vocab_size;
+  float *all = calloc((size_t)total * V, sizeof(float)); /* sequence after sequence */
+  float *step = malloc((size_t)total * V * sizeof(float));
+  int32_t *bt = malloc(total * sizeof(int32_t)), *bs = malloc(total * sizeof(int32_t));
+  int *seq_id = calloc(ns, sizeof(int)), *done_n = calloc(ns, sizeof(int)), *base = calloc(ns, sizeof(int));
+  for (int s = 0; s < ns; s++) {
+    seq_id[s] = dsi_seq_new(e);
+    base[s] = s ? base[s - 1] + len[s - 1] : 0;
+  }
+  int per = chunk > 0 ? chunk : 1 << 30;
+  for (;;) {
+    int n = 0;
+    for (int s = 0; s < ns; s++)
+      for (int k = 0; k < per && done_n[s] + k < len[s]; k++) {
+        bt[n] = ids[s][done_n[s] + k];
+        bs[n++] = seq_id[s];
+      }
+    if (n == 0) break;
+    dsi_batch b = {.n_tokens = n, .tokens = bt, .seq = bs};
+    if (dsi_engine_forward(e, &b, step)) {
+      rc = fail("logits", dsi_engine_error(e));
+      break;
+    }
+    int r = 0;
+    for (int s = 0; s < ns; s++)
+      for (int k = 0; k < per && done_n[s] < len[s]; k++, r++)
+        memcpy(all + (size_t)(base[s] + done_n[s]++) * V, step + (size_t)r * V, V * sizeof(float));
+  }
+  if (!rc) {
+    FILE *f = fopen(out, "wb");
+    if (!f || fwrite(all, sizeof(float), (size_t)total * V, f) != (size_t)total * V) {
+      fprintf(stderr, "dsinfer logits: cannot write %s\n", out);
+      rc = 1;
+    }
+    if (f && fclose(f)) rc = 1;
+  }
+  free(all); free(step); free(bt); free(bs); free(seq_id); free(done_n); free(base);
+  dsi_engine_free(e);
+  dsi_model_free(m);
+done:
+  for (int s = 0; s < ns; s++) free(ids[s]);
+  free(ids);
+  free(len);
+  free(toks.v);
+  return rc;
+}
+
+/* ---- generate ---- */
+int dsi_cmd_generate(int argc, char **argv) {
+  const char *model = NULL, *tokens = NULL;
+  int n_gen = 32, threads = 0, mlock = 0, ignore_eos = 0;
+  dsi_sampling sp = {.temperature = 0, .top_p = 1, .top_k = 0, .seed = 0};
+  const dsi_opt opts[] = {
+    {"--model", NULL, OPT_STR, &model, "checkpoint directory"},
+    {"--tokens", NULL, OPT_STR, &tokens, "prompt as comma-separated token ids"},
+    {"-n", "--n-predict", OPT_INT, &n_gen, "tokens to generate (default 32)"},
+    {"--temperature", NULL, OPT_FLOAT, &sp.temperature, "sampling temperature; 0 = greedy (default 0)"},
+    {"--top-p", NULL, OPT_FLOAT, &sp.top_p, "nucleus sampling mass (default 1 = off)"},
+    {"--top-k", NULL, OPT_INT, &sp.top_k, "sample among the K most likely (default 0 = off)"},
+    {"--seed", NULL, OPT_U64, &sp.seed, "random seed (default 0)"},
+    {"--ignore-eos", NULL, OPT_FLAG, &ignore_eos, "keep going past the end-of-sequence token"},
+    {"--threads", NULL, OPT_INT, &threads, "worker threads (default: all cores)"},
+    {"--mlock", NULL, OPT_FLAG, &mlock, "lock the file mapping instead of copying weights"},
+    {0}};
+  int rc = dsi_cli_parse("generate", "--model DIR --tokens IDS [-n N] [sampling options]", opts, argc, argv);
+  if (rc) return rc == 1 ? 0 : 2;
+  if (!model || !tokens) return dsi_cli_usage_error("generate", "--model and --tokens are required");
+  if (n_gen < 0 || sp.temperature < 0 || sp.top_p <= 0 || sp.top_p > 1 || sp.top_k < 0)
+    return dsi_cli_usage_error("generate", "-n, --temperature, --top-k must be >= 0 and --top-p in (0, 1]");
+  int32_t *prompt;
+  int np = dsi_cli_parse_ids(tokens, &prompt);
+  if (np < 0) return dsi_cli_usage_error("generate", "--tokens expects comma-separated non-negative ids");
+  dsi_model *m = NULL;
+  dsi_engine *e = NULL;
+  if ((rc = open_all("generate", model, threads, mlock, np, np + n_gen, &m, &e))) { free(prompt); return rc; }
+  dsi_model_info info;
+  dsi_model_get_info(m, &info);
+  float *logits = malloc((size_t)info.vocab_size * sizeof(float));
+  dsi_sampler *smp = dsi_sampler_new(&sp, info.vocab_size);
+  int seq = dsi_seq_new(e);
+  uint8_t *want = calloc(np, 1);
+  want[np - 1] = 1;
+  int32_t *seqv = calloc(np, sizeof(int32_t));
+  for (int i = 0; i < np; i++) seqv[i] = seq;
+  double t0 = now();
+  dsi_batch b = {.n_tokens = np, .tokens = prompt, .seq = seqv, .want_logits = want};
+  if (dsi_engine_forward(e, &b, logits)) rc = fail("generate", dsi_engine_error(e));
+  double t1 = now();
+  int produced = 0;
+  double t2 = t1;
+  for (int i = 0; !rc && i < n_gen; i++) {
+    int32_t tok = dsi_sampler_sample(smp, logits);
+    printf("%s%d", produced ? "," : "", tok);
+    fflush(stdout);
+    produced++;
+    if (tok == info.eos_token_id && !ignore_eos) break;
+    if (i + 1 == n_gen) break;
+    dsi_batch d = {.n_tokens = 1, .tokens = &tok, .seq = &seq};
+    if (dsi_engine_forward(e, &d, logits)) rc = fail("generate", dsi_engine_error(e));
+  }
+  t2 = now();
+  printf("\n");
+  if (!rc)
+    fprintf(stderr, "prefill: %d tokens, %.1f tokens/s; decode: %d tokens, %.2f tokens/s\n", np,
+            np / (t1 - t0), produced, produced > 1 ? (produced - 1) / (t2 - t1) : 0.0);
+  free(want); free(seqv); free(logits); free(prompt);
+  dsi_sampler_free(smp);
+  dsi_engine_free(e);
+  dsi_model_free(m);
+  return rc;
+}
+
+/* ---- mkmodel ---- */
+int dsi_cmd_mkmodel(int argc, char **argv) {
+  dsi_mkmodel_opts o = {.preset = "tiny", .dtype = "bf16", .seed = 0, .out_dir = NULL, .shard_mb = 0, .progress = 1};
+  const dsi_opt opts[] = {
+    {"--preset", NULL, OPT_STR, &o.preset, "tiny | small | bench | v3slice (default tiny)"},
+    {"--dtype", NULL, OPT_STR, &o.dtype, "f32 | bf16 | fp8 (default bf16)"},
+    {"--seed", NULL, OPT_U64, &o.seed, "random seed (default 0)"},
+    {"--out", NULL, OPT_STR, &o.out_dir, "output directory"},
+    {"--shard-mb", NULL, OPT_INT, &o.shard_mb, "split into shards of at most N MB with an index"},
+    {0}};
+  int rc = dsi_cli_parse("mkmodel", "--preset P --dtype T [--seed S] --out DIR [--shard-mb N]", opts, argc, argv);
+  if (rc) return rc == 1 ? 0 : 2;
+  if (!o.out_dir) return dsi_cli_usage_error("mkmodel", "--out is required");
+  if (o.shard_mb < 0) return dsi_cli_usage_error("mkmodel", "--shard-mb must be >= 0");
+  dsi_err err = {0};
+  if (dsi_mkmodel(&o, &err)) return fail("mkmodel", &err);
+  return 0;
+}

@@ -1,0 +1,10 @@
+/* tools: one function per `dsinfer` subcommand; each returns the process
+ * exit code (0 ok, 1 failure, 2 usage error). */
+#ifndef DSI_COMMANDS_H
+#define DSI_COMMANDS_H
+
+int dsi_cmd_logits(int argc, char **argv);
+int dsi_cmd_generate(int argc, char **argv);
+int dsi_cmd_mkmodel(int argc, char **argv);
+
+#endif
