@@ -12,7 +12,7 @@
 #define N_GEN 12
 #define N_SEQ 8
 
-static int argmax(const float *x, int n) {
+static int argmax_f(const float *x, int n) {
   int b = 0;
   for (int i = 1; i < n; i++)
     if (x[i] > x[b]) b = i;
@@ -31,13 +31,13 @@ static void alone(dsi_model *m, const int32_t *prompt, int np, int V, int32_t *g
   float *logits = malloc((size_t)np * V * sizeof(float));
   dsi_batch b = {.n_tokens = np, .tokens = prompt, .seq = seqv};
   DSI_ASSERT(dsi_engine_forward(e, &b, logits) == 0);
-  int32_t tok = argmax(logits + (size_t)(np - 1) * V, V);
+  int32_t tok = argmax_f(logits + (size_t)(np - 1) * V, V);
   for (int i = 0; i < N_GEN; i++) {
     gen[i] = tok;
     dsi_batch d = {.n_tokens = 1, .tokens = &tok, .seq = &s};
     DSI_ASSERT(dsi_engine_forward(e, &d, logits) == 0);
     memcpy(lg + (size_t)i * V, logits, V * sizeof(float));
-    tok = argmax(logits, V);
+    tok = argmax_f(logits, V);
   }
   free(logits);
   dsi_engine_free(e);
@@ -102,7 +102,7 @@ int main(void) {
       if (s < 0) continue;
       const float *row = logits + (size_t)i * V;
       if (s == 0 && ngen[0] > 0 && ngen[0] <= N_GEN) memcpy(lg0 + (size_t)(ngen[0] - 1) * V, row, V * sizeof(float));
-      next[s] = argmax(row, V);
+      next[s] = argmax_f(row, V);
       if (s == 0 && ngen[0] < N_GEN) gen0[ngen[0]] = next[s];
       ngen[s]++;
     }
@@ -120,5 +120,5 @@ int main(void) {
   free(ref_lg);
   dsi_engine_free(e);
   dsi_model_free(m);
-  return CHECK_DONE();
+  return check_done();
 }

@@ -137,5 +137,5 @@ int main(void) {
     free(g.tokens);
     free(g.ref);
   }
-  return CHECK_DONE();
+  return check_done();
 }
