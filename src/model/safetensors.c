@@ -355,8 +355,10 @@ static int st_open_files(dsi_st_set *set, const char *dir, dsi_err *err) {
   struct stat sb;
   if (strlen(dir) + sizeof "/model.safetensors" > sizeof path)
     return dsi_errf(err, DSI_E_INVAL, "%.200s...: directory name too long", dir);
-  if (stat(dsi_path_join(path, sizeof path, dir, "model.safetensors"), &sb) == 0)
-    return st_open_file(set, dir, "model.safetensors", err);
+  if (stat(dsi_path_join(path, sizeof path, dir, "model.safetensors"), &sb) == 0) {
+    int st = st_open_file(set, dir, "model.safetensors", err);
+    return st == DSI_OK ? dsi_st_finish(set, err) : st;
+  }
   DIR *d = opendir(dir);
   if (!d) return dsi_errf(err, DSI_E_IO, "%s: %s", dir, strerror(errno));
   char **names = NULL;
