@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# e2e: the command line's contract — --help everywhere, usage errors exit 2
+# with one line, and bad checkpoints or inputs fail with exit 1 and a
+# message that names the cause (tensor, key or file), never a crash.
+set -uo pipefail
+bin=$1 scratch=$2
+rm -rf "$scratch"; mkdir -p "$scratch"
+fails=0 passes=0
+ok() { passes=$((passes + 1)); }
+bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+# expect CODE NEEDLE -- command...: exit code and a stderr line containing NEEDLE
+expect() {
+  local code=$1 needle=$2; shift 3
+  local out rc
+  out=$("$@" 2>&1 >/dev/null); rc=$?
+  if [ "$rc" -ne "$code" ]; then bad "exit $rc (want $code): $* :: $out"; return; fi
+  if [ -n "$needle" ] && ! grep -qF -- "$needle" <<<"$out"; then bad "no '$needle' in: $out ($*)"; return; fi
+  if [ "$rc" -ge 128 ]; then bad "crashed: $*"; return; fi
+  ok
+}
+
+for cmd in logits generate mkmodel; do
+  "$bin" $cmd --help | grep -q "usage: dsinfer $cmd" && ok || bad "$cmd --help"
+  expect 2 "unknown option '--bogus'" -- "$bin" $cmd --bogus
+done
+expect 2 "unknown command" -- "$bin" frobnicate
+expect 2 "needs a value" -- "$bin" generate --model
+expect 2 "expects an integer" -- "$bin" generate --model x --tokens 1 -n lots
+expect 2 "required" -- "$bin" logits --model x
+expect 2 "--tokens expects" -- "$bin" generate --model x --tokens 1,,2
+"$bin" --version | grep -q "dsinfer" && ok || bad "--version"
+
+good=golden/tiny-bf16/model
+expect 1 "config.json" -- "$bin" generate --model "$scratch/nope" --tokens 1
+expect 1 "outside the vocabulary" -- "$bin" generate --model $good --tokens 1,99999 -n 1
+long=$(seq -s, 1 600)
+expect 1 "context limit" -- "$bin" generate --model $good --tokens "$long" -n 1
+
+mk() { rm -rf "$scratch/$1"; cp -r $good "$scratch/$1"; chmod -R u+w "$scratch/$1"; }
+mk shape; sed -i 's/"intermediate_size": 320/"intermediate_size": 300/' "$scratch/shape/config.json"
+expect 1 "model.layers.0.mlp.gate_proj.weight: shape [320,128] expected [300,128]" -- "$bin" generate --model "$scratch/shape" --tokens 1
+mk badjson; printf '{"hidden_size": 12,' > "$scratch/badjson/config.json"
+expect 1 "config.json" -- "$bin" generate --model "$scratch/badjson" --tokens 1
+mk group; sed -i 's/"topk_group": 2/"topk_group": 9/' "$scratch/group/config.json"
+expect 1 "topk_group" -- "$bin" generate --model "$scratch/group" --tokens 1
+mk trunc; f="$scratch/trunc/model.safetensors"; head -c $(( $(stat -c %s "$f") / 2 )) "$f" > "$f.tmp"; mv "$f.tmp" "$f"
+expect 1 "model.safetensors" -- "$bin" generate --model "$scratch/trunc" --tokens 1
+mk tiny; head -c 5 "$scratch/tiny/model.safetensors" > "$scratch/tiny/x"; mv "$scratch/tiny/x" "$scratch/tiny/model.safetensors"
+expect 1 "model.safetensors" -- "$bin" generate --model "$scratch/tiny" --tokens 1
+mk noweights; rm "$scratch/noweights/model.safetensors"
+expect 1 "safetensors" -- "$bin" generate --model "$scratch/noweights" --tokens 1
+
+# generation is deterministic: greedy, and sampling with a seed
+a=$("$bin" generate --model $good --tokens 3,1,4,1,5 -n 8 2>/dev/null)
+b=$("$bin" generate --model $good --tokens 3,1,4,1,5 -n 8 --threads 1 2>/dev/null)
+[ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "greedy differs across thread counts: '$a' vs '$b'"
+a=$("$bin" generate --model $good --tokens 3,1,4 -n 8 --temperature 0.9 --top-p 0.9 --top-k 40 --seed 5 --ignore-eos 2>/dev/null)
+b=$("$bin" generate --model $good --tokens 3,1,4 -n 8 --temperature 0.9 --top-p 0.9 --top-k 40 --seed 5 --ignore-eos 2>/dev/null)
+[ "$(tr ',' '\n' <<<"$a" | wc -l)" -eq 8 ] && [ "$a" = "$b" ] && ok || bad "seeded sampling: '$a' vs '$b'"
+
+echo "$passes passed, $fails failed"
+[ "$fails" -eq 0 ]

@@ -1,0 +1,45 @@
+/* tests: compare two raw little-endian f32 files row by row.
+ * usage: f32cmp OURS REF ROWLEN [TOL] [REF_ROW_OFFSET]
+ * Row r of OURS is compared with row r + REF_ROW_OFFSET of REF; the error
+ * of a row is max|a-b| / max|b|. Exits 1 if any row's error exceeds TOL
+ * (default 1e-5) or the sizes do not fit. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static float *slurp(const char *p, long *n) {
+  FILE *f = fopen(p, "rb");
+  if (!f) { perror(p); exit(2); }
+  fseek(f, 0, SEEK_END);
+  long sz = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  float *v = malloc(sz ? sz : 1);
+  if (fread(v, 1, sz, f) != (size_t)sz) { perror(p); exit(2); }
+  fclose(f);
+  *n = sz / 4;
+  return v;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 4) { fprintf(stderr, "usage: f32cmp OURS REF ROWLEN [TOL] [REF_ROW_OFFSET]\n"); return 2; }
+  long na, nb, V = atol(argv[3]), off = argc > 5 ? atol(argv[5]) : 0;
+  double tol = argc > 4 ? atof(argv[4]) : 1e-5;
+  float *a = slurp(argv[1], &na), *b = slurp(argv[2], &nb);
+  if (V <= 0 || na % V || na + off * V > nb) {
+    fprintf(stderr, "f32cmp: sizes do not fit: %ld vs %ld floats, rows of %ld, offset %ld\n", na, nb, V, off);
+    return 1;
+  }
+  double worst = 0;
+  for (long r = 0; r < na / V; r++) {
+    double md = 0, mr = 0;
+    for (long i = 0; i < V; i++) {
+      double x = a[r * V + i], y = b[(r + off) * V + i], d = fabs(x - y);
+      if (!(d <= md)) md = d;
+      if (fabs(y) > mr) mr = fabs(y);
+    }
+    double e = md / (mr > 0 ? mr : 1);
+    if (!(e <= worst)) worst = e;
+  }
+  printf("f32cmp: %ld rows, worst relative error %.3g (tol %.1g)\n", na / V, worst, tol);
+  return worst <= tol ? 0 : 1;
+}
