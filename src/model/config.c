@@ -350,14 +350,16 @@ static void text_position(const char *text, size_t off, int *line, int *col) {
 
 int dsi_config_parse(dsi_config *c, const char *json, size_t len, const char *path, dsi_err *err) {
   memset(c, 0, sizeof *c);
-  /* a private NUL-terminated copy: json need not be terminated, and a NUL
-   * inside it ends the text, which cJSON then reports as trailing garbage */
+  /* a private NUL-terminated copy: json need not be terminated */
   char *text = malloc(len + 1);
   if (!text) return dsi_errf(err, DSI_E_NOMEM, "%s: out of memory (%zu bytes)", path, len);
   if (len) memcpy(text, json, len);
   text[len] = 0;
   const char *end = NULL;
-  cJSON *root = cJSON_ParseWithLengthOpts(text, len + 1, &end, 1);
+  /* cJSON skips a NUL as whitespace: a NUL inside the text is an error there */
+  const char *nul = memchr(text, 0, len);
+  cJSON *root = nul ? NULL : cJSON_ParseWithLengthOpts(text, len + 1, &end, 1);
+  if (nul) end = nul;
   int st;
   if (!root) {
     size_t off = end && end >= text && end <= text + len ? (size_t)(end - text) : len;

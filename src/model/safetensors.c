@@ -148,8 +148,14 @@ static int st_check_metadata(const cJSON *m, const char *path, dsi_err *err) {
 
 /* the header's JSON, or NULL with err set */
 static cJSON *st_parse_json(const uint8_t *buf, uint64_t n, const char *path, dsi_err *err) {
-  /* a private NUL-terminated copy; the NUL must end the JSON text (after
-   * the spaces that may pad it), so a NUL inside it is an error */
+  /* cJSON skips NULs as whitespace: refuse them, then parse a private
+   * NUL-terminated copy in which only padding may follow the object */
+  const uint8_t *nul = memchr(buf + 8, 0, (size_t)n);
+  if (nul) {
+    dsi_errf(err, DSI_E_FORMAT, "%s: header is not valid JSON (NUL at byte %zu of the header)", path,
+             (size_t)(nul - (buf + 8)));
+    return NULL;
+  }
   char *text = malloc((size_t)n + 1);
   if (!text) {
     dsi_errf(err, DSI_E_NOMEM, "%s: out of memory for a %llu-byte header", path, (unsigned long long)n);

@@ -341,6 +341,7 @@ static void test_bad_json(void) {
   /* an embedded NUL ends the text */
   memset(&err, 0, sizeof err);
   CHECK(dsi_config_parse(&c, "{}\0{}", 5, "x/config.json", &err) == DSI_E_FORMAT && strstr(err.msg, "x/config.json"));
+  CHECK_ERR(dsi_config_parse(&c, "{}\0 ", 4, "config.json", &err), DSI_E_FORMAT, err, "(byte 2)");
 
   CHECK_ERR(dsi_config_load(&c, "data/configs/no-such-model", &err), DSI_E_IO, err,
             "data/configs/no-such-model/config.json");
