@@ -1,7 +1,94 @@
-/* kernels: what this CPU can run. The reference kernels run everywhere;
- * the optimized ISA levels are chosen here once, at start. */
-#include "dsinfer.h"
+/* kernels: CPU feature detection (cpuid, xgetbv) and the AMX tile-data
+ * permission request; the ISA level every kernel dispatch reads. */
+#define _GNU_SOURCE
+#include "kernels/cpu.h"
 #include "base/base.h"
+#include "dsinfer.h"
 
-const char *dsi_isa_name(void) { return "scalar"; }
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+static uint64_t xgetbv0(void) {
+  uint32_t a, d;
+  __asm__ volatile("xgetbv" : "=a"(a), "=d"(d) : "c"(0));
+  return ((uint64_t)d << 32) | a;
+}
+#endif
+
+#define ARCH_GET_XCOMP_PERM 0x1022
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+static dsi_cpu g_cpu; /* read-only after the first dsi_cpu_get */
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void detect(void) {
+  dsi_cpu *c = &g_cpu;
+  memset(c, 0, sizeof *c);
+#if defined(__x86_64__)
+  unsigned a, b, cx, d;
+  if (!__get_cpuid(1, &a, &b, &cx, &d)) goto done;
+  int osxsave = (cx >> 27) & 1;
+  c->fma = (cx >> 12) & 1;
+  c->f16c = (cx >> 29) & 1;
+  uint64_t xcr0 = osxsave ? xgetbv0() : 0;
+  int os_avx = (xcr0 & 6) == 6, os_avx512 = (xcr0 & 0xe6) == 0xe6, os_amx = (xcr0 & 0x60000) == 0x60000;
+  if (__get_cpuid_max(0, NULL) >= 7) {
+    __cpuid_count(7, 0, a, b, cx, d);
+    c->avx2 = os_avx && ((b >> 5) & 1) && c->fma && c->f16c;
+    c->avx512f = os_avx512 && ((b >> 16) & 1);
+    c->avx512bw = c->avx512f && ((b >> 30) & 1);
+    c->avx512vl = c->avx512f && ((b >> 31) & 1);
+    int amx_bf16 = (d >> 22) & 1, amx_tile = (d >> 24) & 1, amx_int8 = (d >> 25) & 1;
+    __cpuid_count(7, 1, a, b, cx, d);
+    c->avx512bf16 = c->avx512f && ((a >> 5) & 1);
+    if (os_amx && amx_tile) {
+      /* Linux hands out tile data only on request */
+      if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0) {
+        c->amx_tile = 1;
+        c->amx_bf16 = amx_bf16;
+        c->amx_int8 = amx_int8;
+      }
+    }
+  }
+done:
+#endif
+  c->best = DSI_ISA_SCALAR;
+  if (c->avx2) c->best = DSI_ISA_AVX2;
+  if (c->best == DSI_ISA_AVX2 && c->avx512f && c->avx512bw && c->avx512vl) c->best = DSI_ISA_AVX512;
+  if (c->best == DSI_ISA_AVX512 && c->amx_tile && c->amx_bf16) c->best = DSI_ISA_AMX;
+  c->level = c->best;
+  const char *env = getenv("DSINFER_ISA");
+  if (env && *env) {
+    int cap = dsi_isa_parse(env);
+    if (cap < 0) dsi_log(DSI_LOG_WARN, "DSINFER_ISA=%s is not one of scalar, avx2, avx512, amx; ignored", env);
+    else if ((dsi_isa)cap < c->level) c->level = (dsi_isa)cap;
+  }
+}
+
+const dsi_cpu *dsi_cpu_get(void) {
+  pthread_once(&g_once, detect);
+  return &g_cpu;
+}
+
+dsi_isa dsi_cpu_cap(dsi_isa cap) {
+  dsi_cpu_get();
+  g_cpu.level = cap < g_cpu.best ? cap : g_cpu.best;
+  return g_cpu.level;
+}
+
+static const char *k_isa_names[] = {"scalar", "avx2", "avx512", "amx"};
+const char *dsi_isa_str(dsi_isa isa) { return (unsigned)isa < 4 ? k_isa_names[isa] : "?"; }
+int dsi_isa_parse(const char *s) {
+  for (int i = 0; i < 4; i++)
+    if (!strcmp(s, k_isa_names[i])) return i;
+  return -1;
+}
+
+const char *dsi_isa_name(void) { return dsi_isa_str(dsi_cpu_get()->level); }
 void dsi_set_log_level(int level) { dsi_log_set_level(level); }

@@ -9,8 +9,20 @@
 
 #include "tensor/dtype.h"
 
-/* A weight matrix [rows = out, cols = in], row-major in its checkpoint
- * dtype. FP8 carries one f32 scale per block x block tile
+/* Layouts a weight can be held in.
+ * ROWS:  row-major [rows][cols], as in the checkpoint.
+ * TILES: the kernels' own layout (the CPU analogue of Ascend's FRACTAL_NZ):
+ *        rows in panels of 16, columns in pairs, [rows/16][kpad/2][16][2];
+ *        rows padded to 16 and columns to kpad (a multiple of 32) with
+ *        zeros. One 64-byte line of BF16 is 16 outputs x 2 inputs: the
+ *        operand of vdpbf16ps and a row of an AMX BF16 B tile (a 16x32 tile
+ *        is 1 KiB of contiguous memory); the AVX-512 matvec reads the same
+ *        lines, so one copy serves decode and prefill. F32 and FP8 use the
+ *        same element order. */
+typedef enum { DSI_LAYOUT_ROWS, DSI_LAYOUT_TILES } dsi_layout;
+
+/* A weight matrix [rows = out, cols = in] in its checkpoint dtype. FP8
+ * carries one f32 scale per block x block tile
  * (scale[(r/block) * scale_cols + c/block], partial tiles at the edges),
  * applied when widening: w = fp8 * scale. */
 typedef struct dsi_mat {
@@ -20,7 +32,25 @@ typedef struct dsi_mat {
   const float *scale; /* FP8 only */
   int block;          /* FP8 block size (128) */
   int scale_cols;     /* ceil(cols / block) */
+  dsi_layout layout;
+  int kpad;           /* TILES: padded columns (multiple of 32) */
 } dsi_mat;
+
+#define DSI_TILE_N 16
+#define DSI_TILE_K 32
+
+/* ---- packing (at load) ---- */
+/* bytes of w in TILES layout (data only; scales are unchanged) */
+size_t dsi_pack_bytes(const dsi_mat *w);
+/* Write rows [r0, r1) (r0 a multiple of 16) of row-major src into dst's
+ * TILES storage at mem; dst describes the packed matrix (set by
+ * dsi_pack_describe). Threads can pack disjoint row ranges. */
+void dsi_pack_describe(const dsi_mat *src, dsi_mat *dst, void *mem);
+void dsi_pack_rows(const dsi_mat *src, const dsi_mat *dst, int r0, int r1);
+/* element offset of (r, c) in a TILES matrix */
+static inline size_t dsi_tiles_index(const dsi_mat *w, int r, int c) {
+  return (((size_t)(r / DSI_TILE_N) * (w->kpad / 2) + c / 2) * DSI_TILE_N + r % DSI_TILE_N) * 2 + (c & 1);
+}
 
 /* ---- widening ---- */
 /* out[0..c1-c0) = W[r, c0..c1) in f32 */

@@ -1,13 +1,80 @@
 /* kernels: scalar reference implementations — simple loops, f32
  * accumulation, the oracle every optimized kernel is tested against. */
 #include "kernels/kernels.h"
+#include "base/base.h"
 #include "base/pool.h"
+
+#define DSI_CEIL_DIV_SZ(a, b) (((size_t)(a) + (b) - 1) / (b))
 
 #include <math.h>
 #include <string.h>
 
+/* ---- packing ---- */
+size_t dsi_pack_bytes(const dsi_mat *w) {
+  size_t rows = DSI_CEIL_DIV_SZ(w->rows, DSI_TILE_N) * DSI_TILE_N;
+  size_t kpad = DSI_CEIL_DIV_SZ(w->cols, DSI_TILE_K) * DSI_TILE_K;
+  return rows * kpad * dsi_dtype_size(w->dtype);
+}
+
+void dsi_pack_describe(const dsi_mat *src, dsi_mat *dst, void *mem) {
+  *dst = *src;
+  dst->layout = DSI_LAYOUT_TILES;
+  dst->kpad = (int)DSI_CEIL_DIV_SZ(src->cols, DSI_TILE_K) * DSI_TILE_K;
+  dst->data = mem;
+}
+
+#define PACK_PANELS(T)                                                                  \
+  do {                                                                                  \
+    const T *in = src->data;                                                            \
+    T *out = (T *)dst->data;                                                            \
+    size_t kp2 = dst->kpad / 2;                                                         \
+    for (int p = r0 / DSI_TILE_N; p < pend; p++) {                                      \
+      T *panel = out + (size_t)p * kp2 * DSI_TILE_N * 2;                                \
+      for (int rr = 0; rr < DSI_TILE_N; rr++) {                                         \
+        int r = p * DSI_TILE_N + rr;                                                    \
+        const T *row = r < src->rows ? in + (size_t)r * src->cols : NULL;              \
+        for (int c = 0; c < dst->kpad; c++)                                             \
+          panel[((size_t)(c / 2) * DSI_TILE_N + rr) * 2 + (c & 1)] =                    \
+              row && c < src->cols ? row[c] : (T)0;                                     \
+      }                                                                                 \
+    }                                                                                   \
+  } while (0)
+
+void dsi_pack_rows(const dsi_mat *src, const dsi_mat *dst, int r0, int r1) {
+  DSI_ASSERT(src->layout == DSI_LAYOUT_ROWS && r0 % DSI_TILE_N == 0);
+  int pend = (int)DSI_CEIL_DIV_SZ(r1, DSI_TILE_N);
+  switch (dsi_dtype_size(src->dtype)) {
+  case 1: PACK_PANELS(uint8_t); break;
+  case 2: PACK_PANELS(uint16_t); break;
+  case 4: PACK_PANELS(uint32_t); break;
+  default: DSI_ASSERT(0);
+  }
+}
+
 /* ---- widening ---- */
+static void row_f32_tiles(const dsi_mat *w, int r, int c0, int c1, float *out) {
+  for (int c = c0; c < c1; c++) {
+    size_t i = dsi_tiles_index(w, r, c);
+    float v;
+    switch (w->dtype) {
+    case DSI_DTYPE_F32: v = ((const float *)w->data)[i]; break;
+    case DSI_DTYPE_BF16: v = dsi_bf16_to_f32(((const uint16_t *)w->data)[i]); break;
+    case DSI_DTYPE_F16: v = dsi_f16_to_f32(((const uint16_t *)w->data)[i]); break;
+    case DSI_DTYPE_F8_E4M3:
+      v = dsi_fp8_table[((const uint8_t *)w->data)[i]] *
+          w->scale[(size_t)(r / w->block) * w->scale_cols + c / w->block];
+      break;
+    default: v = 0;
+    }
+    out[c - c0] = v;
+  }
+}
+
 void dsi_k_row_f32(const dsi_mat *w, int r, int c0, int c1, float *out) {
+  if (w->layout == DSI_LAYOUT_TILES) {
+    row_f32_tiles(w, r, c0, c1, out);
+    return;
+  }
   size_t base = (size_t)r * w->cols;
   int n = c1 - c0;
   switch (w->dtype) {
