@@ -67,7 +67,8 @@ static int cfg_int(const cfg_reader *r, const char *key, int required, int def, 
   return DSI_OK;
 }
 
-/* A real key that must fit a float; range as for integers. */
+/* A real key that must fit a float (neither overflow nor underflow to 0);
+ * range as for integers. */
 static int cfg_float(const cfg_reader *r, const char *key, int required, float def, int range, float *out) {
   const cJSON *it = cfg_get(r, key);
   if (!it) {
@@ -78,7 +79,7 @@ static int cfg_float(const cfg_reader *r, const char *key, int required, float d
   if (!cJSON_IsNumber(it)) return cfg_bad(r, DSI_E_CONFIG, key, "expected a number");
   double v = it->valuedouble;
   char what[160];
-  if (!isfinite(v) || fabs(v) > FLT_MAX) {
+  if (!isfinite(v) || fabs(v) > FLT_MAX || (v != 0 && fabs(v) < FLT_MIN)) {
     snprintf(what, sizeof what, "%.17g is out of range", v);
     return cfg_bad(r, DSI_E_CONFIG, key, what);
   }
