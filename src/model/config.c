@@ -38,6 +38,15 @@ static int cfg_missing(const cfg_reader *r, const char *key) {
 enum { CFG_OPTIONAL, CFG_REQUIRED };
 enum { CFG_ANY, CFG_NONNEG, CFG_POSITIVE };
 
+#define TRY(x) do { int st_ = (x); if (st_ != DSI_OK) return st_; } while (0)
+
+static int cfg_range(const cfg_reader *r, const char *key, double v, int range) {
+  if ((range == CFG_POSITIVE && v > 0) || (range == CFG_NONNEG && v >= 0) || range == CFG_ANY) return DSI_OK;
+  char what[160];
+  snprintf(what, sizeof what, "%.17g must be %s", v, range == CFG_POSITIVE ? "positive" : "non-negative");
+  return cfg_bad(r, DSI_E_CONFIG, key, what);
+}
+
 /* An integer: a JSON number with no fractional part (7168.0 is 7168). */
 static int cfg_int_item(const cfg_reader *r, const char *key, const cJSON *it, int range, int *out) {
   if (!cJSON_IsNumber(it)) return cfg_bad(r, DSI_E_CONFIG, key, "expected an integer");
@@ -51,10 +60,7 @@ static int cfg_int_item(const cfg_reader *r, const char *key, const cJSON *it, i
     snprintf(what, sizeof what, "%.17g is out of range", v);
     return cfg_bad(r, DSI_E_CONFIG, key, what);
   }
-  if ((range == CFG_POSITIVE && v <= 0) || (range == CFG_NONNEG && v < 0)) {
-    snprintf(what, sizeof what, "%d must be %s", (int)v, range == CFG_POSITIVE ? "positive" : "non-negative");
-    return cfg_bad(r, DSI_E_CONFIG, key, what);
-  }
+  TRY(cfg_range(r, key, v, range));
   *out = (int)v;
   return DSI_OK;
 }
@@ -67,7 +73,8 @@ static int cfg_int(const cfg_reader *r, const char *key, int required, int def, 
   return DSI_OK;
 }
 
-/* A real key that must fit a float; range as for integers. */
+/* A real key that must fit a float (neither overflow nor underflow to 0);
+ * range as for integers. */
 static int cfg_float(const cfg_reader *r, const char *key, int required, float def, int range, float *out) {
   const cJSON *it = cfg_get(r, key);
   if (!it) {
@@ -78,14 +85,11 @@ static int cfg_float(const cfg_reader *r, const char *key, int required, float d
   if (!cJSON_IsNumber(it)) return cfg_bad(r, DSI_E_CONFIG, key, "expected a number");
   double v = it->valuedouble;
   char what[160];
-  if (!isfinite(v) || fabs(v) > FLT_MAX) {
+  if (!isfinite(v) || fabs(v) > FLT_MAX || (v != 0 && fabs(v) < FLT_MIN)) {
     snprintf(what, sizeof what, "%.17g is out of range", v);
     return cfg_bad(r, DSI_E_CONFIG, key, what);
   }
-  if ((range == CFG_POSITIVE && v <= 0) || (range == CFG_NONNEG && v < 0)) {
-    snprintf(what, sizeof what, "%.17g must be %s", v, range == CFG_POSITIVE ? "positive" : "non-negative");
-    return cfg_bad(r, DSI_E_CONFIG, key, what);
-  }
+  TRY(cfg_range(r, key, v, range));
   *out = (float)v;
   return DSI_OK;
 }
@@ -154,8 +158,6 @@ static int cfg_unique_keys(const cfg_reader *r) {
 }
 
 /* ---- sections of the config ---- */
-
-#define TRY(x) do { int st_ = (x); if (st_ != DSI_OK) return st_; } while (0)
 
 static int cfg_read_attention(dsi_config *c, const cfg_reader *r) {
   TRY(cfg_int(r, "vocab_size", CFG_REQUIRED, 0, CFG_POSITIVE, &c->vocab_size));

@@ -264,6 +264,7 @@ static void test_wrong_values(void) {
     {"routed_scaling_factor", "0", DSI_E_CONFIG, "\"routed_scaling_factor\""},
     {"routed_scaling_factor", "1e39", DSI_E_CONFIG, "\"routed_scaling_factor\""},
     {"rms_norm_eps", "-1e-6", DSI_E_CONFIG, "\"rms_norm_eps\""},
+    {"rms_norm_eps", "1e-50", DSI_E_CONFIG, "\"rms_norm_eps\": 1e-50 is out of range"},
     {"rope_theta", "\"10000\"", DSI_E_CONFIG, "\"rope_theta\""},
     {"max_position_embeddings", "0", DSI_E_CONFIG, "\"max_position_embeddings\""},
     {"bos_token_id", "-1", DSI_E_CONFIG, "\"bos_token_id\""},
