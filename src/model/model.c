@@ -203,7 +203,14 @@ static void fill(dsi_model *m, spec *s) {
   if (m->mlocked) {
     w->data = t->data;
   } else {
-    memcpy(m->mem + s->off, t->data, s->bytes);
+    /* in 32 MB pieces, each dropped from the mapping once copied, so the
+     * process never holds much more than one copy of the weights */
+    const size_t piece = 32u << 20;
+    for (size_t o = 0; o < s->bytes; o += piece) {
+      size_t n = DSI_MIN(piece, s->bytes - o);
+      memcpy(m->mem + s->off + o, (const uint8_t *)t->data + o, n);
+      drop_source((const uint8_t *)t->data + o, n);
+    }
     w->data = m->mem + s->off;
   }
   if (s->scale) {
@@ -282,7 +289,7 @@ int dsi_model_open(dsi_model **out, const char *dir, const dsi_load_opts *opts, 
     fill(m, &l.v[i]);
     done += l.v[i].t->nbytes;
     if (!m->mlocked) {
-      drop_source(l.v[i].t->data, l.v[i].t->nbytes);
+      drop_source(l.v[i].t->data, l.v[i].t->nbytes); /* vectors, and pages shared with the next tensor */
       if (l.v[i].scale) drop_source(l.v[i].scale->data, l.v[i].scale->nbytes);
     }
     if (show && (done - last > (64u << 20) || i == l.n - 1)) {
