@@ -18,7 +18,9 @@
  *        operand of vdpbf16ps and a row of an AMX BF16 B tile (a 16x32 tile
  *        is 1 KiB of contiguous memory); the AVX-512 matvec reads the same
  *        lines, so one copy serves decode and prefill. F32 and FP8 use the
- *        same element order. */
+ *        same element order. FP8 scales are held per 16-row panel:
+ *        scale[(r / 16) * scale_cols + c / block], so every 16x32 tile
+ *        has one scale. */
 typedef enum { DSI_LAYOUT_ROWS, DSI_LAYOUT_TILES } dsi_layout;
 
 /* A weight matrix [rows = out, cols = in] in its checkpoint dtype. FP8
@@ -40,11 +42,11 @@ typedef struct dsi_mat {
 #define DSI_TILE_K 32
 
 /* ---- packing (at load) ---- */
-/* bytes of w in TILES layout (data only; scales are unchanged) */
+/* bytes of w in TILES layout: the data, then (FP8) the per-panel scales */
 size_t dsi_pack_bytes(const dsi_mat *w);
-/* Write rows [r0, r1) (r0 a multiple of 16) of row-major src into dst's
- * TILES storage at mem; dst describes the packed matrix (set by
- * dsi_pack_describe). Threads can pack disjoint row ranges. */
+/* Describe the packed form of src at mem (and, for FP8, fill its scales);
+ * then dsi_pack_rows writes rows [r0, r1) (r0 a multiple of 16) of
+ * row-major src. Threads can pack disjoint row ranges. */
 void dsi_pack_describe(const dsi_mat *src, dsi_mat *dst, void *mem);
 void dsi_pack_rows(const dsi_mat *src, const dsi_mat *dst, int r0, int r1);
 /* element offset of (r, c) in a TILES matrix */

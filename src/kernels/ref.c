@@ -10,10 +10,15 @@
 #include <string.h>
 
 /* ---- packing ---- */
-size_t dsi_pack_bytes(const dsi_mat *w) {
+static size_t pack_data_bytes(const dsi_mat *w) {
   size_t rows = DSI_CEIL_DIV_SZ(w->rows, DSI_TILE_N) * DSI_TILE_N;
   size_t kpad = DSI_CEIL_DIV_SZ(w->cols, DSI_TILE_K) * DSI_TILE_K;
-  return rows * kpad * dsi_dtype_size(w->dtype);
+  return (rows * kpad * dsi_dtype_size(w->dtype) + 63) & ~(size_t)63;
+}
+
+size_t dsi_pack_bytes(const dsi_mat *w) {
+  size_t panels = DSI_CEIL_DIV_SZ(w->rows, DSI_TILE_N);
+  return pack_data_bytes(w) + (w->dtype == DSI_DTYPE_F8_E4M3 ? panels * w->scale_cols * sizeof(float) : 0);
 }
 
 void dsi_pack_describe(const dsi_mat *src, dsi_mat *dst, void *mem) {
@@ -21,6 +26,14 @@ void dsi_pack_describe(const dsi_mat *src, dsi_mat *dst, void *mem) {
   dst->layout = DSI_LAYOUT_TILES;
   dst->kpad = (int)DSI_CEIL_DIV_SZ(src->cols, DSI_TILE_K) * DSI_TILE_K;
   dst->data = mem;
+  if (src->dtype == DSI_DTYPE_F8_E4M3) {
+    float *sc = (float *)((uint8_t *)mem + pack_data_bytes(src));
+    int panels = (int)DSI_CEIL_DIV_SZ(src->rows, DSI_TILE_N);
+    for (int p = 0; p < panels; p++)
+      memcpy(sc + (size_t)p * src->scale_cols, src->scale + (size_t)(p * DSI_TILE_N / src->block) * src->scale_cols,
+             src->scale_cols * sizeof(float));
+    dst->scale = sc;
+  }
 }
 
 #define PACK_PANELS(T)                                                                  \
@@ -62,7 +75,7 @@ static void row_f32_tiles(const dsi_mat *w, int r, int c0, int c1, float *out) {
     case DSI_DTYPE_F16: v = dsi_f16_to_f32(((const uint16_t *)w->data)[i]); break;
     case DSI_DTYPE_F8_E4M3:
       v = dsi_fp8_table[((const uint8_t *)w->data)[i]] *
-          w->scale[(size_t)(r / w->block) * w->scale_cols + c / w->block];
+          w->scale[(size_t)(r / DSI_TILE_N) * w->scale_cols + c / w->block];
       break;
     default: v = 0;
     }

@@ -41,5 +41,7 @@ int main(int argc, char **argv) {
     if (!(e <= worst)) worst = e;
   }
   printf("f32cmp: %ld rows, worst relative error %.3g (tol %.1g)\n", na / V, worst, tol);
+  free(a);
+  free(b);
   return worst <= tol ? 0 : 1;
 }

@@ -1,0 +1,64 @@
+/* kernels: the one matmul contract every ISA implements — y = x W^T over a
+ * share of W's rows, with the epilogues the forward needs fused in (plain
+ * store, SiLU-mul of gate/up panel pairs, routed scatter-accumulate), so no
+ * extra pass over memory is made for them. */
+#ifndef DSI_GEMM_H
+#define DSI_GEMM_H
+
+#include "kernels/kernels.h"
+
+typedef enum {
+  /* y[i*ldy + r] = acc(i, r) */
+  DSI_EPI_STORE,
+  /* W holds gate and up interleaved by panel (gate panel p at rows
+   * 32p..32p+15, up panel p at 32p+16..32p+31; see dsi_pack_gate_up):
+   * y[i*ldy + 16p + j] = silu(acc(i, 32p+j)) * acc(i, 32p+16+j) */
+  DSI_EPI_SILU_PAIRS,
+  /* y[y_rows[i]*ldy + r] += y_scale[i] * acc(i, r)  (MoE down projection:
+   * the routing weight folded into the output accumulation) */
+  DSI_EPI_SCATTER_ADD,
+} dsi_epilogue;
+
+typedef struct dsi_gemm {
+  const dsi_mat *w;      /* any layout; optimized kernels take TILES */
+  /* activations: row i of the product is x[x_rows ? x_rows[i] : i] */
+  const float *x;        /* f32 [*, ldx] */
+  int ldx;
+  const int32_t *x_rows; /* gather (grouped experts) or NULL */
+  /* the same rows in bf16, already gathered, [m, kpad] zero-padded past
+   * w->cols, for kernels that want them (AMX); NULL when not prepared */
+  const uint16_t *xb;
+  int m;
+  float *y;
+  int ldy;
+  dsi_epilogue epi;
+  const int32_t *y_rows; /* DSI_EPI_SCATTER_ADD */
+  const float *y_scale;  /* DSI_EPI_SCATTER_ADD */
+} dsi_gemm;
+
+/* Compute rows [r0, r1) of W (r0, r1 multiples of 16, or r1 = w->rows;
+ * multiples of 32 for DSI_EPI_SILU_PAIRS) for all m activation rows.
+ * scratch: DSI_GEMM_SCRATCH(w) bytes owned by the calling thread, 64-aligned.
+ * Threads given disjoint row ranges never write the same bytes of y. */
+typedef void (*dsi_gemm_fn)(const dsi_gemm *g, int r0, int r1, void *scratch);
+
+/* scratch one thread needs for any kernel on w */
+#define DSI_GEMM_SCRATCH(cols) ((size_t)(cols + 64) * 64 * 4)
+
+/* scalar reference (any layout, any dtype) — the oracle */
+void dsi_gemm_ref(const dsi_gemm *g, int r0, int r1, void *scratch);
+/* AVX-512 (any m; TILES layout, F32 / BF16 / FP8) — x86/avx512.c */
+void dsi_gemm_avx512(const dsi_gemm *g, int r0, int r1, void *scratch);
+/* AMX BF16 tiles (m >= 16 worthwhile; TILES layout, BF16 / FP8; needs xb) — x86/amx.c */
+void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch);
+
+/* Pack gate [I, D] and up [I, D] (row-major, same dtype) into one TILES
+ * matrix [2I', D] of alternating 16-row panels (I' = I rounded up to 16),
+ * for DSI_EPI_SILU_PAIRS. dst->rows = 2I'. */
+size_t dsi_pack_gate_up_bytes(const dsi_mat *gate);
+void dsi_pack_gate_up(const dsi_mat *gate, const dsi_mat *up, dsi_mat *dst, void *mem);
+
+/* x f32 rows (gathered by rows when non-NULL) -> bf16 [m, kpad], zero pad */
+void dsi_rows_to_bf16(const float *x, int ldx, const int32_t *rows, int m, int cols, int kpad, uint16_t *out);
+
+#endif

@@ -1,0 +1,97 @@
+/* kernels: the scalar reference of the matmul contract (gemm.h), the
+ * gate/up panel packing, and f32 -> bf16 activation rows. */
+#include "kernels/gemm.h"
+#include "base/base.h"
+
+#include <math.h>
+#include <string.h>
+
+static inline const float *x_row(const dsi_gemm *g, int i) {
+  return g->x + (size_t)(g->x_rows ? g->x_rows[i] : i) * g->ldx;
+}
+
+static inline float silu(float v) { return v / (1.0f + expf(-v)); }
+
+void dsi_gemm_ref(const dsi_gemm *g, int r0, int r1, void *scratch) {
+  const dsi_mat *w = g->w;
+  int K = w->cols;
+  float *row = scratch, *row2 = row + K;
+  if (g->epi == DSI_EPI_SILU_PAIRS) {
+    DSI_ASSERT(r0 % 32 == 0);
+    for (int r = r0; r < r1; r += 32)
+      for (int j = 0; j < DSI_TILE_N; j++) {
+        dsi_k_row_f32(w, r + j, 0, K, row);
+        dsi_k_row_f32(w, r + 16 + j, 0, K, row2);
+        for (int i = 0; i < g->m; i++) {
+          const float *x = x_row(g, i);
+          g->y[(size_t)i * g->ldy + r / 2 + j] = silu(dsi_k_dot(row, x, K)) * dsi_k_dot(row2, x, K);
+        }
+      }
+    return;
+  }
+  for (int r = r0; r < r1 && r < w->rows; r++) {
+    dsi_k_row_f32(w, r, 0, K, row);
+    for (int i = 0; i < g->m; i++) {
+      float acc = dsi_k_dot(row, x_row(g, i), K);
+      if (g->epi == DSI_EPI_STORE) g->y[(size_t)i * g->ldy + r] = acc;
+      else g->y[(size_t)g->y_rows[i] * g->ldy + r] += g->y_scale[i] * acc;
+    }
+  }
+}
+
+/* ---- gate/up panel pairs ---- */
+static dsi_mat gate_up_shape(const dsi_mat *gate) {
+  dsi_mat s = *gate;
+  s.rows = (int)DSI_CEIL_DIV(gate->rows, DSI_TILE_N) * DSI_TILE_N * 2;
+  s.layout = DSI_LAYOUT_ROWS;
+  return s;
+}
+
+size_t dsi_pack_gate_up_bytes(const dsi_mat *gate) {
+  dsi_mat s = gate_up_shape(gate);
+  return dsi_pack_bytes(&s);
+}
+
+void dsi_pack_gate_up(const dsi_mat *gate, const dsi_mat *up, dsi_mat *dst, void *mem) {
+  DSI_ASSERT(gate->rows == up->rows && gate->cols == up->cols && gate->dtype == up->dtype);
+  DSI_ASSERT(gate->layout == DSI_LAYOUT_ROWS && up->layout == DSI_LAYOUT_ROWS);
+  dsi_mat shape = gate_up_shape(gate);
+  shape.scale = NULL;
+  /* describe without scales, then fill data and per-panel scales by hand */
+  dsi_mat tmp = shape;
+  tmp.dtype = DSI_DTYPE_BF16; /* any non-FP8 type: describe only sets layout and kpad */
+  dsi_pack_describe(&tmp, dst, mem);
+  dst->dtype = gate->dtype;
+  size_t es = dsi_dtype_size(gate->dtype);
+  int panels = shape.rows / DSI_TILE_N, kp2 = dst->kpad / 2;
+  size_t data_bytes = ((size_t)shape.rows * dst->kpad * es + 63) & ~(size_t)63;
+  float *sc = gate->dtype == DSI_DTYPE_F8_E4M3 ? (float *)((uint8_t *)mem + data_bytes) : NULL;
+  for (int p = 0; p < panels; p++) {
+    const dsi_mat *src = (p & 1) ? up : gate;
+    int r_src0 = (p / 2) * DSI_TILE_N;
+    uint8_t *panel = (uint8_t *)mem + (size_t)p * kp2 * DSI_TILE_N * 2 * es;
+    for (int j = 0; j < DSI_TILE_N; j++) {
+      int r = r_src0 + j;
+      const uint8_t *row = r < src->rows ? (const uint8_t *)src->data + (size_t)r * src->cols * es : NULL;
+      for (int c = 0; c < dst->kpad; c++) {
+        uint8_t *o = panel + (((size_t)(c / 2) * DSI_TILE_N + j) * 2 + (c & 1)) * es;
+        if (row && c < src->cols) memcpy(o, row + (size_t)c * es, es);
+        else memset(o, 0, es);
+      }
+    }
+    if (sc)
+      memcpy(sc + (size_t)p * src->scale_cols, src->scale + (size_t)(r_src0 / src->block) * src->scale_cols,
+             src->scale_cols * sizeof(float));
+  }
+  dst->scale = sc;
+}
+
+/* ---- activations to bf16 ---- */
+void dsi_rows_to_bf16(const float *x, int ldx, const int32_t *rows, int m, int cols, int kpad, uint16_t *out) {
+  for (int i = 0; i < m; i++) {
+    const float *r = x + (size_t)(rows ? rows[i] : i) * ldx;
+    uint16_t *o = out + (size_t)i * kpad;
+    for (int c = 0; c < cols; c++) o[c] = dsi_f32_to_bf16(r[c]);
+    for (int c = cols; c < kpad; c++) o[c] = 0;
+  }
+}
