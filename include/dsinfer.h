@@ -39,6 +39,8 @@ typedef struct dsi_load_opts {
   int mlock;     /* 1: lock the file mapping and compute from it; 0: copy into anonymous memory */
   int progress;  /* 1: show loading progress on stderr (when it is a terminal) */
   int n_threads; /* threads used while loading; 0 = all cores */
+  int op_opt_off; /* 1: keep weights row-major as in the file (the ablation's
+                     baseline); 0: repack into the kernels' layout (default) */
 } dsi_load_opts;
 
 /* Open a Hugging Face checkpoint directory (config.json + model.safetensors
@@ -66,7 +68,14 @@ typedef struct dsi_engine_opts {
   int kv_block_size; /* tokens per KV block (0 = 64) */
   int kv_blocks;     /* blocks in the pool (0 = enough for max_context x 8 sequences) */
   int max_context;   /* longest sequence (0 = min(max_position_embeddings, 4096)) */
+  int act_precision; /* activations entering matmuls: DSI_ACT_* */
 } dsi_engine_opts;
+
+/* What the matmuls multiply. F32 is exact to float rounding (the golden
+ * tests' mode); BF16 rounds activations as DeepSeek's own inference does,
+ * so the AMX and AVX-512 kernels multiply the same numbers and a sequence's
+ * results do not depend on the batch it ran in. AUTO: BF16 where AMX runs. */
+enum { DSI_ACT_AUTO = 0, DSI_ACT_F32 = 1, DSI_ACT_BF16 = 2 };
 
 int dsi_engine_open(dsi_engine **out, dsi_model *m, const dsi_engine_opts *opts, dsi_err *err);
 void dsi_engine_free(dsi_engine *e);

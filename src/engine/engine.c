@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include "base/pool.h"
 #include "graph/forward.h"
+#include "kernels/cpu.h"
 #include "kv/kv.h"
 
 #include <stdlib.h>
@@ -50,6 +51,9 @@ int dsi_engine_open(dsi_engine **out, dsi_model *m, const dsi_engine_opts *o, ds
     dsi_engine_free(e);
     return rc;
   }
+  int bf16 = o->act_precision == DSI_ACT_BF16 ||
+             (o->act_precision == DSI_ACT_AUTO && m->packed && dsi_cpu_get()->level >= DSI_ISA_AMX);
+  dsi_fwd_set_act_bf16(e->fwd, bf16);
   int T = e->max_tokens;
   e->pos = dsi_xmalloc(T * sizeof(int32_t));
   e->slot = dsi_xmalloc(T * sizeof(int32_t));

@@ -3,6 +3,7 @@
  * block and the whole model. Buffers are sized once for max_tokens; the
  * forward allocates nothing. */
 #include "graph/forward.h"
+#include "kernels/gemm.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -30,10 +31,21 @@ struct dsi_fwd {
   float *router_logits; /* [T, n_experts] */
   int32_t *topk_ids;    /* [T, top_k] */
   float *topk_w;        /* [T, top_k] */
-  int32_t *exp_count;   /* [n_experts + 1] */
+  int32_t *exp_start;   /* [n_experts + 1]: expert e's pairs are [exp_start[e], exp_start[e+1]) */
   int32_t *exp_tok;     /* [T * top_k] token of each routed pair, grouped by expert */
   float *exp_w;         /* [T * top_k] its weight */
   float *final_x;       /* [T, hidden] normed rows for the lm_head */
+  /* packed path */
+  int attn_chunk;       /* tokens per pass of the absorbed attention */
+  float *q_lat;         /* [attn_chunk, H, kv_lora] queries in latent space */
+  float *o_lat;         /* [attn_chunk, H, kv_lora] attention output in latent space */
+  float *h_pairs;       /* [T * top_k, moe_inter'] routed experts' hidden rows, by pair */
+  int act_bf16;         /* matmuls see activations rounded to bf16 (whatever the kernel) */
+  float *xr;            /* prepared activations: bf16-rounded f32 rows, then bf16 rows (AMX) */
+  size_t xb_len;        /* xr's size in floats */
+  dsi_gemm *gemms;      /* [max(H, n_experts)] one batched call's matmuls */
+  dsi_mat *views;       /* [2H] per-head panels of W_UK^T and W_UV */
+  dsi_gemm_fn *fns;
   /* per-thread scratch */
   float **scratch;      /* [nth][scratch_len] */
   size_t scratch_len;
@@ -85,6 +97,113 @@ static void matmul_task(void *ctx, int ith, int nth) {
 static void matmul(dsi_fwd *f, const dsi_mat *w, const float *x, float *y, int m) {
   matmul_job j = {f, w, x, w->cols, w->rows, m, y};
   dsi_pool_run(f->pool, matmul_task, &j);
+}
+
+/* ---- the packed path's matmuls: a batch of calls over one pool dispatch ---- */
+/* Every matmul in the batch has `rows` rows; each thread computes the same
+ * share [r0, r1) of every one, so outputs never overlap (also for the
+ * routed scatter, whose rows of y are shared between experts). */
+typedef struct {
+  dsi_fwd *f;
+  const dsi_gemm *gs;
+  dsi_gemm_fn *fns;
+  int n, rows, unit;
+} gemm_job;
+
+static void gemm_task(void *ctx, int ith, int nth) {
+  gemm_job *j = ctx;
+  long u0, u1, units = DSI_CEIL_DIV(j->rows, j->unit);
+  dsi_split(units, ith, nth, &u0, &u1);
+  int r0 = (int)(u0 * j->unit), r1 = (int)DSI_MIN(u1 * j->unit, (long)j->rows);
+  if (r0 >= r1) return;
+  for (int i = 0; i < j->n; i++)
+    if (j->gs[i].m > 0) j->fns[i](&j->gs[i], r0, r1, j->f->scratch[ith]);
+}
+
+typedef struct {
+  dsi_fwd *f;
+  dsi_gemm *gs;
+  int n;
+  long total;          /* rows of activations over all calls */
+  const size_t *at;    /* [n] first prepared row of call i, counting all calls */
+  const size_t *slot;  /* [n] first row of call i in its own buffer */
+  const uint8_t *to_bf16; /* [n] 1: bf16 into xb; 0: rounded f32 into xr */
+  uint16_t *xb;
+} prep_job;
+
+/* Prepare every call's activation rows, split over threads: bf16 for the
+ * kernels that read it, bf16-rounded f32 for the others, so every kernel
+ * multiplies the same numbers and results do not depend on which kernel a
+ * batch size picked. */
+static void prep_task(void *ctx, int ith, int nth) {
+  prep_job *j = ctx;
+  long a, e;
+  dsi_split(j->total, ith, nth, &a, &e);
+  for (int i = 0; i < j->n && a < e; i++) {
+    dsi_gemm *g = &j->gs[i];
+    long lo = (long)j->at[i], hi = lo + g->m;
+    if (hi <= a || lo >= e) continue;
+    long s0 = DSI_MAX(a, lo), s1 = DSI_MIN(e, hi);
+    const float *x = g->x_rows ? g->x : g->x + (size_t)(s0 - lo) * g->ldx;
+    const int32_t *rows = g->x_rows ? g->x_rows + (s0 - lo) : NULL;
+    size_t r = j->slot[i] + (size_t)(s0 - lo);
+    if (j->to_bf16[i])
+      dsi_rows_to_bf16(x, g->ldx, rows, (int)(s1 - s0), g->w->cols, g->w->kpad, j->xb + r * g->w->kpad);
+    else
+      dsi_rows_round_bf16(x, g->ldx, rows, (int)(s1 - s0), g->w->cols, j->f->xr + r * g->w->cols);
+  }
+}
+
+/* Run n matmuls of equal row count as one dispatch; picks each kernel and
+ * prepares the activations it reads once, before. */
+static void gemm_batch(dsi_fwd *f, dsi_gemm *gs, int n, int rows, int unit) {
+  size_t at[1024], slot[1024], total = 0, n_r = 0, n_b = 0;
+  uint8_t to_bf16[1024];
+  DSI_ASSERT(n <= 1024);
+  for (int i = 0; i < n; i++) {
+    int wants = 0;
+    f->fns[i] = dsi_gemm_pick(gs[i].w, gs[i].m, &wants);
+    gs[i].xb = NULL;
+    to_bf16[i] = (uint8_t)wants;
+    at[i] = total;
+    if (wants) { slot[i] = n_b; n_b += gs[i].m; }
+    else if (f->act_bf16) { slot[i] = n_r; n_r += gs[i].m; }
+    else continue;
+    total += gs[i].m;
+  }
+  if (total) {
+    /* cols and kpad are the same for every call of a batch; rounded f32
+     * rows first, bf16 rows after them */
+    size_t r_bytes = (n_r * gs[0].w->cols * sizeof(float) + 63) & ~(size_t)63;
+    DSI_ASSERT(r_bytes + n_b * gs[0].w->kpad * sizeof(uint16_t) <= f->xb_len * sizeof(float));
+    uint16_t *xb = (uint16_t *)((uint8_t *)f->xr + r_bytes);
+    prep_job pj = {f, gs, n, (long)total, at, slot, to_bf16, xb};
+    dsi_pool_run(f->pool, prep_task, &pj);
+    for (int i = 0; i < n; i++) {
+      if (to_bf16[i]) {
+        gs[i].xb = xb + slot[i] * gs[i].w->kpad;
+      } else if (f->act_bf16) {
+        gs[i].x = f->xr + slot[i] * gs[i].w->cols;
+        gs[i].ldx = gs[i].w->cols;
+        gs[i].x_rows = NULL;
+      }
+    }
+  }
+  gemm_job j = {f, gs, f->fns, n, rows, unit};
+  dsi_pool_run(f->pool, gemm_task, &j);
+}
+
+/* y[m, rows] = x[m, cols] W^T for one packed weight */
+static void gemm1(dsi_fwd *f, const dsi_mat *w, const float *x, int ldx, float *y, int ldy, int m,
+                  dsi_epilogue epi) {
+  f->gemms[0] = (dsi_gemm){.w = w, .x = x, .ldx = ldx, .m = m, .y = y, .ldy = ldy, .epi = epi};
+  gemm_batch(f, f->gemms, 1, w->rows, epi == DSI_EPI_SILU_PAIRS ? 32 : 16);
+}
+
+/* y = x W^T with whichever layout w is in */
+static void linear(dsi_fwd *f, const dsi_mat *w, const float *x, float *y, int m) {
+  if (w->layout == DSI_LAYOUT_TILES) gemm1(f, w, x, w->cols, y, w->rows, m, DSI_EPI_STORE);
+  else matmul(f, w, x, y, m);
 }
 
 /* ---- MLA attention ---- */
@@ -155,6 +274,83 @@ static void attn_task(void *ctx, int ith, int nth) {
   }
 }
 
+/* The packed path's attention core: for one token and a group of heads,
+ * each cached latent row is read once and used by every head of the group
+ * (scores, then the weighted sum), so the cache is streamed H/8 times per
+ * token instead of H times. q_lat/o_lat rows are those of the chunk. */
+#define ATTN_HEAD_GROUP 8
+
+typedef struct {
+  dsi_fwd *f;
+  const dsi_fwd_batch *b;
+  const dsi_fwd_cache *cache;
+  int layer, t0, n;
+} core_job;
+
+static void attn_core_task(void *ctx, int ith, int nth) {
+  core_job *j = ctx;
+  dsi_fwd *f = j->f;
+  const dsi_config *c = f->c;
+  int H = c->num_attention_heads, nope = c->qk_nope_head_dim, rope = c->qk_rope_head_dim;
+  int kvl = c->kv_lora_rank, qk = nope + rope, row = kvl + rope, bs = j->cache->block_size;
+  int G = DSI_CEIL_DIV(H, ATTN_HEAD_GROUP);
+  const float *cache = j->cache->layer[j->layer];
+  float *score = f->scratch[ith]; /* [ATTN_HEAD_GROUP][max_context] */
+  long i0, i1;
+  dsi_split((long)j->n * G, ith, nth, &i0, &i1);
+  for (long it = i0; it < i1; it++) {
+    int tc = (int)(it / G), t = j->t0 + tc, h0 = (int)(it % G) * ATTN_HEAD_GROUP;
+    int nh = DSI_MIN(ATTN_HEAD_GROUP, H - h0), pos = j->b->pos[t];
+    const int32_t *table = j->b->block_tables[j->b->seq[t]];
+    const float *ql = f->q_lat + ((size_t)tc * H + h0) * kvl;
+    const float *qp = f->q + ((size_t)t * H + h0) * qk + nope;
+    for (int u = 0; u <= pos; u++) {
+      const float *kv = cache + ((size_t)table[u / bs] * bs + u % bs) * row;
+      for (int h = 0; h < nh; h++)
+        score[(size_t)h * f->max_context + u] =
+            (dsi_k_dot(ql + (size_t)h * kvl, kv, kvl) + dsi_k_dot(qp + (size_t)h * qk, kv + kvl, rope)) *
+            f->softmax_scale;
+    }
+    float *ol = f->o_lat + ((size_t)tc * H + h0) * kvl;
+    for (int h = 0; h < nh; h++) {
+      dsi_k_softmax(score + (size_t)h * f->max_context, pos + 1);
+      memset(ol + (size_t)h * kvl, 0, kvl * sizeof(float));
+    }
+    for (int u = 0; u <= pos; u++) {
+      const float *kv = cache + ((size_t)table[u / bs] * bs + u % bs) * row;
+      for (int h = 0; h < nh; h++) dsi_k_axpy(ol + (size_t)h * kvl, kv, score[(size_t)h * f->max_context + u], kvl);
+    }
+  }
+}
+
+/* Absorbed attention with packed weights, in chunks of attn_chunk tokens:
+ * q_lat = W_UK^T q_nope per head (one batched matmul), the core over the
+ * cache, then attn = W_UV o_lat per head. */
+static void mla_absorbed_packed(dsi_fwd *f, const dsi_layer_weights *w, const dsi_fwd_batch *b,
+                                const dsi_fwd_cache *cache, int layer) {
+  const dsi_config *c = f->c;
+  int H = c->num_attention_heads, nope = c->qk_nope_head_dim, rope = c->qk_rope_head_dim;
+  int vd = c->v_head_dim, kvl = c->kv_lora_rank, qk = nope + rope;
+  dsi_mat *uk = f->views, *uv = f->views + H;
+  for (int h = 0; h < H; h++) {
+    uk[h] = dsi_mat_panels(&w->w_uk_t, h * kvl / DSI_TILE_N, kvl);
+    uv[h] = dsi_mat_panels(&w->w_uv, h * vd / DSI_TILE_N, vd);
+  }
+  for (int t0 = 0; t0 < b->n_tokens; t0 += f->attn_chunk) {
+    int n = DSI_MIN(f->attn_chunk, b->n_tokens - t0);
+    for (int h = 0; h < H; h++)
+      f->gemms[h] = (dsi_gemm){.w = &uk[h], .x = f->q + ((size_t)t0 * H + h) * qk, .ldx = H * qk, .m = n,
+                               .y = f->q_lat + (size_t)h * kvl, .ldy = H * kvl, .epi = DSI_EPI_STORE};
+    gemm_batch(f, f->gemms, H, kvl, DSI_TILE_N);
+    core_job cj = {f, b, cache, layer, t0, n};
+    dsi_pool_run(f->pool, attn_core_task, &cj);
+    for (int h = 0; h < H; h++)
+      f->gemms[h] = (dsi_gemm){.w = &uv[h], .x = f->o_lat + (size_t)h * kvl, .ldx = H * kvl, .m = n,
+                               .y = f->attn + ((size_t)t0 * H + h) * vd, .ldy = H * vd, .epi = DSI_EPI_STORE};
+    gemm_batch(f, f->gemms, H, vd, DSI_TILE_N);
+  }
+}
+
 typedef struct {
   dsi_fwd *f;
   const dsi_fwd_batch *b;
@@ -187,20 +383,21 @@ static void mla(dsi_fwd *f, const dsi_layer_weights *w, const dsi_fwd_batch *b,
   int T = b->n_tokens, H = c->num_attention_heads;
   int qk = c->qk_nope_head_dim + c->qk_rope_head_dim;
   if (c->q_lora_rank > 0) {
-    matmul(f, &w->q_a_proj, f->xn, f->qa, T);
+    linear(f, &w->q_a_proj, f->xn, f->qa, T);
     rows_job nj = {f, b, w->q_a_layernorm, f->qa, c->q_lora_rank, c->q_lora_rank, 0, 0, 0};
     dsi_pool_run(f->pool, q_post_task, &nj);
-    matmul(f, &w->q_b_proj, f->qa, f->q, T);
+    linear(f, &w->q_b_proj, f->qa, f->q, T);
   } else {
-    matmul(f, &w->q_proj, f->xn, f->q, T);
+    linear(f, &w->q_proj, f->xn, f->q, T);
   }
   rows_job rj = {f, b, NULL, f->q, H * qk, 0, c->qk_nope_head_dim, qk, H};
   dsi_pool_run(f->pool, q_post_task, &rj);
-  matmul(f, &w->kv_a_proj_with_mqa, f->xn, f->kva, T);
+  linear(f, &w->kv_a_proj_with_mqa, f->xn, f->kva, T);
   attn_job aj = {f, w, b, cache, layer};
   dsi_pool_run(f->pool, kv_write_task, &aj);
-  dsi_pool_run(f->pool, attn_task, &aj);
-  matmul(f, &w->o_proj, f->attn, f->out, T);
+  if (w->w_uk_t.data) mla_absorbed_packed(f, w, b, cache, layer);
+  else dsi_pool_run(f->pool, attn_task, &aj);
+  linear(f, &w->o_proj, f->attn, f->out, T);
 }
 
 /* ---- MLP: down(silu(gate x) * up x) ---- */
@@ -224,6 +421,17 @@ static void mlp(dsi_fwd *f, const dsi_mat *gate, const dsi_mat *up, const dsi_ma
   silu_job sj = {f->h_gate, f->h_up, (long)m * gate->rows};
   dsi_pool_run(f->pool, silu_task, &sj);
   matmul(f, down, f->h_gate, y, m);
+}
+
+/* the dense MLP / shared experts of a layer in whichever layout it has */
+static void layer_mlp(dsi_fwd *f, const dsi_layer_weights *w, const float *x, float *y, int m) {
+  if (w->gate_up.data) { /* packed: gate and up in one pass, SiLU-mul fused */
+    int ih = w->gate_up.rows / 2;
+    gemm1(f, &w->gate_up, x, f->c->hidden_size, f->h_gate, ih, m, DSI_EPI_SILU_PAIRS);
+    gemm1(f, &w->down_proj, f->h_gate, ih, y, f->c->hidden_size, m, DSI_EPI_STORE);
+  } else {
+    mlp(f, &w->gate_proj, &w->up_proj, &w->down_proj, x, y, m);
+  }
 }
 
 /* ---- MoE: route, run each expert on its tokens, add the shared experts ---- */
@@ -271,16 +479,16 @@ static void scatter_task(void *ctx, int ith, int nth) {
 static void moe(dsi_fwd *f, const dsi_layer_weights *w, int T) {
   const dsi_config *c = f->c;
   int E = c->n_routed_experts, K = c->num_experts_per_tok, D = c->hidden_size;
-  matmul(f, &w->gate, f->xn, f->router_logits, T);
+  linear(f, &w->gate, f->xn, f->router_logits, T);
   moe_job rj = {f, w, T, 0, 0};
   dsi_pool_run(f->pool, route_task, &rj);
 
   /* group the (token, expert) pairs by expert, tokens ascending within */
-  memset(f->exp_count, 0, (E + 1) * sizeof(int32_t));
-  for (int i = 0; i < T * K; i++) f->exp_count[f->topk_ids[i] + 1]++;
-  for (int e = 0; e < E; e++) f->exp_count[e + 1] += f->exp_count[e];
+  memset(f->exp_start, 0, (E + 1) * sizeof(int32_t));
+  for (int i = 0; i < T * K; i++) f->exp_start[f->topk_ids[i] + 1]++;
+  for (int e = 0; e < E; e++) f->exp_start[e + 1] += f->exp_start[e];
   int32_t cursor[1024];
-  memcpy(cursor, f->exp_count, E * sizeof(int32_t));
+  memcpy(cursor, f->exp_start, E * sizeof(int32_t));
   for (int t = 0; t < T; t++)
     for (int k = 0; k < K; k++) {
       int e = f->topk_ids[t * K + k], at = cursor[e]++;
@@ -289,17 +497,42 @@ static void moe(dsi_fwd *f, const dsi_layer_weights *w, int T) {
     }
 
   memset(f->moe_y, 0, (size_t)T * D * sizeof(float));
-  for (int e = 0; e < E; e++) {
-    int a = f->exp_count[e], n = f->exp_count[e + 1] - a;
-    if (n == 0) continue;
-    for (int i = 0; i < n; i++)
-      memcpy(f->xg + (size_t)i * D, f->xn + (size_t)f->exp_tok[a + i] * D, D * sizeof(float));
-    mlp(f, &w->exp_gate[e], &w->exp_up[e], &w->exp_down[e], f->xg, f->yg, n);
-    moe_job sj = {f, w, T, a, n};
-    dsi_pool_run(f->pool, scatter_task, &sj);
+  if (w->exp_gate_up && w->exp_gate_up[0].data) {
+    /* grouped expert matmul: every active expert in one dispatch per
+     * projection, each reading its tokens through [start, end) of the
+     * sorted pairs — no gather copy, no per-expert launch; gate/up fused
+     * with SiLU-mul, the routing weight folded into the down projection's
+     * scatter-add */
+    int ih = w->exp_gate_up[0].rows / 2, n = 0;
+    for (int e = 0; e < E; e++) {
+      int a = f->exp_start[e], cnt = f->exp_start[e + 1] - a;
+      if (cnt == 0) continue;
+      f->gemms[n++] = (dsi_gemm){.w = &w->exp_gate_up[e], .x = f->xn, .ldx = D, .x_rows = f->exp_tok + a,
+                                 .m = cnt, .y = f->h_pairs + (size_t)a * ih, .ldy = ih, .epi = DSI_EPI_SILU_PAIRS};
+    }
+    gemm_batch(f, f->gemms, n, w->exp_gate_up[0].rows, 2 * DSI_TILE_N);
+    n = 0;
+    for (int e = 0; e < E; e++) {
+      int a = f->exp_start[e], cnt = f->exp_start[e + 1] - a;
+      if (cnt == 0) continue;
+      f->gemms[n++] = (dsi_gemm){.w = &w->exp_down[e], .x = f->h_pairs + (size_t)a * ih, .ldx = ih, .m = cnt,
+                                 .y = f->moe_y, .ldy = D, .epi = DSI_EPI_SCATTER_ADD,
+                                 .y_rows = f->exp_tok + a, .y_scale = f->exp_w + a};
+    }
+    gemm_batch(f, f->gemms, n, D, DSI_TILE_N);
+  } else {
+    for (int e = 0; e < E; e++) {
+      int a = f->exp_start[e], n = f->exp_start[e + 1] - a;
+      if (n == 0) continue;
+      for (int i = 0; i < n; i++)
+        memcpy(f->xg + (size_t)i * D, f->xn + (size_t)f->exp_tok[a + i] * D, D * sizeof(float));
+      mlp(f, &w->exp_gate[e], &w->exp_up[e], &w->exp_down[e], f->xg, f->yg, n);
+      moe_job sj = {f, w, T, a, n};
+      dsi_pool_run(f->pool, scatter_task, &sj);
+    }
   }
   if (c->n_shared_experts > 0) {
-    mlp(f, &w->gate_proj, &w->up_proj, &w->down_proj, f->xn, f->out, T);
+    layer_mlp(f, w, f->xn, f->out, T);
     for (size_t i = 0; i < (size_t)T * D; i++) f->out[i] += f->moe_y[i];
   } else {
     memcpy(f->out, f->moe_y, (size_t)T * D * sizeof(float));
@@ -353,12 +586,12 @@ void dsi_fwd_run(dsi_fwd *f, const dsi_fwd_batch *b, const dsi_fwd_cache *cache,
     residual_add(f->x, f->out, (size_t)T * D);
     rmsnorm_rows(f, w->post_attention_layernorm, f->x, f->xn, NULL, T);
     if (w->is_moe) moe(f, w, T);
-    else mlp(f, &w->gate_proj, &w->up_proj, &w->down_proj, f->xn, f->out, T);
+    else layer_mlp(f, w, f->xn, f->out, T);
     residual_add(f->x, f->out, (size_t)T * D);
   }
   if (b->n_logits > 0 && logits) {
     rmsnorm_rows(f, m->norm, f->x, f->final_x, b->logit_rows, b->n_logits);
-    matmul(f, &m->lm_head, f->final_x, logits, b->n_logits);
+    linear(f, &m->lm_head, f->final_x, logits, b->n_logits);
   }
 }
 
@@ -380,6 +613,14 @@ int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, int max_token
   long inter = c->intermediate_size;
   if ((long)c->moe_intermediate_size * DSI_MAX(c->n_shared_experts, 1) > inter)
     inter = (long)c->moe_intermediate_size * DSI_MAX(c->n_shared_experts, 1);
+  inter = DSI_CEIL_DIV(inter, DSI_TILE_N) * DSI_TILE_N; /* packed gate/up pairs write whole panels */
+  long moe_inter = DSI_CEIL_DIV(c->moe_intermediate_size, DSI_TILE_N) * DSI_TILE_N;
+  /* the absorbed attention's latent buffers hold a chunk of tokens: <= 32 MB each */
+  f->attn_chunk = (int)DSI_MAX(1, DSI_MIN((long)T, (32l << 20) / ((long)H * kvl * 4)));
+  long kpad_max = DSI_CEIL_DIV(DSI_MAX(DSI_MAX(D, inter), DSI_MAX(DSI_MAX(c->q_lora_rank, kvl), H * c->v_head_dim)),
+                               DSI_TILE_K) * DSI_TILE_K;
+  long xb_rows = DSI_MAX((long)T * DSI_MAX(K, 1), (long)f->attn_chunk * H);
+  f->xb_len = (size_t)xb_rows * kpad_max + 64; /* f32 rows, or bf16 rows, or both halves */
   size_t half = c->qk_rope_head_dim / 2;
   int ok = 1;
 #define ALLOC(p, n) do { if (!((p) = dsi_alloc_aligned((size_t)(n) * sizeof(*(p))))) ok = 0; } while (0)
@@ -402,14 +643,23 @@ int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, int max_token
     ALLOC(f->router_logits, (size_t)T * E);
     ALLOC(f->topk_ids, (size_t)T * K);
     ALLOC(f->topk_w, (size_t)T * K);
-    ALLOC(f->exp_count, (size_t)E + 1);
+    ALLOC(f->exp_start, (size_t)E + 1);
     ALLOC(f->exp_tok, (size_t)T * K);
     ALLOC(f->exp_w, (size_t)T * K);
+    ALLOC(f->h_pairs, (size_t)T * K * moe_inter);
   }
+  ALLOC(f->q_lat, (size_t)f->attn_chunk * H * kvl);
+  ALLOC(f->o_lat, (size_t)f->attn_chunk * H * kvl);
+  ALLOC(f->xr, f->xb_len); /* f32 elements; the bf16 rows live past the f32 ones */
+  f->gemms = dsi_xcalloc(DSI_MAX(H, E) + 1, sizeof(dsi_gemm));
+  f->fns = dsi_xcalloc(DSI_MAX(H, E) + 1, sizeof(dsi_gemm_fn));
+  f->views = dsi_xcalloc(2 * H, sizeof(dsi_mat));
   /* scratch: the widest weight row, or attention's 3 latent rows + scores */
   size_t widest = DSI_MAX(DSI_MAX(D, inter), DSI_MAX(H * c->v_head_dim, DSI_MAX(c->q_lora_rank, kvl)));
   f->scratch_len = DSI_MAX(widest, (size_t)3 * kvl + max_context);
   f->scratch_len = DSI_MAX(f->scratch_len, (size_t)2 * DSI_MAX(E, 1));
+  f->scratch_len = DSI_MAX(f->scratch_len, (size_t)ATTN_HEAD_GROUP * max_context);
+  f->scratch_len = DSI_MAX(f->scratch_len, DSI_GEMM_SCRATCH(kpad_max) / sizeof(float));
   f->scratch = dsi_xcalloc(f->nth, sizeof(float *));
   for (int i = 0; i < f->nth; i++) ALLOC(f->scratch[i], f->scratch_len);
 #undef ALLOC
@@ -422,15 +672,22 @@ int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, int max_token
   return DSI_OK;
 }
 
+void dsi_fwd_set_act_bf16(dsi_fwd *f, int on) { f->act_bf16 = on; }
+int dsi_fwd_act_bf16(const dsi_fwd *f) { return f->act_bf16; }
+
 void dsi_fwd_free(dsi_fwd *f) {
   if (!f) return;
   float *bufs[] = {f->rope_cos, f->rope_sin, f->x, f->xn, f->qa, f->q, f->kva, f->attn, f->out,
                    f->h_gate, f->h_up, f->final_x, f->moe_y, f->xg, f->yg, f->router_logits,
-                   f->topk_w, f->exp_w};
+                   f->topk_w, f->exp_w, f->q_lat, f->o_lat, f->h_pairs};
   for (size_t i = 0; i < DSI_ARRAY_LEN(bufs); i++) dsi_free_aligned(bufs[i]);
   dsi_free_aligned(f->topk_ids);
-  dsi_free_aligned(f->exp_count);
+  dsi_free_aligned(f->exp_start);
   dsi_free_aligned(f->exp_tok);
+  dsi_free_aligned(f->xr);
+  free(f->gemms);
+  free(f->fns);
+  free(f->views);
   if (f->scratch)
     for (int i = 0; i < f->nth; i++) dsi_free_aligned(f->scratch[i]);
   free(f->scratch);

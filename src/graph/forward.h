@@ -36,6 +36,9 @@ typedef struct dsi_fwd dsi_fwd;
 int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, int max_tokens, int max_context,
                 dsi_err *err);
 void dsi_fwd_free(dsi_fwd *f);
+/* matmuls see activations rounded to bf16 (see DSI_ACT_BF16) */
+void dsi_fwd_set_act_bf16(dsi_fwd *f, int on);
+int dsi_fwd_act_bf16(const dsi_fwd *f);
 /* Run the batch; logits: [n_logits, vocab]. The caller guarantees slots
  * and block tables are valid (the engine's KV layer owns them). */
 void dsi_fwd_run(dsi_fwd *f, const dsi_fwd_batch *b, const dsi_fwd_cache *cache, float *logits);

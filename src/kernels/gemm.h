@@ -52,12 +52,22 @@ void dsi_gemm_avx512(const dsi_gemm *g, int r0, int r1, void *scratch);
 /* AMX BF16 tiles (m >= 16 worthwhile; TILES layout, BF16 / FP8; needs xb) — x86/amx.c */
 void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch);
 
+/* AVX2 + FMA (any m; TILES layout, F32 / BF16 / FP8) — x86/avx2.c */
+void dsi_gemm_avx2(const dsi_gemm *g, int r0, int r1, void *scratch);
+
+/* The kernel for w at batch size m on this CPU; *wants_bf16 is set when it
+ * reads g->xb (the caller converts the activations once per call). */
+dsi_gemm_fn dsi_gemm_pick(const dsi_mat *w, int m, int *wants_bf16);
+
 /* Pack gate [I, D] and up [I, D] (row-major, same dtype) into one TILES
  * matrix [2I', D] of alternating 16-row panels (I' = I rounded up to 16),
  * for DSI_EPI_SILU_PAIRS. dst->rows = 2I'. */
 size_t dsi_pack_gate_up_bytes(const dsi_mat *gate);
 void dsi_pack_gate_up(const dsi_mat *gate, const dsi_mat *up, dsi_mat *dst, void *mem);
 
+/* x f32 rows (gathered by rows when non-NULL) -> bf16 values kept in f32,
+ * [m, cols] (what an AMX kernel multiplies, for kernels that read f32) */
+void dsi_rows_round_bf16(const float *x, int ldx, const int32_t *rows, int m, int cols, float *out);
 /* x f32 rows (gathered by rows when non-NULL) -> bf16 [m, kpad], zero pad */
 void dsi_rows_to_bf16(const float *x, int ldx, const int32_t *rows, int m, int cols, int kpad, uint16_t *out);
 

@@ -95,3 +95,11 @@ void dsi_rows_to_bf16(const float *x, int ldx, const int32_t *rows, int m, int c
     for (int c = cols; c < kpad; c++) o[c] = 0;
   }
 }
+
+void dsi_rows_round_bf16(const float *x, int ldx, const int32_t *rows, int m, int cols, float *out) {
+  for (int i = 0; i < m; i++) {
+    const float *r = x + (size_t)(rows ? rows[i] : i) * ldx;
+    float *o = out + (size_t)i * cols;
+    for (int c = 0; c < cols; c++) o[c] = dsi_bf16_to_f32(dsi_f32_to_bf16(r[c]));
+  }
+}

@@ -49,6 +49,15 @@ size_t dsi_pack_bytes(const dsi_mat *w);
  * row-major src. Threads can pack disjoint row ranges. */
 void dsi_pack_describe(const dsi_mat *src, dsi_mat *dst, void *mem);
 void dsi_pack_rows(const dsi_mat *src, const dsi_mat *dst, int r0, int r1);
+/* panels [p0, p0 + ceil(rows/16)) of a TILES matrix, as a matrix of its own */
+static inline dsi_mat dsi_mat_panels(const dsi_mat *w, int p0, int rows) {
+  dsi_mat v = *w;
+  v.data = (const uint8_t *)w->data + (size_t)p0 * DSI_TILE_N * w->kpad * dsi_dtype_size(w->dtype);
+  if (w->scale) v.scale = w->scale + (size_t)p0 * w->scale_cols;
+  v.rows = rows;
+  return v;
+}
+
 /* element offset of (r, c) in a TILES matrix */
 static inline size_t dsi_tiles_index(const dsi_mat *w, int r, int c) {
   return (((size_t)(r / DSI_TILE_N) * (w->kpad / 2) + c / 2) * DSI_TILE_N + r % DSI_TILE_N) * 2 + (c & 1);

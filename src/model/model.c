@@ -4,6 +4,9 @@
 #define _GNU_SOURCE
 #include "model/model.h"
 #include "base/pool.h"
+#include "kernels/gemm.h"
+
+#include <stdatomic.h>
 
 #include <errno.h>
 #include <stdarg.h>
@@ -15,7 +18,9 @@
 
 /* One tensor the forward reads: where it goes and what it must look like. */
 typedef enum { SPEC_MAT, SPEC_VEC } spec_kind;
-typedef struct {
+typedef enum { STORE_ROWS, STORE_TILES, STORE_GATE_UP, STORE_MLA, STORE_NONE } spec_store;
+typedef struct spec spec;
+struct spec {
   char name[160];
   spec_kind kind;
   int64_t rows, cols;        /* VEC: rows = 1 */
@@ -23,16 +28,25 @@ typedef struct {
   float **vec;               /* SPEC_VEC destination (always f32) */
   const dsi_st_tensor *t, *scale;
   size_t off, scale_off, bytes, scale_bytes;
-} spec;
+  /* how it is stored (decided after validation) */
+  spec_store store;
+  int pair;                  /* gate: index of its up spec, else -1 */
+  dsi_mat *gu_dst;           /* gate: where the packed gate/up pair goes */
+  int mla;                   /* kv_b_proj: split into w_uk_t / w_uv when packed */
+  dsi_mat *uk_dst, *uv_dst;
+  dsi_mat src;               /* the row-major view of the file's tensor */
+  float *src_scale;          /* FP8 scales widened to f32 (temporary) */
+  size_t off2;               /* STORE_MLA: w_uv's offset */
+};
 
 typedef struct {
   spec *v;
   int n, cap;
 } spec_list;
 
-static void add_spec(spec_list *l, spec_kind kind, int64_t rows, int64_t cols, dsi_mat *mat,
+static spec *add_spec(spec_list *l, spec_kind kind, int64_t rows, int64_t cols, dsi_mat *mat,
                      float **vec, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
-static void add_spec(spec_list *l, spec_kind kind, int64_t rows, int64_t cols, dsi_mat *mat,
+static spec *add_spec(spec_list *l, spec_kind kind, int64_t rows, int64_t cols, dsi_mat *mat,
                      float **vec, const char *fmt, ...) {
   if (l->n == l->cap) l->v = dsi_xrealloc(l->v, (l->cap = l->cap ? 2 * l->cap : 256) * sizeof(spec));
   spec *s = &l->v[l->n++];
@@ -46,6 +60,14 @@ static void add_spec(spec_list *l, spec_kind kind, int64_t rows, int64_t cols, d
   s->cols = cols;
   s->mat = mat;
   s->vec = vec;
+  s->pair = -1;
+  return s;
+}
+
+/* mark spec gate (the one before last) as paired with up (the last) */
+static void link_gate_up(spec_list *l, dsi_mat *dst) {
+  l->v[l->n - 2].pair = l->n - 1;
+  l->v[l->n - 2].gu_dst = dst;
 }
 
 /* ---- what the forward needs, by config ---- */
@@ -69,14 +91,18 @@ static void plan_tensors(dsi_model *m, spec_list *l) {
     add_spec(l, SPEC_MAT, c->kv_lora_rank + c->qk_rope_head_dim, D, &w->kv_a_proj_with_mqa, NULL,
              P "self_attn.kv_a_proj_with_mqa.weight", L);
     add_spec(l, SPEC_VEC, 1, c->kv_lora_rank, NULL, &w->kv_a_layernorm, P "self_attn.kv_a_layernorm.weight", L);
-    add_spec(l, SPEC_MAT, H * (c->qk_nope_head_dim + c->v_head_dim), c->kv_lora_rank, &w->kv_b_proj, NULL,
-             P "self_attn.kv_b_proj.weight", L);
+    spec *kvb = add_spec(l, SPEC_MAT, H * (c->qk_nope_head_dim + c->v_head_dim), c->kv_lora_rank,
+                         &w->kv_b_proj, NULL, P "self_attn.kv_b_proj.weight", L);
+    kvb->mla = 1;
+    kvb->uk_dst = &w->w_uk_t;
+    kvb->uv_dst = &w->w_uv;
     add_spec(l, SPEC_MAT, D, H * c->v_head_dim, &w->o_proj, NULL, P "self_attn.o_proj.weight", L);
     w->is_moe = dsi_config_is_moe_layer(c, L);
     if (!w->is_moe) {
       int64_t I = c->intermediate_size;
       add_spec(l, SPEC_MAT, I, D, &w->gate_proj, NULL, P "mlp.gate_proj.weight", L);
       add_spec(l, SPEC_MAT, I, D, &w->up_proj, NULL, P "mlp.up_proj.weight", L);
+      link_gate_up(l, &w->gate_up);
       add_spec(l, SPEC_MAT, D, I, &w->down_proj, NULL, P "mlp.down_proj.weight", L);
       continue;
     }
@@ -88,15 +114,18 @@ static void plan_tensors(dsi_model *m, spec_list *l) {
     w->exp_gate = dsi_xcalloc(E, sizeof(dsi_mat));
     w->exp_up = dsi_xcalloc(E, sizeof(dsi_mat));
     w->exp_down = dsi_xcalloc(E, sizeof(dsi_mat));
+    w->exp_gate_up = dsi_xcalloc(E, sizeof(dsi_mat));
     for (int e = 0; e < E; e++) {
       add_spec(l, SPEC_MAT, I, D, &w->exp_gate[e], NULL, P "mlp.experts.%d.gate_proj.weight", L, e);
       add_spec(l, SPEC_MAT, I, D, &w->exp_up[e], NULL, P "mlp.experts.%d.up_proj.weight", L, e);
+      link_gate_up(l, &w->exp_gate_up[e]);
       add_spec(l, SPEC_MAT, D, I, &w->exp_down[e], NULL, P "mlp.experts.%d.down_proj.weight", L, e);
     }
     if (c->n_shared_experts > 0) {
       int64_t S = (int64_t)c->n_shared_experts * I;
       add_spec(l, SPEC_MAT, S, D, &w->gate_proj, NULL, P "mlp.shared_experts.gate_proj.weight", L);
       add_spec(l, SPEC_MAT, S, D, &w->up_proj, NULL, P "mlp.shared_experts.up_proj.weight", L);
+      link_gate_up(l, &w->gate_up);
       add_spec(l, SPEC_MAT, D, S, &w->down_proj, NULL, P "mlp.shared_experts.down_proj.weight", L);
     }
 #undef P
@@ -115,9 +144,8 @@ static int is_float_dtype(dsi_dtype d) {
 }
 
 /* ---- check each tensor against the config; size the storage ---- */
-static int resolve(dsi_model *m, spec_list *l, size_t *total, dsi_err *err) {
+static int resolve(dsi_model *m, spec_list *l, dsi_err *err) {
   const dsi_st_set *st = &m->st;
-  size_t off = 0;
   for (int i = 0; i < l->n; i++) {
     spec *s = &l->v[i];
     s->t = dsi_st_find(st, s->name);
@@ -162,24 +190,104 @@ static int resolve(dsi_model *m, spec_list *l, size_t *total, dsi_err *err) {
       return dsi_errf(err, DSI_E_FORMAT, "%s: dtype %s not supported for a weight matrix in %s", s->name,
                       dsi_dtype_st_name(t->dtype), file_of(st, t));
     }
-    s->off = off;
-    off += (s->bytes + 63) & ~(size_t)63;
-    if (s->scale_bytes) {
-      s->scale_off = off;
-      off += (s->scale_bytes + 63) & ~(size_t)63;
-    }
     m->file_bytes += t->nbytes + (s->scale ? s->scale->nbytes : 0);
   }
-  *total = off;
   return DSI_OK;
 }
 
-/* ---- copy ---- */
-static void progress_line(size_t done, size_t total, int nt, int ntotal, double t0) {
-  double el = dsi_now() - t0, eta = done ? el * (double)(total - done) / (double)done : 0;
-  fprintf(stderr, "\rloading: %zu/%zu MB, %d/%d tensors, %.0f s left   ", done >> 20, total >> 20, nt,
-          ntotal, eta);
+/* ---- storage: where each tensor goes, and in which layout ---- */
+static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+/* kv_b_proj can be split into per-head panels only when the head dims are
+ * whole panels */
+static int can_pack_mla(const dsi_config *c) {
+  return c->kv_lora_rank % DSI_TILE_N == 0 && c->v_head_dim % DSI_TILE_N == 0 && c->qk_nope_head_dim % DSI_TILE_N == 0;
 }
+
+static void src_view(const dsi_model *m, spec *s) {
+  dsi_mat *v = &s->src;
+  memset(v, 0, sizeof *v);
+  v->dtype = s->t->dtype;
+  v->rows = (int)s->rows;
+  v->cols = (int)s->cols;
+  v->data = s->t->data;
+  v->layout = DSI_LAYOUT_ROWS;
+  if (s->scale) {
+    v->block = m->cfg.weight_block_size[0] > 0 ? m->cfg.weight_block_size[0] : 128;
+    v->scale_cols = (int)DSI_CEIL_DIV(s->cols, v->block);
+  }
+}
+
+/* the absorbed factors of kv_b_proj: W_UK^T [H*kv_lora, nope] kept exact
+ * (BF16 stays BF16; FP8 is widened to F32), W_UV [H*v, kv_lora] as stored */
+static dsi_mat uk_shape(const dsi_config *c, const dsi_mat *src) {
+  dsi_mat s = {0};
+  s.dtype = src->dtype == DSI_DTYPE_BF16 ? DSI_DTYPE_BF16 : DSI_DTYPE_F32;
+  s.rows = c->num_attention_heads * c->kv_lora_rank;
+  s.cols = c->qk_nope_head_dim;
+  return s;
+}
+static dsi_mat uv_shape(const dsi_config *c, const dsi_mat *src) {
+  dsi_mat s = *src;
+  s.rows = c->num_attention_heads * c->v_head_dim;
+  return s;
+}
+
+static size_t plan_storage(dsi_model *m, spec_list *l) {
+  size_t off = 0;
+  for (int i = 0; i < l->n; i++) {
+    spec *s = &l->v[i];
+    src_view(m, s);
+    if (s->kind == SPEC_VEC) {
+      s->store = STORE_ROWS;
+      s->off = off;
+      off += align64((size_t)s->cols * sizeof(float));
+    } else if (s->store == STORE_NONE) {
+      /* the up half of a gate/up pair, packed with its gate */
+    } else if (!m->packed || s->mat == &m->embed_tokens) {
+      s->store = STORE_ROWS;
+      s->off = off;
+      off += m->mlocked ? 0 : align64(s->t->nbytes);
+      if (s->scale_bytes) {
+        s->scale_off = off;
+        off += align64(s->scale_bytes);
+      }
+    } else if (s->pair >= 0) {
+      s->store = STORE_GATE_UP;
+      l->v[s->pair].store = STORE_NONE;
+      s->off = off;
+      off += align64(dsi_pack_gate_up_bytes(&s->src));
+    } else if (s->mla && can_pack_mla(&m->cfg)) {
+      s->store = STORE_MLA;
+      dsi_mat uk = uk_shape(&m->cfg, &s->src), uv = uv_shape(&m->cfg, &s->src);
+      s->off = off;
+      off += align64(dsi_pack_bytes(&uk));
+      s->off2 = off;
+      off += align64(dsi_pack_bytes(&uv));
+    } else {
+      s->store = STORE_TILES;
+      s->off = off;
+      off += align64(dsi_pack_bytes(&s->src));
+    }
+  }
+  return off;
+}
+
+/* ---- filling: work items run on a thread pool ---- */
+typedef struct {
+  int spec, r0, r1;
+} item;
+
+typedef struct {
+  dsi_model *m;
+  spec_list *l;
+  item *items;
+  int n_items;
+  atomic_int next;
+  atomic_size_t done_bytes;
+  int show;
+  double t0;
+} fill_job;
 
 /* Release the page-cache pages of a copied source range from our RSS. */
 static void drop_source(const void *p, size_t n) {
@@ -188,38 +296,152 @@ static void drop_source(const void *p, size_t n) {
   madvise((void *)a, e - a, MADV_DONTNEED);
 }
 
-static void fill(dsi_model *m, spec *s) {
+
+/* describe a TILES matrix at mem whose FP8 scales are filled by the caller */
+static void describe_no_scales(const dsi_mat *shape, dsi_mat *dst, void *mem) {
+  dsi_mat tmp = *shape;
+  tmp.dtype = DSI_DTYPE_BF16;
+  dsi_pack_describe(&tmp, dst, mem);
+  dst->dtype = shape->dtype;
+  dst->scale = NULL;
+  if (shape->dtype == DSI_DTYPE_F8_E4M3)
+    dst->scale = (float *)((uint8_t *)mem + align64((size_t)DSI_CEIL_DIV(shape->rows, DSI_TILE_N) * DSI_TILE_N * dst->kpad));
+}
+
+/* kv_b_proj -> W_UK^T and W_UV, one head at a time */
+static void pack_mla(dsi_model *m, spec *s) {
+  const dsi_config *c = &m->cfg;
+  int H = c->num_attention_heads, nope = c->qk_nope_head_dim, vd = c->v_head_dim, kvl = c->kv_lora_rank;
+  dsi_mat ush = uk_shape(c, &s->src), vsh = uv_shape(c, &s->src);
+  dsi_mat *uk = s->uk_dst, *uv = s->uv_dst;
+  dsi_pack_describe(&ush, uk, m->mem + s->off);
+  describe_no_scales(&vsh, uv, m->mem + s->off2);
+  size_t es = dsi_dtype_size(s->src.dtype);
+  float *rows = dsi_xmalloc((size_t)nope * kvl * sizeof(float));
+  float *tf = dsi_xmalloc((size_t)kvl * nope * sizeof(float));
+  uint16_t *tb = dsi_xmalloc((size_t)kvl * nope * sizeof(uint16_t));
+  for (int h = 0; h < H; h++) {
+    int base = h * (nope + vd);
+    for (int d = 0; d < nope; d++) dsi_k_row_f32(&s->src, base + d, 0, kvl, rows + (size_t)d * kvl);
+    for (int cc = 0; cc < kvl; cc++)
+      for (int d = 0; d < nope; d++) {
+        float v = rows[(size_t)d * kvl + cc];
+        tf[(size_t)cc * nope + d] = v;
+        tb[(size_t)cc * nope + d] = dsi_f32_to_bf16(v); /* exact when the source is BF16 */
+      }
+    dsi_mat hsrc = ush;
+    hsrc.rows = kvl;
+    hsrc.data = ush.dtype == DSI_DTYPE_BF16 ? (const void *)tb : (const void *)tf;
+    dsi_mat hdst = dsi_mat_panels(uk, h * kvl / DSI_TILE_N, kvl);
+    dsi_pack_rows(&hsrc, &hdst, 0, kvl);
+    dsi_mat vsrc = s->src;
+    vsrc.rows = vd;
+    vsrc.data = (const uint8_t *)s->src.data + (size_t)(base + nope) * kvl * es;
+    dsi_mat vdst = dsi_mat_panels(uv, h * vd / DSI_TILE_N, vd);
+    dsi_pack_rows(&vsrc, &vdst, 0, vd);
+    if (uv->scale)
+      for (int q = 0; q < vd / DSI_TILE_N; q++)
+        memcpy((float *)uv->scale + (size_t)(h * vd / DSI_TILE_N + q) * uv->scale_cols,
+               s->src.scale + (size_t)((base + nope + q * DSI_TILE_N) / s->src.block) * s->src.scale_cols,
+               s->src.scale_cols * sizeof(float));
+  }
+  free(rows);
+  free(tf);
+  free(tb);
+}
+
+static void run_item(fill_job *j, const item *it) {
+  dsi_model *m = j->m;
+  spec *s = &j->l->v[it->spec];
   const dsi_st_tensor *t = s->t;
-  if (s->kind == SPEC_VEC) {
-    float *dst = (float *)(m->mem + s->off);
-    dsi_to_f32(t->dtype, t->data, dst, (size_t)s->cols);
-    *s->vec = dst;
-    return;
+  size_t row_bytes = (size_t)s->cols * dsi_dtype_size(t->dtype);
+  const uint8_t *src = (const uint8_t *)t->data + (size_t)it->r0 * row_bytes;
+  size_t n = (size_t)(it->r1 - it->r0) * row_bytes;
+  switch (s->store) {
+  case STORE_ROWS:
+    if (s->kind == SPEC_VEC) dsi_to_f32(t->dtype, t->data, *s->vec, (size_t)s->cols);
+    else if (!m->mlocked) memcpy(m->mem + s->off + (size_t)it->r0 * row_bytes, src, n);
+    break;
+  case STORE_TILES:
+    dsi_pack_rows(&s->src, s->mat, it->r0, it->r1);
+    break;
+  case STORE_GATE_UP: {
+    spec *up = &j->l->v[s->pair];
+    dsi_pack_gate_up(&s->src, &up->src, s->gu_dst, m->mem + s->off);
+    if (!m->mlocked) drop_source(up->t->data, up->t->nbytes);
+    atomic_fetch_add(&j->done_bytes, up->t->nbytes);
+  } break;
+  case STORE_MLA:
+    pack_mla(m, s);
+    break;
+  case STORE_NONE:
+    break;
   }
-  dsi_mat *w = s->mat;
-  w->dtype = t->dtype;
-  w->rows = (int)s->rows;
-  w->cols = (int)s->cols;
-  if (m->mlocked) {
-    w->data = t->data;
-  } else {
-    /* in 32 MB pieces, each dropped from the mapping once copied, so the
-     * process never holds much more than one copy of the weights */
-    const size_t piece = 32u << 20;
-    for (size_t o = 0; o < s->bytes; o += piece) {
-      size_t n = DSI_MIN(piece, s->bytes - o);
-      memcpy(m->mem + s->off + o, (const uint8_t *)t->data + o, n);
-      drop_source((const uint8_t *)t->data + o, n);
+  if (!m->mlocked) drop_source(src, n);
+  atomic_fetch_add(&j->done_bytes, n);
+}
+
+static void fill_task(void *ctx, int ith, int nth) {
+  fill_job *j = ctx;
+  double last = 0;
+  for (;;) {
+    int i = atomic_fetch_add(&j->next, 1);
+    if (i >= j->n_items) break;
+    run_item(j, &j->items[i]);
+    if (ith == 0 && j->show && dsi_now() - last > 0.25) {
+      last = dsi_now();
+      size_t done = atomic_load(&j->done_bytes), total = j->m->file_bytes;
+      double el = last - j->t0, eta = done ? el * (double)(total - done) / (double)done : 0;
+      fprintf(stderr, "\rloading: %zu/%zu MB, %d/%d pieces, %.0f s left   ", done >> 20, total >> 20, i + 1,
+              j->n_items, eta);
     }
-    w->data = m->mem + s->off;
   }
-  if (s->scale) {
-    float *sc = (float *)(m->mem + s->scale_off);
-    dsi_to_f32(s->scale->dtype, s->scale->data, sc, s->scale_bytes / sizeof(float));
-    w->scale = sc;
-    w->block = m->cfg.weight_block_size[0] > 0 ? m->cfg.weight_block_size[0] : 128;
-    w->scale_cols = (int)DSI_CEIL_DIV(s->cols, w->block);
+}
+
+/* Describe every destination (serially: cheap), cut the copying into
+ * pieces of at most ~32 MB of source, and run them on n_threads. */
+static void fill_all(dsi_model *m, spec_list *l, int n_threads, int show, double t0) {
+  const size_t piece = 32u << 20;
+  item *items = NULL;
+  int n_items = 0, cap = 0;
+  for (int i = 0; i < l->n; i++) {
+    spec *s = &l->v[i];
+    if (s->kind == SPEC_MAT && s->scale) { /* FP8 scales widened to f32 */
+      size_t ns = s->scale_bytes / sizeof(float);
+      s->src_scale = s->store == STORE_ROWS ? (float *)(m->mem + s->scale_off) : dsi_xmalloc(ns * sizeof(float));
+      dsi_to_f32(s->scale->dtype, s->scale->data, s->src_scale, ns);
+      s->src.scale = s->src_scale;
+    }
   }
+  for (int i = 0; i < l->n; i++) {
+    spec *s = &l->v[i];
+    if (s->kind == SPEC_VEC) *s->vec = (float *)(m->mem + s->off);
+    else if (s->store == STORE_ROWS) {
+      *s->mat = s->src;
+      if (!m->mlocked) s->mat->data = m->mem + s->off;
+    } else if (s->store == STORE_TILES) {
+      dsi_pack_describe(&s->src, s->mat, m->mem + s->off);
+    }
+    if (s->store == STORE_NONE) continue;
+    int step = 1 << 30;
+    if (s->kind == SPEC_MAT && (s->store == STORE_ROWS || s->store == STORE_TILES)) {
+      size_t rb = (size_t)s->cols * dsi_dtype_size(s->t->dtype);
+      step = (int)DSI_MAX(DSI_TILE_N, piece / rb / DSI_TILE_N * DSI_TILE_N);
+    }
+    for (int r = 0; r < s->rows || (r == 0 && s->rows == 0); r += step) {
+      if (n_items == cap) items = dsi_xrealloc(items, (cap = cap ? 2 * cap : 1024) * sizeof(item));
+      items[n_items++] = (item){i, r, (int)DSI_MIN((int64_t)r + step, s->rows)};
+      if (s->kind == SPEC_VEC || s->store == STORE_GATE_UP || s->store == STORE_MLA) break;
+    }
+  }
+  fill_job j = {m, l, items, n_items, 0, 0, show, t0};
+  dsi_pool *pool = dsi_pool_new(n_threads);
+  dsi_pool_run(pool, fill_task, &j);
+  dsi_pool_free(pool);
+  if (show) fprintf(stderr, "\rloading: %zu MB in %.1f s%40s\n", m->file_bytes >> 20, dsi_now() - t0, "");
+  for (int i = 0; i < l->n; i++)
+    if (l->v[i].src_scale && l->v[i].store != STORE_ROWS) free(l->v[i].src_scale);
+  free(items);
 }
 
 static const char *dtype_summary(const spec_list *l) {
@@ -256,48 +478,27 @@ int dsi_model_open(dsi_model **out, const char *dir, const dsi_load_opts *opts, 
   if (rc != DSI_OK) goto fail;
   m->layers = dsi_xcalloc(m->cfg.num_hidden_layers, sizeof *m->layers);
   plan_tensors(m, &l);
-  size_t total = 0;
-  if ((rc = resolve(m, &l, &total, err)) != DSI_OK) goto fail;
+  if ((rc = resolve(m, &l, err)) != DSI_OK) goto fail;
 
+  /* --mlock computes from the locked mapping, so it keeps the file's
+   * row-major layout; otherwise weights are packed unless --op-opt off */
   m->mlocked = opts->mlock;
-  if (m->mlocked) {
-    /* compute from the mapping: lock it so the reclaimer cannot evict it;
-     * only the vectors and FP8 scales (converted to f32) are copied */
-    size_t small = 0;
-    for (int i = 0; i < l.n; i++) {
-      spec *s = &l.v[i];
-      if (s->kind == SPEC_VEC) { s->off = small; small += (s->bytes + 63) & ~(size_t)63; }
-      if (s->scale_bytes) { s->scale_off = small; small += (s->scale_bytes + 63) & ~(size_t)63; }
-    }
+  m->packed = !opts->mlock && !opts->op_opt_off;
+  if (m->mlocked)
     for (int f = 0; f < m->st.n_files; f++)
       if (mlock(m->st.files[f].map, m->st.files[f].size) != 0) {
         rc = dsi_errf(err, DSI_E_NOMEM, "%s: mlock failed (%s); raise `ulimit -l` or load without --mlock",
                       m->st.files[f].path, strerror(errno));
         goto fail;
       }
-    total = small;
-  }
+  size_t total = plan_storage(m, &l);
   m->mem_size = total;
   m->mem = dsi_alloc_big(total);
   if (!m->mem) {
     rc = dsi_errf(err, DSI_E_NOMEM, "%s: cannot allocate %zu MB for the weights", dir, total >> 20);
     goto fail;
   }
-  int show = opts->progress && isatty(2);
-  size_t done = 0, last = 0;
-  for (int i = 0; i < l.n; i++) {
-    fill(m, &l.v[i]);
-    done += l.v[i].t->nbytes;
-    if (!m->mlocked) {
-      drop_source(l.v[i].t->data, l.v[i].t->nbytes); /* vectors, and pages shared with the next tensor */
-      if (l.v[i].scale) drop_source(l.v[i].scale->data, l.v[i].scale->nbytes);
-    }
-    if (show && (done - last > (64u << 20) || i == l.n - 1)) {
-      progress_line(done, m->file_bytes, i + 1, l.n, t0);
-      last = done;
-    }
-  }
-  if (show) fputc('\n', stderr);
+  fill_all(m, &l, opts->n_threads > 0 ? opts->n_threads : dsi_default_threads(), opts->progress && isatty(2), t0);
   if (m->cfg.tie_word_embeddings) m->lm_head = m->embed_tokens;
   m->weight_dtype = dtype_summary(&l);
   m->weight_bytes = m->mlocked ? m->file_bytes : total;
@@ -319,6 +520,7 @@ void dsi_model_free(dsi_model *m) {
       free(m->layers[L].exp_gate);
       free(m->layers[L].exp_up);
       free(m->layers[L].exp_down);
+      free(m->layers[L].exp_gate_up);
     }
   free(m->layers);
   dsi_free_big(m->mem, m->mem_size);

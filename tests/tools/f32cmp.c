@@ -1,11 +1,15 @@
 /* tests: compare two raw little-endian f32 files row by row.
  * usage: f32cmp OURS REF ROWLEN [TOL] [REF_ROW_OFFSET]
+ *        f32cmp OURS REF ROWLEN --top1 MIN_AGREEMENT
  * Row r of OURS is compared with row r + REF_ROW_OFFSET of REF; the error
  * of a row is max|a-b| / max|b|. Exits 1 if any row's error exceeds TOL
- * (default 1e-5) or the sizes do not fit. */
+ * (default 1e-5) or the sizes do not fit. With --top1, the measure is the
+ * share of rows whose argmax agrees (for reduced-precision paths, where
+ * one flipped expert moves logits by O(1) and elementwise bounds mislead). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static float *slurp(const char *p, long *n) {
   FILE *f = fopen(p, "rb");
@@ -22,12 +26,29 @@ static float *slurp(const char *p, long *n) {
 
 int main(int argc, char **argv) {
   if (argc < 4) { fprintf(stderr, "usage: f32cmp OURS REF ROWLEN [TOL] [REF_ROW_OFFSET]\n"); return 2; }
-  long na, nb, V = atol(argv[3]), off = argc > 5 ? atol(argv[5]) : 0;
-  double tol = argc > 4 ? atof(argv[4]) : 1e-5;
+  int top1 = argc > 4 && !strcmp(argv[4], "--top1");
+  long na, nb, V = atol(argv[3]), off = !top1 && argc > 5 ? atol(argv[5]) : 0;
+  double tol = top1 ? (argc > 5 ? atof(argv[5]) : 0.9) : argc > 4 ? atof(argv[4]) : 1e-5;
   float *a = slurp(argv[1], &na), *b = slurp(argv[2], &nb);
   if (V <= 0 || na % V || na + off * V > nb) {
     fprintf(stderr, "f32cmp: sizes do not fit: %ld vs %ld floats, rows of %ld, offset %ld\n", na, nb, V, off);
     return 1;
+  }
+  if (top1) {
+    long agree = 0, rows = na / V;
+    for (long r = 0; r < rows; r++) {
+      long ia = 0, ib = 0;
+      for (long i = 1; i < V; i++) {
+        if (a[r * V + i] > a[r * V + ia]) ia = i;
+        if (b[r * V + i] > b[r * V + ib]) ib = i;
+      }
+      agree += ia == ib;
+    }
+    double share = rows ? (double)agree / rows : 1;
+    printf("f32cmp: %ld rows, top-1 agreement %.3f (min %.2f)\n", rows, share, tol);
+    free(a);
+    free(b);
+    return share >= tol ? 0 : 1;
   }
   double worst = 0;
   for (long r = 0; r < na / V; r++) {

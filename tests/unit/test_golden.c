@@ -35,7 +35,7 @@ static float *read_f32(const char *path, size_t n) {
   return (float *)buf;
 }
 
-static int load_golden(golden *g, const char *name) {
+static int load_golden(golden *g, const char *name, int op_opt_off) {
   char path[512], *meta;
   memset(g, 0, sizeof *g);
   g->name = name;
@@ -50,7 +50,8 @@ static int load_golden(golden *g, const char *name) {
   cJSON_Delete(j);
   free(meta);
   snprintf(path, sizeof path, "golden/%s/model", name);
-  if (dsi_model_open(&g->m, path, NULL, &err)) { fprintf(stderr, "%s: %s\n", name, err.msg); return -1; }
+  dsi_load_opts lo = {.op_opt_off = op_opt_off};
+  if (dsi_model_open(&g->m, path, &lo, &err)) { fprintf(stderr, "%s: %s\n", name, err.msg); return -1; }
   snprintf(path, sizeof path, "golden/%s/ref/decode_absorb.f32", name);
   g->ref = read_f32(path, (size_t)g->n * g->vocab);
   return 0;
@@ -82,7 +83,7 @@ static void check_rows(const golden *g, const char *mode, const float *out, int 
 static void run_mode(const golden *g, const char *mode, int chunk, int n_other, int threads) {
   dsi_engine *e;
   dsi_err err = {0};
-  dsi_engine_opts eo = {.n_threads = threads, .kv_block_size = 8, .max_tokens = 64};
+  dsi_engine_opts eo = {.n_threads = threads, .kv_block_size = 8, .max_tokens = 64, .act_precision = DSI_ACT_F32};
   if (dsi_engine_open(&e, g->m, &eo, &err)) { CHECKF(0, "%s", err.msg); return; }
   int V = g->vocab, seq = dsi_seq_new(e);
   int others[8];
@@ -124,9 +125,12 @@ static void run_mode(const golden *g, const char *mode, int chunk, int n_other, 
 int main(void) {
   setvbuf(stdout, NULL, _IONBF, 0);
   const char *cases[] = {"tiny-f32", "tiny-bf16", "tiny-fp8", "tiny-noqlora-bf16", "tiny-yarn-bf16"};
+  /* both weight layouts: packed (the kernels' own) and row-major (--op-opt off) */
+  for (int op_off = 0; op_off <= 1; op_off++)
   for (size_t c = 0; c < DSI_ARRAY_LEN(cases); c++) {
     golden g;
-    if (load_golden(&g, cases[c])) { CHECKF(0, "cannot load %s", cases[c]); continue; }
+    printf("%s layout:\n", op_off ? "row-major" : "packed");
+    if (load_golden(&g, cases[c], op_off)) { CHECKF(0, "cannot load %s", cases[c]); continue; }
     run_mode(&g, "prefill", g.n, 0, 2);
     run_mode(&g, "decode", 1, 0, 2);
     run_mode(&g, "chunk5", 5, 0, 1);

@@ -24,7 +24,8 @@ static float *prompt_logits(const char *dir, int mlock, int *vocab, dsi_err *err
   dsi_model_info info;
   dsi_model_get_info(m, &info);
   dsi_engine *e;
-  DSI_ASSERT(dsi_engine_open(&e, m, NULL, err) == 0);
+  dsi_engine_opts eo = {.act_precision = DSI_ACT_F32};
+  DSI_ASSERT(dsi_engine_open(&e, m, &eo, err) == 0);
   int s = dsi_seq_new(e);
   int32_t toks[6] = {3, 141, 59, 26, 5, 358}, seq[6] = {s, s, s, s, s, s};
   float *lg = malloc((size_t)6 * info.vocab_size * sizeof(float));
@@ -124,9 +125,10 @@ int main(void) {
     for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(lf[i]));
     CHECKF(max_diff(lf, lb, n) < 0.1 * scale, "bf16 vs f32: %g of %g", max_diff(lf, lb, n), scale);
     CHECKF(max_diff(lf, l8, n) < 0.25 * scale, "fp8 vs f32: %g of %g", max_diff(lf, l8, n), scale);
-    /* --mlock computes from the locked mapping: the same numbers */
+    /* --mlock computes from the locked mapping (row-major): the same
+     * numbers up to float summation order */
     float *lm = prompt_logits(bf16, 1, &V, &err);
-    CHECKF(lm && max_diff(lm, lb, n) == 0, "--mlock differs: %s", lm ? "" : err.msg);
+    CHECKF(lm && max_diff(lm, lb, n) <= 1e-5 * scale, "--mlock differs: %s", lm ? "" : err.msg);
     free(lm);
   }
   free(lf); free(lb); free(l8); free(ls);

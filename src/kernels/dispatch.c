@@ -1,0 +1,33 @@
+/* kernels: choose, per call, the matmul kernel for a weight and a batch
+ * size from what this CPU runs (cpu.h) and which ISA files were built. */
+#include "kernels/cpu.h"
+#include "kernels/gemm.h"
+
+/* AMX pays for its tile set-up and the bf16 conversion of activations from
+ * about this many rows of activations on (below it the AVX-512 kernel,
+ * which streams weights once for up to ~16 rows, is as fast) */
+#define DSI_AMX_MIN_M 16
+
+dsi_gemm_fn dsi_gemm_pick(const dsi_mat *w, int m, int *wants_bf16) {
+  const dsi_cpu *cpu = dsi_cpu_get();
+  *wants_bf16 = 0;
+  if (w->layout != DSI_LAYOUT_TILES) return dsi_gemm_ref;
+  int kernel_dtype = w->dtype == DSI_DTYPE_F32 || w->dtype == DSI_DTYPE_BF16 || w->dtype == DSI_DTYPE_F8_E4M3;
+  (void)kernel_dtype;
+  (void)m;
+  (void)cpu;
+#if DSI_HAVE_AMX
+  if (cpu->level >= DSI_ISA_AMX && m >= DSI_AMX_MIN_M &&
+      (w->dtype == DSI_DTYPE_BF16 || w->dtype == DSI_DTYPE_F8_E4M3)) {
+    *wants_bf16 = 1;
+    return dsi_gemm_amx;
+  }
+#endif
+#if DSI_HAVE_AVX512
+  if (cpu->level >= DSI_ISA_AVX512 && kernel_dtype) return dsi_gemm_avx512;
+#endif
+#if DSI_HAVE_AVX2
+  if (cpu->level >= DSI_ISA_AVX2 && kernel_dtype) return dsi_gemm_avx2;
+#endif
+  return dsi_gemm_ref;
+}
