@@ -3,7 +3,7 @@
  * block and the whole model. Buffers are sized once for max_tokens; the
  * forward allocates nothing. */
 #include "graph/forward.h"
-#include "kernels/gemm.h"
+#include "graph/gemm_run.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -40,12 +40,9 @@ struct dsi_fwd {
   float *q_lat;         /* [attn_chunk, H, kv_lora] queries in latent space */
   float *o_lat;         /* [attn_chunk, H, kv_lora] attention output in latent space */
   float *h_pairs;       /* [T * top_k, moe_inter'] routed experts' hidden rows, by pair */
-  int act_bf16;         /* matmuls see activations rounded to bf16 (whatever the kernel) */
-  float *xr;            /* prepared activations: bf16-rounded f32 rows, then bf16 rows (AMX) */
-  size_t xb_len;        /* xr's size in floats */
+  dsi_gemm_ctx gc;      /* matmuls on the pool: prepared activations, kernels */
   dsi_gemm *gemms;      /* [max(H, n_experts)] one batched call's matmuls */
   dsi_mat *views;       /* [2H] per-head panels of W_UK^T and W_UV */
-  dsi_gemm_fn *fns;
   /* per-thread scratch */
   float **scratch;      /* [nth][scratch_len] */
   size_t scratch_len;
@@ -99,105 +96,11 @@ static void matmul(dsi_fwd *f, const dsi_mat *w, const float *x, float *y, int m
   dsi_pool_run(f->pool, matmul_task, &j);
 }
 
-/* ---- the packed path's matmuls: a batch of calls over one pool dispatch ---- */
-/* Every matmul in the batch has `rows` rows; each thread computes the same
- * share [r0, r1) of every one, so outputs never overlap (also for the
- * routed scatter, whose rows of y are shared between experts). */
-typedef struct {
-  dsi_fwd *f;
-  const dsi_gemm *gs;
-  dsi_gemm_fn *fns;
-  int n, rows, unit;
-} gemm_job;
-
-static void gemm_task(void *ctx, int ith, int nth) {
-  gemm_job *j = ctx;
-  long u0, u1, units = DSI_CEIL_DIV(j->rows, j->unit);
-  dsi_split(units, ith, nth, &u0, &u1);
-  int r0 = (int)(u0 * j->unit), r1 = (int)DSI_MIN(u1 * j->unit, (long)j->rows);
-  if (r0 >= r1) return;
-  for (int i = 0; i < j->n; i++)
-    if (j->gs[i].m > 0) j->fns[i](&j->gs[i], r0, r1, j->f->scratch[ith]);
-}
-
-typedef struct {
-  dsi_fwd *f;
-  dsi_gemm *gs;
-  int n;
-  long total;          /* rows of activations over all calls */
-  const size_t *at;    /* [n] first prepared row of call i, counting all calls */
-  const size_t *slot;  /* [n] first row of call i in its own buffer */
-  const uint8_t *to_bf16; /* [n] 1: bf16 into xb; 0: rounded f32 into xr */
-  uint16_t *xb;
-} prep_job;
-
-/* Prepare every call's activation rows, split over threads: bf16 for the
- * kernels that read it, bf16-rounded f32 for the others, so every kernel
- * multiplies the same numbers and results do not depend on which kernel a
- * batch size picked. */
-static void prep_task(void *ctx, int ith, int nth) {
-  prep_job *j = ctx;
-  long a, e;
-  dsi_split(j->total, ith, nth, &a, &e);
-  for (int i = 0; i < j->n && a < e; i++) {
-    dsi_gemm *g = &j->gs[i];
-    long lo = (long)j->at[i], hi = lo + g->m;
-    if (hi <= a || lo >= e) continue;
-    long s0 = DSI_MAX(a, lo), s1 = DSI_MIN(e, hi);
-    const float *x = g->x_rows ? g->x : g->x + (size_t)(s0 - lo) * g->ldx;
-    const int32_t *rows = g->x_rows ? g->x_rows + (s0 - lo) : NULL;
-    size_t r = j->slot[i] + (size_t)(s0 - lo);
-    if (j->to_bf16[i])
-      dsi_rows_to_bf16(x, g->ldx, rows, (int)(s1 - s0), g->w->cols, g->w->kpad, j->xb + r * g->w->kpad);
-    else
-      dsi_rows_round_bf16(x, g->ldx, rows, (int)(s1 - s0), g->w->cols, j->f->xr + r * g->w->cols);
-  }
-}
-
-/* Run n matmuls of equal row count as one dispatch; picks each kernel and
- * prepares the activations it reads once, before. */
-static void gemm_batch(dsi_fwd *f, dsi_gemm *gs, int n, int rows, int unit) {
-  size_t at[1024], slot[1024], total = 0, n_r = 0, n_b = 0;
-  uint8_t to_bf16[1024];
-  DSI_ASSERT(n <= 1024);
-  for (int i = 0; i < n; i++) {
-    int wants = 0;
-    f->fns[i] = dsi_gemm_pick(gs[i].w, gs[i].m, &wants);
-    gs[i].xb = NULL;
-    to_bf16[i] = (uint8_t)wants;
-    at[i] = total;
-    if (wants) { slot[i] = n_b; n_b += gs[i].m; }
-    else if (f->act_bf16) { slot[i] = n_r; n_r += gs[i].m; }
-    else continue;
-    total += gs[i].m;
-  }
-  if (total) {
-    /* cols and kpad are the same for every call of a batch; rounded f32
-     * rows first, bf16 rows after them */
-    size_t r_bytes = (n_r * gs[0].w->cols * sizeof(float) + 63) & ~(size_t)63;
-    DSI_ASSERT(r_bytes + n_b * gs[0].w->kpad * sizeof(uint16_t) <= f->xb_len * sizeof(float));
-    uint16_t *xb = (uint16_t *)((uint8_t *)f->xr + r_bytes);
-    prep_job pj = {f, gs, n, (long)total, at, slot, to_bf16, xb};
-    dsi_pool_run(f->pool, prep_task, &pj);
-    for (int i = 0; i < n; i++) {
-      if (to_bf16[i]) {
-        gs[i].xb = xb + slot[i] * gs[i].w->kpad;
-      } else if (f->act_bf16) {
-        gs[i].x = f->xr + slot[i] * gs[i].w->cols;
-        gs[i].ldx = gs[i].w->cols;
-        gs[i].x_rows = NULL;
-      }
-    }
-  }
-  gemm_job j = {f, gs, f->fns, n, rows, unit};
-  dsi_pool_run(f->pool, gemm_task, &j);
-}
-
 /* y[m, rows] = x[m, cols] W^T for one packed weight */
 static void gemm1(dsi_fwd *f, const dsi_mat *w, const float *x, int ldx, float *y, int ldy, int m,
                   dsi_epilogue epi) {
   f->gemms[0] = (dsi_gemm){.w = w, .x = x, .ldx = ldx, .m = m, .y = y, .ldy = ldy, .epi = epi};
-  gemm_batch(f, f->gemms, 1, w->rows, epi == DSI_EPI_SILU_PAIRS ? 32 : 16);
+  dsi_gemm_batch(&f->gc, f->gemms, 1, w->rows, epi == DSI_EPI_SILU_PAIRS ? 32 : 16);
 }
 
 /* y = x W^T with whichever layout w is in */
@@ -341,13 +244,13 @@ static void mla_absorbed_packed(dsi_fwd *f, const dsi_layer_weights *w, const ds
     for (int h = 0; h < H; h++)
       f->gemms[h] = (dsi_gemm){.w = &uk[h], .x = f->q + ((size_t)t0 * H + h) * qk, .ldx = H * qk, .m = n,
                                .y = f->q_lat + (size_t)h * kvl, .ldy = H * kvl, .epi = DSI_EPI_STORE};
-    gemm_batch(f, f->gemms, H, kvl, DSI_TILE_N);
+    dsi_gemm_batch(&f->gc, f->gemms, H, kvl, DSI_TILE_N);
     core_job cj = {f, b, cache, layer, t0, n};
     dsi_pool_run(f->pool, attn_core_task, &cj);
     for (int h = 0; h < H; h++)
       f->gemms[h] = (dsi_gemm){.w = &uv[h], .x = f->o_lat + (size_t)h * kvl, .ldx = H * kvl, .m = n,
                                .y = f->attn + ((size_t)t0 * H + h) * vd, .ldy = H * vd, .epi = DSI_EPI_STORE};
-    gemm_batch(f, f->gemms, H, vd, DSI_TILE_N);
+    dsi_gemm_batch(&f->gc, f->gemms, H, vd, DSI_TILE_N);
   }
 }
 
@@ -510,7 +413,7 @@ static void moe(dsi_fwd *f, const dsi_layer_weights *w, int T) {
       f->gemms[n++] = (dsi_gemm){.w = &w->exp_gate_up[e], .x = f->xn, .ldx = D, .x_rows = f->exp_tok + a,
                                  .m = cnt, .y = f->h_pairs + (size_t)a * ih, .ldy = ih, .epi = DSI_EPI_SILU_PAIRS};
     }
-    gemm_batch(f, f->gemms, n, w->exp_gate_up[0].rows, 2 * DSI_TILE_N);
+    dsi_gemm_batch(&f->gc, f->gemms, n, w->exp_gate_up[0].rows, 2 * DSI_TILE_N);
     n = 0;
     for (int e = 0; e < E; e++) {
       int a = f->exp_start[e], cnt = f->exp_start[e + 1] - a;
@@ -519,7 +422,7 @@ static void moe(dsi_fwd *f, const dsi_layer_weights *w, int T) {
                                  .y = f->moe_y, .ldy = D, .epi = DSI_EPI_SCATTER_ADD,
                                  .y_rows = f->exp_tok + a, .y_scale = f->exp_w + a};
     }
-    gemm_batch(f, f->gemms, n, D, DSI_TILE_N);
+    dsi_gemm_batch(&f->gc, f->gemms, n, D, DSI_TILE_N);
   } else {
     for (int e = 0; e < E; e++) {
       int a = f->exp_start[e], n = f->exp_start[e + 1] - a;
@@ -620,7 +523,7 @@ int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, int max_token
   long kpad_max = DSI_CEIL_DIV(DSI_MAX(DSI_MAX(D, inter), DSI_MAX(DSI_MAX(c->q_lora_rank, kvl), H * c->v_head_dim)),
                                DSI_TILE_K) * DSI_TILE_K;
   long xb_rows = DSI_MAX((long)T * DSI_MAX(K, 1), (long)f->attn_chunk * H);
-  f->xb_len = (size_t)xb_rows * kpad_max + 64; /* f32 rows, or bf16 rows, or both halves */
+  f->gc.xr_len = (size_t)xb_rows * kpad_max + 64; /* f32 rows, or bf16 rows, or both halves */
   size_t half = c->qk_rope_head_dim / 2;
   int ok = 1;
 #define ALLOC(p, n) do { if (!((p) = dsi_alloc_aligned((size_t)(n) * sizeof(*(p))))) ok = 0; } while (0)
@@ -650,9 +553,11 @@ int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, int max_token
   }
   ALLOC(f->q_lat, (size_t)f->attn_chunk * H * kvl);
   ALLOC(f->o_lat, (size_t)f->attn_chunk * H * kvl);
-  ALLOC(f->xr, f->xb_len); /* f32 elements; the bf16 rows live past the f32 ones */
+  ALLOC(f->gc.xr, f->gc.xr_len);
   f->gemms = dsi_xcalloc(DSI_MAX(H, E) + 1, sizeof(dsi_gemm));
-  f->fns = dsi_xcalloc(DSI_MAX(H, E) + 1, sizeof(dsi_gemm_fn));
+  f->gc.max_calls = DSI_MAX(H, E) + 1;
+  f->gc.fns = dsi_xcalloc(f->gc.max_calls, sizeof(dsi_gemm_fn));
+  f->gc.pool = pool;
   f->views = dsi_xcalloc(2 * H, sizeof(dsi_mat));
   /* scratch: the widest weight row, or attention's 3 latent rows + scores */
   size_t widest = DSI_MAX(DSI_MAX(D, inter), DSI_MAX(H * c->v_head_dim, DSI_MAX(c->q_lora_rank, kvl)));
@@ -662,6 +567,7 @@ int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, int max_token
   f->scratch_len = DSI_MAX(f->scratch_len, DSI_GEMM_SCRATCH(kpad_max) / sizeof(float));
   f->scratch = dsi_xcalloc(f->nth, sizeof(float *));
   for (int i = 0; i < f->nth; i++) ALLOC(f->scratch[i], f->scratch_len);
+  f->gc.scratch = f->scratch;
 #undef ALLOC
   if (!ok) {
     dsi_fwd_free(f);
@@ -672,8 +578,8 @@ int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, int max_token
   return DSI_OK;
 }
 
-void dsi_fwd_set_act_bf16(dsi_fwd *f, int on) { f->act_bf16 = on; }
-int dsi_fwd_act_bf16(const dsi_fwd *f) { return f->act_bf16; }
+void dsi_fwd_set_act_bf16(dsi_fwd *f, int on) { f->gc.act_bf16 = on; }
+int dsi_fwd_act_bf16(const dsi_fwd *f) { return f->gc.act_bf16; }
 
 void dsi_fwd_free(dsi_fwd *f) {
   if (!f) return;
@@ -684,9 +590,9 @@ void dsi_fwd_free(dsi_fwd *f) {
   dsi_free_aligned(f->topk_ids);
   dsi_free_aligned(f->exp_start);
   dsi_free_aligned(f->exp_tok);
-  dsi_free_aligned(f->xr);
+  dsi_free_aligned(f->gc.xr);
   free(f->gemms);
-  free(f->fns);
+  free(f->gc.fns);
   free(f->views);
   if (f->scratch)
     for (int i = 0; i < f->nth; i++) dsi_free_aligned(f->scratch[i]);
