@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -53,6 +54,8 @@ typedef struct dsi_model_info {
   int n_routed_experts, num_experts_per_tok, max_position_embeddings;
   int bos_token_id, eos_token_id;
   size_t weight_bytes;   /* bytes of weights held for run time */
+  size_t active_bytes_per_token; /* weight bytes one decode token reads: attention, dense and
+                                    shared MLPs, router, top-k experts per MoE layer, lm_head */
   size_t file_bytes;     /* bytes of the checkpoint's tensors on disk */
   double load_seconds;
   const char *weight_dtype; /* "f32", "bf16", "fp8", "mixed" */
@@ -124,8 +127,30 @@ typedef struct dsi_mkmodel_opts {
 } dsi_mkmodel_opts;
 int dsi_mkmodel(const dsi_mkmodel_opts *o, dsi_err *err);
 
+/* ---- benchmarks ---- */
+typedef struct dsi_peaks {
+  int threads;
+  double read_gbs;        /* memory read bandwidth, all threads, 1 GiB buffer */
+  double triad_gbs;       /* STREAM triad (3 arrays counted) */
+  double amx_bf16_gflops; /* tdpbf16ps on resident tiles, summed over threads; 0 without AMX */
+} dsi_peaks;
+int dsi_measure_peaks(int n_threads, dsi_peaks *out);
+double dsi_median(double *v, int n); /* sorts v */
+
+typedef struct dsi_bench_kernels_opts {
+  int n_threads, reps;
+  const char *dtypes;  /* "bf16,fp8" (default) */
+  const char *shape;   /* one of the V3 shapes, or NULL for all */
+  const int *ms;       /* batch sizes (default 1,4,16,64,256,1024) */
+  int n_ms;
+} dsi_bench_kernels_opts;
+/* Print the machine's peaks and every matmul kernel on DeepSeek-V3's
+ * shapes (GB/s and GFLOP/s as fractions of them), beside OpenBLAS. */
+int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err);
+
 /* ---- the CPU this runs on ---- */
 const char *dsi_isa_name(void);
+size_t dsi_peak_rss(void); /* VmHWM of this process, bytes */
 int dsi_default_threads(void);
 void dsi_set_log_level(int level); /* 0 error .. 3 debug */
 

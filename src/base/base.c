@@ -138,6 +138,7 @@ static size_t status_kb(const char *key) {
 }
 size_t dsi_rss_bytes(void) { return status_kb("VmRSS:"); }
 size_t dsi_peak_rss_bytes(void) { return status_kb("VmHWM:"); }
+size_t dsi_peak_rss(void) { return dsi_peak_rss_bytes(); }
 
 /* ---- arena ---- */
 int dsi_arena_init(dsi_arena *a, size_t cap) {

@@ -31,3 +31,16 @@ dsi_gemm_fn dsi_gemm_pick(const dsi_mat *w, int m, int *wants_bf16) {
 #endif
   return dsi_gemm_ref;
 }
+
+const char *dsi_gemm_kernel_name(dsi_gemm_fn fn) {
+#if DSI_HAVE_AMX
+  if (fn == dsi_gemm_amx) return "amx";
+#endif
+#if DSI_HAVE_AVX512
+  if (fn == dsi_gemm_avx512) return "avx512";
+#endif
+#if DSI_HAVE_AVX2
+  if (fn == dsi_gemm_avx2) return "avx2";
+#endif
+  return fn == dsi_gemm_ref ? "ref" : "?";
+}

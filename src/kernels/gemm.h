@@ -58,6 +58,8 @@ void dsi_gemm_avx2(const dsi_gemm *g, int r0, int r1, void *scratch);
 /* The kernel for w at batch size m on this CPU; *wants_bf16 is set when it
  * reads g->xb (the caller converts the activations once per call). */
 dsi_gemm_fn dsi_gemm_pick(const dsi_mat *w, int m, int *wants_bf16);
+/* "ref", "avx2", "avx512", "amx" */
+const char *dsi_gemm_kernel_name(dsi_gemm_fn fn);
 
 /* Pack gate [I, D] and up [I, D] (row-major, same dtype) into one TILES
  * matrix [2I', D] of alternating 16-row panels (I' = I rounded up to 16),

@@ -529,6 +529,33 @@ void dsi_model_free(dsi_model *m) {
   free(m);
 }
 
+static size_t mat_bytes(const dsi_mat *w) {
+  if (!w->data) return 0;
+  if (w->layout == DSI_LAYOUT_TILES) return dsi_pack_bytes(w);
+  size_t b = (size_t)w->rows * w->cols * dsi_dtype_size(w->dtype);
+  if (w->scale) b += (size_t)DSI_CEIL_DIV(w->rows, w->block) * w->scale_cols * sizeof(float);
+  return b;
+}
+
+/* weight bytes a decode token reads (the decode roofline's numerator) */
+static size_t active_bytes(const dsi_model *m) {
+  const dsi_config *c = &m->cfg;
+  size_t b = mat_bytes(&m->lm_head) + (size_t)c->hidden_size * dsi_dtype_size(m->embed_tokens.dtype);
+  for (int L = 0; L < c->num_hidden_layers; L++) {
+    const dsi_layer_weights *w = &m->layers[L];
+    const dsi_mat *all[] = {&w->q_a_proj, &w->q_b_proj, &w->q_proj, &w->kv_a_proj_with_mqa, &w->kv_b_proj,
+                            &w->w_uk_t, &w->w_uv, &w->o_proj, &w->gate_proj, &w->up_proj, &w->down_proj,
+                            &w->gate_up, &w->gate};
+    for (size_t i = 0; i < DSI_ARRAY_LEN(all); i++) b += mat_bytes(all[i]);
+    if (w->is_moe) {
+      size_t e = mat_bytes(&w->exp_down[0]) + (w->exp_gate_up[0].data ? mat_bytes(&w->exp_gate_up[0])
+                                                                      : mat_bytes(&w->exp_gate[0]) + mat_bytes(&w->exp_up[0]));
+      b += e * c->num_experts_per_tok;
+    }
+  }
+  return b;
+}
+
 void dsi_model_get_info(const dsi_model *m, dsi_model_info *info) {
   const dsi_config *c = &m->cfg;
   memset(info, 0, sizeof *info);
@@ -542,6 +569,7 @@ void dsi_model_get_info(const dsi_model *m, dsi_model_info *info) {
   info->bos_token_id = c->bos_token_id;
   info->eos_token_id = c->eos_token_id;
   info->weight_bytes = m->weight_bytes;
+  info->active_bytes_per_token = active_bytes(m);
   info->file_bytes = m->file_bytes;
   info->load_seconds = m->load_seconds;
   info->weight_dtype = m->weight_dtype;

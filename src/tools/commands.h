@@ -6,5 +6,6 @@
 int dsi_cmd_logits(int argc, char **argv);
 int dsi_cmd_generate(int argc, char **argv);
 int dsi_cmd_mkmodel(int argc, char **argv);
+int dsi_cmd_bench(int argc, char **argv);
 
 #endif

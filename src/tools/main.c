@@ -10,6 +10,7 @@ static const struct {
   int (*fn)(int, char **);
   const char *help;
 } k_commands[] = {
+  {"bench", dsi_cmd_bench, "benchmark a model (prefill, decode, roofline) or the kernels"},
   {"generate", dsi_cmd_generate, "generate token ids from a prompt of ids; report speed"},
   {"logits", dsi_cmd_logits, "write every position's logits of one or more sequences"},
   {"mkmodel", dsi_cmd_mkmodel, "write a random-weight checkpoint (tiny, small, bench, v3slice)"},

@@ -1,0 +1,255 @@
+/* engine: benchmarks that need the engine's insides — this machine's peaks
+ * (memory bandwidth, AMX BF16 compute) and every matmul kernel on
+ * DeepSeek-V3's real shapes, beside OpenBLAS when it is installed. */
+#define _GNU_SOURCE
+#include "base/base.h"
+#include "base/pool.h"
+#include "graph/gemm_run.h"
+#include "kernels/cpu.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#if DSI_HAVE_OPENBLAS
+#include <cblas.h>
+void openblas_set_num_threads(int);
+#endif
+
+#if defined(__x86_64__)
+double dsi_amx_peak_gflops(double seconds); /* kernels/x86/amx_peak.c */
+#else
+static double dsi_amx_peak_gflops(double seconds) { (void)seconds; return 0; }
+#endif
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+double dsi_median(double *v, int n) {
+  qsort(v, n, sizeof(double), cmp_double);
+  return n ? (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2])) : 0;
+}
+
+/* ---- peaks ---- */
+typedef struct {
+  uint64_t *a;
+  float *x, *y, *z;
+  size_t n;
+  uint64_t sink[64];
+} bw_job;
+
+static void read_task(void *ctx, int ith, int nth) {
+  bw_job *j = ctx;
+  long a, e;
+  dsi_split((long)j->n, ith, nth, &a, &e);
+  uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  for (long i = a; i + 4 <= e; i += 4) {
+    s0 += j->a[i];
+    s1 += j->a[i + 1];
+    s2 += j->a[i + 2];
+    s3 += j->a[i + 3];
+  }
+  j->sink[ith % 64] = s0 + s1 + s2 + s3;
+}
+
+static void triad_task(void *ctx, int ith, int nth) {
+  bw_job *j = ctx;
+  long a, e;
+  dsi_split((long)j->n, ith, nth, &a, &e);
+  for (long i = a; i < e; i++) j->x[i] = j->y[i] + 3.0f * j->z[i];
+}
+
+static void amx_task(void *ctx, int ith, int nth) {
+  double *out = ctx;
+  (void)nth;
+  out[ith] = dsi_amx_peak_gflops(0.3);
+}
+
+int dsi_measure_peaks(int n_threads, dsi_peaks *out) {
+  memset(out, 0, sizeof *out);
+  dsi_pool *pool = dsi_pool_new(n_threads > 0 ? n_threads : dsi_default_threads());
+  int nth = dsi_pool_size(pool);
+  out->threads = nth;
+  /* 1 GiB, far past the caches that are ours (the L3 is shared and large:
+   * anything smaller than it can be served from it) */
+  size_t bytes = (size_t)1 << 30;
+  bw_job j = {0};
+  j.a = dsi_alloc_big(bytes);
+  if (!j.a) { dsi_pool_free(pool); return DSI_E_NOMEM; }
+  j.n = bytes / sizeof(uint64_t);
+  memset(j.a, 1, bytes);
+  double t[7];
+  for (int r = 0; r < 7; r++) {
+    double t0 = dsi_now();
+    dsi_pool_run(pool, read_task, &j);
+    t[r] = bytes / (dsi_now() - t0) * 1e-9;
+  }
+  out->read_gbs = dsi_median(t, 7);
+  dsi_free_big(j.a, bytes);
+  size_t n = (256u << 20) / sizeof(float);
+  j.x = dsi_alloc_big(n * 4);
+  j.y = dsi_alloc_big(n * 4);
+  j.z = dsi_alloc_big(n * 4);
+  j.n = n;
+  if (j.x && j.y && j.z) {
+    for (size_t i = 0; i < n; i++) j.x[i] = 0, j.y[i] = 1, j.z[i] = 2;
+    for (int r = 0; r < 7; r++) {
+      double t0 = dsi_now();
+      dsi_pool_run(pool, triad_task, &j);
+      t[r] = 3.0 * n * sizeof(float) / (dsi_now() - t0) * 1e-9;
+    }
+    out->triad_gbs = dsi_median(t, 7);
+  }
+  dsi_free_big(j.x, n * 4);
+  dsi_free_big(j.y, n * 4);
+  dsi_free_big(j.z, n * 4);
+  double per[256] = {0};
+  if (dsi_cpu_get()->amx_bf16 && nth <= 256) {
+    dsi_pool_run(pool, amx_task, per);
+    for (int i = 0; i < nth; i++) out->amx_bf16_gflops += per[i];
+  }
+  dsi_pool_free(pool);
+  return DSI_OK;
+}
+
+/* ---- kernels on DeepSeek-V3's shapes ---- */
+static const struct { const char *name; int rows, cols; } k_shapes[] = {
+  {"q_a", 1536, 7168},   {"q_b", 24576, 1536},    {"kv_a", 576, 7168},       {"o", 7168, 16384},
+  {"expert_up", 2048, 7168}, {"expert_down", 7168, 2048}, {"dense_up", 18432, 7168}, {"lm_head", 129280, 7168},
+};
+
+/* a random packed weight, made directly in the TILES layout */
+static int random_packed(dsi_mat *w, dsi_dtype dt, int rows, int cols, void **mem, size_t *bytes, dsi_rng *r) {
+  dsi_mat shape = {.dtype = dt, .rows = rows, .cols = cols, .block = 128, .scale_cols = DSI_CEIL_DIV(cols, 128)};
+  *bytes = dsi_pack_bytes(&shape);
+  *mem = dsi_alloc_big(*bytes);
+  if (!*mem) return DSI_E_NOMEM;
+  float *scales = NULL;
+  if (dt == DSI_DTYPE_F8_E4M3) {
+    size_t ns = (size_t)DSI_CEIL_DIV(rows, 128) * shape.scale_cols;
+    scales = dsi_xmalloc(ns * sizeof(float));
+    for (size_t i = 0; i < ns; i++) scales[i] = 1e-3f * (1 + dsi_rng_uniform(r));
+    shape.scale = scales;
+  }
+  dsi_pack_describe(&shape, w, *mem);
+  free(scales);
+  size_t n = (size_t)DSI_CEIL_DIV(rows, DSI_TILE_N) * DSI_TILE_N * w->kpad;
+  if (dt == DSI_DTYPE_BF16) {
+    uint16_t *d = *mem;
+    for (size_t i = 0; i < n; i++) d[i] = dsi_f32_to_bf16((dsi_rng_uniform(r) - 0.5f) * 0.05f);
+  } else {
+    uint8_t *d = *mem;
+    for (size_t i = 0; i < n; i++) d[i] = (uint8_t)(dsi_rng_u64(r) & 0xf7); /* never the NaN code */
+  }
+  return DSI_OK;
+}
+
+int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) {
+  int nth = o->n_threads > 0 ? o->n_threads : dsi_default_threads();
+  int reps = o->reps > 0 ? o->reps : 5;
+  static const int default_ms[] = {1, 4, 16, 64, 256, 1024};
+  const int *ms = o->n_ms ? o->ms : default_ms;
+  int n_ms = o->n_ms ? o->n_ms : 6, max_m = 0;
+  for (int i = 0; i < n_ms; i++) max_m = DSI_MAX(max_m, ms[i]);
+  dsi_peaks pk;
+  int rc = dsi_measure_peaks(nth, &pk);
+  if (rc) return dsi_errf(err, rc, "cannot allocate the bandwidth test's buffers");
+  const dsi_cpu *cpu = dsi_cpu_get();
+  fprintf(out, "machine: %d threads, isa %s; memory read %.1f GB/s, triad %.1f GB/s; AMX BF16 peak %.0f GFLOP/s (%d cores)\n",
+          pk.threads, dsi_isa_str(cpu->level), pk.read_gbs, pk.triad_gbs, pk.amx_bf16_gflops, pk.threads);
+#if DSI_HAVE_OPENBLAS
+  fprintf(out, "baseline: OpenBLAS cblas_sgemm (f32 weights; this OpenBLAS has no cblas_sbgemm)\n");
+  openblas_set_num_threads(nth);
+#else
+  fprintf(out, "baseline: OpenBLAS not built in (install libopenblas-dev and rebuild)\n");
+#endif
+  fprintf(out, "%-12s %6s %6s %-5s %5s %9s %8s %6s %9s %6s %10s %7s\n", "shape", "rows", "cols", "dtype", "M", "ms",
+          "GB/s", "%bw", "GFLOP/s", "%amx", "blas GF/s", "x blas");
+  dsi_pool *pool = dsi_pool_new(nth);
+  dsi_gemm_ctx gc = {.pool = pool, .max_calls = 1};
+  gc.fns = dsi_xcalloc(1, sizeof(dsi_gemm_fn));
+  gc.scratch = dsi_xcalloc(nth, sizeof(float *));
+  size_t kmax = 16384 + 64;
+  for (int i = 0; i < nth; i++) gc.scratch[i] = dsi_alloc_aligned(DSI_GEMM_SCRATCH(kmax));
+  gc.xr_len = (size_t)max_m * kmax + 64;
+  gc.xr = dsi_alloc_aligned(gc.xr_len * sizeof(float));
+  gc.act_bf16 = cpu->level >= DSI_ISA_AMX;
+  float *x = dsi_alloc_aligned((size_t)max_m * kmax * sizeof(float));
+  dsi_rng r;
+  dsi_rng_seed(&r, 1);
+  for (size_t i = 0; i < (size_t)max_m * kmax; i++) x[i] = dsi_rng_uniform(&r) - 0.5f;
+  const char *dts = o->dtypes ? o->dtypes : "bf16,fp8";
+  for (size_t s = 0; s < DSI_ARRAY_LEN(k_shapes); s++) {
+    if (o->shape && strcmp(o->shape, k_shapes[s].name)) continue;
+    int rows = k_shapes[s].rows, cols = k_shapes[s].cols;
+    float *y = dsi_alloc_big((size_t)max_m * rows * sizeof(float));
+    float *wf = NULL;
+#if DSI_HAVE_OPENBLAS
+    wf = dsi_alloc_big((size_t)rows * cols * sizeof(float));
+    if (wf)
+      for (size_t i = 0; i < (size_t)rows * cols; i++) wf[i] = dsi_rng_uniform(&r) - 0.5f;
+#endif
+    for (int d = 0; d < 2; d++) {
+      dsi_dtype dt = d == 0 ? DSI_DTYPE_BF16 : DSI_DTYPE_F8_E4M3;
+      if (!strstr(dts, d == 0 ? "bf16" : "fp8")) continue;
+      dsi_mat w;
+      void *mem;
+      size_t bytes;
+      if (!y || random_packed(&w, dt, rows, cols, &mem, &bytes, &r)) {
+        fprintf(out, "%-12s: not enough memory\n", k_shapes[s].name);
+        continue;
+      }
+      for (int mi = 0; mi < n_ms; mi++) {
+        int m = ms[mi];
+        double t[64];
+        int n = 0;
+        double spent = 0;
+        dsi_gemm g;
+        for (int rep = 0; rep < reps + 1 && n < 64; rep++) {
+          g = (dsi_gemm){.w = &w, .x = x, .ldx = cols, .m = m, .y = y, .ldy = rows, .epi = DSI_EPI_STORE};
+          double t0 = dsi_now();
+          dsi_gemm_batch(&gc, &g, 1, rows, DSI_TILE_N);
+          double el = dsi_now() - t0;
+          spent += el;
+          if (rep > 0) t[n++] = el; /* the first run warms caches and pages */
+          if (spent > 20 && n >= 1) break;
+        }
+        double med = dsi_median(t, n), gbs = bytes / med * 1e-9, gf = 2.0 * m * rows * cols / med * 1e-9;
+        double blas = 0;
+#if DSI_HAVE_OPENBLAS
+        if (wf && d == 0) {
+          double tb[16];
+          int nb = 0;
+          for (int rep = 0; rep < DSI_MIN(reps, 3) + 1; rep++) {
+            double t0 = dsi_now();
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, rows, cols, 1.0f, x, cols, wf, cols, 0.0f, y, rows);
+            double el = dsi_now() - t0;
+            if (rep > 0) tb[nb++] = el;
+            if (el > 10) break;
+          }
+          if (nb) blas = 2.0 * m * rows * cols / dsi_median(tb, nb) * 1e-9;
+        }
+#endif
+        char bl[32] = "-", ratio[32] = "-";
+        if (blas > 0) {
+          snprintf(bl, sizeof bl, "%.1f", blas);
+          snprintf(ratio, sizeof ratio, "%.1fx", gf / blas);
+        }
+        fprintf(out, "%-12s %6d %6d %-5s %5d %9.3f %8.1f %5.0f%% %9.1f %5.1f%% %10s %7s  (%s)\n", k_shapes[s].name,
+                rows, cols, d == 0 ? "bf16" : "fp8", m, med * 1e3, gbs, 100 * gbs / pk.read_gbs, gf,
+                pk.amx_bf16_gflops > 0 ? 100 * gf / pk.amx_bf16_gflops : 0, bl, ratio, dsi_gemm_kernel_name(gc.fns[0]));
+        fflush(out);
+      }
+      dsi_free_big(mem, bytes);
+    }
+    dsi_free_big(y, (size_t)max_m * rows * sizeof(float));
+    dsi_free_big(wf, (size_t)rows * cols * sizeof(float));
+  }
+  for (int i = 0; i < nth; i++) dsi_free_aligned(gc.scratch[i]);
+  free(gc.scratch);
+  free(gc.fns);
+  dsi_free_aligned(gc.xr);
+  dsi_free_aligned(x);
+  dsi_pool_free(pool);
+  return DSI_OK;
+}

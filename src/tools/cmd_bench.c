@@ -1,0 +1,193 @@
+/* tools: `dsinfer bench` — the model end to end (prefill and decode
+ * tokens/s, medians over repetitions, beside the bandwidth roofline) and
+ * `bench kernels` (every matmul kernel on DeepSeek-V3's shapes). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dsinfer.h"
+#include "tools/cli.h"
+#include "tools/commands.h"
+
+#define DSI_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define DSI_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ---- bench kernels ---- */
+static int bench_kernels(int argc, char **argv) {
+  dsi_bench_kernels_opts o = {0};
+  const char *ms = NULL;
+  const dsi_opt opts[] = {
+    {"--threads", NULL, OPT_INT, &o.n_threads, "threads (default: all cores)"},
+    {"--reps", NULL, OPT_INT, &o.reps, "repetitions per measurement, median reported (default 5)"},
+    {"--dtypes", NULL, OPT_STR, &o.dtypes, "bf16,fp8 (default both)"},
+    {"--shape", NULL, OPT_STR, &o.shape, "only this shape: q_a q_b kv_a o expert_up expert_down dense_up lm_head"},
+    {"--m", NULL, OPT_STR, &ms, "batch sizes, comma-separated (default 1,4,16,64,256,1024)"},
+    {0}};
+  int rc = dsi_cli_parse("bench kernels", "[--threads N] [--reps R] [--dtypes L] [--shape S] [--m LIST]", opts, argc, argv);
+  if (rc) return rc == 1 ? 0 : 2;
+  int32_t *mv = NULL;
+  if (ms) {
+    o.n_ms = dsi_cli_parse_ids(ms, &mv);
+    if (o.n_ms <= 0) return dsi_cli_usage_error("bench kernels", "--m expects positive comma-separated sizes");
+    for (int i = 0; i < o.n_ms; i++)
+      if (mv[i] <= 0 || mv[i] > 4096) { free(mv); return dsi_cli_usage_error("bench kernels", "--m sizes must be in 1..4096"); }
+    o.ms = (const int *)mv;
+  }
+  dsi_err err = {0};
+  rc = dsi_bench_kernels(&o, stdout, &err);
+  free(mv);
+  if (rc) {
+    fprintf(stderr, "dsinfer bench kernels: %s\n", err.msg);
+    return 1;
+  }
+  return 0;
+}
+
+/* ---- bench --model ---- */
+typedef struct {
+  double prefill_tps, decode_tps, ms_per_token;
+} run_result;
+
+static int one_run(dsi_engine *e, int vocab, int P, int G, int B, uint64_t seed, run_result *r) {
+  int n = P * B, rc = 0;
+  int32_t *tok = malloc(n * sizeof(int32_t)), *seq = malloc(n * sizeof(int32_t)), ids[256];
+  uint8_t *want = calloc(n, 1);
+  float *logits = malloc((size_t)B * vocab * sizeof(float));
+  uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+  for (int b = 0; b < B; b++) ids[b] = dsi_seq_new(e);
+  for (int b = 0; b < B; b++)
+    for (int p = 0; p < P; p++) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      tok[b * P + p] = (int32_t)((x >> 33) % (uint64_t)vocab);
+      seq[b * P + p] = ids[b];
+      want[b * P + p] = p == P - 1;
+    }
+  double t0 = now();
+  dsi_batch pb = {.n_tokens = n, .tokens = tok, .seq = seq, .want_logits = want};
+  if (dsi_engine_forward(e, &pb, logits)) rc = 1;
+  double t1 = now();
+  for (int g = 0; g < G && !rc; g++) {
+    for (int b = 0; b < B; b++) {
+      /* greedy */
+      const float *l = logits + (size_t)b * vocab;
+      int best = 0;
+      for (int i = 1; i < vocab; i++)
+        if (l[i] > l[best]) best = i;
+      tok[b] = best;
+      seq[b] = ids[b];
+    }
+    dsi_batch db = {.n_tokens = B, .tokens = tok, .seq = seq};
+    if (dsi_engine_forward(e, &db, logits)) rc = 1;
+  }
+  double t2 = now();
+  for (int b = 0; b < B; b++) dsi_seq_free(e, ids[b]);
+  r->prefill_tps = n / (t1 - t0);
+  r->decode_tps = G > 0 ? (double)G * B / (t2 - t1) : 0;
+  r->ms_per_token = G > 0 ? (t2 - t1) * 1e3 / G : 0;
+  free(tok);
+  free(seq);
+  free(want);
+  free(logits);
+  return rc;
+}
+
+static int bench_model(int argc, char **argv) {
+  const char *model = NULL, *precision = NULL, *op_opt = NULL;
+  int P = 512, G = 64, B = 1, reps = 3, threads = 0, json = 0;
+  const dsi_opt opts[] = {
+    {"--model", NULL, OPT_STR, &model, "checkpoint directory"},
+    {"--prompt-len", NULL, OPT_INT, &P, "prompt tokens per sequence (default 512)"},
+    {"--gen-len", NULL, OPT_INT, &G, "decode steps (default 64)"},
+    {"--batch", NULL, OPT_INT, &B, "sequences run together (default 1)"},
+    {"--reps", NULL, OPT_INT, &reps, "repetitions; medians reported (default 3)"},
+    {"--threads", NULL, OPT_INT, &threads, "threads (default: all cores)"},
+    {"--precision", NULL, OPT_STR, &precision, "auto | f32 | bf16 (see generate --help)"},
+    {"--op-opt", NULL, OPT_STR, &op_opt, "on (packed weights, default) | off (row-major)"},
+    {"--json", NULL, OPT_FLAG, &json, "print one JSON object"},
+    {0}};
+  int rc = dsi_cli_parse("bench", "--model DIR [--prompt-len P] [--gen-len G] [--batch B] [--reps R] [--threads N] [--json]\n"
+                                  "       dsinfer bench kernels [options]   (dsinfer bench kernels --help)",
+                         opts, argc, argv);
+  if (rc) return rc == 1 ? 0 : 2;
+  if (!model) return dsi_cli_usage_error("bench", "--model is required (or use 'dsinfer bench kernels')");
+  if (P < 1 || G < 0 || B < 1 || B > 256 || reps < 1 || threads < 0)
+    return dsi_cli_usage_error("bench", "--prompt-len >= 1, --gen-len >= 0, --batch in 1..256, --reps >= 1");
+  int act = DSI_ACT_AUTO;
+  if (precision && !strcmp(precision, "f32")) act = DSI_ACT_F32;
+  else if (precision && !strcmp(precision, "bf16")) act = DSI_ACT_BF16;
+  else if (precision && strcmp(precision, "auto")) return dsi_cli_usage_error("bench", "--precision must be auto, f32 or bf16");
+  if (op_opt && strcmp(op_opt, "on") && strcmp(op_opt, "off")) return dsi_cli_usage_error("bench", "--op-opt must be on or off");
+  dsi_peaks pk;
+  dsi_measure_peaks(threads, &pk);
+  dsi_err err = {0};
+  dsi_model *m;
+  dsi_load_opts lo = {.progress = !json, .n_threads = threads, .op_opt_off = op_opt && !strcmp(op_opt, "off")};
+  if (dsi_model_open(&m, model, &lo, &err)) {
+    fprintf(stderr, "dsinfer bench: %s\n", err.msg);
+    return 1;
+  }
+  dsi_model_info info;
+  dsi_model_get_info(m, &info);
+  dsi_engine *e;
+  dsi_engine_opts eo = {.n_threads = threads, .max_tokens = 512, .max_context = P + G + 1, .act_precision = act,
+                        .kv_blocks = (P + G + 64) / 64 * B + B};
+  if (dsi_engine_open(&e, m, &eo, &err)) {
+    fprintf(stderr, "dsinfer bench: %s\n", err.msg);
+    dsi_model_free(m);
+    return 1;
+  }
+  double pre[64], dec[64], mpt[64];
+  reps = reps > 64 ? 64 : reps;
+  run_result warm;
+  rc = one_run(e, info.vocab_size, DSI_MIN(P, 16), DSI_MIN(G, 2), B, 99, &warm); /* pages, caches */
+  for (int r = 0; r < reps && !rc; r++) {
+    run_result rr;
+    rc = one_run(e, info.vocab_size, P, G, B, (uint64_t)r + 1, &rr);
+    pre[r] = rr.prefill_tps;
+    dec[r] = rr.decode_tps;
+    mpt[r] = rr.ms_per_token;
+  }
+  if (rc) {
+    fprintf(stderr, "dsinfer bench: %s\n", dsi_engine_error(e)->msg);
+  } else {
+    double spread_lo = pre[0], spread_hi = pre[0], dlo = dec[0], dhi = dec[0];
+    for (int r = 1; r < reps; r++) {
+      spread_lo = DSI_MIN(spread_lo, pre[r]); spread_hi = DSI_MAX(spread_hi, pre[r]);
+      dlo = DSI_MIN(dlo, dec[r]); dhi = DSI_MAX(dhi, dec[r]);
+    }
+    double p = dsi_median(pre, reps), d = dsi_median(dec, reps), ms = dsi_median(mpt, reps);
+    double roof = pk.read_gbs * 1e9 / (double)info.active_bytes_per_token;
+    if (json) {
+      printf("{\"model\":\"%s\",\"weight_dtype\":\"%s\",\"prompt_len\":%d,\"gen_len\":%d,\"batch\":%d,\"reps\":%d,"
+             "\"prefill_tokens_per_s\":%.2f,\"decode_tokens_per_s\":%.3f,\"ms_per_token\":%.3f,"
+             "\"peak_rss_bytes\":%zu,\"threads\":%d,\"isa\":\"%s\",\"active_bytes_per_token\":%zu,"
+             "\"read_bandwidth_gbs\":%.2f,\"roofline_decode_tokens_per_s\":%.3f,\"decode_roofline_fraction\":%.3f}\n",
+             model, info.weight_dtype, P, G, B, reps, p, d, ms, dsi_peak_rss(), pk.threads, dsi_isa_name(),
+             info.active_bytes_per_token, pk.read_gbs, roof, d / B / roof);
+    } else {
+      printf("model %s (%s weights, %.0f MB), %d threads, isa %s\n", model, info.weight_dtype,
+             info.weight_bytes / 1e6, pk.threads, dsi_isa_name());
+      printf("workload: %d sequence(s) x %d prompt tokens, %d decode steps; median of %d runs (min..max)\n", B, P, G, reps);
+      printf("prefill: %10.1f tokens/s   (%.1f .. %.1f)\n", p, spread_lo, spread_hi);
+      printf("decode:  %10.2f tokens/s   (%.2f .. %.2f), %.2f ms per step\n", d, dlo, dhi, ms);
+      printf("roofline (batch 1 decode): %.1f MB of weights per token / %.1f GB/s read = %.2f tokens/s; "
+             "decode reaches %.0f%% of it\n", info.active_bytes_per_token / 1e6, pk.read_gbs, roof, 100 * d / B / roof);
+      printf("peak RSS: %.0f MB\n", dsi_peak_rss() / 1e6);
+    }
+  }
+  dsi_engine_free(e);
+  dsi_model_free(m);
+  return rc ? 1 : 0;
+}
+
+int dsi_cmd_bench(int argc, char **argv) {
+  if (argc >= 1 && !strcmp(argv[0], "kernels")) return bench_kernels(argc - 1, argv + 1);
+  return bench_model(argc, argv);
+}
