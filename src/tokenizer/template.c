@@ -862,8 +862,10 @@ static void p_body(tparser *p, tlist *body, const char *const *until) {
   while (!p_is_stmt(p, until)) {
     if (p_is(p, T_EOF)) {
       int k = p->nopen - 1;
+      const char *const *end = until;
+      while (end[1] && strncmp(*end, "end", 3)) end++;
       tmpl_failf(&p->fail, DSI_E_FORMAT, p->open_pos[k], "{%% %s %%} is not closed (expected {%% %s %%})",
-                 p->open_name[k], until[0]);
+                 p->open_name[k], *end);
     }
     tnode *n = p_any(p);
     if (n) l_push(p, body, n);
@@ -929,6 +931,19 @@ static int uses_special(const tnode *n) {
   return f;
 }
 
+/* is `loop` used as a value (stored, passed, printed), not only as loop.x? */
+static int loop_escapes(const tnode *n) {
+  if (!n) return 0;
+  if (n->kind == N_IDENT) return !strcmp(n->s->s, "loop");
+  int f = 0;
+  if (n->kind == N_MEMBER && n->a->kind == N_IDENT) f = 0; /* loop.x: fine */
+  else f |= loop_escapes(n->a);
+  f |= loop_escapes(n->b) | loop_escapes(n->c);
+  for (int i = 0; i < n->list.n && !f; i++) f |= loop_escapes(n->list.v[i]);
+  for (int i = 0; i < n->list2.n && !f; i++) f |= loop_escapes(n->list2.v[i]);
+  return f;
+}
+
 static tnode *p_statement(tparser *p) {
   const ttok *open = p_expect(p, T_OPEN_STMT, "'{%'");
   const ttok *t = pk(p, 0);
@@ -960,6 +975,7 @@ static tnode *p_statement(tparser *p) {
     p->nopen--;
     p_end(p, "endif");
   } else if (!strcmp(name, "for")) {
+    /* (flag: the body uses `loop` other than as loop.x, so each iteration needs its own) */
     n = nn(p, N_FOR, pos);
     const ttok *vt = pk(p, 0);
     n->a = p_expr_seq(p, 1);
@@ -977,6 +993,7 @@ static tnode *p_statement(tparser *p) {
     }
     p->nopen--;
     p_end(p, "endfor");
+    for (int i = 0; i < n->list.n; i++) n->flag |= loop_escapes(n->list.v[i]);
   } else if (!strcmp(name, "macro")) {
     n = nn(p, N_MACRO, pos);
     const ttok *nt = pk(p, 0);

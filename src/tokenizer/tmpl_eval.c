@@ -26,6 +26,7 @@ typedef struct trun {
   long steps;
   int depth;
   int ctl; /* a pending break or continue */
+  tstr *loop_keys[10]; /* loop.index ... loop.nextitem, then "loop" */
 } trun;
 
 /* built-in functions and methods */
@@ -1366,31 +1367,41 @@ static void ex_for(trun *R, const tnode *n, tscope *env) {
   if (!tv_is_arr(it) && !tv_is_obj(it)) FAIL(R, n->b, "Expected iterable or object type in for loop: got %s", TYPE(it));
   if (tv_is_obj(it)) it = obj_keys(R, it.u.o);
   const tarr *all = it.u.a;
-  tv *items = ta_alloc(&R->ar, (all->n ? all->n : 1) * sizeof *items);
-  size_t cnt = 0;
-  for (size_t i = 0; i < all->n; i++) {
-    if (test) {
+  tv *items = all->v; /* arrays are immutable: no copy unless filtered */
+  size_t cnt = all->n;
+  if (test) {
+    items = ta_alloc(&R->ar, (all->n ? all->n : 1) * sizeof *items);
+    cnt = 0;
+    for (size_t i = 0; i < all->n; i++) {
       tscope *ls = scope_new(R, scope);
       bind_loopvar(R, n->a, ls, all->v[i]);
-      if (!tv_truthy(ev(R, test, ls))) continue;
+      if (tv_truthy(ev(R, test, ls))) items[cnt++] = all->v[i];
     }
-    items[cnt++] = all->v[i];
   }
   int none = 1;
-  tstr *k_loop = ts_new(&R->ar, "loop", 4);
+  /* the loop object: a new one each iteration, as the reference makes, only
+   * when the body could keep it; otherwise one, updated (no garbage per item) */
+  tv loop = tv_undef();
   for (size_t i = 0; i < cnt; i++) {
-    tv loop = tv_obj(&R->ar, TV_OBJECT);
-    tobj *o = loop.u.o;
-    tobj_set(&R->ar, o, ts_new(&R->ar, "index", 5), tv_int((double)i + 1));
-    tobj_set(&R->ar, o, ts_new(&R->ar, "index0", 6), tv_int((double)i));
-    tobj_set(&R->ar, o, ts_new(&R->ar, "revindex", 8), tv_int((double)(cnt - i)));
-    tobj_set(&R->ar, o, ts_new(&R->ar, "revindex0", 9), tv_int((double)(cnt - i - 1)));
-    tobj_set(&R->ar, o, ts_new(&R->ar, "first", 5), tv_bool(i == 0));
-    tobj_set(&R->ar, o, ts_new(&R->ar, "last", 4), tv_bool(i == cnt - 1));
-    tobj_set(&R->ar, o, ts_new(&R->ar, "length", 6), tv_int((double)cnt));
-    tobj_set(&R->ar, o, ts_new(&R->ar, "previtem", 8), i > 0 ? items[i - 1] : tv_undef());
-    tobj_set(&R->ar, o, ts_new(&R->ar, "nextitem", 8), i + 1 < cnt ? items[i + 1] : tv_undef());
-    setvar(R, scope, k_loop, loop);
+    if (++R->steps > TMPL_MAX_STEPS) FAIL(R, n, "rendering takes more than %d steps", TMPL_MAX_STEPS);
+    if (i == 0 || (n->flag & 1)) {
+      loop = tv_obj(&R->ar, TV_OBJECT);
+      tobj *o = loop.u.o;
+      o->n = o->cap = 9;
+      o->key = R->loop_keys;
+      o->val = ta_alloc(&R->ar, 9 * sizeof *o->val);
+    }
+    tv *lv = loop.u.o->val;
+    lv[0] = tv_int((double)i + 1);
+    lv[1] = tv_int((double)i);
+    lv[2] = tv_int((double)(cnt - i));
+    lv[3] = tv_int((double)(cnt - i - 1));
+    lv[4] = tv_bool(i == 0);
+    lv[5] = tv_bool(i == cnt - 1);
+    lv[6] = tv_int((double)cnt);
+    lv[7] = i > 0 ? items[i - 1] : tv_undef();
+    lv[8] = i + 1 < cnt ? items[i + 1] : tv_undef();
+    setvar(R, scope, R->loop_keys[9], loop);
     bind_loopvar(R, n->a, scope, items[i]);
     size_t mark = R->out->n;
     ex_block(R, &n->list, scope);
@@ -1465,6 +1476,9 @@ int tmpl_run(const tmpl_prog *p, const cJSON *context, char **out, size_t *out_l
     setvar_c(R, g, "None", tv_null());
     setvar_c(R, g, "namespace", tv_fn(&R->ar, TF_NAMESPACE, tv_undef(), NULL));
     size_t nglobal = g->vars.n;
+    static const char *const keys[] = {"index", "index0", "revindex", "revindex0", "first",
+                                       "last", "length", "previtem", "nextitem", "loop"};
+    for (int j = 0; j < 10; j++) R->loop_keys[j] = ts_new(&R->ar, keys[j], strlen(keys[j]));
     for (const cJSON *c = context ? context->child : NULL; c; c = c->next) {
       if (!c->string) continue;
       tv *have = tobj_get(&g->vars, c->string, strlen(c->string));

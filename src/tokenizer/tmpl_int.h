@@ -17,8 +17,8 @@
 #define TMPL_MAX_NEST 200               /* parser nesting (blocks + expressions) */
 #define TMPL_MAX_DEPTH 400              /* evaluation recursion */
 #define TMPL_MAX_OUTPUT (64u << 20)     /* bytes rendered */
-#define TMPL_MAX_MEMORY (512u << 20)    /* bytes of values one render may hold */
-#define TMPL_MAX_STEPS 50000000         /* nodes evaluated in one render */
+#define TMPL_MAX_MEMORY (256u << 20)    /* bytes of values one render may hold */
+#define TMPL_MAX_STEPS 20000000         /* nodes evaluated and loop iterations in one render */
 
 /* ---- failure: parse and render errors jump back to the API entry ---- */
 typedef struct tmpl_fail {
@@ -183,7 +183,8 @@ typedef struct tlist {
 
 struct tnode {
   int kind, op;
-  int flag;        /* N_TEST: negate; N_MEMBER: computed */
+  int flag;        /* N_TEST: negate; N_MEMBER: computed; N_FOR: 1 = the body keeps `loop`;
+                      N_MACRO: 1 = uses kwargs, 2 = uses varargs */
   uint32_t pos;    /* offset in the original source */
   tnode *a, *b, *c; /* operands, in the order the kind names them */
   tlist list;      /* body, elements, arguments, object keys */

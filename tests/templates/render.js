@@ -43,4 +43,21 @@ for (const t of manifest.templates) {
     count++;
   }
 }
+// Jinja features beyond the four templates: features.json cases, each a
+// template and a context (over the shared defaults), into OUT/features/.
+const features = JSON.parse(fs.readFileSync(path.join(here, "features.json"), "utf8"));
+const fdir = path.join(out, "features");
+fs.rmSync(fdir, { recursive: true, force: true });
+fs.mkdirSync(fdir, { recursive: true });
+for (const c of features.cases) {
+  const base = path.join(fdir, c.name);
+  try {
+    const tmpl = new Template(c.template);
+    fs.writeFileSync(base + ".txt", tmpl.render(Object.assign({}, features.defaults, c.context || {})));
+  } catch (e) {
+    fs.writeFileSync(base + ".error", String(e.message) + "\n");
+    errors++;
+  }
+  count++;
+}
 console.log(`${count} renderings (${errors} errors) in ${out}`);
