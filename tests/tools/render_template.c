@@ -12,6 +12,12 @@
 #include "base/base.h"
 #include "tokenizer/template.h"
 
+/* set key c->string of ctx to a copy of c, replacing any there */
+static void merge_key(cJSON *ctx, const cJSON *c) {
+  cJSON *d = cJSON_Duplicate(c, 1);
+  if (!cJSON_ReplaceItemInObjectCaseSensitive(ctx, c->string, d)) cJSON_AddItemToObject(ctx, c->string, d);
+}
+
 int main(int argc, char **argv) {
   cJSON *ctx = cJSON_CreateObject();
   int i = 1;
@@ -38,8 +44,7 @@ int main(int argc, char **argv) {
     goto done;
   }
   for (cJSON *c = fix->child; c; c = c->next) /* the fixture's keys win */
-    if (!cJSON_ReplaceItemInObjectCaseSensitive(ctx, c->string, cJSON_Duplicate(c, 1)))
-      cJSON_AddItemToObject(ctx, c->string, cJSON_Duplicate(c, 1));
+    merge_key(ctx, c);
   cJSON_Delete(fix);
   if (dsi_tmpl_open(&t, src, &err) || dsi_tmpl_render_len(t, ctx, &out, &n, &err)) goto done;
   fwrite(out, 1, n, stdout);
