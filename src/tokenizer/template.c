@@ -660,28 +660,22 @@ static tnode *p_primary(tparser *p) {
     n = p_expr_seq(p, 0);
     p_expect(p, T_RPAREN, "')'");
     break;
-  case T_LBRACKET:
+  case T_LBRACKET: case T_LBRACE: { /* [a, b] and {k: v} */
+    int obj = t->type == T_LBRACE, close = obj ? T_RBRACE : T_RBRACKET;
     p->cur++;
-    n = nn(p, N_ARRAY, t->pos);
-    while (!p_is(p, T_RBRACKET)) {
-      if (p_is(p, T_EOF)) p_unexpected(p, "']'");
+    n = nn(p, obj ? N_OBJECT : N_ARRAY, t->pos);
+    while (!p_is(p, close)) {
+      if (p_is(p, T_EOF)) p_unexpected(p, obj ? "'}'" : "']'");
       l_push(p, &n->list, p_expr(p));
+      if (obj) {
+        p_expect(p, T_COLON, "':' between a key and its value");
+        l_push(p, &n->list2, p_expr(p));
+      }
       if (p_is(p, T_COMMA)) p->cur++;
     }
     p->cur++;
     break;
-  case T_LBRACE:
-    p->cur++;
-    n = nn(p, N_OBJECT, t->pos);
-    while (!p_is(p, T_RBRACE)) {
-      if (p_is(p, T_EOF)) p_unexpected(p, "'}'");
-      l_push(p, &n->list, p_expr(p));
-      p_expect(p, T_COLON, "':' between a key and its value");
-      l_push(p, &n->list2, p_expr(p));
-      if (p_is(p, T_COMMA)) p->cur++;
-    }
-    p->cur++;
-    break;
+  }
   default:
     p_fail(p, t, "expected an expression, got %s", tok_desc(t, b, sizeof b));
   }
@@ -759,35 +753,20 @@ static int op_code(const char *s) {
   return -1;
 }
 
-static tnode *p_pow(tparser *p) {
-  tnode *l = p_test(p);
-  while (p_is(p, T_POW)) {
+/* the arithmetic levels, loosest first: + - ~, then * / // %, then ** */
+static tnode *p_arith(tparser *p, int level) {
+  static const int tokens[] = {T_ADD, T_MUL, T_POW};
+  if (level == (int)DSI_ARRAY_LEN(tokens)) return p_test(p);
+  tnode *l = p_arith(p, level + 1);
+  while (p_is(p, tokens[level])) {
     const ttok *op = &p->tok[p->cur++];
-    l = p_binary(p, l, op, OP_POW, p_test(p));
-  }
-  return l;
-}
-
-static tnode *p_mul(tparser *p) {
-  tnode *l = p_pow(p);
-  while (p_is(p, T_MUL)) {
-    const ttok *op = &p->tok[p->cur++];
-    l = p_binary(p, l, op, op_code(op->val->s), p_pow(p));
-  }
-  return l;
-}
-
-static tnode *p_add(tparser *p) {
-  tnode *l = p_mul(p);
-  while (p_is(p, T_ADD)) {
-    const ttok *op = &p->tok[p->cur++];
-    l = p_binary(p, l, op, op_code(op->val->s), p_mul(p));
+    l = p_binary(p, l, op, op_code(op->val->s), p_arith(p, level + 1));
   }
   return l;
 }
 
 static tnode *p_cmp(tparser *p) {
-  tnode *l = p_add(p);
+  tnode *l = p_arith(p, 0);
   for (;;) {
     const ttok *op = pk(p, 0);
     int code;
@@ -795,7 +774,7 @@ static tnode *p_cmp(tparser *p) {
     else if (p_is_ident(p, 0, "in")) { code = OP_IN; p->cur++; }
     else if (p_is(p, T_CMP)) { code = op_code(op->val->s); p->cur++; }
     else break;
-    l = p_binary(p, l, op, code, p_add(p));
+    l = p_binary(p, l, op, code, p_arith(p, 0));
   }
   return l;
 }
@@ -814,20 +793,14 @@ static tnode *p_not(tparser *p) {
   return right ? right : p_cmp(p);
 }
 
-static tnode *p_and(tparser *p) {
-  tnode *l = p_not(p);
-  while (p_is_ident(p, 0, "and")) {
+/* `or` (level 0) over `and` (level 1) over `not` */
+static tnode *p_logic(tparser *p, int level) {
+  if (level == 2) return p_not(p);
+  const char *word = level ? "and" : "or";
+  tnode *l = p_logic(p, level + 1);
+  while (p_is_ident(p, 0, word)) {
     const ttok *op = &p->tok[p->cur++];
-    l = p_binary(p, l, op, OP_AND, p_not(p));
-  }
-  return l;
-}
-
-static tnode *p_or(tparser *p) {
-  tnode *l = p_and(p);
-  while (p_is_ident(p, 0, "or")) {
-    const ttok *op = &p->tok[p->cur++];
-    l = p_binary(p, l, op, OP_OR, p_and(p));
+    l = p_binary(p, l, op, level ? OP_AND : OP_OR, p_logic(p, level + 1));
   }
   return l;
 }
@@ -835,10 +808,10 @@ static tnode *p_or(tparser *p) {
 /* a if b else c; a if b (undefined when b is false) */
 static tnode *p_expr(tparser *p) {
   p_enter(p);
-  tnode *a = p_or(p);
+  tnode *a = p_logic(p, 0);
   if (p_is_ident(p, 0, "if")) {
     const ttok *t = &p->tok[p->cur++];
-    tnode *test = p_or(p);
+    tnode *test = p_logic(p, 0);
     if (p_is_ident(p, 0, "else")) {
       p->cur++;
       tnode *n = nn(p, N_TERNARY, t->pos);
