@@ -182,7 +182,8 @@ enum { ST_START, ST_THINK_START, ST_THINK, ST_CONTENT, ST_TOOLS, ST_DONE };
 struct dsi_chat_stream {
   int state;
   int saw_reasoning;
-  cbuf pend; /* input not yet decided */
+  cbuf pend;       /* input not yet decided */
+  size_t searched; /* in a tool call: bytes of pend already searched for its end */
   field reasoning, content;
   dsi_chat_tool_call *calls;
   int n_calls, cap_calls;
@@ -280,14 +281,18 @@ static void step(dsi_chat_stream *s, int final) {
     case ST_TOOLS:
       skip_ws(&s->pend);
       if (starts(&s->pend, CALL_BEGIN)) {
-        size_t b = strlen(CALL_BEGIN);
-        const char *end = find(s->pend.p + b, s->pend.n - b, CALL_END);
+        /* a long call arrives in many pieces: search each byte once */
+        size_t b = strlen(CALL_BEGIN), from = DSI_MAX(b, s->searched);
+        const char *end = find(s->pend.p + from, s->pend.n - from, CALL_END);
         if (end) {
           add_call(s, s->pend.p + b, (size_t)(end - s->pend.p) - b, 1);
           cb_drop(&s->pend, (size_t)(end - s->pend.p) + strlen(CALL_END));
+          s->searched = 0;
           continue;
         }
+        s->searched = s->pend.n >= strlen(CALL_END) ? s->pend.n - strlen(CALL_END) + 1 : 0;
         if (!final) return;
+        s->searched = 0;
         add_call(s, s->pend.p + b, s->pend.n - b, 0);
         s->pend.n = 0;
         s->state = ST_DONE;

@@ -359,6 +359,62 @@ static int js_index_key(const char *k, double *out) {
   return 1;
 }
 
+typedef struct jkey {
+  const cJSON *item; /* the last one of this key: its value wins */
+  size_t pos;        /* the first one's place: it keeps its position */
+  double index;      /* an integer-like key's value, else -1 */
+} jkey;
+
+static int jkey_by_name(const void *x, const void *y) {
+  const jkey *a = x, *b = y;
+  int c = strcmp(a->item->string, b->item->string);
+  return c ? c : (a->pos > b->pos) - (a->pos < b->pos);
+}
+
+/* integer-like keys ascending, then the others in their first place */
+static int jkey_by_order(const void *x, const void *y) {
+  const jkey *a = x, *b = y;
+  if ((a->index >= 0) != (b->index >= 0)) return a->index >= 0 ? -1 : 1;
+  if (a->index >= 0 && a->index != b->index) return a->index < b->index ? -1 : 1;
+  return (a->pos > b->pos) - (a->pos < b->pos);
+}
+
+/* JSON.parse then Object.entries: a repeated key keeps its first place and
+ * its last value; O(n log n) so a huge object in a request costs little */
+static tv obj_from_json(tmpl_arena *a, const cJSON *j, int depth) {
+  size_t n = 0;
+  for (const cJSON *c = j->child; c; c = c->next) n += c->string != NULL;
+  jkey *k = ta_alloc(a, (n ? n : 1) * sizeof *k);
+  n = 0;
+  for (const cJSON *c = j->child; c; c = c->next)
+    if (c->string) {
+      k[n].item = c;
+      k[n].pos = n;
+      if (!js_index_key(c->string, &k[n].index)) k[n].index = -1;
+      n++;
+    }
+  qsort(k, n, sizeof *k, jkey_by_name);
+  size_t m = 0;
+  for (size_t i = 0; i < n;) {
+    size_t e = i + 1;
+    while (e < n && !strcmp(k[e].item->string, k[i].item->string)) e++;
+    k[m] = k[i];             /* first place */
+    k[m++].item = k[e - 1].item; /* last value */
+    i = e;
+  }
+  qsort(k, m, sizeof *k, jkey_by_order);
+  tv v = tv_obj(a, TV_OBJECT);
+  tobj *o = v.u.o;
+  o->n = o->cap = m;
+  o->key = ta_alloc(a, (m ? m : 1) * sizeof *o->key);
+  o->val = ta_alloc(a, (m ? m : 1) * sizeof *o->val);
+  for (size_t i = 0; i < m; i++) {
+    o->key[i] = ts_new(a, k[i].item->string, strlen(k[i].item->string));
+    o->val[i] = tv_from_json(a, k[i].item, depth + 1);
+  }
+  return v;
+}
+
 tv tv_from_json(tmpl_arena *a, const cJSON *j, int depth) {
   if (depth > 1000) tmpl_failf(a->fail, DSI_E_INVAL, TMPL_NOPOS, "context nested too deeply");
   if (!j) return tv_undef();
@@ -375,27 +431,7 @@ tv tv_from_json(tmpl_arena *a, const cJSON *j, int depth) {
     for (const cJSON *c = j->child; c; c = c->next) v.u.a->v[i++] = tv_from_json(a, c, depth + 1);
     return v;
   }
-  if (cJSON_IsObject(j)) {
-    tv v = tv_obj(a, TV_OBJECT);
-    /* pass 1: integer-like keys in ascending order; pass 2: the rest in order */
-    double last = -1;
-    for (;;) {
-      double best = INFINITY, idx;
-      for (const cJSON *c = j->child; c; c = c->next)
-        if (c->string && js_index_key(c->string, &idx) && idx > last && idx < best) best = idx;
-      if (best == INFINITY) break;
-      for (const cJSON *c = j->child; c; c = c->next)
-        if (c->string && js_index_key(c->string, &idx) && idx == best)
-          tobj_set(a, v.u.o, ts_new(a, c->string, strlen(c->string)), tv_from_json(a, c, depth + 1));
-      last = best;
-    }
-    for (const cJSON *c = j->child; c; c = c->next) {
-      double idx;
-      if (!c->string || js_index_key(c->string, &idx)) continue;
-      tobj_set(a, v.u.o, ts_new(a, c->string, strlen(c->string)), tv_from_json(a, c, depth + 1));
-    }
-    return v;
-  }
+  if (cJSON_IsObject(j)) return obj_from_json(a, j, depth);
   return tv_undef();
 }
 

@@ -246,6 +246,25 @@ static void test_api(void) {
                    "{\"messages\":[1,2,3]}", &err, &st);
   CHECK(st == 0 && a && !strcmp(a, "3"));
   free(a);
+  /* objects read as JavaScript reads them: integer keys first, a repeated
+   * key in its first place with its last value */
+  a = render("{{ o|tojson }}", "{\"o\":{\"b\":1,\"a\":2,\"b\":3,\"1\":4,\"0\":5}}", &err, &st);
+  CHECK(st == 0 && a && !strcmp(a, "{\"0\": 5, \"1\": 4, \"b\": 3, \"a\": 2}"));
+  free(a);
+  /* a huge object costs little */
+  cJSON *big = cJSON_CreateObject(), *o = cJSON_AddObjectToObject(big, "o");
+  for (int i = 0; i < 200000; i++) {
+    char key[32];
+    snprintf(key, sizeof key, i % 2 ? "k%d" : "%d", i);
+    cJSON_AddNumberToObject(o, key, i);
+  }
+  double t0 = dsi_now();
+  dsi_tmpl_open(&t, "{{ o|length }} {{ o['7'] }} {{ o['8'] }}", &err);
+  CHECK(dsi_tmpl_render(t, big, &out, &err) == 0 && out && !strcmp(out, "200000  8"));
+  CHECKF(dsi_now() - t0 < 5, "200000 keys took %.1f s", dsi_now() - t0);
+  free(out);
+  dsi_tmpl_free(t);
+  cJSON_Delete(big);
   /* a context variable may not shadow a global */
   a = render("{{ true }}", "{\"true\": 1}", &err, &st);
   CHECK_ERR(st, DSI_E_INVAL, err, "already declared: true");
