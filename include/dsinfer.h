@@ -151,6 +151,7 @@ int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err);
 /* ---- the CPU this runs on ---- */
 const char *dsi_isa_name(void);
 size_t dsi_peak_rss(void); /* VmHWM of this process, bytes */
+void dsi_reset_peak_rss(void); /* start peak RSS afresh from the current RSS */
 int dsi_default_threads(void);
 void dsi_set_log_level(int level); /* 0 error .. 3 debug */
 

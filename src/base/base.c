@@ -139,6 +139,13 @@ static size_t status_kb(const char *key) {
 size_t dsi_rss_bytes(void) { return status_kb("VmRSS:"); }
 size_t dsi_peak_rss_bytes(void) { return status_kb("VmHWM:"); }
 size_t dsi_peak_rss(void) { return dsi_peak_rss_bytes(); }
+void dsi_reset_peak_rss(void) {
+  FILE *f = fopen("/proc/self/clear_refs", "w"); /* "5" resets VmHWM to VmRSS */
+  if (f) {
+    fputs("5", f);
+    fclose(f);
+  }
+}
 
 /* ---- arena ---- */
 int dsi_arena_init(dsi_arena *a, size_t cap) {

@@ -126,6 +126,7 @@ static int bench_model(int argc, char **argv) {
   if (op_opt && strcmp(op_opt, "on") && strcmp(op_opt, "off")) return dsi_cli_usage_error("bench", "--op-opt must be on or off");
   dsi_peaks pk;
   dsi_measure_peaks(threads, &pk);
+  dsi_reset_peak_rss(); /* the bandwidth test's buffers are not the engine's */
   dsi_err err = {0};
   dsi_model *m;
   dsi_load_opts lo = {.progress = !json, .n_threads = threads, .op_opt_off = op_opt && !strcmp(op_opt, "off")};
