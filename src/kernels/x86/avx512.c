@@ -1,0 +1,300 @@
+/* kernels: the AVX-512 matmul of the gemm.h contract on TILES weights (F32,
+ * BF16, FP8 e4m3 with per-panel block scales), for decode and small batches:
+ * each 16-row panel is streamed once per pass and widened in registers, so
+ * the kernel runs at memory bandwidth, not at the FMA ports' rate. */
+#include "kernels/gemm.h"
+#include "base/base.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+/* Activation rows of one pass, most rows of x a pass holds in registers:
+ * BF16 keeps one accumulator per row (up to two for short passes), F32 and
+ * FP8 two (the pair layout below), FP8 also a block partial. */
+#define MB_BF16 16
+#define MB_F32 12
+#define MB_FP8 8
+/* Bytes of W prefetched ahead of the line being read: far enough to cover
+ * DRAM latency at full bandwidth, near enough to stay inside L1. */
+#define PF_AHEAD 1024
+
+/* ---- staging activations ----
+ * A pass reads x as pairs: for line kk (columns 2kk, 2kk+1) the pairs of
+ * its mb rows lie next to each other, xs[(kk * mb + i) * 2 + {0, 1}], so one
+ * pointer serves every row and the broadcasts are plain loads. The copy
+ * zero-pads an odd last column, so W's padding meets zeros and x is never
+ * read past w->cols. */
+static const float *x_row(const dsi_gemm *g, int i) {
+  return g->x + (size_t)(g->x_rows ? g->x_rows[i] : i) * g->ldx;
+}
+
+static void stage_x(const dsi_gemm *g, int i0, int mb, int cols, float *xs) {
+  int nl = (cols + 1) / 2, full = cols / 2;
+  for (int i = 0; i < mb; i++) {
+    const float *x = x_row(g, i0 + i);
+    float *o = xs + 2 * i;
+    if (mb == 1) memcpy(o, x, (size_t)full * 2 * sizeof(float));
+    else
+      for (int kk = 0; kk < full; kk++) memcpy(o + (size_t)kk * mb * 2, x + 2 * kk, 2 * sizeof(float));
+    if (full < nl) {
+      o[(size_t)full * mb * 2] = x[cols - 1];
+      o[(size_t)full * mb * 2 + 1] = 0.0f;
+    }
+  }
+}
+
+ALWAYS_INLINE __m512 bcast_pair(const float *p) {
+  int64_t v;
+  memcpy(&v, p, 8);
+  return _mm512_castsi512_ps(_mm512_set1_epi64(v));
+}
+
+/* Pair layout (F32, FP8): lo = rows 0-7, hi = rows 8-15, each as
+ * (row k0, row k1) pairs; the row sums are the even plus the odd lanes. */
+ALWAYS_INLINE __m512 fold_pairs(__m512 lo, __m512 hi) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  return _mm512_add_ps(_mm512_permutex2var_ps(lo, even, hi), _mm512_permutex2var_ps(lo, odd, hi));
+}
+
+/* 32 e4m3 bytes -> 32 f16 of the same value x 2^-8, exactly (normals and
+ * subnormals): sign-extend each byte to 16 bits, shift the 7 magnitude bits
+ * into f16's exponent/mantissa place; the extended sign lands in bits 14
+ * and 15, and bit 14 is cleared. The 2^8 goes into the block scale. */
+ALWAYS_INLINE void fp8_widen(const uint8_t *p, __m512 *lo, __m512 *hi) {
+  __m512i s = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)p));
+  __m512i h = _mm512_and_si512(_mm512_slli_epi16(s, 7), _mm512_set1_epi16((short)0xbfff));
+  *lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+  *hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
+}
+
+/* ---- one pass over a panel: out[i * 16 + j] = sum_k x_i[k] W[16p + j, k] ---- */
+
+/* BF16: a 64-byte line is 16 rows x (k even in the low half of each dword,
+ * k odd in the high half); shifting / masking gives the two f32 vectors.
+ * Short passes split each row's sum into even and odd accumulators so the
+ * FMA latency chains overlap. */
+ALWAYS_INLINE void bf16_pass(const uint8_t *wp, int nl, const float *xs, int MB, float *out) {
+  const int split = MB <= 8;
+  const __m512i hi_mask = _mm512_set1_epi32((int)0xffff0000u);
+  __m512 acc[MB_BF16], acc2[MB_BF16];
+#pragma GCC unroll 16
+  for (int i = 0; i < MB; i++) acc[i] = acc2[i] = _mm512_setzero_ps();
+  for (int kk = 0; kk < nl; kk++, wp += 64, xs += 2 * MB) {
+    _mm_prefetch((const char *)wp + PF_AHEAD, _MM_HINT_T0);
+    __m512i v = _mm512_loadu_si512(wp);
+    __m512 we = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    __m512 wo = _mm512_castsi512_ps(_mm512_and_si512(v, hi_mask));
+#pragma GCC unroll 16
+    for (int i = 0; i < MB; i++) {
+      acc[i] = _mm512_fmadd_ps(we, _mm512_set1_ps(xs[2 * i]), acc[i]);
+      if (split) acc2[i] = _mm512_fmadd_ps(wo, _mm512_set1_ps(xs[2 * i + 1]), acc2[i]);
+      else acc[i] = _mm512_fmadd_ps(wo, _mm512_set1_ps(xs[2 * i + 1]), acc[i]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < MB; i++) _mm512_storeu_ps(out + 16 * i, split ? _mm512_add_ps(acc[i], acc2[i]) : acc[i]);
+}
+
+/* F32: a line is 128 bytes, 16 rows x 2 columns in the pair layout. Also
+ * runs FP8 panels for larger passes, once widened and scaled into scratch. */
+ALWAYS_INLINE void f32_pass(const float *wp, int nl, const float *xs, int MB, float *out) {
+  __m512 lo[MB_F32], hi[MB_F32];
+#pragma GCC unroll 16
+  for (int i = 0; i < MB; i++) lo[i] = hi[i] = _mm512_setzero_ps();
+  for (int kk = 0; kk < nl; kk++, wp += 32, xs += 2 * MB) {
+    _mm_prefetch((const char *)wp + PF_AHEAD, _MM_HINT_T0);
+    _mm_prefetch((const char *)wp + PF_AHEAD + 64, _MM_HINT_T0);
+    __m512 wl = _mm512_loadu_ps(wp), wh = _mm512_loadu_ps(wp + 16);
+#pragma GCC unroll 16
+    for (int i = 0; i < MB; i++) {
+      __m512 xp = bcast_pair(xs + 2 * i);
+      lo[i] = _mm512_fmadd_ps(wl, xp, lo[i]);
+      hi[i] = _mm512_fmadd_ps(wh, xp, hi[i]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < MB; i++) _mm512_storeu_ps(out + 16 * i, fold_pairs(lo[i], hi[i]));
+}
+
+/* FP8: a line is 32 bytes, 16 rows x 2 columns in the pair layout. Each
+ * block of lb lines (one scale per panel and block) is summed apart and
+ * added in times its scale (x 2^8, see fp8_widen). */
+ALWAYS_INLINE void fp8_pass(const uint8_t *wp, int nl, int lb, const float *sc, const float *xs, int MB,
+                            float *out) {
+  __m512 acc[MB_FP8];
+#pragma GCC unroll 8
+  for (int i = 0; i < MB; i++) acc[i] = _mm512_setzero_ps();
+  for (int l0 = 0; l0 < nl; l0 += lb, sc++) {
+    int l1 = DSI_MIN(l0 + lb, nl);
+    __m512 lo[MB_FP8], hi[MB_FP8];
+#pragma GCC unroll 8
+    for (int i = 0; i < MB; i++) lo[i] = hi[i] = _mm512_setzero_ps();
+    for (int kk = l0; kk < l1; kk++) {
+      const uint8_t *p = wp + (size_t)kk * 32;
+      const float *xk = xs + (size_t)kk * 2 * MB;
+      if (!(kk & 1)) _mm_prefetch((const char *)p + PF_AHEAD, _MM_HINT_T0);
+      __m512 wl, wh;
+      fp8_widen(p, &wl, &wh);
+#pragma GCC unroll 8
+      for (int i = 0; i < MB; i++) {
+        __m512 xp = bcast_pair(xk + 2 * i);
+        lo[i] = _mm512_fmadd_ps(wl, xp, lo[i]);
+        hi[i] = _mm512_fmadd_ps(wh, xp, hi[i]);
+      }
+    }
+    __m512 s = _mm512_set1_ps(*sc * 256.0f);
+#pragma GCC unroll 8
+    for (int i = 0; i < MB; i++) acc[i] = _mm512_fmadd_ps(fold_pairs(lo[i], hi[i]), s, acc[i]);
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < MB; i++) _mm512_storeu_ps(out + 16 * i, acc[i]);
+}
+
+/* FP8 panel -> f32 pair layout with its scales applied, for passes that
+ * would otherwise widen the same bytes once per pass */
+static void fp8_dequant(const uint8_t *wp, int nl, int lb, const float *sc, float *dst) {
+  for (int l0 = 0; l0 < nl; l0 += lb, sc++) {
+    __m512 s = _mm512_set1_ps(*sc * 256.0f);
+    for (int kk = l0; kk < DSI_MIN(l0 + lb, nl); kk++) {
+      __m512 wl, wh;
+      fp8_widen(wp + (size_t)kk * 32, &wl, &wh);
+      _mm512_storeu_ps(dst + (size_t)kk * 32, _mm512_mul_ps(wl, s));
+      _mm512_storeu_ps(dst + (size_t)kk * 32 + 16, _mm512_mul_ps(wh, s));
+    }
+  }
+}
+
+/* One function per pass height, so every accumulator is a register. */
+#define CASES_8(F) F(1) F(2) F(3) F(4) F(5) F(6) F(7) F(8)
+#define CASES_12(F) CASES_8(F) F(9) F(10) F(11) F(12)
+#define CASES_16(F) CASES_12(F) F(13) F(14) F(15) F(16)
+
+static void bf16_pass_n(const uint8_t *wp, int nl, const float *xs, int mb, float *out) {
+  switch (mb) {
+#define F(n) case n: bf16_pass(wp, nl, xs, n, out); break;
+    CASES_16(F)
+#undef F
+  default: DSI_ASSERT(0);
+  }
+}
+
+static void f32_pass_n(const float *wp, int nl, const float *xs, int mb, float *out) {
+  switch (mb) {
+#define F(n) case n: f32_pass(wp, nl, xs, n, out); break;
+    CASES_12(F)
+#undef F
+  default: DSI_ASSERT(0);
+  }
+}
+
+static void fp8_pass_n(const uint8_t *wp, int nl, int lb, const float *sc, const float *xs, int mb, float *out) {
+  switch (mb) {
+#define F(n) case n: fp8_pass(wp, nl, lb, sc, xs, n, out); break;
+    CASES_8(F)
+#undef F
+  default: DSI_ASSERT(0);
+  }
+}
+
+/* ---- driver: row groups -> panels -> passes -> epilogue ---- */
+typedef struct plan {
+  const dsi_gemm *g;
+  int nl;             /* lines of a panel that hold columns < cols */
+  int mbmax;          /* rows of x per pass */
+  int fp8_deq;        /* widen each FP8 panel once into deq, then F32 passes */
+  float *deq;         /* [nl][32] */
+  int n, npass;       /* rows of x in this group, and passes over them */
+  int pass_i0[64 + 1];
+  float *xs;          /* staged rows of the group, pass after pass */
+} plan;
+
+/* acc(i, 16p + j) for the group's rows into t[i * 16 + j] */
+static void panel_run(const plan *pl, int p, float *t) {
+  const dsi_mat *w = pl->g->w;
+  size_t panel_elems = (size_t)w->kpad * DSI_TILE_N;
+  const uint8_t *wp = (const uint8_t *)w->data + panel_elems * dsi_dtype_size(w->dtype) * p;
+  const float *sc = w->dtype == DSI_DTYPE_F8_E4M3 ? w->scale + (size_t)p * w->scale_cols : NULL;
+  if (pl->fp8_deq) fp8_dequant(wp, pl->nl, w->block / 2, sc, pl->deq);
+  for (int q = 0; q < pl->npass; q++) {
+    int i0 = pl->pass_i0[q], mb = pl->pass_i0[q + 1] - i0;
+    const float *xs = pl->xs + (size_t)i0 * 2 * pl->nl;
+    float *out = t + (size_t)i0 * DSI_TILE_N;
+    if (pl->fp8_deq) f32_pass_n(pl->deq, pl->nl, xs, mb, out);
+    else if (w->dtype == DSI_DTYPE_BF16) bf16_pass_n(wp, pl->nl, xs, mb, out);
+    else if (w->dtype == DSI_DTYPE_F32) f32_pass_n((const float *)wp, pl->nl, xs, mb, out);
+    else fp8_pass_n(wp, pl->nl, w->block / 2, sc, xs, mb, out);
+  }
+}
+
+static inline float silu(float v) { return v / (1.0f + expf(-v)); }
+
+void dsi_gemm_avx512(const dsi_gemm *g, int r0, int r1, void *scratch) {
+  const dsi_mat *w = g->w;
+  DSI_ASSERT(w->layout == DSI_LAYOUT_TILES);
+  DSI_ASSERT(w->dtype == DSI_DTYPE_F32 || w->dtype == DSI_DTYPE_BF16 || w->dtype == DSI_DTYPE_F8_E4M3);
+  DSI_ASSERT(w->dtype != DSI_DTYPE_F8_E4M3 || (w->block % 2 == 0 && w->block > 0));
+  DSI_ASSERT(r0 % DSI_TILE_N == 0);
+  int silu_pairs = g->epi == DSI_EPI_SILU_PAIRS;
+  if (silu_pairs) DSI_ASSERT(r0 % 32 == 0 && (r1 - r0) % 32 == 0);
+  int rows_out = silu_pairs ? r1 : DSI_MIN(r1, w->rows);
+  if (g->m <= 0 || rows_out <= r0) return;
+
+  plan pl = {.g = g, .nl = (w->cols + 1) / 2};
+  pl.mbmax = w->dtype == DSI_DTYPE_BF16 ? MB_BF16 : w->dtype == DSI_DTYPE_F32 ? MB_F32 : MB_FP8;
+  pl.fp8_deq = w->dtype == DSI_DTYPE_F8_E4M3 && g->m > MB_FP8;
+  if (pl.fp8_deq) pl.mbmax = MB_F32;
+
+  /* scratch (DSI_GEMM_SCRATCH(cols) bytes): [deq] [two result tiles per
+   * row] [staged x]; as many rows per group as fit, always well over 16 */
+  float *sp = scratch;
+  size_t avail = (size_t)(w->cols + 64) * 64;
+  if (pl.fp8_deq) {
+    pl.deq = sp;
+    sp += (size_t)pl.nl * 32;
+    avail -= (size_t)pl.nl * 32;
+  }
+  int gmax = (int)DSI_MIN((size_t)64, avail / ((size_t)pl.nl * 2 + 2 * DSI_TILE_N));
+  DSI_ASSERT(gmax >= pl.mbmax);
+  float *ta = sp, *tb = ta + (size_t)gmax * DSI_TILE_N;
+  pl.xs = tb + (size_t)gmax * DSI_TILE_N;
+
+  for (int ig = 0; ig < g->m; ig += gmax) {
+    /* the group's rows in passes of nearly equal height */
+    pl.n = DSI_MIN(gmax, g->m - ig);
+    pl.npass = DSI_CEIL_DIV(pl.n, pl.mbmax);
+    for (int q = 0; q <= pl.npass; q++) pl.pass_i0[q] = (int)((int64_t)pl.n * q / pl.npass);
+    for (int q = 0; q < pl.npass; q++) {
+      int i0 = pl.pass_i0[q];
+      stage_x(g, ig + i0, pl.pass_i0[q + 1] - i0, w->cols, pl.xs + (size_t)i0 * 2 * pl.nl);
+    }
+
+    if (silu_pairs) {
+      for (int r = r0; r < r1; r += 32) {
+        panel_run(&pl, r / DSI_TILE_N, ta);
+        panel_run(&pl, r / DSI_TILE_N + 1, tb);
+        for (int i = 0; i < pl.n; i++) {
+          float *y = g->y + (size_t)(ig + i) * g->ldy + r / 2;
+          for (int j = 0; j < DSI_TILE_N; j++) y[j] = silu(ta[i * DSI_TILE_N + j]) * tb[i * DSI_TILE_N + j];
+        }
+      }
+      continue;
+    }
+    for (int r = r0; r < rows_out; r += DSI_TILE_N) {
+      panel_run(&pl, r / DSI_TILE_N, ta);
+      int nj = DSI_MIN(DSI_TILE_N, rows_out - r);
+      for (int i = 0; i < pl.n; i++) {
+        const float *t = ta + i * DSI_TILE_N;
+        if (g->epi == DSI_EPI_STORE) {
+          memcpy(g->y + (size_t)(ig + i) * g->ldy + r, t, nj * sizeof(float));
+        } else {
+          float *y = g->y + (size_t)g->y_rows[ig + i] * g->ldy + r, s = g->y_scale[ig + i];
+          for (int j = 0; j < nj; j++) y[j] += s * t[j];
+        }
+      }
+    }
+  }
+}
