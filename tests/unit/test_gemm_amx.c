@@ -1,0 +1,227 @@
+/* tests: the AMX matmul (dsi_gemm_amx) against the scalar oracle run on the
+ * row-major originals — BF16 and FP8, every epilogue, ragged rows, columns
+ * and M, gathered activations, scattered outputs, two row ranges at once. */
+#include <stdlib.h>
+
+#include "check.h"
+#include "base/base.h"
+#include "base/pool.h"
+#include "kernels/cpu.h"
+#include "kernels/gemm.h"
+
+#if defined(DSI_HAVE_AMX)
+
+/* bf16-representable values, so the oracle on x sees what the kernel sees in xb */
+static float bf16_round(float v) { return dsi_bf16_to_f32(dsi_f32_to_bf16(v)); }
+
+/* a row-major weight [rows, cols] of dtype dt with random values; FP8 with
+ * random 128x128 block scales and some subnormal codes */
+typedef struct {
+  dsi_mat m;
+  void *data;
+  float *scale;
+} weight;
+
+static void weight_make(weight *w, dsi_dtype dt, int rows, int cols, dsi_rng *rng) {
+  memset(w, 0, sizeof *w);
+  w->m.dtype = dt;
+  w->m.rows = rows;
+  w->m.cols = cols;
+  w->m.layout = DSI_LAYOUT_ROWS;
+  size_t n = (size_t)rows * cols;
+  w->data = malloc(n * dsi_dtype_size(dt));
+  if (dt == DSI_DTYPE_BF16) {
+    uint16_t *d = w->data;
+    for (size_t i = 0; i < n; i++) d[i] = dsi_f32_to_bf16(dsi_rng_normal(rng) * 0.05f);
+  } else {
+    uint8_t *d = w->data;
+    for (size_t i = 0; i < n; i++) {
+      float v = dsi_rng_normal(rng) * (dsi_rng_uniform(rng) < 0.1f ? 0.01f : 100.0f);
+      d[i] = dsi_f32_to_fp8(v);
+    }
+    w->m.block = 128;
+    w->m.scale_cols = DSI_CEIL_DIV(cols, 128);
+    int sr = DSI_CEIL_DIV(rows, 128);
+    w->scale = malloc((size_t)sr * w->m.scale_cols * sizeof(float));
+    for (int i = 0; i < sr * w->m.scale_cols; i++) w->scale[i] = 1e-4f + 1e-3f * dsi_rng_uniform(rng);
+    w->m.scale = w->scale;
+  }
+  w->m.data = w->data;
+}
+
+static void weight_free(weight *w) {
+  free(w->data);
+  free(w->scale);
+}
+
+/* ---- two threads, one row range each ---- */
+typedef struct {
+  const dsi_gemm *g;
+  int split; /* thread 0 takes [0, split), thread 1 [split, rows) */
+  void *scratch[2];
+} job;
+
+static void run_share(void *ctx, int ith, int nth) {
+  job *j = ctx;
+  (void)nth;
+  int r0 = ith ? j->split : 0, r1 = ith ? j->g->w->rows : j->split;
+  if (r0 < r1) dsi_gemm_amx(j->g, r0, r1, j->scratch[ith]);
+}
+
+static dsi_pool *g_pool;
+static double g_worst[2]; /* worst normalized error seen, bf16 and fp8 */
+
+/* normalized error of got vs want over [m, n] with row strides */
+static double norm_err(const float *got, const float *want, const float *base, int m, int n, int ld) {
+  double dmax = 0, rmax = 0;
+  for (int i = 0; i < m; i++)
+    for (int j = 0; j < n; j++) {
+      size_t k = (size_t)i * ld + j;
+      double d = fabs((double)got[k] - want[k]), r = fabs((double)want[k] - (base ? base[k] : 0));
+      if (!(d <= dmax)) dmax = d; /* NaN propagates */
+      if (r > rmax) rmax = r;
+    }
+  return rmax > 0 ? dmax / rmax : dmax;
+}
+
+/* one case: dtype dt, epilogue epi, W [rows, cols] (SILU: gate and up each
+ * [rows, cols]), m activation rows */
+static void one_case(dsi_dtype dt, dsi_epilogue epi, int rows, int cols, int m, dsi_rng *rng) {
+  const double tol = dt == DSI_DTYPE_BF16 ? 1e-3 : 1e-2;
+  weight w, up;
+  weight_make(&w, dt, rows, cols, rng);
+  if (epi == DSI_EPI_SILU_PAIRS) weight_make(&up, dt, rows, cols, rng);
+
+  /* pack */
+  dsi_mat pk;
+  void *mem;
+  if (epi == DSI_EPI_SILU_PAIRS) {
+    mem = dsi_alloc_aligned(dsi_pack_gate_up_bytes(&w.m));
+    dsi_pack_gate_up(&w.m, &up.m, &pk, mem);
+  } else {
+    mem = dsi_alloc_aligned(dsi_pack_bytes(&w.m));
+    dsi_pack_describe(&w.m, &pk, mem);
+    dsi_pack_rows(&w.m, &pk, 0, rows);
+  }
+  int kpad = pk.kpad;
+
+  /* activations: m rows gathered from nx, in bf16-representable f32 */
+  int nx = m + 7, ldx = cols + 5;
+  float *x = malloc((size_t)nx * ldx * sizeof(float));
+  for (size_t i = 0; i < (size_t)nx * ldx; i++) x[i] = bf16_round(dsi_rng_normal(rng));
+  int32_t *x_rows = malloc(m * sizeof(int32_t));
+  for (int i = 0; i < m; i++) x_rows[i] = (int32_t)(dsi_rng_u64(rng) % nx);
+  uint16_t *xb = dsi_alloc_aligned((size_t)m * kpad * 2);
+  dsi_rows_to_bf16(x, ldx, x_rows, m, cols, kpad, xb);
+
+  /* outputs: STORE/SILU [m, ldy]; SCATTER [ny, ldy] at distinct y_rows */
+  int nout = epi == DSI_EPI_SILU_PAIRS ? pk.rows / 2 : rows;
+  int ldy = nout + 3, ny = epi == DSI_EPI_SCATTER_ADD ? m + 9 : m;
+  size_t ysz = (size_t)ny * ldy;
+  float *y = malloc(ysz * sizeof(float)), *yref = malloc(ysz * sizeof(float)), *y0 = malloc(ysz * sizeof(float));
+  for (size_t i = 0; i < ysz; i++) y0[i] = epi == DSI_EPI_SCATTER_ADD ? dsi_rng_normal(rng) : 12345.0f;
+  int32_t *y_rows = malloc(ny * sizeof(int32_t));
+  float *y_scale = malloc(m * sizeof(float));
+  for (int i = 0; i < ny; i++) y_rows[i] = i;
+  for (int i = ny - 1; i > 0; i--) { /* shuffle: distinct destinations */
+    int j = (int)(dsi_rng_u64(rng) % (i + 1)), t = y_rows[i];
+    y_rows[i] = y_rows[j];
+    y_rows[j] = t;
+  }
+  for (int i = 0; i < m; i++) y_scale[i] = 0.5f + dsi_rng_uniform(rng);
+
+  /* oracle on the row-major originals */
+  float *scr = malloc((size_t)cols * 2 * sizeof(float));
+  memcpy(yref, y0, ysz * sizeof(float));
+  if (epi == DSI_EPI_SILU_PAIRS) {
+    float *gy = malloc((size_t)m * rows * sizeof(float)), *uy = malloc((size_t)m * rows * sizeof(float));
+    dsi_gemm r = {.w = &w.m, .x = x, .ldx = ldx, .x_rows = x_rows, .m = m, .y = gy, .ldy = rows, .epi = DSI_EPI_STORE};
+    dsi_gemm_ref(&r, 0, rows, scr);
+    r.w = &up.m;
+    r.y = uy;
+    dsi_gemm_ref(&r, 0, rows, scr);
+    for (int i = 0; i < m; i++)
+      for (int j = 0; j < nout; j++) {
+        float gv = j < rows ? gy[(size_t)i * rows + j] : 0, uv = j < rows ? uy[(size_t)i * rows + j] : 0;
+        yref[(size_t)i * ldy + j] = gv / (1.0f + expf(-gv)) * uv;
+      }
+    free(gy);
+    free(uy);
+  } else {
+    dsi_gemm r = {.w = &w.m, .x = x, .ldx = ldx, .x_rows = x_rows, .m = m, .y = yref, .ldy = ldy, .epi = epi,
+                  .y_rows = y_rows, .y_scale = y_scale};
+    dsi_gemm_ref(&r, 0, rows, scr);
+  }
+
+  /* the kernel, two row ranges on two threads */
+  memcpy(y, y0, ysz * sizeof(float));
+  dsi_gemm g = {.w = &pk, .x = x, .ldx = ldx, .x_rows = x_rows, .xb = xb, .m = m, .y = y, .ldy = ldy, .epi = epi,
+                .y_rows = y_rows, .y_scale = y_scale};
+  int unit = epi == DSI_EPI_SILU_PAIRS ? 32 : 16, units = DSI_CEIL_DIV(pk.rows, unit);
+  job j = {.g = &g, .split = DSI_MIN(pk.rows, (units / 2) * unit)};
+  for (int t = 0; t < 2; t++) j.scratch[t] = dsi_alloc_aligned(DSI_GEMM_SCRATCH(cols));
+  dsi_pool_run(g_pool, run_share, &j);
+
+  double e = norm_err(y, yref, epi == DSI_EPI_SCATTER_ADD ? y0 : NULL, ny, ldy, ldy);
+  int di = dt != DSI_DTYPE_BF16;
+  if (!(e <= g_worst[di])) g_worst[di] = e;
+  CHECKF(e <= tol, "%s epi %d rows %d cols %d m %d: normalized error %.3g > %.0e", dt == DSI_DTYPE_BF16 ? "bf16" : "fp8",
+         (int)epi, rows, cols, m, e, tol);
+  /* nothing written past the outputs (ragged rows) or into padding columns */
+  int clean = 1;
+  for (int i = 0; i < ny; i++)
+    for (int c = nout; c < ldy; c++) clean &= y[(size_t)i * ldy + c] == y0[(size_t)i * ldy + c];
+  CHECKF(clean, "epi %d rows %d cols %d m %d: wrote past the output columns", (int)epi, rows, cols, m);
+
+  for (int t = 0; t < 2; t++) dsi_free_aligned(j.scratch[t]);
+  free(scr);
+  free(y);
+  free(yref);
+  free(y0);
+  free(y_rows);
+  free(y_scale);
+  dsi_free_aligned(xb);
+  free(x_rows);
+  free(x);
+  dsi_free_aligned(mem);
+  weight_free(&w);
+  if (epi == DSI_EPI_SILU_PAIRS) weight_free(&up);
+}
+
+int main(void) {
+  if (!dsi_cpu_get()->amx_bf16) {
+    printf("skipped: no AMX-BF16 on this CPU (or tile data not granted)\n");
+    return 0;
+  }
+  dsi_dtype_init();
+  g_pool = dsi_pool_new(2);
+  dsi_rng rng;
+  dsi_rng_seed(&rng, 42);
+  static const int rows_set[] = {16, 32, 48, 80, 200, 7, 1000};
+  static const int cols_set[] = {32, 64, 96, 100, 1000};
+  static const int m_set[] = {1, 15, 16, 17, 32, 33, 64, 100, 256};
+  static const dsi_dtype dts[] = {DSI_DTYPE_BF16, DSI_DTYPE_F8_E4M3};
+  for (int d = 0; d < 2; d++)
+    for (int epi = 0; epi < 3; epi++)
+      for (size_t ri = 0; ri < DSI_ARRAY_LEN(rows_set); ri++)
+        for (size_t ci = 0; ci < DSI_ARRAY_LEN(cols_set); ci++)
+          for (size_t mi = 0; mi < DSI_ARRAY_LEN(m_set); mi++) {
+            int rows = rows_set[ri], cols = cols_set[ci], m = m_set[mi];
+            /* the oracle is scalar: keep the largest products to a few */
+            if ((double)rows * cols * m > 3e7 && !(ri == 6 && ci == 4 && mi == 8)) continue;
+            one_case(dts[d], (dsi_epilogue)epi, rows, cols, m, &rng);
+          }
+  /* K long enough to be cut into chunks, M into 512-row chunks, an odd panel */
+  for (int d = 0; d < 2; d++)
+    for (int epi = 0; epi < 3; epi++) one_case(dts[d], (dsi_epilogue)epi, 80, 2100, 600, &rng);
+  dsi_pool_free(g_pool);
+  printf("worst normalized error: bf16 %.2e, fp8 %.2e\n", g_worst[0], g_worst[1]);
+  return check_done();
+}
+
+#else
+int main(void) {
+  printf("skipped: built without the AMX kernel\n");
+  return 0;
+}
+#endif
