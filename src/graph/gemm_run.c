@@ -64,7 +64,7 @@ void dsi_gemm_batch(dsi_gemm_ctx *f, dsi_gemm *gs, int n, int rows, int unit) {
   DSI_ASSERT(n <= 1024 && n <= f->max_calls);
   for (int i = 0; i < n; i++) {
     int wants = 0;
-    f->fns[i] = dsi_gemm_pick(gs[i].w, gs[i].m, &wants);
+    f->fns[i] = dsi_gemm_pick(gs[i].w, gs[i].m, f->act_bf16, &wants);
     gs[i].xb = NULL;
     to_bf16[i] = (uint8_t)wants;
     at[i] = total;

@@ -8,7 +8,7 @@
  * which streams weights once for up to ~16 rows, is as fast) */
 #define DSI_AMX_MIN_M 16
 
-dsi_gemm_fn dsi_gemm_pick(const dsi_mat *w, int m, int *wants_bf16) {
+dsi_gemm_fn dsi_gemm_pick(const dsi_mat *w, int m, int act_bf16, int *wants_bf16) {
   const dsi_cpu *cpu = dsi_cpu_get();
   *wants_bf16 = 0;
   if (w->layout != DSI_LAYOUT_TILES) return dsi_gemm_ref;
@@ -16,8 +16,9 @@ dsi_gemm_fn dsi_gemm_pick(const dsi_mat *w, int m, int *wants_bf16) {
   (void)kernel_dtype;
   (void)m;
   (void)cpu;
+  (void)act_bf16;
 #if DSI_HAVE_AMX
-  if (cpu->level >= DSI_ISA_AMX && m >= DSI_AMX_MIN_M &&
+  if (act_bf16 && cpu->level >= DSI_ISA_AMX && m >= DSI_AMX_MIN_M &&
       (w->dtype == DSI_DTYPE_BF16 || w->dtype == DSI_DTYPE_F8_E4M3)) {
     *wants_bf16 = 1;
     return dsi_gemm_amx;

@@ -55,9 +55,10 @@ void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch);
 /* AVX2 + FMA (any m; TILES layout, F32 / BF16 / FP8) — x86/avx2.c */
 void dsi_gemm_avx2(const dsi_gemm *g, int r0, int r1, void *scratch);
 
-/* The kernel for w at batch size m on this CPU; *wants_bf16 is set when it
- * reads g->xb (the caller converts the activations once per call). */
-dsi_gemm_fn dsi_gemm_pick(const dsi_mat *w, int m, int *wants_bf16);
+/* The kernel for w at batch size m on this CPU; kernels that multiply bf16
+ * activations (AMX) only when act_bf16 allows it. *wants_bf16 is set when
+ * the kernel reads g->xb (the caller converts the activations once). */
+dsi_gemm_fn dsi_gemm_pick(const dsi_mat *w, int m, int act_bf16, int *wants_bf16);
 /* "ref", "avx2", "avx512", "amx" */
 const char *dsi_gemm_kernel_name(dsi_gemm_fn fn);
 
