@@ -237,7 +237,7 @@ static int compile_re(pcre2_code **re, int *jit, const char *pat, size_t n, int 
   if (!literal && !p) return dsi_errf(err, DSI_E_NOMEM, "%s: out of memory", what);
   int ec;
   PCRE2_SIZE eo;
-  uint32_t opts = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+  uint32_t opts = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP); /* LITERAL refuses UCP */
   *re = pcre2_compile((PCRE2_SPTR)(literal ? pat : p), plen, opts, &ec, &eo, NULL);
   free(p);
   if (!*re) {
