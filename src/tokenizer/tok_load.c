@@ -245,7 +245,10 @@ static int compile_re(pcre2_code **re, int *jit, const char *pat, size_t n, int 
     pcre2_get_error_message(ec, (PCRE2_UCHAR *)msg, sizeof msg);
     return dsi_errf(err, DSI_E_FORMAT, "%s: pattern does not compile at offset %zu: %s", what, (size_t)eo, msg);
   }
-  *jit = pcre2_jit_compile(*re, PCRE2_JIT_COMPLETE) == 0; /* else the interpreter runs it */
+  /* JIT when it compiles, else the interpreter; DSINFER_NO_JIT=1 forces the
+   * interpreter (tests run the fallback that way) */
+  const char *no_jit = getenv("DSINFER_NO_JIT");
+  *jit = !(no_jit && *no_jit && strcmp(no_jit, "0")) && pcre2_jit_compile(*re, PCRE2_JIT_COMPLETE) == 0;
   return DSI_OK;
 }
 

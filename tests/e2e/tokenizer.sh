@@ -37,6 +37,9 @@ fi
 "$BIN" detokenize --tokenizer "$TOK" --jsonl "$S/ours.jsonl" --stream > "$S/streamed.jsonl"
 node "$T/compare.js" "$T/corpus.jsonl" "$S/expected.jsonl" "$S/ours.jsonl" "$S/decoded.jsonl" "$S/streamed.jsonl" ||
   fail "tokenizer differs from the reference (see above)"
+# PCRE2's interpreter (the fallback where JIT is missing) splits the same
+DSINFER_NO_JIT=1 "$BIN" tokenize --tokenizer "$TOK" --jsonl "$T/corpus.jsonl" > "$S/ours_nojit.jsonl"
+cmp -s "$S/ours.jsonl" "$S/ours_nojit.jsonl" || fail "DSINFER_NO_JIT=1 (PCRE2's interpreter) encodes otherwise"
 
 # ---- 3. BOS: HF's LlamaTokenizerFast adds <｜begin▁of▁sentence｜> (id 0) for
 # add_bos_token; the JavaScript port does not (known difference 2) ----
@@ -55,6 +58,9 @@ for f in spaces digits word256k ladder mixed word1m; do
   timeout 60 "$BIN" tokenize --tokenizer "$TOK" --file "$S/$f.txt" --json > "$S/$f.ours" ||
     fail "$f: tokenize did not finish in 60 s"
   t1=$(date +%s.%N)
+  DSINFER_NO_JIT=1 timeout 60 "$BIN" tokenize --tokenizer "$TOK" --file "$S/$f.txt" --json > "$S/$f.nojit" ||
+    fail "$f: tokenize without JIT did not finish in 60 s"
+  cmp -s "$S/$f.ours" "$S/$f.nojit" || fail "$f: without JIT the ids differ"
   if [ "$f" != word1m ]; then # the reference takes ~20 s on a 1 MiB word
     node "$T/encode_file.js" "$S/$f.txt" > "$S/$f.ref"
     cmp -s "$S/$f.ref" "$S/$f.ours" || fail "$f: ids differ from the reference"

@@ -314,6 +314,57 @@ static void test_merge_forms(void) {
   cJSON_Delete(root);
 }
 
+/* ---- variants of the tiny file: ByteLevel's prefix space, other normalizers ---- */
+
+static dsi_tok *tiny_variant(const char *key, const char *json_value) {
+  char *text = NULL;
+  dsi_err err = {0};
+  if (dsi_read_file(TINY, &text, NULL, &err) != DSI_OK) return NULL;
+  cJSON *root = cJSON_Parse(text);
+  free(text);
+  cJSON *v = cJSON_Parse(json_value);
+  if (!strcmp(key, "add_prefix_space")) {
+    cJSON *bl = cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(root, "pre_tokenizer"), "pretokenizers"), 1);
+    cJSON_ReplaceItemInObject(bl, "add_prefix_space", v);
+  } else {
+    cJSON_ReplaceItemInObject(root, key, v);
+  }
+  char *json = cJSON_PrintUnformatted(root);
+  cJSON_Delete(root);
+  int st;
+  dsi_tok *t = open_text(json, &err, &st);
+  free(json);
+  CHECKF(st == DSI_OK, "%s", err.msg);
+  return t;
+}
+
+static void test_variants(void) {
+  /* ByteLevel's add_prefix_space works on each piece the earlier steps and
+   * the added tokens left, as HF's does */
+  dsi_tok *t = tiny_variant("add_prefix_space", "true");
+  if (t) {
+    ENC(t, 0, "ab", ' ', AB);
+    ENC(t, 0, " ab", ' ', AB);
+    ENC(t, 0, "ab<s>ab", ' ', AB, BOS, ' ', AB);
+    ENC(t, 0, "12ab", ' ', '1', '2', ' ', AB);
+  }
+  dsi_tok_free(t);
+  /* Strip then Prepend; normalized added tokens are matched in their
+   * normalized form ("<N>" -> "_<N>") */
+  t = tiny_variant("normalizer", "{\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Strip\", "
+                                 "\"strip_left\": true, \"strip_right\": true}, {\"type\": \"Prepend\", \"prepend\": \"_\"}]}");
+  if (t) {
+    ENC(t, 0, "  ab \u3000", '_', AB);
+    ENC(t, 0, "   ");
+    ENC(t, 0, "<N>", TN);
+    ENC(t, 0, "<s> ab", BOS, '_', AB);
+    char desc[512];
+    dsi_tok_describe(t, desc, sizeof desc);
+    CHECKF(strstr(desc, "merges=8") && strstr(desc, "added=8"), "%s", desc);
+  }
+  dsi_tok_free(t);
+}
+
 /* ---- Split behaviors on a char-level model (no ByteLevel, no decoder) ---- */
 
 static dsi_tok *char_model(const char *pattern, const char *behavior, int invert, const char *unk, int fuse) {
@@ -433,6 +484,7 @@ int main(void) {
   test_huge(t);
   dsi_tok_free(t);
   test_merge_forms();
+  test_variants();
   test_split_behaviors();
   test_load_errors();
   return check_done();
