@@ -18,21 +18,6 @@ static int use_id(const dsi_tok *t, int32_t id, int flags, size_t at, dsi_err *e
   return 1;
 }
 
-static int append(char **b, size_t *len, size_t *cap, const void *s, size_t n) {
-  if (*len + n + 1 > *cap) {
-    size_t c = *cap ? *cap : 256;
-    while (c < *len + n + 1) c *= 2;
-    char *p = realloc(*b, c);
-    if (!p) return -1;
-    *b = p;
-    *cap = c;
-  }
-  memcpy(*b + *len, s, n);
-  *len += n;
-  (*b)[*len] = 0;
-  return 0;
-}
-
 int dsi_tok_decode(const dsi_tok *t, const int32_t *ids, size_t n, int flags, char **text, size_t *len,
                    dsi_err *err) {
   *text = NULL;
@@ -48,8 +33,8 @@ int dsi_tok_decode(const dsi_tok *t, const int32_t *ids, size_t n, int flags, ch
     }
     if (!u) continue;
     tok_span b = t->bytes[ids[i]];
-    if ((t->decoder == TOK_DEC_NONE && any++ && append(&raw, &rl, &rc_, " ", 1)) ||
-        append(&raw, &rl, &rc_, t->pool + b.off, b.len))
+    if ((t->decoder == TOK_DEC_NONE && any++ && dsi_tok_buf_append(&raw, &rl, &rc_, " ", 1)) ||
+        dsi_tok_buf_append(&raw, &rl, &rc_, t->pool + b.off, b.len))
       goto oom;
   }
   if (dsi_utf8_lossy_append(&out, &ol, &oc, (const uint8_t *)(raw ? raw : ""), rl)) goto oom;
@@ -106,20 +91,20 @@ int dsi_detok_push(dsi_detok *d, int32_t id, const char **piece, size_t *len, ds
   if (u <= 0) return u;
   tok_span b = t->bytes[id];
   if (t->decoder == TOK_DEC_NONE) { /* token strings are valid UTF-8 already */
-    if ((d->any++ && append(&d->out, &d->out_len, &d->out_cap, " ", 1)) ||
-        append(&d->out, &d->out_len, &d->out_cap, t->pool + b.off, b.len))
+    if ((d->any++ && dsi_tok_buf_append(&d->out, &d->out_len, &d->out_cap, " ", 1)) ||
+        dsi_tok_buf_append(&d->out, &d->out_len, &d->out_cap, t->pool + b.off, b.len))
       goto oom;
   } else {
     d->buf_len = 0;
-    if (append(&d->buf, &d->buf_len, &d->buf_cap, d->pend, d->npend) ||
-        append(&d->buf, &d->buf_len, &d->buf_cap, t->pool + b.off, b.len))
+    if (dsi_tok_buf_append(&d->buf, &d->buf_len, &d->buf_cap, d->pend, d->npend) ||
+        dsi_tok_buf_append(&d->buf, &d->buf_len, &d->buf_cap, t->pool + b.off, b.len))
       goto oom;
     const uint8_t *s = (const uint8_t *)d->buf;
     size_t n = d->buf_len, i = 0;
     d->npend = 0;
     while (i < n) {
       size_t ok = dsi_utf8_valid_prefix(s + i, n - i);
-      if (append(&d->out, &d->out_len, &d->out_cap, s + i, ok)) goto oom;
+      if (dsi_tok_buf_append(&d->out, &d->out_len, &d->out_cap, s + i, ok)) goto oom;
       i += ok;
       if (i >= n) break;
       size_t k;
@@ -128,7 +113,7 @@ int dsi_detok_push(dsi_detok *d, int32_t id, const char **piece, size_t *len, ds
         d->npend = n - i;
         break;
       }
-      if (append(&d->out, &d->out_len, &d->out_cap, "\xEF\xBF\xBD", 3)) goto oom;
+      if (dsi_tok_buf_append(&d->out, &d->out_len, &d->out_cap, "\xEF\xBF\xBD", 3)) goto oom;
       i += k;
     }
   }
@@ -145,7 +130,7 @@ int dsi_detok_flush(dsi_detok *d, const char **piece, size_t *len) {
   *len = 0;
   if (!d->npend) return DSI_OK;
   d->npend = 0; /* an unfinished sequence is one maximal subpart: one U+FFFD */
-  if (append(&d->out, &d->out_len, &d->out_cap, "\xEF\xBF\xBD", 3)) return DSI_E_NOMEM;
+  if (dsi_tok_buf_append(&d->out, &d->out_len, &d->out_cap, "\xEF\xBF\xBD", 3)) return DSI_E_NOMEM;
   *piece = d->out;
   *len = d->out_len;
   return DSI_OK;

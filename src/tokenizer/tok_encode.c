@@ -14,17 +14,6 @@ static size_t utf8_len(uint8_t b) { return b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF
 
 /* ---- normalizer ---- */
 
-static int buf_reserve(char **b, size_t *cap, size_t need) {
-  if (need <= *cap) return 0;
-  size_t c = *cap ? *cap : 256;
-  while (c < need) c *= 2;
-  char *p = realloc(*b, c);
-  if (!p) return -1;
-  *b = p;
-  *cap = c;
-  return 0;
-}
-
 static size_t ws_prefix(const char *s, size_t n) { /* leading White_Space, bytes */
   size_t i = 0;
   while (i < n) {
@@ -52,7 +41,7 @@ static size_t ws_suffix_start(const char *s, size_t n) { /* where trailing White
 int dsi_tok_normalize(const dsi_tok *t, const char *s, size_t n, char **out, size_t *len, size_t *cap) {
   char *tmp = NULL;
   size_t tcap = 0, tl;
-  if (buf_reserve(out, cap, n + 1)) return -1;
+  if (dsi_tok_buf_reserve(out, cap, n + 1)) return -1;
   memmove(*out, s, n);
   *len = n;
   for (size_t k = 0; k < t->n_norm; k++) {
@@ -69,7 +58,7 @@ int dsi_tok_normalize(const dsi_tok *t, const char *s, size_t n, char **out, siz
     }
     if (nm->kind == TOK_NORM_PREPEND) {
       if (!cl) continue; /* HF prepends to non-empty strings only */
-      if (buf_reserve(out, cap, cl + nm->a.len + 1)) goto oom;
+      if (dsi_tok_buf_reserve(out, cap, cl + nm->a.len + 1)) goto oom;
       memmove(*out + nm->a.len, *out, cl);
       memcpy(*out, tok_str(t, nm->a), nm->a.len);
       *len = cl + nm->a.len;
@@ -82,7 +71,7 @@ int dsi_tok_normalize(const dsi_tok *t, const char *s, size_t n, char **out, siz
     for (size_t i = 0; i < cl;) {
       const char *hit = pl <= cl - i ? memmem(cur + i, cl - i, pat, pl) : NULL;
       size_t upto = hit ? (size_t)(hit - cur) : cl;
-      if (buf_reserve(&tmp, &tcap, tl + (upto - i) + rl + 1)) goto oom;
+      if (dsi_tok_buf_reserve(&tmp, &tcap, tl + (upto - i) + rl + 1)) goto oom;
       memcpy(tmp + tl, cur + i, upto - i);
       tl += upto - i;
       if (!hit) break;
@@ -90,7 +79,7 @@ int dsi_tok_normalize(const dsi_tok *t, const char *s, size_t n, char **out, siz
       tl += rl;
       i = upto + pl;
     }
-    if (buf_reserve(out, cap, tl + 1)) goto oom;
+    if (dsi_tok_buf_reserve(out, cap, tl + 1)) goto oom;
     memcpy(*out, tmp, tl);
     *len = tl;
   }
@@ -210,7 +199,7 @@ static int run_pre(tok_enc *e, size_t step, const char *s, size_t n) {
   const tok_pre *p = &t->pre[step];
   if (p->kind == TOK_PRE_BYTELEVEL) {
     if (p->add_prefix_space && s[0] != ' ') {
-      if (buf_reserve(&e->pfx, &e->pfx_cap, n + 1))
+      if (dsi_tok_buf_reserve(&e->pfx, &e->pfx_cap, n + 1))
         return dsi_errf(e->err, DSI_E_NOMEM, "encode: out of memory (%zu-byte piece)", n);
       e->pfx[0] = ' ';
       memcpy(e->pfx + 1, s, n);

@@ -217,6 +217,11 @@ int dsi_tok_bpe_word(tok_enc *e, const uint8_t *w, size_t n);
 void dsi_tok_bpe_cache_enable(tok_enc *e);
 void dsi_tok_bpe_release(tok_enc *e);
 
+/* Growable byte buffers (tok_utf8.c): reserve room for `need` bytes, or
+ * append n bytes keeping a NUL after them. 0, or -1 out of memory. */
+int dsi_tok_buf_reserve(char **buf, size_t *cap, size_t need);
+int dsi_tok_buf_append(char **buf, size_t *len, size_t *cap, const void *s, size_t n);
+
 /* Apply the normalizer to s into *out (grown with realloc). Returns 0 or -1 (no memory). */
 int dsi_tok_normalize(const dsi_tok *tok, const char *s, size_t n, char **out, size_t *len, size_t *cap);
 

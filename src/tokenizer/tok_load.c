@@ -154,26 +154,11 @@ static int trie_add(tok_trie *tr, const uint8_t *s, size_t n, int32_t added) {
  * (PCRE2's UCP \s also takes U+180E); \h is a hex digit there; \w is
  * letters, marks, decimal digits and connectors. */
 
-static int sb_add(char **b, size_t *n, size_t *cap, const char *s, size_t k) {
-  if (*n + k + 1 > *cap) {
-    size_t c = *cap ? *cap * 2 : 256;
-    while (c < *n + k + 1) c *= 2;
-    char *p = realloc(*b, c);
-    if (!p) return -1;
-    *b = p;
-    *cap = c;
-  }
-  memcpy(*b + *n, s, k);
-  *n += k;
-  (*b)[*n] = 0;
-  return 0;
-}
-
 static char *onig_to_pcre2(const char *src, size_t n, size_t *out_len) {
   char *b = NULL;
   size_t len = 0, cap = 0;
   int in_class = 0, rc = 0;
-#define ADD(s) (rc |= sb_add(&b, &len, &cap, (s), strlen(s)))
+#define ADD(s) (rc |= dsi_tok_buf_append(&b, &len, &cap, (s), strlen(s)))
   for (size_t i = 0; i < n && !rc; i++) {
     char c = src[i];
     if (c == '\\' && i + 1 < n) {
@@ -198,30 +183,30 @@ static char *onig_to_pcre2(const char *src, size_t n, size_t *out_len) {
         break;
       default: {
         char two[2] = {'\\', e};
-        rc |= sb_add(&b, &len, &cap, two, 2);
+        rc |= dsi_tok_buf_append(&b, &len, &cap, two, 2);
       }
       }
       continue;
     }
     if (!in_class && c == '[') {
       in_class = 1;
-      rc |= sb_add(&b, &len, &cap, &c, 1);
-      if (i + 1 < n && src[i + 1] == '^') rc |= sb_add(&b, &len, &cap, &src[++i], 1);
-      if (i + 1 < n && src[i + 1] == ']') rc |= sb_add(&b, &len, &cap, &src[++i], 1); /* literal ] */
+      rc |= dsi_tok_buf_append(&b, &len, &cap, &c, 1);
+      if (i + 1 < n && src[i + 1] == '^') rc |= dsi_tok_buf_append(&b, &len, &cap, &src[++i], 1);
+      if (i + 1 < n && src[i + 1] == ']') rc |= dsi_tok_buf_append(&b, &len, &cap, &src[++i], 1); /* literal ] */
       continue;
     }
     if (in_class && c == '[' && i + 1 < n && src[i + 1] == ':') { /* [:alpha:] */
       const char *end = strstr(src + i, ":]");
       size_t k = end && (size_t)(end - src) < n ? (size_t)(end - (src + i)) + 2 : 1;
-      rc |= sb_add(&b, &len, &cap, src + i, k);
+      rc |= dsi_tok_buf_append(&b, &len, &cap, src + i, k);
       i += k - 1;
       continue;
     }
     if (in_class && c == ']') in_class = 0;
-    rc |= sb_add(&b, &len, &cap, &c, 1);
+    rc |= dsi_tok_buf_append(&b, &len, &cap, &c, 1);
   }
 #undef ADD
-  if (rc || !b) rc |= sb_add(&b, &len, &cap, "", 0);
+  if (rc || !b) rc |= dsi_tok_buf_append(&b, &len, &cap, "", 0);
   if (rc) {
     free(b);
     return NULL;
@@ -699,47 +684,37 @@ static int parse_config(dsi_tok *t, const tok_strmap *added_map, const char *pat
 
 /* ---- open / free ---- */
 
+/* Pool the bytes the ByteLevel-mapped string src stands for into *out:
+ * 0 done, 1 a char is outside the map (*out untouched), -1 out of memory. */
+static int pool_add_bytelevel(dsi_tok *t, tok_span src, char **tmp, size_t *tcap, tok_span *out) {
+  if (src.len > *tcap) {
+    char *p = realloc(*tmp, src.len * 2);
+    if (!p) return -1;
+    *tmp = p;
+    *tcap = src.len * 2;
+  }
+  memcpy(*tmp, t->pool + src.off, src.len); /* the pool may move in pool_add */
+  long k = bytelevel_decode(*tmp, src.len, *tmp);
+  if (k < 0) return 1;
+  return pool_add(t, *tmp, (size_t)k, out) ? -1 : 0;
+}
+
 static int build_tables(dsi_tok *t, dsi_err *err) {
-  /* decoder bytes of every id; BPE keys of model tokens */
+  /* BPE keys of model tokens (from the vocab string); decoder bytes of every
+   * id (from the shown string: an added token's, when it is one) */
   char *tmp = NULL;
   size_t tcap = 0;
   for (int32_t id = 0; id < t->n_ids; id++) {
     tok_span src = t->shown[id];
     if (src.off == TOK_NONE) continue;
-    if (src.len > tcap) {
-      tcap = src.len * 2;
-      char *p = realloc(tmp, tcap);
-      if (!p) goto oom;
-      tmp = p;
+    if (t->flags[id] & TOK_F_MODEL) {
+      if (!t->byte_level) t->key[id] = t->text[id];
+      else if (pool_add_bytelevel(t, t->text[id], &tmp, &tcap, &t->key[id]) < 0) goto oom;
     }
-    /* pool may move in pool_add: copy the source out first */
-    memcpy(tmp, t->pool + src.off, src.len);
-    long k = bytelevel_decode(tmp, src.len, tmp);
-    if (t->flags[id] & TOK_F_MODEL) { /* BPE builds model tokens from the vocab string */
-      tok_span v = t->text[id];
-      if (!t->byte_level) {
-        t->key[id] = v;
-      } else if (v.off == src.off) {
-        if (k >= 0 && pool_add(t, tmp, (size_t)k, &t->key[id])) goto oom;
-      } else {
-        if (v.len > tcap) {
-          tcap = v.len * 2;
-          char *p = realloc(tmp, tcap);
-          if (!p) goto oom;
-          tmp = p;
-        }
-        memcpy(tmp, t->pool + v.off, v.len);
-        long kv = bytelevel_decode(tmp, v.len, tmp);
-        if (kv >= 0 && pool_add(t, tmp, (size_t)kv, &t->key[id])) goto oom;
-        memcpy(tmp, t->pool + src.off, src.len); /* back to the shown text for the decoder */
-        k = bytelevel_decode(tmp, src.len, tmp);
-      }
-    }
-    if (t->decoder == TOK_DEC_BYTELEVEL && k >= 0) {
-      if (pool_add(t, tmp, (size_t)k, &t->bytes[id])) goto oom;
-    } else {
-      t->bytes[id] = src; /* no map, or a char outside it: the text's own bytes, as HF */
-    }
+    t->bytes[id] = src; /* no map, or a char outside it: the text's own bytes, as HF */
+    if (t->decoder != TOK_DEC_BYTELEVEL) continue;
+    if (t->byte_level && t->key[id].off != TOK_NONE && src.off == t->text[id].off) t->bytes[id] = t->key[id];
+    else if (pool_add_bytelevel(t, src, &tmp, &tcap, &t->bytes[id]) < 0) goto oom;
   }
   free(tmp);
   if (map_init(&t->key_map, (size_t)t->n_vocab, t->key)) goto oom;

@@ -1,10 +1,10 @@
 /* tokenizer: UTF-8 checking and repair (maximal-subpart replacement with
- * U+FFFD, as Rust's from_utf8_lossy does) and GPT-2's byte <-> char map that
- * the ByteLevel pre-tokenizer and decoder use. */
+ * U+FFFD, as Rust's from_utf8_lossy does), GPT-2's byte <-> char map that
+ * the ByteLevel pre-tokenizer and decoder use, and growable byte buffers. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer/tokenizer.h"
+#include "tokenizer/tok_impl.h"
 
 /* ---- UTF-8 ---- */
 
@@ -65,7 +65,7 @@ size_t dsi_utf8_valid_prefix(const uint8_t *s, size_t n) {
   return n;
 }
 
-static int grow(char **buf, size_t *cap, size_t need) {
+int dsi_tok_buf_reserve(char **buf, size_t *cap, size_t need) {
   if (need <= *cap) return 0;
   size_t c = *cap ? *cap : 64;
   while (c < need) c *= 2;
@@ -76,9 +76,17 @@ static int grow(char **buf, size_t *cap, size_t need) {
   return 0;
 }
 
+int dsi_tok_buf_append(char **buf, size_t *len, size_t *cap, const void *s, size_t n) {
+  if (dsi_tok_buf_reserve(buf, cap, *len + n + 1)) return -1;
+  if (n) memcpy(*buf + *len, s, n);
+  *len += n;
+  (*buf)[*len] = 0;
+  return 0;
+}
+
 int dsi_utf8_lossy_append(char **buf, size_t *len, size_t *cap, const uint8_t *s, size_t n) {
   /* worst case: every byte becomes three (EF BF BD) */
-  if (n > (SIZE_MAX - *len - 1) / 3 || grow(buf, cap, *len + 3 * n + 1)) return -1;
+  if (n > (SIZE_MAX - *len - 1) / 3 || dsi_tok_buf_reserve(buf, cap, *len + 3 * n + 1)) return -1;
   char *o = *buf + *len;
   size_t i = 0;
   while (i < n) {

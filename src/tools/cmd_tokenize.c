@@ -30,6 +30,12 @@ static void dir_of(const char *path, char *out, size_t cap) {
   if (!k) snprintf(out, cap, "./");
 }
 
+/* The options naming the tokenizer, shared by the three commands. */
+#define TOK_SRC_OPTS(src)                                                                                          \
+  {"--tokenizer", NULL, OPT_STR, &(src).tokenizer, "tokenizer.json (tokenizer_config.json beside it is read too)"}, \
+      {"--model", NULL, OPT_STR, &(src).model, "checkpoint directory holding tokenizer.json"},                     \
+      {"--config", NULL, OPT_STR, &(src).config, "tokenizer_config.json, when not beside tokenizer.json"}
+
 /* Returns 0 and *tok, or the exit code (1 failure, 2 usage). */
 static int open_tok(const char *cmd, const tok_src *src, dsi_tok **tok) {
   if (!src->tokenizer == !src->model)
@@ -229,9 +235,7 @@ int dsi_cmd_tokenize(int argc, char **argv) {
   const char *text = NULL, *file = NULL, *jsonl = NULL;
   int bos = 0, special = 0, json = 0, replace = 0, as_text = 0, verbose = 0;
   const dsi_opt opts[] = {
-      {"--tokenizer", NULL, OPT_STR, &src.tokenizer, "tokenizer.json (tokenizer_config.json beside it is read too)"},
-      {"--model", NULL, OPT_STR, &src.model, "checkpoint directory holding tokenizer.json"},
-      {"--config", NULL, OPT_STR, &src.config, "tokenizer_config.json, when not beside tokenizer.json"},
+      TOK_SRC_OPTS(src),
       {"--text", NULL, OPT_STR, &text, "the text to encode"},
       {"--file", NULL, OPT_STR, &file, "encode this file's bytes"},
       {"--jsonl", NULL, OPT_STR, &jsonl, "one JSON string per line in; one JSON array of ids per line out"},
@@ -355,9 +359,7 @@ int dsi_cmd_detokenize(int argc, char **argv) {
   const char *ids_arg = NULL, *jsonl = NULL;
   int skip_special = 0, skip_unknown = 0, stream = 0, json = 0;
   const dsi_opt opts[] = {
-      {"--tokenizer", NULL, OPT_STR, &src.tokenizer, "tokenizer.json (tokenizer_config.json beside it is read too)"},
-      {"--model", NULL, OPT_STR, &src.model, "checkpoint directory holding tokenizer.json"},
-      {"--config", NULL, OPT_STR, &src.config, "tokenizer_config.json, when not beside tokenizer.json"},
+      TOK_SRC_OPTS(src),
       {"--ids", NULL, OPT_STR, &ids_arg, "ids to decode: 1,2,3"},
       {"--jsonl", NULL, OPT_STR, &jsonl, "one JSON array of ids per line in; one JSON string per line out"},
       {"--skip-special", NULL, OPT_FLAG, &skip_special, "leave special tokens out"},
@@ -540,9 +542,7 @@ int dsi_cmd_bench_tokenizer(int argc, char **argv) {
   const char *corpus_path = NULL, *ref_script = NULL;
   int reps = 5, ref_reps = 3, mb = 4, no_ref = 0;
   const dsi_opt opts[] = {
-      {"--tokenizer", NULL, OPT_STR, &src.tokenizer, "tokenizer.json (tokenizer_config.json beside it is read too)"},
-      {"--model", NULL, OPT_STR, &src.model, "checkpoint directory holding tokenizer.json"},
-      {"--config", NULL, OPT_STR, &src.config, "tokenizer_config.json, when not beside tokenizer.json"},
+      TOK_SRC_OPTS(src),
       {"--corpus", NULL, OPT_STR, &corpus_path, "JSONL of strings or a text file (default: tests/tokenizer/corpus.jsonl)"},
       {"--mb", NULL, OPT_INT, &mb, "corpus size in MB, the texts repeated up to it (default 4)"},
       {"--reps", NULL, OPT_INT, &reps, "repetitions of ours; the median is shown (default 5)"},
