@@ -241,6 +241,8 @@ int dsi_tok_bpe_word(tok_enc *e, const uint8_t *w, size_t n) {
       return 0;
     }
   }
+  if (n > (1u << 28)) /* symbol positions are 32-bit; HF would need ~50 bytes a symbol too */
+    return dsi_errf(e->err, DSI_E_CAPACITY, "encode: a %zu-byte word with no break is too long (limit 256 MiB)", n);
   int rc = reserve_work(e, 4 * n + 4);
   if (rc) return rc;
   int32_t *sym = e->sym;

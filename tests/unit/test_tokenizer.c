@@ -363,6 +363,22 @@ static void test_variants(void) {
     CHECKF(strstr(desc, "merges=8") && strstr(desc, "added=8"), "%s", desc);
   }
   dsi_tok_free(t);
+  /* no tokenizer_config.json: DSI_TOK_ADD_SPECIAL follows a TemplateProcessing post-processor */
+  t = tiny_variant("post_processor",
+                   "{\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": {\"id\": \"<s>\", \"type_id\": 0}}, "
+                   "{\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}, {\"SpecialToken\": {\"id\": \"</s>\", \"type_id\": 0}}], "
+                   "\"pair\": [], \"special_tokens\": {\"<s>\": {\"id\": \"<s>\", \"ids\": [264], \"tokens\": [\"<s>\"]}, "
+                   "\"</s>\": {\"id\": \"</s>\", \"ids\": [265], \"tokens\": [\"</s>\"]}}}");
+  if (t) {
+    ENC(t, DSI_TOK_ADD_SPECIAL, "ab", BOS, AB, EOS);
+    ENC(t, 0, "ab", AB);
+    int32_t *ids = NULL;
+    size_t n;
+    dsi_err err = {0};
+    CHECK_ERR(dsi_tok_encode(t, "ab", 2, DSI_TOK_ADD_BOS, &ids, &n, &err), DSI_E_INVAL, err, "bos_token");
+    CHECK(dsi_tok_bos_id(t) == -1);
+  }
+  dsi_tok_free(t);
 }
 
 /* ---- Split behaviors on a char-level model (no ByteLevel, no decoder) ---- */
