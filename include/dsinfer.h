@@ -155,6 +155,47 @@ void dsi_reset_peak_rss(void); /* start peak RSS afresh from the current RSS */
 int dsi_default_threads(void);
 void dsi_set_log_level(int level); /* 0 error .. 3 debug */
 
+/* ---- tokenizer ---- */
+/* A checkpoint's byte-level BPE tokenizer, as Hugging Face `tokenizers`
+ * defines it in tokenizer.json. Read-only once open: one dsi_tok may be
+ * used by several threads at once. */
+typedef struct dsi_tok dsi_tok;
+
+enum {
+  DSI_TOK_ADD_BOS = 1 << 0,         /* encode: prepend the BOS token */
+  DSI_TOK_ADD_SPECIAL = 1 << 1,     /* encode: add what tokenizer_config.json (add_bos_token,
+                                       add_eos_token) or the post-processor adds */
+  DSI_TOK_REPLACE_INVALID = 1 << 2, /* encode: invalid UTF-8 becomes U+FFFD (default: DSI_E_INVAL) */
+  DSI_TOK_SPECIAL_AS_TEXT = 1 << 3, /* encode: special tokens' text is plain text (untrusted input) */
+  DSI_TOK_SKIP_SPECIAL = 1 << 4,    /* decode: leave special tokens out */
+  DSI_TOK_SKIP_UNKNOWN = 1 << 5,    /* decode: skip ids with no token (as HF) instead of DSI_E_INVAL */
+};
+
+/* Open tokenizer.json; tokenizer_config.json (BOS/EOS, add_bos_token) may be NULL. */
+int dsi_tok_open(dsi_tok **out, const char *tokenizer_json_path, const char *tokenizer_config_path,
+                 dsi_err *err);
+void dsi_tok_free(dsi_tok *tok);
+/* text[0..len) (UTF-8) -> *ids (malloc'd, free() it), *n of them. */
+int dsi_tok_encode(const dsi_tok *tok, const char *text, size_t len, int flags, int32_t **ids, size_t *n,
+                   dsi_err *err);
+/* ids -> *text (malloc'd, NUL-terminated, free() it) of *len bytes (len may be NULL). */
+int dsi_tok_decode(const dsi_tok *tok, const int32_t *ids, size_t n, int flags, char **text, size_t *len,
+                   dsi_err *err);
+int32_t dsi_tok_token_to_id(const dsi_tok *tok, const char *token); /* -1 if none */
+int dsi_tok_vocab_size(const dsi_tok *tok); /* 1 + the largest id */
+int32_t dsi_tok_bos_id(const dsi_tok *tok); /* -1 if none */
+int32_t dsi_tok_eos_id(const dsi_tok *tok); /* -1 if none */
+
+/* Streaming decode: push ids one at a time; each call hands back the text
+ * that became final (never half a UTF-8 character), borrowed until the next
+ * call. The pieces, then flush's, concatenate to dsi_tok_decode's text. */
+typedef struct dsi_detok dsi_detok;
+int dsi_detok_open(dsi_detok **out, const dsi_tok *tok, int flags, dsi_err *err); /* flags: DSI_TOK_SKIP_* */
+int dsi_detok_push(dsi_detok *d, int32_t id, const char **piece, size_t *len, dsi_err *err);
+int dsi_detok_flush(dsi_detok *d, const char **piece, size_t *len); /* end of stream */
+void dsi_detok_reset(dsi_detok *d); /* start a new stream */
+void dsi_detok_free(dsi_detok *d);
+
 #ifdef __cplusplus
 }
 #endif
