@@ -190,5 +190,6 @@ static int bench_model(int argc, char **argv) {
 
 int dsi_cmd_bench(int argc, char **argv) {
   if (argc >= 1 && !strcmp(argv[0], "kernels")) return bench_kernels(argc - 1, argv + 1);
+  if (argc >= 1 && !strcmp(argv[0], "tokenizer")) return dsi_cmd_bench_tokenizer(argc - 1, argv + 1);
   return bench_model(argc, argv);
 }
