@@ -4,6 +4,7 @@
  * forward allocates nothing. */
 #include "graph/forward.h"
 #include "graph/gemm_run.h"
+#include "kernels/vec.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -199,6 +200,7 @@ static void attn_core_task(void *ctx, int ith, int nth) {
   int G = DSI_CEIL_DIV(H, ATTN_HEAD_GROUP);
   const float *cache = j->cache->layer[j->layer];
   float *score = f->scratch[ith]; /* [ATTN_HEAD_GROUP][max_context] */
+  const dsi_vec_ops *v = dsi_vec();
   long i0, i1;
   dsi_split((long)j->n * G, ith, nth, &i0, &i1);
   for (long it = i0; it < i1; it++) {
@@ -211,7 +213,7 @@ static void attn_core_task(void *ctx, int ith, int nth) {
       const float *kv = cache + ((size_t)table[u / bs] * bs + u % bs) * row;
       for (int h = 0; h < nh; h++)
         score[(size_t)h * f->max_context + u] =
-            (dsi_k_dot(ql + (size_t)h * kvl, kv, kvl) + dsi_k_dot(qp + (size_t)h * qk, kv + kvl, rope)) *
+            (v->dot(ql + (size_t)h * kvl, kv, kvl) + v->dot(qp + (size_t)h * qk, kv + kvl, rope)) *
             f->softmax_scale;
     }
     float *ol = f->o_lat + ((size_t)tc * H + h0) * kvl;
@@ -221,7 +223,7 @@ static void attn_core_task(void *ctx, int ith, int nth) {
     }
     for (int u = 0; u <= pos; u++) {
       const float *kv = cache + ((size_t)table[u / bs] * bs + u % bs) * row;
-      for (int h = 0; h < nh; h++) dsi_k_axpy(ol + (size_t)h * kvl, kv, score[(size_t)h * f->max_context + u], kvl);
+      for (int h = 0; h < nh; h++) v->axpy(ol + (size_t)h * kvl, kv, score[(size_t)h * f->max_context + u], kvl);
     }
   }
 }
@@ -469,9 +471,7 @@ static void rmsnorm_rows(dsi_fwd *f, const float *weight, const float *src, floa
   dsi_pool_run(f->pool, norm_task, &j);
 }
 
-static void residual_add(float *x, const float *y, size_t n) {
-  for (size_t i = 0; i < n; i++) x[i] += y[i];
-}
+static void residual_add(float *x, const float *y, size_t n) { dsi_vec()->add(x, y, (long)n); }
 
 void dsi_fwd_run(dsi_fwd *f, const dsi_fwd_batch *b, const dsi_fwd_cache *cache, float *logits) {
   const dsi_model *m = f->m;
