@@ -68,6 +68,15 @@ const char *dsi_gemm_kernel_name(dsi_gemm_fn fn);
 size_t dsi_pack_gate_up_bytes(const dsi_mat *gate);
 void dsi_pack_gate_up(const dsi_mat *gate, const dsi_mat *up, dsi_mat *dst, void *mem);
 
+/* Pack f32 activations as a TILES weight of dtype dt (F32 or BF16): rows
+ * r < rows are src[(idx ? idx[r] : r) * ld + c], c < cols. The _cols
+ * variant packs the transpose ([cols, rows]). For attention: the cached
+ * latents become K (scores = Q K^T) and V^T (out = P V). */
+void dsi_pack_f32_rows(dsi_dtype dt, const float *src, int ld, const int32_t *idx, int rows, int cols,
+                       dsi_mat *dst, void *mem);
+void dsi_pack_f32_cols(dsi_dtype dt, const float *src, int ld, const int32_t *idx, int rows, int cols,
+                       dsi_mat *dst, void *mem);
+
 /* x f32 rows (gathered by rows when non-NULL) -> bf16 values kept in f32,
  * [m, cols] (what an AMX kernel multiplies, for kernels that read f32) */
 void dsi_rows_round_bf16(const float *x, int ldx, const int32_t *rows, int m, int cols, float *out);
