@@ -2,6 +2,7 @@
  * gate/up panel packing, and f32 -> bf16 activation rows. */
 #include "kernels/gemm.h"
 #include "base/base.h"
+#include "kernels/vec.h"
 
 #include <math.h>
 #include <string.h>
@@ -88,20 +89,18 @@ void dsi_pack_gate_up(const dsi_mat *gate, const dsi_mat *up, dsi_mat *dst, void
 
 /* ---- activations to bf16 ---- */
 void dsi_rows_to_bf16(const float *x, int ldx, const int32_t *rows, int m, int cols, int kpad, uint16_t *out) {
+  const dsi_vec_ops *v = dsi_vec();
   for (int i = 0; i < m; i++) {
     const float *r = x + (size_t)(rows ? rows[i] : i) * ldx;
     uint16_t *o = out + (size_t)i * kpad;
-    for (int c = 0; c < cols; c++) o[c] = dsi_f32_to_bf16(r[c]);
+    v->to_bf16(r, o, cols);
     for (int c = cols; c < kpad; c++) o[c] = 0;
   }
 }
 
 void dsi_rows_round_bf16(const float *x, int ldx, const int32_t *rows, int m, int cols, float *out) {
-  for (int i = 0; i < m; i++) {
-    const float *r = x + (size_t)(rows ? rows[i] : i) * ldx;
-    float *o = out + (size_t)i * cols;
-    for (int c = 0; c < cols; c++) o[c] = dsi_bf16_to_f32(dsi_f32_to_bf16(r[c]));
-  }
+  const dsi_vec_ops *v = dsi_vec();
+  for (int i = 0; i < m; i++) v->round_bf16(x + (size_t)(rows ? rows[i] : i) * ldx, out + (size_t)i * cols, cols);
 }
 
 /* ---- activations packed as a weight (attention's K and V) ---- */

@@ -33,6 +33,18 @@ static void VEC_FN(vec_rmsnorm_)(const float *x, const float *w, int n, float ep
   for (int i = 0; i < n; i++) out[i] = x[i] * inv * w[i];
 }
 
+static void VEC_FN(vec_to_bf16_)(const float *restrict x, uint16_t *restrict out, int n) {
+  const uint32_t *u = (const uint32_t *)x;
+  for (int i = 0; i < n; i++) out[i] = (uint16_t)((u[i] + 0x7fffu + ((u[i] >> 16) & 1)) >> 16);
+}
+
+static void VEC_FN(vec_round_bf16_)(const float *restrict x, float *restrict out, int n) {
+  const uint32_t *u = (const uint32_t *)x;
+  uint32_t *o = (uint32_t *)out;
+  for (int i = 0; i < n; i++) o[i] = (u[i] + 0x7fffu + ((u[i] >> 16) & 1)) & 0xffff0000u;
+}
+
 const dsi_vec_ops VEC_FN(dsi_vec_ops_) = {
   VEC_NAME, VEC_FN(vec_dot_), VEC_FN(vec_axpy_), VEC_FN(vec_add_), VEC_FN(vec_rmsnorm_),
+  VEC_FN(vec_to_bf16_), VEC_FN(vec_round_bf16_),
 };
