@@ -42,7 +42,14 @@ typedef struct dsi_load_opts {
   int n_threads; /* threads used while loading; 0 = all cores */
   int op_opt_off; /* 1: keep weights row-major as in the file (the ablation's
                      baseline); 0: repack into the kernels' layout (default) */
+  int quant;     /* DSI_QUANT_*: quantize the packed linear weights while loading */
 } dsi_load_opts;
+
+/* DSI_QUANT_INT8: every packed linear weight (not the embedding, the norms,
+ * the MoE router or W_UK) becomes symmetric int8 with one f32 scale per 16
+ * rows x 128 columns, whatever the checkpoint's dtype (F32, BF16, F16, FP8).
+ * Needs packed weights (not with mlock or op_opt_off). */
+enum { DSI_QUANT_NONE = 0, DSI_QUANT_INT8 = 1 };
 
 /* Open a Hugging Face checkpoint directory (config.json + model.safetensors
  * or model.safetensors.index.json with shards). */
@@ -58,7 +65,7 @@ typedef struct dsi_model_info {
                                     shared MLPs, router, top-k experts per MoE layer, lm_head */
   size_t file_bytes;     /* bytes of the checkpoint's tensors on disk */
   double load_seconds;
-  const char *weight_dtype; /* "f32", "bf16", "fp8", "mixed" */
+  const char *weight_dtype; /* "f32", "bf16", "fp8", "mixed"; "int8" when quantized at load */
 } dsi_model_info;
 void dsi_model_get_info(const dsi_model *m, dsi_model_info *info);
 

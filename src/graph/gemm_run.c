@@ -29,14 +29,17 @@ typedef struct {
   long total;          /* rows of activations over all calls */
   const size_t *at;    /* [n] first prepared row of call i, counting all calls */
   const size_t *slot;  /* [n] first row of call i in its own buffer */
-  const uint8_t *to_bf16; /* [n] 1: bf16 into xb; 0: rounded f32 into xr */
+  const uint8_t *prep; /* [n] DSI_PREP_BF16: into xb; DSI_PREP_I8: into xq; NONE: rounded f32 into xr */
   uint16_t *xb;
+  int8_t *xq;
+  float *xq_scale;
 } prep_job;
 
-/* Prepare every call's activation rows, split over threads: bf16 for the
- * kernels that read it, bf16-rounded f32 for the others, so every kernel
- * multiplies the same numbers and results do not depend on which kernel a
- * batch size picked. */
+/* Prepare every call's activation rows, split over threads: bf16 or int8
+ * for the kernels that read them, bf16-rounded f32 for the others, so
+ * every kernel multiplies the same numbers and results do not depend on
+ * which kernel a batch size picked (int8, for INT8 weights' AMX kernel, is
+ * the one exception: a coarser mode of its own). */
 static void prep_task(void *ctx, int ith, int nth) {
   prep_job *j = ctx;
   long a, e;
@@ -49,41 +52,57 @@ static void prep_task(void *ctx, int ith, int nth) {
     const float *x = g->x_rows ? g->x : g->x + (size_t)(s0 - lo) * g->ldx;
     const int32_t *rows = g->x_rows ? g->x_rows + (s0 - lo) : NULL;
     size_t r = j->slot[i] + (size_t)(s0 - lo);
-    if (j->to_bf16[i])
-      dsi_rows_to_bf16(x, g->ldx, rows, (int)(s1 - s0), g->w->cols, g->w->kpad, j->xb + r * g->w->kpad);
+    int cols = g->w->cols, kpad = g->w->kpad, nr = (int)(s1 - s0);
+    if (j->prep[i] == DSI_PREP_BF16)
+      dsi_rows_to_bf16(x, g->ldx, rows, nr, cols, kpad, j->xb + r * kpad);
+    else if (j->prep[i] == DSI_PREP_I8)
+      dsi_rows_to_i8(x, g->ldx, rows, nr, cols, DSI_XQ_LD(kpad), j->xq + r * DSI_XQ_LD(kpad), j->xq_scale + r);
     else
-      dsi_rows_round_bf16(x, g->ldx, rows, (int)(s1 - s0), g->w->cols, j->c->xr + r * g->w->cols);
+      dsi_rows_round_bf16(x, g->ldx, rows, nr, cols, j->c->xr + r * cols);
   }
 }
+
+static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 /* Run n matmuls of equal row count as one dispatch; picks each kernel and
  * prepares the activations it reads once, before. */
 void dsi_gemm_batch(dsi_gemm_ctx *f, dsi_gemm *gs, int n, int rows, int unit) {
-  size_t at[1024], slot[1024], total = 0, n_r = 0, n_b = 0;
-  uint8_t to_bf16[1024];
+  size_t at[1024], slot[1024], total = 0, n_r = 0, n_b = 0, n_q = 0;
+  uint8_t prep[1024];
   DSI_ASSERT(n <= 1024 && n <= f->max_calls);
   for (int i = 0; i < n; i++) {
-    int wants = 0;
+    int wants = DSI_PREP_NONE;
     f->fns[i] = dsi_gemm_pick(gs[i].w, gs[i].m, f->act_bf16, &wants);
     gs[i].xb = NULL;
-    to_bf16[i] = (uint8_t)wants;
+    gs[i].xq = NULL;
+    gs[i].xq_scale = NULL;
+    prep[i] = (uint8_t)wants;
     at[i] = total;
-    if (wants) { slot[i] = n_b; n_b += gs[i].m; }
+    if (wants == DSI_PREP_BF16) { slot[i] = n_b; n_b += gs[i].m; }
+    else if (wants == DSI_PREP_I8) { slot[i] = n_q; n_q += gs[i].m; }
     else if (f->act_bf16) { slot[i] = n_r; n_r += gs[i].m; }
     else continue;
     total += gs[i].m;
   }
   if (total) {
     /* cols and kpad are the same for every call of a batch; rounded f32
-     * rows first, bf16 rows after them */
-    size_t r_bytes = (n_r * gs[0].w->cols * sizeof(float) + 63) & ~(size_t)63;
-    DSI_ASSERT(r_bytes + n_b * gs[0].w->kpad * sizeof(uint16_t) <= f->xr_len * sizeof(float));
-    uint16_t *xb = (uint16_t *)((uint8_t *)f->xr + r_bytes);
-    prep_job pj = {f, gs, n, (long)total, at, slot, to_bf16, xb};
+     * rows first, then bf16 rows, int8 rows and their scales */
+    size_t ldq = DSI_XQ_LD(gs[0].w->kpad);
+    size_t r_bytes = align64(n_r * gs[0].w->cols * sizeof(float));
+    size_t b_bytes = align64(n_b * gs[0].w->kpad * sizeof(uint16_t)), q_bytes = align64(n_q * ldq);
+    DSI_ASSERT(r_bytes + b_bytes + q_bytes + n_q * sizeof(float) <= f->xr_len * sizeof(float));
+    uint8_t *base = (uint8_t *)f->xr;
+    uint16_t *xb = (uint16_t *)(base + r_bytes);
+    int8_t *xq = (int8_t *)(base + r_bytes + b_bytes);
+    float *xq_scale = (float *)(base + r_bytes + b_bytes + q_bytes);
+    prep_job pj = {f, gs, n, (long)total, at, slot, prep, xb, xq, xq_scale};
     dsi_pool_run(f->pool, prep_task, &pj);
     for (int i = 0; i < n; i++) {
-      if (to_bf16[i]) {
+      if (prep[i] == DSI_PREP_BF16) {
         gs[i].xb = xb + slot[i] * gs[i].w->kpad;
+      } else if (prep[i] == DSI_PREP_I8) {
+        gs[i].xq = xq + slot[i] * ldq;
+        gs[i].xq_scale = xq_scale + slot[i];
       } else if (f->act_bf16) {
         gs[i].x = f->xr + slot[i] * gs[i].w->cols;
         gs[i].ldx = gs[i].w->cols;
@@ -94,4 +113,3 @@ void dsi_gemm_batch(dsi_gemm_ctx *f, dsi_gemm *gs, int n, int rows, int unit) {
   gemm_job j = {f, gs, f->fns, n, rows, unit};
   dsi_pool_run(f->pool, gemm_task, &j);
 }
-

@@ -8,9 +8,9 @@
  * which streams weights once for up to ~16 rows, is as fast) */
 #define DSI_AMX_MIN_M 16
 
-dsi_gemm_fn dsi_gemm_pick(const dsi_mat *w, int m, int act_bf16, int *wants_bf16) {
+dsi_gemm_fn dsi_gemm_pick(const dsi_mat *w, int m, int act_bf16, int *prep) {
   const dsi_cpu *cpu = dsi_cpu_get();
-  *wants_bf16 = 0;
+  *prep = DSI_PREP_NONE;
   if (w->layout != DSI_LAYOUT_TILES) return dsi_gemm_ref;
   int kernel_dtype = w->dtype == DSI_DTYPE_F32 || w->dtype == DSI_DTYPE_BF16 || w->dtype == DSI_DTYPE_F8_E4M3;
   (void)kernel_dtype;
@@ -18,14 +18,19 @@ dsi_gemm_fn dsi_gemm_pick(const dsi_mat *w, int m, int act_bf16, int *wants_bf16
   (void)cpu;
   (void)act_bf16;
 #if DSI_HAVE_AMX
+  /* int8 activations are a reduced-precision mode like bf16: only with it */
+  if (act_bf16 && cpu->level >= DSI_ISA_AMX && cpu->amx_int8 && m >= DSI_AMX_MIN_M && w->dtype == DSI_DTYPE_I8) {
+    *prep = DSI_PREP_I8;
+    return dsi_gemm_amx_int8;
+  }
   if (act_bf16 && cpu->level >= DSI_ISA_AMX && m >= DSI_AMX_MIN_M &&
       (w->dtype == DSI_DTYPE_BF16 || w->dtype == DSI_DTYPE_F8_E4M3)) {
-    *wants_bf16 = 1;
+    *prep = DSI_PREP_BF16;
     return dsi_gemm_amx;
   }
 #endif
 #if DSI_HAVE_AVX512
-  if (cpu->level >= DSI_ISA_AVX512 && kernel_dtype) return dsi_gemm_avx512;
+  if (cpu->level >= DSI_ISA_AVX512 && (kernel_dtype || w->dtype == DSI_DTYPE_I8)) return dsi_gemm_avx512;
 #endif
 #if DSI_HAVE_AVX2
   if (cpu->level >= DSI_ISA_AVX2 && kernel_dtype) return dsi_gemm_avx2;
@@ -36,6 +41,7 @@ dsi_gemm_fn dsi_gemm_pick(const dsi_mat *w, int m, int act_bf16, int *wants_bf16
 const char *dsi_gemm_kernel_name(dsi_gemm_fn fn) {
 #if DSI_HAVE_AMX
   if (fn == dsi_gemm_amx) return "amx";
+  if (fn == dsi_gemm_amx_int8) return "amx-int8";
 #endif
 #if DSI_HAVE_AVX512
   if (fn == dsi_gemm_avx512) return "avx512";

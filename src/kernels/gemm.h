@@ -28,6 +28,11 @@ typedef struct dsi_gemm {
   /* the same rows in bf16, already gathered, [m, kpad] zero-padded past
    * w->cols, for kernels that want them (AMX); NULL when not prepared */
   const uint16_t *xb;
+  /* the same rows quantized to int8 (x ~ xq * xq_scale, one scale per row),
+   * [m, DSI_XQ_LD(kpad)] zero-padded, for kernels that want them (AMX
+   * INT8); NULL when not prepared */
+  const int8_t *xq;
+  const float *xq_scale;
   int m;
   float *y;
   int ldy;
@@ -51,15 +56,22 @@ void dsi_gemm_ref(const dsi_gemm *g, int r0, int r1, void *scratch);
 void dsi_gemm_avx512(const dsi_gemm *g, int r0, int r1, void *scratch);
 /* AMX BF16 tiles (m >= 16 worthwhile; TILES layout, BF16 / FP8; needs xb) — x86/amx.c */
 void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch);
+/* AMX INT8 tiles (m >= 16 worthwhile; TILES layout, INT8; needs xq) — x86/amx_int8.c */
+void dsi_gemm_amx_int8(const dsi_gemm *g, int r0, int r1, void *scratch);
 
 /* AVX2 + FMA (any m; TILES layout, F32 / BF16 / FP8) — x86/avx2.c */
 void dsi_gemm_avx2(const dsi_gemm *g, int r0, int r1, void *scratch);
 
-/* The kernel for w at batch size m on this CPU; kernels that multiply bf16
- * activations (AMX) only when act_bf16 allows it. *wants_bf16 is set when
- * the kernel reads g->xb (the caller converts the activations once). */
-dsi_gemm_fn dsi_gemm_pick(const dsi_mat *w, int m, int act_bf16, int *wants_bf16);
-/* "ref", "avx2", "avx512", "amx" */
+/* What a kernel reads besides x, prepared once by the caller. */
+enum { DSI_PREP_NONE, DSI_PREP_BF16 /* g->xb */, DSI_PREP_I8 /* g->xq, g->xq_scale */ };
+/* row stride of int8 activations: the AMX INT8 kernel steps K 64 at a time */
+#define DSI_XQ_LD(kpad) (((kpad) + 63) / 64 * 64)
+
+/* The kernel for w at batch size m on this CPU; kernels that multiply
+ * reduced-precision activations (AMX: bf16, or int8 for INT8 weights) only
+ * when act_bf16 allows it. *prep says what the kernel reads (DSI_PREP_*). */
+dsi_gemm_fn dsi_gemm_pick(const dsi_mat *w, int m, int act_bf16, int *prep);
+/* "ref", "avx2", "avx512", "amx", "amx-int8" */
 const char *dsi_gemm_kernel_name(dsi_gemm_fn fn);
 
 /* Pack gate [I, D] and up [I, D] (row-major, same dtype) into one TILES
@@ -82,5 +94,8 @@ void dsi_pack_f32_cols(dsi_dtype dt, const float *src, int ld, const int32_t *id
 void dsi_rows_round_bf16(const float *x, int ldx, const int32_t *rows, int m, int cols, float *out);
 /* x f32 rows (gathered by rows when non-NULL) -> bf16 [m, kpad], zero pad */
 void dsi_rows_to_bf16(const float *x, int ldx, const int32_t *rows, int m, int cols, int kpad, uint16_t *out);
+/* x f32 rows (gathered by rows when non-NULL) -> int8 [m, ld], zero pad,
+ * and scale[m]: symmetric per row, scale = amax / 127, q = round(x / scale) */
+void dsi_rows_to_i8(const float *x, int ldx, const int32_t *rows, int m, int cols, int ld, int8_t *out, float *scale);
 
 #endif

@@ -1,5 +1,5 @@
 /* kernels: the scalar reference of the matmul contract (gemm.h), the
- * gate/up panel packing, and f32 -> bf16 activation rows. */
+ * gate/up panel packing, and f32 -> bf16 / int8 activation rows. */
 #include "kernels/gemm.h"
 #include "base/base.h"
 #include "kernels/vec.h"
@@ -95,6 +95,15 @@ void dsi_rows_to_bf16(const float *x, int ldx, const int32_t *rows, int m, int c
     uint16_t *o = out + (size_t)i * kpad;
     v->to_bf16(r, o, cols);
     for (int c = cols; c < kpad; c++) o[c] = 0;
+  }
+}
+
+void dsi_rows_to_i8(const float *x, int ldx, const int32_t *rows, int m, int cols, int ld, int8_t *out, float *scale) {
+  const dsi_vec_ops *v = dsi_vec();
+  for (int i = 0; i < m; i++) {
+    int8_t *o = out + (size_t)i * ld;
+    scale[i] = v->to_i8(x + (size_t)(rows ? rows[i] : i) * ldx, o, cols);
+    memset(o + cols, 0, (size_t)(ld - cols));
   }
 }
 

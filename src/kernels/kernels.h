@@ -20,19 +20,27 @@
  *        lines, so one copy serves decode and prefill. F32 and FP8 use the
  *        same element order. FP8 scales are held per 16-row panel:
  *        scale[(r / 16) * scale_cols + c / block], so every 16x32 tile
- *        has one scale. */
+ *        has one scale. INT8 (weights quantized at load) keeps the same
+ *        element order too, with the same scale indexing and block = 128:
+ *        one scale per 16x128 tile, w = q * scale. The AMX INT8 kernel
+ *        wants 4 consecutive k per dword instead of 2 and regroups each
+ *        16x64 B tile in scratch as it goes (once per tile and M chunk, a
+ *        few percent of the tile products), so one copy and one order
+ *        serve every dtype, the widening, the packers and the AVX-512
+ *        kernel. */
 typedef enum { DSI_LAYOUT_ROWS, DSI_LAYOUT_TILES } dsi_layout;
 
 /* A weight matrix [rows = out, cols = in] in its checkpoint dtype. FP8
  * carries one f32 scale per block x block tile
  * (scale[(r/block) * scale_cols + c/block], partial tiles at the edges),
- * applied when widening: w = fp8 * scale. */
+ * applied when widening: w = fp8 * scale. INT8 is read the same way
+ * (w = q * scale); packed, its scales are per 16-row panel as above. */
 typedef struct dsi_mat {
   dsi_dtype dtype;
   int rows, cols;
   const void *data;
-  const float *scale; /* FP8 only */
-  int block;          /* FP8 block size (128) */
+  const float *scale; /* FP8 and INT8 only */
+  int block;          /* FP8 / INT8 block size (128) */
   int scale_cols;     /* ceil(cols / block) */
   dsi_layout layout;
   int kpad;           /* TILES: padded columns (multiple of 32) */
@@ -42,7 +50,7 @@ typedef struct dsi_mat {
 #define DSI_TILE_K 32
 
 /* ---- packing (at load) ---- */
-/* bytes of w in TILES layout: the data, then (FP8) the per-panel scales */
+/* bytes of w in TILES layout: the data, then (FP8, INT8) the per-panel scales */
 size_t dsi_pack_bytes(const dsi_mat *w);
 /* Describe the packed form of src at mem (and, for FP8, fill its scales);
  * then dsi_pack_rows writes rows [r0, r1) (r0 a multiple of 16) of
@@ -62,6 +70,20 @@ static inline dsi_mat dsi_mat_panels(const dsi_mat *w, int p0, int rows) {
 static inline size_t dsi_tiles_index(const dsi_mat *w, int r, int c) {
   return (((size_t)(r / DSI_TILE_N) * (w->kpad / 2) + c / 2) * DSI_TILE_N + r % DSI_TILE_N) * 2 + (c & 1);
 }
+
+/* ---- INT8 quantization (at load) ---- */
+/* columns per INT8 scale: finer than FP8's 128x128 tiles in rows (16), so
+ * its error stays under FP8's */
+#define DSI_I8_BLOCK 128
+/* Describe an INT8 TILES matrix of src's shape at mem (dsi_pack_bytes of
+ * that shape with dtype I8); its data and scales are written panel by
+ * panel by dsi_quant_panel_i8. */
+void dsi_pack_describe_i8(const dsi_mat *src, dsi_mat *dst, void *mem);
+/* Quantize rows [r, r + 16) of row-major src (any float dtype; rows past
+ * src->rows are zero) into panel p of INT8 TILES dst: per 128-column block
+ * scale = amax|w| / 127, q = round-to-nearest-even(w / scale) in [-127,
+ * 127]. work: 16 * src->cols floats. Threads can fill disjoint panels. */
+void dsi_quant_panel_i8(const dsi_mat *src, int r, const dsi_mat *dst, int p, float *work);
 
 /* ---- widening ---- */
 /* out[0..c1-c0) = W[r, c0..c1) in f32 */

@@ -16,9 +16,16 @@ static size_t pack_data_bytes(const dsi_mat *w) {
   return (rows * kpad * dsi_dtype_size(w->dtype) + 63) & ~(size_t)63;
 }
 
+/* scales per panel: FP8 as the source has them; INT8 one per 128 columns
+ * unless copied from a row-major INT8 source */
+static int panel_scale_cols(const dsi_mat *w) {
+  if (w->dtype == DSI_DTYPE_I8 && !w->scale) return (int)DSI_CEIL_DIV_SZ(w->cols, DSI_I8_BLOCK);
+  return w->dtype == DSI_DTYPE_F8_E4M3 || w->dtype == DSI_DTYPE_I8 ? w->scale_cols : 0;
+}
+
 size_t dsi_pack_bytes(const dsi_mat *w) {
   size_t panels = DSI_CEIL_DIV_SZ(w->rows, DSI_TILE_N);
-  return pack_data_bytes(w) + (w->dtype == DSI_DTYPE_F8_E4M3 ? panels * w->scale_cols * sizeof(float) : 0);
+  return pack_data_bytes(w) + panels * panel_scale_cols(w) * sizeof(float);
 }
 
 void dsi_pack_describe(const dsi_mat *src, dsi_mat *dst, void *mem) {
@@ -26,14 +33,54 @@ void dsi_pack_describe(const dsi_mat *src, dsi_mat *dst, void *mem) {
   dst->layout = DSI_LAYOUT_TILES;
   dst->kpad = (int)DSI_CEIL_DIV_SZ(src->cols, DSI_TILE_K) * DSI_TILE_K;
   dst->data = mem;
-  if (src->dtype == DSI_DTYPE_F8_E4M3) {
-    float *sc = (float *)((uint8_t *)mem + pack_data_bytes(src));
-    int panels = (int)DSI_CEIL_DIV_SZ(src->rows, DSI_TILE_N);
-    for (int p = 0; p < panels; p++)
-      memcpy(sc + (size_t)p * src->scale_cols, src->scale + (size_t)(p * DSI_TILE_N / src->block) * src->scale_cols,
-             src->scale_cols * sizeof(float));
-    dst->scale = sc;
+  if (src->dtype != DSI_DTYPE_F8_E4M3 && src->dtype != DSI_DTYPE_I8) return;
+  float *sc = (float *)((uint8_t *)mem + pack_data_bytes(src));
+  dst->scale = sc;
+  if (!src->scale) { /* INT8 to be quantized: dsi_quant_panel_i8 fills the scales */
+    dst->block = DSI_I8_BLOCK;
+    dst->scale_cols = panel_scale_cols(src);
+    return;
   }
+  int panels = (int)DSI_CEIL_DIV_SZ(src->rows, DSI_TILE_N);
+  for (int p = 0; p < panels; p++)
+    memcpy(sc + (size_t)p * src->scale_cols, src->scale + (size_t)(p * DSI_TILE_N / src->block) * src->scale_cols,
+           src->scale_cols * sizeof(float));
+}
+
+void dsi_pack_describe_i8(const dsi_mat *src, dsi_mat *dst, void *mem) {
+  dsi_mat shape = *src;
+  shape.dtype = DSI_DTYPE_I8;
+  shape.scale = NULL;
+  dsi_pack_describe(&shape, dst, mem);
+}
+
+/* ---- INT8 quantization ---- */
+void dsi_quant_panel_i8(const dsi_mat *src, int r, const dsi_mat *dst, int p, float *work) {
+  DSI_ASSERT(dst->dtype == DSI_DTYPE_I8 && dst->layout == DSI_LAYOUT_TILES && dst->block == DSI_I8_BLOCK);
+  DSI_ASSERT(src->cols == dst->cols && r % DSI_TILE_N == 0);
+  const int K = src->cols, n = DSI_MAX(0, DSI_MIN(DSI_TILE_N, src->rows - r));
+  for (int j = 0; j < DSI_TILE_N; j++) {
+    if (j < n) dsi_k_row_f32(src, r + j, 0, K, work + (size_t)j * K);
+    else memset(work + (size_t)j * K, 0, (size_t)K * sizeof(float));
+  }
+  int8_t *panel = (int8_t *)dst->data + (size_t)p * DSI_TILE_N * dst->kpad;
+  float *sc = (float *)dst->scale + (size_t)p * dst->scale_cols;
+  for (int b = 0; b < dst->scale_cols; b++) {
+    int c0 = b * DSI_I8_BLOCK, c1 = DSI_MIN(c0 + DSI_I8_BLOCK, K);
+    float amax = 0;
+    for (int j = 0; j < DSI_TILE_N; j++)
+      for (int c = c0; c < c1; c++) amax = fmaxf(amax, fabsf(work[(size_t)j * K + c]));
+    float scale = amax / 127.0f;
+    sc[b] = scale;
+    for (int c = c0; c < c1; c++)
+      for (int j = 0; j < DSI_TILE_N; j++) {
+        float v = scale > 0 ? work[(size_t)j * K + c] / scale : 0.0f;
+        v = fminf(fmaxf(nearbyintf(v), -127.0f), 127.0f); /* round half to even (default mode) */
+        panel[((size_t)(c / 2) * DSI_TILE_N + j) * 2 + (c & 1)] = (int8_t)v;
+      }
+  }
+  for (int c = K; c < dst->kpad; c++) /* padding columns */
+    for (int j = 0; j < DSI_TILE_N; j++) panel[((size_t)(c / 2) * DSI_TILE_N + j) * 2 + (c & 1)] = 0;
 }
 
 #define PACK_PANELS(T)                                                                  \
@@ -77,6 +124,9 @@ static void row_f32_tiles(const dsi_mat *w, int r, int c0, int c1, float *out) {
       v = dsi_fp8_table[((const uint8_t *)w->data)[i]] *
           w->scale[(size_t)(r / DSI_TILE_N) * w->scale_cols + c / w->block];
       break;
+    case DSI_DTYPE_I8:
+      v = (float)((const int8_t *)w->data)[i] * w->scale[(size_t)(r / DSI_TILE_N) * w->scale_cols + c / w->block];
+      break;
     default: v = 0;
     }
     out[c - c0] = v;
@@ -102,14 +152,16 @@ void dsi_k_row_f32(const dsi_mat *w, int r, int c0, int c1, float *out) {
     const uint16_t *s = (const uint16_t *)w->data + base + c0;
     for (int i = 0; i < n; i++) out[i] = dsi_f16_to_f32(s[i]);
   } break;
-  case DSI_DTYPE_F8_E4M3: {
+  case DSI_DTYPE_F8_E4M3:
+  case DSI_DTYPE_I8: {
     const uint8_t *s = (const uint8_t *)w->data + base + c0;
     const float *sc = w->scale + (size_t)(r / w->block) * w->scale_cols;
+    int i8 = w->dtype == DSI_DTYPE_I8;
     for (int c = c0; c < c1;) {
       int bc = c / w->block, end = (bc + 1) * w->block;
       if (end > c1) end = c1;
       float f = sc[bc];
-      for (; c < end; c++) out[c - c0] = dsi_fp8_table[s[c - c0]] * f;
+      for (; c < end; c++) out[c - c0] = (i8 ? (float)(int8_t)s[c - c0] : dsi_fp8_table[s[c - c0]]) * f;
     }
   } break;
   default:

@@ -15,6 +15,9 @@ typedef struct dsi_vec_ops {
   /* round to nearest even bf16 (NaN payloads are not preserved) */
   void (*to_bf16)(const float *x, uint16_t *out, int n);
   void (*round_bf16)(const float *x, float *out, int n); /* the same values, kept in f32 */
+  /* symmetric int8: returns scale = amax|x| / 127 (0 for a zero row) and
+   * out = round-to-nearest-even(x * (127 / amax)), the same on every ISA */
+  float (*to_i8)(const float *x, int8_t *out, int n);
 } dsi_vec_ops;
 
 const dsi_vec_ops *dsi_vec(void);

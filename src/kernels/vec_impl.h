@@ -3,6 +3,7 @@
  * flags of the including file. Fixed lane-wise orders, so a result never
  * depends on where in a batch a row sits. */
 #include <math.h>
+#include <string.h>
 
 #define VEC_CAT2(a, b) a##b
 #define VEC_CAT(a, b) VEC_CAT2(a, b)
@@ -44,7 +45,32 @@ static void VEC_FN(vec_round_bf16_)(const float *restrict x, float *restrict out
   for (int i = 0; i < n; i++) o[i] = (u[i] + 0x7fffu + ((u[i] >> 16) & 1)) & 0xffff0000u;
 }
 
+/* |x| compared as integers (the order of non-negative floats) and the
+ * rounding as rintf of a product, so no ISA can fuse or reorder it */
+static float VEC_FN(vec_to_i8_)(const float *restrict x, int8_t *restrict out, int n) {
+  const uint32_t *u = (const uint32_t *)x;
+  uint32_t mx = 0;
+  for (int i = 0; i < n; i++) {
+    uint32_t a = u[i] & 0x7fffffffu;
+    mx = a > mx ? a : mx;
+  }
+  float amax;
+  memcpy(&amax, &mx, sizeof amax);
+  if (!(amax > 0) || !(amax <= 3.4e38f)) { /* zero row, or inf / NaN: nothing to scale by */
+    memset(out, 0, (size_t)n);
+    return 0;
+  }
+  float inv = 127.0f / amax;
+  for (int i = 0; i < n; i++) {
+    float v = rintf(x[i] * inv);
+    v = v > 127.0f ? 127.0f : v;
+    v = v < -127.0f ? -127.0f : v;
+    out[i] = (int8_t)(int32_t)v;
+  }
+  return amax / 127.0f;
+}
+
 const dsi_vec_ops VEC_FN(dsi_vec_ops_) = {
   VEC_NAME, VEC_FN(vec_dot_), VEC_FN(vec_axpy_), VEC_FN(vec_add_), VEC_FN(vec_rmsnorm_),
-  VEC_FN(vec_to_bf16_), VEC_FN(vec_round_bf16_),
+  VEC_FN(vec_to_bf16_), VEC_FN(vec_round_bf16_), VEC_FN(vec_to_i8_),
 };

@@ -1,6 +1,7 @@
 /* model: open a checkpoint directory — config.json + safetensors — check
  * every tensor the forward needs against the config, and copy the weights
- * into anonymous memory (or lock the mapping with --mlock). */
+ * into anonymous memory (or lock the mapping with --mlock), packed into the
+ * kernels' layout and, with --quant int8, quantized on the way. */
 #define _GNU_SOURCE
 #include "model/model.h"
 #include "base/pool.h"
@@ -34,6 +35,8 @@ struct spec {
   dsi_mat *gu_dst;           /* gate: where the packed gate/up pair goes */
   int mla;                   /* kv_b_proj: split into w_uk_t / w_uv when packed */
   dsi_mat *uk_dst, *uv_dst;
+  int exact;                 /* never quantized (the MoE router: its logits pick experts) */
+  int quant;                 /* packed as INT8 (decided with the storage) */
   dsi_mat src;               /* the row-major view of the file's tensor */
   float *src_scale;          /* FP8 scales widened to f32 (temporary) */
   size_t off2;               /* STORE_MLA: w_uv's offset */
@@ -108,7 +111,7 @@ static void plan_tensors(dsi_model *m, spec_list *l) {
     }
     int E = c->n_routed_experts;
     int64_t I = c->moe_intermediate_size;
-    add_spec(l, SPEC_MAT, E, D, &w->gate, NULL, P "mlp.gate.weight", L);
+    add_spec(l, SPEC_MAT, E, D, &w->gate, NULL, P "mlp.gate.weight", L)->exact = 1;
     if (c->has_e_score_correction_bias)
       add_spec(l, SPEC_VEC, 1, E, NULL, &w->e_score_correction_bias, P "mlp.gate.e_score_correction_bias", L);
     w->exp_gate = dsi_xcalloc(E, sizeof(dsi_mat));
@@ -233,11 +236,23 @@ static dsi_mat uv_shape(const dsi_config *c, const dsi_mat *src) {
   return s;
 }
 
+/* the shape a quantized weight is packed in */
+static dsi_mat i8_shape(const dsi_mat *src) {
+  dsi_mat s = *src;
+  s.dtype = DSI_DTYPE_I8;
+  s.scale = NULL;
+  return s;
+}
+
 static size_t plan_storage(dsi_model *m, spec_list *l) {
   size_t off = 0;
   for (int i = 0; i < l->n; i++) {
     spec *s = &l->v[i];
     src_view(m, s);
+    dsi_mat q = i8_shape(&s->src);
+    /* kv_b_proj packed whole (heads not in whole panels) holds W_UK too: exact */
+    s->quant = m->quant == DSI_QUANT_INT8 && s->kind == SPEC_MAT && m->packed && !s->exact &&
+               s->mat != &m->embed_tokens && (!s->mla || can_pack_mla(&m->cfg));
     if (s->kind == SPEC_VEC) {
       s->store = STORE_ROWS;
       s->off = off;
@@ -256,10 +271,10 @@ static size_t plan_storage(dsi_model *m, spec_list *l) {
       s->store = STORE_GATE_UP;
       l->v[s->pair].store = STORE_NONE;
       s->off = off;
-      off += align64(dsi_pack_gate_up_bytes(&s->src));
+      off += align64(dsi_pack_gate_up_bytes(s->quant ? &q : &s->src));
     } else if (s->mla && can_pack_mla(&m->cfg)) {
       s->store = STORE_MLA;
-      dsi_mat uk = uk_shape(&m->cfg, &s->src), uv = uv_shape(&m->cfg, &s->src);
+      dsi_mat uk = uk_shape(&m->cfg, &s->src), uv = uv_shape(&m->cfg, s->quant ? &q : &s->src);
       s->off = off;
       off += align64(dsi_pack_bytes(&uk));
       s->off2 = off;
@@ -267,7 +282,7 @@ static size_t plan_storage(dsi_model *m, spec_list *l) {
     } else {
       s->store = STORE_TILES;
       s->off = off;
-      off += align64(dsi_pack_bytes(&s->src));
+      off += align64(dsi_pack_bytes(s->quant ? &q : &s->src));
     }
   }
   return off;
@@ -315,9 +330,11 @@ static void pack_mla(dsi_model *m, spec *s) {
   dsi_mat ush = uk_shape(c, &s->src), vsh = uv_shape(c, &s->src);
   dsi_mat *uk = s->uk_dst, *uv = s->uv_dst;
   dsi_pack_describe(&ush, uk, m->mem + s->off);
-  describe_no_scales(&vsh, uv, m->mem + s->off2);
+  if (s->quant) dsi_pack_describe_i8(&vsh, uv, m->mem + s->off2);
+  else describe_no_scales(&vsh, uv, m->mem + s->off2);
   size_t es = dsi_dtype_size(s->src.dtype);
   float *rows = dsi_xmalloc((size_t)nope * kvl * sizeof(float));
+  float *work = s->quant ? dsi_xmalloc((size_t)DSI_TILE_N * kvl * sizeof(float)) : NULL;
   float *tf = dsi_xmalloc((size_t)kvl * nope * sizeof(float));
   uint16_t *tb = dsi_xmalloc((size_t)kvl * nope * sizeof(uint16_t));
   for (int h = 0; h < H; h++) {
@@ -334,6 +351,11 @@ static void pack_mla(dsi_model *m, spec *s) {
     hsrc.data = ush.dtype == DSI_DTYPE_BF16 ? (const void *)tb : (const void *)tf;
     dsi_mat hdst = dsi_mat_panels(uk, h * kvl / DSI_TILE_N, kvl);
     dsi_pack_rows(&hsrc, &hdst, 0, kvl);
+    if (s->quant) {
+      for (int q = 0; q < vd / DSI_TILE_N; q++)
+        dsi_quant_panel_i8(&s->src, base + nope + q * DSI_TILE_N, uv, h * vd / DSI_TILE_N + q, work);
+      continue;
+    }
     dsi_mat vsrc = s->src;
     vsrc.rows = vd;
     vsrc.data = (const uint8_t *)s->src.data + (size_t)(base + nope) * kvl * es;
@@ -348,6 +370,22 @@ static void pack_mla(dsi_model *m, spec *s) {
   free(rows);
   free(tf);
   free(tb);
+  free(work);
+}
+
+/* rows [r0, r1) of a quantized TILES weight, or of both halves of a gate/up
+ * pair (up is NULL otherwise), a 16-row panel at a time */
+static void quant_rows(const spec *s, const spec *up, int r0, int r1) {
+  float *work = dsi_xmalloc((size_t)DSI_TILE_N * s->cols * sizeof(float));
+  for (int r = r0; r < r1; r += DSI_TILE_N) {
+    if (!up) {
+      dsi_quant_panel_i8(&s->src, r, s->mat, r / DSI_TILE_N, work);
+      continue;
+    }
+    dsi_quant_panel_i8(&s->src, r, s->gu_dst, 2 * (r / DSI_TILE_N), work);
+    dsi_quant_panel_i8(&up->src, r, s->gu_dst, 2 * (r / DSI_TILE_N) + 1, work);
+  }
+  free(work);
 }
 
 static void run_item(fill_job *j, const item *it) {
@@ -363,10 +401,17 @@ static void run_item(fill_job *j, const item *it) {
     else if (!m->mlocked) memcpy(m->mem + s->off + (size_t)it->r0 * row_bytes, src, n);
     break;
   case STORE_TILES:
-    dsi_pack_rows(&s->src, s->mat, it->r0, it->r1);
+    if (s->quant) quant_rows(s, NULL, it->r0, it->r1);
+    else dsi_pack_rows(&s->src, s->mat, it->r0, it->r1);
     break;
   case STORE_GATE_UP: {
     spec *up = &j->l->v[s->pair];
+    if (s->quant) { /* in pieces, as the gate's rows */
+      quant_rows(s, up, it->r0, it->r1);
+      drop_source((const uint8_t *)up->t->data + (size_t)it->r0 * row_bytes, n);
+      atomic_fetch_add(&j->done_bytes, n);
+      break;
+    }
     dsi_pack_gate_up(&s->src, &up->src, s->gu_dst, m->mem + s->off);
     if (!m->mlocked) drop_source(up->t->data, up->t->nbytes);
     atomic_fetch_add(&j->done_bytes, up->t->nbytes);
@@ -420,18 +465,23 @@ static void fill_all(dsi_model *m, spec_list *l, int n_threads, int show, double
       *s->mat = s->src;
       if (!m->mlocked) s->mat->data = m->mem + s->off;
     } else if (s->store == STORE_TILES) {
-      dsi_pack_describe(&s->src, s->mat, m->mem + s->off);
+      if (s->quant) dsi_pack_describe_i8(&s->src, s->mat, m->mem + s->off);
+      else dsi_pack_describe(&s->src, s->mat, m->mem + s->off);
+    } else if (s->store == STORE_GATE_UP && s->quant) { /* described here: filled in pieces */
+      dsi_mat shape = s->src;
+      shape.rows = (int)DSI_CEIL_DIV(s->rows, DSI_TILE_N) * DSI_TILE_N * 2;
+      dsi_pack_describe_i8(&shape, s->gu_dst, m->mem + s->off);
     }
     if (s->store == STORE_NONE) continue;
-    int step = 1 << 30;
-    if (s->kind == SPEC_MAT && (s->store == STORE_ROWS || s->store == STORE_TILES)) {
-      size_t rb = (size_t)s->cols * dsi_dtype_size(s->t->dtype);
+    int step = 1 << 30, whole = s->kind == SPEC_VEC || s->store == STORE_MLA || (s->store == STORE_GATE_UP && !s->quant);
+    if (s->kind == SPEC_MAT && !whole) { /* a gate/up piece reads as many rows of up */
+      size_t rb = (size_t)s->cols * dsi_dtype_size(s->t->dtype) * (s->store == STORE_GATE_UP ? 2 : 1);
       step = (int)DSI_MAX(DSI_TILE_N, piece / rb / DSI_TILE_N * DSI_TILE_N);
     }
     for (int r = 0; r < s->rows || (r == 0 && s->rows == 0); r += step) {
       if (n_items == cap) items = dsi_xrealloc(items, (cap = cap ? 2 * cap : 1024) * sizeof(item));
       items[n_items++] = (item){i, r, (int)DSI_MIN((int64_t)r + step, s->rows)};
-      if (s->kind == SPEC_VEC || s->store == STORE_GATE_UP || s->store == STORE_MLA) break;
+      if (whole) break;
     }
   }
   fill_job j = {m, l, items, n_items, 0, 0, show, t0};
@@ -484,6 +534,16 @@ int dsi_model_open(dsi_model **out, const char *dir, const dsi_load_opts *opts, 
    * row-major layout; otherwise weights are packed unless --op-opt off */
   m->mlocked = opts->mlock;
   m->packed = !opts->mlock && !opts->op_opt_off;
+  m->quant = opts->quant;
+  if (m->quant != DSI_QUANT_NONE && m->quant != DSI_QUANT_INT8) {
+    rc = dsi_errf(err, DSI_E_INVAL, "%s: unknown quantization %d (0 = none, 1 = int8)", dir, m->quant);
+    goto fail;
+  }
+  if (m->quant && !m->packed) {
+    rc = dsi_errf(err, DSI_E_INVAL, "%s: int8 quantization packs the weights; it cannot be combined with %s", dir,
+                  opts->mlock ? "--mlock" : "--op-opt off");
+    goto fail;
+  }
   if (m->mlocked)
     for (int f = 0; f < m->st.n_files; f++)
       if (mlock(m->st.files[f].map, m->st.files[f].size) != 0) {
@@ -500,7 +560,7 @@ int dsi_model_open(dsi_model **out, const char *dir, const dsi_load_opts *opts, 
   }
   fill_all(m, &l, opts->n_threads > 0 ? opts->n_threads : dsi_default_threads(), opts->progress && isatty(2), t0);
   if (m->cfg.tie_word_embeddings) m->lm_head = m->embed_tokens;
-  m->weight_dtype = dtype_summary(&l);
+  m->weight_dtype = m->quant ? "int8" : dtype_summary(&l);
   m->weight_bytes = m->mlocked ? m->file_bytes : total;
   if (!m->mlocked) dsi_st_close(&m->st); /* weights live in m->mem now */
   free(l.v);

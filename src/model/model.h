@@ -43,6 +43,7 @@ struct dsi_model {
   dsi_mat lm_head;                 /* [vocab, hidden] */
   dsi_layer_weights *layers;       /* [num_hidden_layers] */
   int packed;                      /* 1: weights in the kernels' TILES layout (--op-opt on) */
+  int quant;                       /* DSI_QUANT_*: packed linear weights quantized at load */
   /* storage */
   uint8_t *mem;                    /* one anonymous block holding all weights */
   size_t mem_size;

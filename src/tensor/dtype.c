@@ -8,6 +8,7 @@ static const struct { const char *name; size_t size; } k_dtypes[DSI_DTYPE_COUNT]
   [DSI_DTYPE_F32] = {"F32", 4},     [DSI_DTYPE_BF16] = {"BF16", 2},
   [DSI_DTYPE_F16] = {"F16", 2},     [DSI_DTYPE_F8_E4M3] = {"F8_E4M3", 1},
   [DSI_DTYPE_I32] = {"I32", 4},     [DSI_DTYPE_I64] = {"I64", 8},
+  [DSI_DTYPE_I8] = {"I8", 1},
 };
 
 size_t dsi_dtype_size(dsi_dtype t) { return (unsigned)t < DSI_DTYPE_COUNT ? k_dtypes[t].size : 0; }
@@ -90,6 +91,7 @@ void dsi_to_f32(dsi_dtype t, const void *src, float *dst, size_t n) {
   case DSI_DTYPE_F8_E4M3: { dsi_dtype_init(); const uint8_t *s = src; for (size_t i = 0; i < n; i++) dst[i] = dsi_fp8_table[s[i]]; } break;
   case DSI_DTYPE_I32: { const int32_t *s = src; for (size_t i = 0; i < n; i++) dst[i] = (float)s[i]; } break;
   case DSI_DTYPE_I64: { const int64_t *s = src; for (size_t i = 0; i < n; i++) dst[i] = (float)s[i]; } break;
+  case DSI_DTYPE_I8: { const int8_t *s = src; for (size_t i = 0; i < n; i++) dst[i] = (float)s[i]; } break;
   default: break;
   }
 }

@@ -14,12 +14,15 @@ typedef enum dsi_dtype {
   DSI_DTYPE_F8_E4M3,
   DSI_DTYPE_I32,
   DSI_DTYPE_I64,
+  /* symmetric int8 with f32 scales per block (the kernels' quantized
+   * weights; kernels.h says where the scales sit) */
+  DSI_DTYPE_I8,
   DSI_DTYPE_COUNT
 } dsi_dtype;
 
 /* bytes per element */
 size_t dsi_dtype_size(dsi_dtype t);
-/* safetensors' name ("F32", "BF16", "F16", "F8_E4M3", "I32", "I64") */
+/* safetensors' name ("F32", "BF16", "F16", "F8_E4M3", "I32", "I64", "I8") */
 const char *dsi_dtype_st_name(dsi_dtype t);
 /* parse a safetensors dtype name; -1 if unknown */
 int dsi_dtype_from_st_name(const char *s);

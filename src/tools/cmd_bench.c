@@ -26,7 +26,7 @@ static int bench_kernels(int argc, char **argv) {
   const dsi_opt opts[] = {
     {"--threads", NULL, OPT_INT, &o.n_threads, "threads (default: all cores)"},
     {"--reps", NULL, OPT_INT, &o.reps, "repetitions per measurement, median reported (default 5)"},
-    {"--dtypes", NULL, OPT_STR, &o.dtypes, "bf16,fp8 (default both)"},
+    {"--dtypes", NULL, OPT_STR, &o.dtypes, "any of bf16,fp8,int8 (default bf16,fp8)"},
     {"--shape", NULL, OPT_STR, &o.shape, "only this shape: q_a q_b kv_a o expert_up expert_down dense_up lm_head"},
     {"--m", NULL, OPT_STR, &ms, "batch sizes, comma-separated (default 1,4,16,64,256,1024)"},
     {0}};
@@ -99,7 +99,7 @@ static int one_run(dsi_engine *e, int vocab, int P, int G, int B, uint64_t seed,
 }
 
 static int bench_model(int argc, char **argv) {
-  const char *model = NULL, *precision = NULL, *op_opt = NULL;
+  const char *model = NULL, *precision = NULL, *op_opt = NULL, *quant = NULL;
   int P = 512, G = 64, B = 1, reps = 3, threads = 0, json = 0;
   const dsi_opt opts[] = {
     {"--model", NULL, OPT_STR, &model, "checkpoint directory"},
@@ -110,6 +110,7 @@ static int bench_model(int argc, char **argv) {
     {"--threads", NULL, OPT_INT, &threads, "threads (default: all cores)"},
     {"--precision", NULL, OPT_STR, &precision, "auto | f32 | bf16 (see generate --help)"},
     {"--op-opt", NULL, OPT_STR, &op_opt, "on (packed weights, default) | off (row-major)"},
+    {"--quant", NULL, OPT_STR, &quant, "none (default) | int8: quantize the packed weights while loading"},
     {"--json", NULL, OPT_FLAG, &json, "print one JSON object"},
     {0}};
   int rc = dsi_cli_parse("bench", "--model DIR [--prompt-len P] [--gen-len G] [--batch B] [--reps R] [--threads N] [--json]\n"
@@ -124,12 +125,14 @@ static int bench_model(int argc, char **argv) {
   else if (precision && !strcmp(precision, "bf16")) act = DSI_ACT_BF16;
   else if (precision && strcmp(precision, "auto")) return dsi_cli_usage_error("bench", "--precision must be auto, f32 or bf16");
   if (op_opt && strcmp(op_opt, "on") && strcmp(op_opt, "off")) return dsi_cli_usage_error("bench", "--op-opt must be on or off");
+  if (quant && strcmp(quant, "none") && strcmp(quant, "int8")) return dsi_cli_usage_error("bench", "--quant must be none or int8");
   dsi_peaks pk;
   dsi_measure_peaks(threads, &pk);
   dsi_reset_peak_rss(); /* the bandwidth test's buffers are not the engine's */
   dsi_err err = {0};
   dsi_model *m;
-  dsi_load_opts lo = {.progress = !json, .n_threads = threads, .op_opt_off = op_opt && !strcmp(op_opt, "off")};
+  dsi_load_opts lo = {.progress = !json, .n_threads = threads, .op_opt_off = op_opt && !strcmp(op_opt, "off"),
+                      .quant = quant && !strcmp(quant, "int8") ? DSI_QUANT_INT8 : DSI_QUANT_NONE};
   if (dsi_model_open(&m, model, &lo, &err)) {
     fprintf(stderr, "dsinfer bench: %s\n", err.msg);
     return 1;

@@ -23,15 +23,16 @@ static int fail(const char *cmd, const dsi_err *err) {
 
 /* Options every command that runs the model shares. */
 typedef struct {
-  int threads, mlock, op_opt_off;
-  const char *precision, *op_opt;
+  int threads, mlock, op_opt_off, quant_mode;
+  const char *precision, *op_opt, *quant;
 } run_opts;
 
 #define RUN_OPTS(r)                                                                                    \
   {"--threads", NULL, OPT_INT, &(r).threads, "worker threads (default: all cores)"},                   \
   {"--mlock", NULL, OPT_FLAG, &(r).mlock, "lock the file mapping and compute from it (row-major)"},   \
   {"--op-opt", NULL, OPT_STR, &(r).op_opt, "on: pack weights into the kernels' layout (default); off: keep row-major"}, \
-  {"--precision", NULL, OPT_STR, &(r).precision, "activations into matmuls: auto | f32 | bf16 (default auto: bf16 where AMX runs)"}
+  {"--precision", NULL, OPT_STR, &(r).precision, "activations into matmuls: auto | f32 | bf16 (default auto: bf16 where AMX runs)"}, \
+  {"--quant", NULL, OPT_STR, &(r).quant, "none | int8: quantize the packed weights while loading (default none)"}
 
 /* check the shared options; returns 0 or a usage error's exit code */
 static int check_run_opts(const char *cmd, run_opts *r, int *act) {
@@ -39,6 +40,9 @@ static int check_run_opts(const char *cmd, run_opts *r, int *act) {
   if (r->op_opt && strcmp(r->op_opt, "on") && strcmp(r->op_opt, "off"))
     return dsi_cli_usage_error(cmd, "--op-opt must be on or off, got '%s'", r->op_opt);
   r->op_opt_off = r->op_opt && !strcmp(r->op_opt, "off");
+  if (r->quant && strcmp(r->quant, "none") && strcmp(r->quant, "int8"))
+    return dsi_cli_usage_error(cmd, "--quant must be none or int8, got '%s'", r->quant);
+  r->quant_mode = r->quant && !strcmp(r->quant, "int8") ? DSI_QUANT_INT8 : DSI_QUANT_NONE;
   *act = DSI_ACT_AUTO;
   if (r->precision) {
     if (!strcmp(r->precision, "f32")) *act = DSI_ACT_F32;
@@ -52,7 +56,8 @@ static int check_run_opts(const char *cmd, run_opts *r, int *act) {
 static int open_all(const char *cmd, const char *dir, const run_opts *r, int act, int max_tokens,
                     int max_context, dsi_model **m, dsi_engine **e) {
   dsi_err err = {0};
-  dsi_load_opts lo = {.mlock = r->mlock, .progress = 1, .n_threads = r->threads, .op_opt_off = r->op_opt_off};
+  dsi_load_opts lo = {.mlock = r->mlock, .progress = 1, .n_threads = r->threads, .op_opt_off = r->op_opt_off,
+                      .quant = r->quant_mode};
   if (dsi_model_open(m, dir, &lo, &err)) return fail(cmd, &err);
   dsi_engine_opts eo = {.n_threads = r->threads, .max_tokens = max_tokens, .max_context = max_context,
                         .act_precision = act};

@@ -4,6 +4,7 @@
 #include "kernels/gemm.h"
 #include "kernels/cpu.h"
 #include "base/base.h"
+#include "kernels/x86/amx_util.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -24,25 +25,6 @@
 #define KSTEP_BYTES 1024 /* one 16x32 bf16 B tile: one K step of a panel */
 #define L2_A_BYTES (1u << 20) /* A (activations) kept in L2 across panel pairs */
 #define MAX_GROUP 8           /* panel pairs sharing one pass over an A chunk */
-
-typedef struct {
-  uint8_t palette, start_row, reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-} tile_config;
-
-/* GCC 12's _tile_loadconfig claims to read 8 bytes, so -O3 may drop the
- * stores that fill the rest: load it with an asm whose operand is all 64. */
-static void tiles_configure(void) {
-  _Alignas(64) tile_config cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.palette = 1;
-  for (int t = 0; t < 8; t++) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = 16;
-  }
-  __asm__ volatile("ldtilecfg %0" ::"m"(*(const struct { char b[64]; } *)&cfg));
-}
 
 /* ---- inner kernel: nm x nn C tiles over ks K steps ---- */
 /* a: 16 or 32 rows of bf16 activations, row stride lda bytes; b0/b1: the K
@@ -135,23 +117,6 @@ static void fp8_steps_to_bf16(const uint8_t *src, const float *scale, int step0,
 }
 
 /* ---- epilogues ---- */
-/* e^x, 1-2 ulp (Cephes' expf polynomial), saturating to 0 / inf */
-static inline __m512 exp512(__m512 x) {
-  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(89.0f)), _mm512_set1_ps(-104.0f));
-  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  return _mm512_scalef_ps(p, n);
-}
-
 /* c: the C tiles of one M block [2][2][16][16]; rows i0 + [0, nrows) of the
  * product; panel0 the first W panel, nn panels in c */
 static void epilogue(const dsi_gemm *g, const float *c, int i0, int nrows, int panel0, int nn) {

@@ -6,23 +6,11 @@
 #include <time.h>
 
 #include "kernels/cpu.h"
-
-/* GCC 12's _tile_loadconfig lets -O3 drop the stores filling the 64-byte
- * configuration (SIGILL at the first tile load); an asm operand that covers
- * all 64 bytes keeps them. */
-typedef struct { uint8_t b[64]; } tilecfg;
-static inline void load_tilecfg(const tilecfg *cfg) { __asm__ volatile("ldtilecfg %0" ::"m"(*cfg)); }
+#include "kernels/x86/amx_util.h"
 
 double dsi_amx_peak_gflops(double seconds) {
   if (!dsi_cpu_get()->amx_bf16) return 0;
-  tilecfg cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.b[0] = 1; /* palette 1 */
-  for (int t = 0; t < 8; t++) {
-    cfg.b[16 + 2 * t] = 64; /* bytes per row */
-    cfg.b[48 + t] = 16;     /* rows */
-  }
-  load_tilecfg(&cfg);
+  tiles_configure();
   static __attribute__((aligned(64))) uint16_t a[16 * 32], b[16 * 32];
   static __attribute__((aligned(64))) float c[16 * 16];
   for (int i = 0; i < 16 * 32; i++) a[i] = b[i] = 0x3c00; /* small bf16 values */

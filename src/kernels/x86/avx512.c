@@ -1,5 +1,5 @@
 /* kernels: the AVX-512 matmul of the gemm.h contract on TILES weights (F32,
- * BF16, FP8 e4m3 with per-panel block scales), for decode and small batches:
+ * BF16, FP8 e4m3 and INT8 with per-panel block scales), for decode and small batches:
  * each 16-row panel is streamed once per pass and widened in registers, so
  * the kernel runs at memory bandwidth, not at the FMA ports' rate. */
 #include "kernels/gemm.h"
@@ -168,6 +168,58 @@ static void fp8_dequant(const uint8_t *wp, int nl, int lb, const float *sc, floa
   }
 }
 
+/* ---- INT8 (weights quantized at load) ----
+ * A line is 32 bytes, 16 rows x 2 columns, as FP8: each half widens
+ * exactly (vpmovsxbd, vcvtdq2ps) into the pair layout. A 128-column block
+ * (lb lines) has one scale per panel, so its sum is kept apart in lo / hi
+ * and added in times the scale; a row then holds three registers, so a
+ * pass takes up to MB_I8 rows. Half of BF16's bytes per weight. */
+#define MB_I8 8
+
+ALWAYS_INLINE void i8_widen(const uint8_t *p, __m512 *lo, __m512 *hi) {
+  *lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
+  *hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p + 16))));
+}
+
+ALWAYS_INLINE void i8_pass(const uint8_t *wp, int nl, int lb, const float *sc, const float *xs, int MB, float *out) {
+  __m512 acc[MB_I8];
+#pragma GCC unroll 8
+  for (int i = 0; i < MB; i++) acc[i] = _mm512_setzero_ps();
+  for (int l0 = 0; l0 < nl; l0 += lb) {
+    const int l1 = DSI_MIN(l0 + lb, nl);
+    __m512 lo[MB_I8], hi[MB_I8];
+#pragma GCC unroll 8
+    for (int i = 0; i < MB; i++) lo[i] = hi[i] = _mm512_setzero_ps();
+    const uint8_t *p = wp + (size_t)l0 * 32;
+    const float *xk = xs + (size_t)l0 * 2 * MB;
+    for (int kk = l0; kk < l1; kk++, p += 32, xk += 2 * MB) {
+      if (!(kk & 1)) _mm_prefetch((const char *)p + PF_AHEAD, _MM_HINT_T0);
+      __m512 wl, wh;
+      i8_widen(p, &wl, &wh);
+#pragma GCC unroll 8
+      for (int i = 0; i < MB; i++) {
+        __m512 xp = bcast_pair(xk + 2 * i);
+        lo[i] = _mm512_fmadd_ps(wl, xp, lo[i]);
+        hi[i] = _mm512_fmadd_ps(wh, xp, hi[i]);
+      }
+    }
+    const __m512 s = _mm512_set1_ps(sc[l0 / lb]);
+#pragma GCC unroll 8
+    for (int i = 0; i < MB; i++) acc[i] = _mm512_fmadd_ps(fold_pairs(lo[i], hi[i]), s, acc[i]);
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < MB; i++) _mm512_storeu_ps(out + 16 * i, acc[i]);
+}
+
+static void i8_pass_n(const uint8_t *wp, int nl, int lb, const float *sc, const float *xs, int mb, float *out) {
+  switch (mb) {
+#define F(n) case n: i8_pass(wp, nl, lb, sc, xs, n, out); break;
+    F(1) F(2) F(3) F(4) F(5) F(6) F(7) F(8)
+#undef F
+  default: DSI_ASSERT(0);
+  }
+}
+
 /* One function per pass height, so every accumulator is a register. */
 #define CASES_8(F) F(1) F(2) F(3) F(4) F(5) F(6) F(7) F(8)
 #define CASES_12(F) CASES_8(F) F(9) F(10) F(11) F(12)
@@ -217,7 +269,7 @@ static void panel_run(const plan *pl, int p, float *t) {
   const dsi_mat *w = pl->g->w;
   size_t panel_elems = (size_t)w->kpad * DSI_TILE_N;
   const uint8_t *wp = (const uint8_t *)w->data + panel_elems * dsi_dtype_size(w->dtype) * p;
-  const float *sc = w->dtype == DSI_DTYPE_F8_E4M3 ? w->scale + (size_t)p * w->scale_cols : NULL;
+  const float *sc = w->scale ? w->scale + (size_t)p * w->scale_cols : NULL; /* FP8, INT8 */
   if (pl->fp8_deq) fp8_dequant(wp, pl->nl, w->block / 2, sc, pl->deq);
   for (int q = 0; q < pl->npass; q++) {
     int i0 = pl->pass_i0[q], mb = pl->pass_i0[q + 1] - i0;
@@ -226,6 +278,7 @@ static void panel_run(const plan *pl, int p, float *t) {
     if (pl->fp8_deq) f32_pass_n(pl->deq, pl->nl, xs, mb, out);
     else if (w->dtype == DSI_DTYPE_BF16) bf16_pass_n(wp, pl->nl, xs, mb, out);
     else if (w->dtype == DSI_DTYPE_F32) f32_pass_n((const float *)wp, pl->nl, xs, mb, out);
+    else if (w->dtype == DSI_DTYPE_I8) i8_pass_n(wp, pl->nl, w->block / 2, sc, xs, mb, out);
     else fp8_pass_n(wp, pl->nl, w->block / 2, sc, xs, mb, out);
   }
 }
@@ -235,8 +288,9 @@ static inline float silu(float v) { return v / (1.0f + expf(-v)); }
 void dsi_gemm_avx512(const dsi_gemm *g, int r0, int r1, void *scratch) {
   const dsi_mat *w = g->w;
   DSI_ASSERT(w->layout == DSI_LAYOUT_TILES);
-  DSI_ASSERT(w->dtype == DSI_DTYPE_F32 || w->dtype == DSI_DTYPE_BF16 || w->dtype == DSI_DTYPE_F8_E4M3);
-  DSI_ASSERT(w->dtype != DSI_DTYPE_F8_E4M3 || (w->block % 2 == 0 && w->block > 0));
+  DSI_ASSERT(w->dtype == DSI_DTYPE_F32 || w->dtype == DSI_DTYPE_BF16 || w->dtype == DSI_DTYPE_F8_E4M3 ||
+             w->dtype == DSI_DTYPE_I8);
+  DSI_ASSERT(!w->scale || (w->block % 2 == 0 && w->block > 0));
   DSI_ASSERT(r0 % DSI_TILE_N == 0);
   int silu_pairs = g->epi == DSI_EPI_SILU_PAIRS;
   if (silu_pairs) DSI_ASSERT(r0 % 32 == 0 && (r1 - r0) % 32 == 0);
@@ -244,7 +298,7 @@ void dsi_gemm_avx512(const dsi_gemm *g, int r0, int r1, void *scratch) {
   if (g->m <= 0 || rows_out <= r0) return;
 
   plan pl = {.g = g, .nl = (w->cols + 1) / 2};
-  pl.mbmax = w->dtype == DSI_DTYPE_BF16 ? MB_BF16 : w->dtype == DSI_DTYPE_F32 ? MB_F32 : MB_FP8;
+  pl.mbmax = w->dtype == DSI_DTYPE_BF16 ? MB_BF16 : w->dtype == DSI_DTYPE_F32 ? MB_F32 : w->dtype == DSI_DTYPE_I8 ? MB_I8 : MB_FP8;
   pl.fp8_deq = w->dtype == DSI_DTYPE_F8_E4M3 && g->m > MB_FP8;
   if (pl.fp8_deq) pl.mbmax = MB_F32;
 

@@ -1,0 +1,220 @@
+/* kernels: the AMX INT8 matmul (the gemm.h contract) for INT8 TILES weights
+ * times int8 activations with one scale per row (g->xq) — prefill and large
+ * batches. Owns the regrouping of B tiles into AMX's 4-k order, the
+ * dequantization of int32 tiles per 128-column block, the blocking and the
+ * fused epilogues. */
+#include "kernels/gemm.h"
+#include "kernels/cpu.h"
+#include "base/base.h"
+#include "kernels/x86/amx_util.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+/* Tile registers: C (int32 16x16) for M-half i and panel j is tile 2i+j; A
+ * (int8 16x64 from xq) for M-half i is 4+i; B (int8 16x64, 4 k per dword)
+ * for panel j is 6+j. The tile intrinsics paste their number into asm, so
+ * these must be literals. */
+#define T_C00 0
+#define T_C01 1
+#define T_C10 2
+#define T_C11 3
+#define T_A0 4
+#define T_A1 5
+#define T_B0 6
+#define T_B1 7
+
+#define KSTEP 64         /* K of one tile product: 64 int8 per A row */
+#define KSTEP_BYTES 1024 /* one B tile (16 rows x 64 int8): one K step of a panel */
+#define BLOCK_STEPS 2    /* K steps per 128-column scale block */
+/* Blocking, as the BF16 kernel's (amx.c): a pair's B chunk stays in L1
+ * while every M block of an M chunk passes over it, the A chunk stays in
+ * L2 while a group of pairs passes over it. */
+#define KC_STEPS 8  /* K chunk of 512 columns: a pair's B chunk is 16 KiB */
+#define KC_WHOLE 32 /* up to this many K steps (K <= 2048), no K chunks */
+#define MC_ROWS 256 /* M chunk */
+#define MAX_GROUP 8 /* panel pairs sharing one pass over an A chunk */
+
+/* ---- B: TILES pair order -> AMX INT8 order ----
+ * A 64-byte row t of a panel's K step holds k = 4t, 4t+1 of rows 0..15 (16
+ * words), then k = 4t+2, 4t+3 of the same rows; AMX wants the four k of
+ * row n in dword n. So dword n = (word n, word 16 + n): one vpermw a row.
+ * Rows past the panel's kpad (an odd last step) are zero. */
+static void regroup_b(const int8_t *src, int rows, int rows_valid, int8_t *dst) {
+  static const uint16_t order[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                     8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i idx = _mm512_loadu_si512(order);
+  int t = 0;
+  for (; t < rows_valid; t++)
+    _mm512_store_si512(dst + (size_t)t * 64, _mm512_permutexvar_epi16(idx, _mm512_loadu_si512(src + (size_t)t * 64)));
+  for (; t < rows; t++) _mm512_store_si512(dst + (size_t)t * 64, _mm512_setzero_si512());
+}
+
+/* ---- one M block over a K chunk ----
+ * Per 128-column block: the int32 tiles start at zero, take the block's K
+ * steps, go to cst ([32][32] int32) and are added into acc ([32][32] f32)
+ * times the panel's scale for that block (init: acc is set, not added to).
+ * a: 16 or 32 rows of int8 activations, row stride lda; b0/b1: the chunk's
+ * regrouped B of two panels; sc0/sc1: the panels' scales from the chunk's
+ * first block. nm, nn are constants after inlining. */
+static inline __attribute__((always_inline)) void block_chunk(const int8_t *a, size_t lda, const int8_t *b0,
+                                                              const int8_t *b1, int ks, const float *sc0,
+                                                              const float *sc1, int init, int nm, int nn,
+                                                              int32_t *cst, float *acc) {
+  const int8_t *a1 = a + 16 * lda;
+  for (int s0 = 0; s0 < ks; s0 += BLOCK_STEPS) {
+    _tile_zero(T_C00);
+    if (nn == 2) _tile_zero(T_C01);
+    if (nm == 2) _tile_zero(T_C10);
+    if (nm == 2 && nn == 2) _tile_zero(T_C11);
+    for (int s = s0; s < DSI_MIN(s0 + BLOCK_STEPS, ks); s++) {
+      _tile_loadd(T_B0, b0 + (size_t)s * KSTEP_BYTES, 64);
+      _tile_loadd(T_A0, a + (size_t)s * KSTEP, lda);
+      _tile_dpbssd(T_C00, T_A0, T_B0);
+      if (nm == 2) {
+        _tile_loadd(T_A1, a1 + (size_t)s * KSTEP, lda);
+        _tile_dpbssd(T_C10, T_A1, T_B0);
+      }
+      if (nn == 2) {
+        _tile_loadd(T_B1, b1 + (size_t)s * KSTEP_BYTES, 64);
+        _tile_dpbssd(T_C01, T_A0, T_B1);
+        if (nm == 2) _tile_dpbssd(T_C11, T_A1, T_B1);
+      }
+    }
+    _tile_stored(T_C00, cst, 128);
+    if (nn == 2) _tile_stored(T_C01, cst + 16, 128);
+    if (nm == 2) _tile_stored(T_C10, cst + 512, 128);
+    if (nm == 2 && nn == 2) _tile_stored(T_C11, cst + 528, 128);
+    const int blk = s0 / BLOCK_STEPS;
+    const __m512 f0 = _mm512_set1_ps(sc0[blk]), f1 = _mm512_set1_ps(nn == 2 ? sc1[blk] : 0.0f);
+    for (int r = 0; r < 16 * nm; r++)
+      for (int j = 0; j < nn; j++) {
+        __m512 c = _mm512_cvtepi32_ps(_mm512_load_si512(cst + r * 32 + 16 * j));
+        float *o = acc + r * 32 + 16 * j;
+        __m512 f = j ? f1 : f0;
+        _mm512_store_ps(o, init && s0 == 0 ? _mm512_mul_ps(c, f) : _mm512_fmadd_ps(c, f, _mm512_load_ps(o)));
+      }
+  }
+}
+
+static void block_run(const int8_t *a, size_t lda, const int8_t *b0, const int8_t *b1, int ks, const float *sc0,
+                      const float *sc1, int init, int nm, int nn, int32_t *cst, float *acc) {
+  /* the four shapes as separate loops, so tile numbers stay constants */
+  if (nm == 2 && nn == 2) block_chunk(a, lda, b0, b1, ks, sc0, sc1, init, 2, 2, cst, acc);
+  else if (nm == 2) block_chunk(a, lda, b0, b1, ks, sc0, sc1, init, 2, 1, cst, acc);
+  else if (nn == 2) block_chunk(a, lda, b0, b1, ks, sc0, sc1, init, 1, 2, cst, acc);
+  else block_chunk(a, lda, b0, b1, ks, sc0, sc1, init, 1, 1, cst, acc);
+}
+
+/* ---- epilogue ---- */
+/* acc: one M block [32][32] f32 of the integer products times the weight
+ * scales; rows i0 + [0, nrows) of the product, times each row's activation
+ * scale here; panel0 the first W panel, nn panels in acc */
+static void epilogue(const dsi_gemm *g, const float *acc, int i0, int nrows, int panel0, int nn) {
+  const dsi_mat *w = g->w;
+  if (g->epi == DSI_EPI_SILU_PAIRS) {
+    float *y = g->y + (size_t)(panel0 / 2) * DSI_TILE_N;
+    for (int r = 0; r < nrows; r++) {
+      __m512 xs = _mm512_set1_ps(g->xq_scale[i0 + r]);
+      __m512 gt = _mm512_mul_ps(_mm512_load_ps(acc + r * 32), xs);
+      __m512 up = _mm512_mul_ps(_mm512_load_ps(acc + r * 32 + 16), xs);
+      _mm512_storeu_ps(y + (size_t)(i0 + r) * g->ldy, silu_mul512(gt, up));
+    }
+    return;
+  }
+  for (int j = 0; j < nn; j++) {
+    int col0 = (panel0 + j) * DSI_TILE_N, ncols = DSI_MIN(DSI_TILE_N, w->rows - col0);
+    __mmask16 mask = (__mmask16)((1u << ncols) - 1);
+    for (int r = 0; r < nrows; r++) {
+      int i = i0 + r;
+      __m512 v = _mm512_mul_ps(_mm512_load_ps(acc + r * 32 + 16 * j), _mm512_set1_ps(g->xq_scale[i]));
+      if (g->epi == DSI_EPI_STORE) {
+        _mm512_mask_storeu_ps(g->y + (size_t)i * g->ldy + col0, mask, v);
+      } else {
+        float *y = g->y + (size_t)g->y_rows[i] * g->ldy + col0;
+        __m512 o = _mm512_maskz_loadu_ps(mask, y);
+        _mm512_mask_storeu_ps(y, mask, _mm512_fmadd_ps(_mm512_set1_ps(g->y_scale[i]), v, o));
+      }
+    }
+  }
+}
+
+/* ---- the driver ---- */
+/* Loops: M chunk > group of panel pairs > K chunk > pair > 32-row M block.
+ * A pair's K chunk of B is regrouped into scratch once per M chunk and
+ * read by every M block of it; the group's f32 blocks wait in scratch
+ * between K chunks (K chunks are whole 128-column blocks). */
+void dsi_gemm_amx_int8(const dsi_gemm *g, int r0, int r1, void *scratch) {
+  const dsi_mat *w = g->w;
+  DSI_ASSERT(w->layout == DSI_LAYOUT_TILES && w->dtype == DSI_DTYPE_I8 && g->xq && g->xq_scale);
+  DSI_ASSERT(w->block == BLOCK_STEPS * KSTEP);
+  DSI_ASSERT(dsi_cpu_get()->amx_int8);
+  if (r1 > w->rows) r1 = w->rows;
+  if (r1 <= r0 || g->m <= 0) return;
+  const int kpad = w->kpad, m = g->m;
+  const size_t lda = DSI_XQ_LD(kpad);
+  const int ksteps = (int)(lda / KSTEP), brows = kpad / 4; /* 64-byte B rows a panel holds */
+  const int p0 = r0 / DSI_TILE_N, p1 = DSI_CEIL_DIV(r1, DSI_TILE_N);
+  const size_t panel_bytes = (size_t)DSI_TILE_N * kpad;
+  if (g->epi == DSI_EPI_SILU_PAIRS) DSI_ASSERT(p0 % 2 == 0 && (p1 - p0) % 2 == 0);
+
+  /* scratch: int32 staging, the zero-padded last M block, B, f32 blocks */
+  const size_t budget = DSI_GEMM_SCRATCH(w->cols);
+  uint8_t *sp = scratch;
+  int32_t *cst = (int32_t *)sp;
+  sp += 4096;
+  const int mtail = m % 32, mfull = m - mtail;
+  int8_t *atail = NULL;
+  if (mtail) {
+    atail = (int8_t *)sp;
+    int rows = mtail > 16 ? 32 : 16;
+    memcpy(atail, g->xq + (size_t)mfull * lda, (size_t)mtail * lda);
+    memset(atail + (size_t)mtail * lda, 0, (size_t)(rows - mtail) * lda);
+    sp += (size_t)rows * lda;
+  }
+  const int mc = DSI_MIN(DSI_CEIL_DIV(m, 32) * 32, MC_ROWS), nmb_max = mc / 32;
+  const int kc = ksteps <= KC_WHOLE ? ksteps : KC_STEPS;
+  int8_t *bw = (int8_t *)sp;
+  sp += (size_t)2 * kc * KSTEP_BYTES;
+  float *acc = (float *)sp;
+  int grp = 1;
+  if (kc < ksteps) { /* f32 blocks of a whole group wait between K chunks */
+    size_t per_pair = (size_t)nmb_max * 4096;
+    grp = (int)DSI_MIN((size_t)MAX_GROUP, (budget - (size_t)(sp - (uint8_t *)scratch)) / per_pair);
+    DSI_ASSERT(grp >= 1);
+    sp += (size_t)grp * per_pair;
+  } else {
+    sp += 4096;
+  }
+  DSI_ASSERT((size_t)(sp - (uint8_t *)scratch) <= budget);
+
+  tiles_configure();
+  for (int i0 = 0; i0 < m; i0 += mc) {
+    const int nmb = DSI_CEIL_DIV(DSI_MIN(mc, m - i0), 32);
+    for (int q0 = p0; q0 < p1; q0 += 2 * grp) {
+      const int q1 = DSI_MIN(p1, q0 + 2 * grp);
+      for (int k0 = 0; k0 < ksteps; k0 += kc) {
+        const int ks = DSI_MIN(kc, ksteps - k0), first = k0 == 0, last = k0 + ks >= ksteps;
+        const int rows_valid = DSI_MAX(0, DSI_MIN(ks * 16, brows - k0 * 16));
+        for (int q = q0; q < q1; q += 2) {
+          const int nn = DSI_MIN(2, q1 - q);
+          const int8_t *src = (const int8_t *)w->data + (size_t)q * panel_bytes + (size_t)k0 * KSTEP_BYTES;
+          regroup_b(src, ks * 16, rows_valid, bw);
+          if (nn == 2) regroup_b(src + panel_bytes, ks * 16, rows_valid, bw + (size_t)ks * KSTEP_BYTES);
+          const float *sc0 = w->scale + (size_t)q * w->scale_cols + k0 / BLOCK_STEPS;
+          const float *sc1 = sc0 + w->scale_cols;
+          float *qacc = kc < ksteps ? acc + (size_t)((q - q0) / 2) * nmb_max * 1024 : acc;
+          for (int mb = 0; mb < nmb; mb++) {
+            const int ib = i0 + mb * 32, nrows = DSI_MIN(32, m - ib), nm = nrows > 16 ? 2 : 1;
+            const int8_t *a = ib >= mfull ? atail : g->xq + (size_t)ib * lda;
+            float *bacc = kc < ksteps ? qacc + (size_t)mb * 1024 : acc;
+            block_run(a + (size_t)k0 * KSTEP, lda, bw, bw + (size_t)ks * KSTEP_BYTES, ks, sc0, sc1, first, nm, nn,
+                      cst, bacc);
+            if (last) epilogue(g, bacc, ib, nrows, q, nn);
+          }
+        }
+      }
+    }
+  }
+  _tile_release();
+}
