@@ -146,7 +146,7 @@ double dsi_median(double *v, int n); /* sorts v */
 
 typedef struct dsi_bench_kernels_opts {
   int n_threads, reps;
-  const char *dtypes;  /* "bf16,fp8" (default) */
+  const char *dtypes;  /* any of "bf16,fp8,int8" ("bf16,fp8" by default) */
   const char *shape;   /* one of the V3 shapes, or NULL for all */
   const int *ms;       /* batch sizes (default 1,4,16,64,256,1024) */
   int n_ms;

@@ -122,6 +122,17 @@ static const struct { const char *name; int rows, cols; } k_shapes[] = {
 static int random_packed(dsi_mat *w, dsi_dtype dt, int rows, int cols, void **mem, size_t *bytes, dsi_rng *r) {
   dsi_mat shape = {.dtype = dt, .rows = rows, .cols = cols, .block = 128, .scale_cols = DSI_CEIL_DIV(cols, 128)};
   *bytes = dsi_pack_bytes(&shape);
+  if (dt == DSI_DTYPE_I8) { /* as quantized at load: values in [-127, 127], a scale per 16x128 tile */
+    *mem = dsi_alloc_big(*bytes);
+    if (!*mem) return DSI_E_NOMEM;
+    dsi_pack_describe_i8(&shape, w, *mem);
+    size_t n = (size_t)DSI_CEIL_DIV(rows, DSI_TILE_N) * DSI_TILE_N * w->kpad;
+    int8_t *d = *mem;
+    for (size_t i = 0; i < n; i++) d[i] = (int8_t)((int)(dsi_rng_u64(r) % 255) - 127);
+    float *sc = (float *)w->scale;
+    for (size_t i = 0; i < (size_t)DSI_CEIL_DIV(rows, DSI_TILE_N) * w->scale_cols; i++) sc[i] = 1e-4f * (1 + dsi_rng_uniform(r));
+    return DSI_OK;
+  }
   *mem = dsi_alloc_big(*bytes);
   if (!*mem) return DSI_E_NOMEM;
   float *scales = NULL;
@@ -163,6 +174,8 @@ int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) 
 #else
   fprintf(out, "baseline: OpenBLAS not built in (install libopenblas-dev and rebuild)\n");
 #endif
+  if (strstr(o->dtypes ? o->dtypes : "", "int8"))
+    fprintf(out, "int8: GFLOP/s counts int8 multiply-adds as 2 ops; %%amx is of twice the BF16 peak (tdpbssd's rate)\n");
   fprintf(out, "%-12s %6s %6s %-5s %5s %9s %8s %6s %9s %6s %10s %7s\n", "shape", "rows", "cols", "dtype", "M", "ms",
           "GB/s", "%bw", "GFLOP/s", "%amx", "blas GF/s", "x blas");
   dsi_pool *pool = dsi_pool_new(nth);
@@ -189,9 +202,11 @@ int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) 
     if (wf)
       for (size_t i = 0; i < (size_t)rows * cols; i++) wf[i] = dsi_rng_uniform(&r) - 0.5f;
 #endif
-    for (int d = 0; d < 2; d++) {
-      dsi_dtype dt = d == 0 ? DSI_DTYPE_BF16 : DSI_DTYPE_F8_E4M3;
-      if (!strstr(dts, d == 0 ? "bf16" : "fp8")) continue;
+    static const struct { const char *name; dsi_dtype dt; } k_dts[] = {
+      {"bf16", DSI_DTYPE_BF16}, {"fp8", DSI_DTYPE_F8_E4M3}, {"int8", DSI_DTYPE_I8}};
+    for (int d = 0; d < (int)DSI_ARRAY_LEN(k_dts); d++) {
+      dsi_dtype dt = k_dts[d].dt;
+      if (!strstr(dts, k_dts[d].name)) continue;
       dsi_mat w;
       void *mem;
       size_t bytes;
@@ -215,6 +230,7 @@ int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) 
           if (spent > 20 && n >= 1) break;
         }
         double med = dsi_median(t, n), gbs = bytes / med * 1e-9, gf = 2.0 * m * rows * cols / med * 1e-9;
+        double peak = pk.amx_bf16_gflops * (dt == DSI_DTYPE_I8 ? 2 : 1); /* tdpbssd: twice tdpbf16ps' products */
         double blas = 0;
 #if DSI_HAVE_OPENBLAS
         if (wf && d == 0) {
@@ -236,8 +252,8 @@ int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) 
           snprintf(ratio, sizeof ratio, "%.1fx", gf / blas);
         }
         fprintf(out, "%-12s %6d %6d %-5s %5d %9.3f %8.1f %5.0f%% %9.1f %5.1f%% %10s %7s  (%s)\n", k_shapes[s].name,
-                rows, cols, d == 0 ? "bf16" : "fp8", m, med * 1e3, gbs, 100 * gbs / pk.read_gbs, gf,
-                pk.amx_bf16_gflops > 0 ? 100 * gf / pk.amx_bf16_gflops : 0, bl, ratio, dsi_gemm_kernel_name(gc.fns[0]));
+                rows, cols, k_dts[d].name, m, med * 1e3, gbs, 100 * gbs / pk.read_gbs, gf,
+                peak > 0 ? 100 * gf / peak : 0, bl, ratio, dsi_gemm_kernel_name(gc.fns[0]));
         fflush(out);
       }
       dsi_free_big(mem, bytes);

@@ -204,7 +204,14 @@ void dsi_gemm_amx_int8(const dsi_gemm *g, int r0, int r1, void *scratch) {
           const float *sc0 = w->scale + (size_t)q * w->scale_cols + k0 / BLOCK_STEPS;
           const float *sc1 = sc0 + w->scale_cols;
           float *qacc = kc < ksteps ? acc + (size_t)((q - q0) / 2) * nmb_max * 1024 : acc;
+          /* the next pair's chunk of B is fetched into L2 while this pair
+           * computes, a share before each M block (its first use, the
+           * regrouping, would otherwise wait on memory) */
+          const int8_t *next = q + 2 < q1 ? src + 2 * panel_bytes : NULL;
+          const int next_lines = 2 * rows_valid, per_mb = DSI_CEIL_DIV(next_lines, nmb);
           for (int mb = 0; mb < nmb; mb++) {
+            for (int l = mb * per_mb; next && l < DSI_MIN(next_lines, (mb + 1) * per_mb); l++)
+              _mm_prefetch((const char *)next + (size_t)(l < rows_valid ? l : l - rows_valid + brows) * 64, _MM_HINT_T1);
             const int ib = i0 + mb * 32, nrows = DSI_MIN(32, m - ib), nm = nrows > 16 ? 2 : 1;
             const int8_t *a = ib >= mfull ? atail : g->xq + (size_t)ib * lda;
             float *bacc = kc < ksteps ? qacc + (size_t)mb * 1024 : acc;
