@@ -65,18 +65,28 @@ void dsi_quant_panel_i8(const dsi_mat *src, int r, const dsi_mat *dst, int p, fl
   }
   int8_t *panel = (int8_t *)dst->data + (size_t)p * DSI_TILE_N * dst->kpad;
   float *sc = (float *)dst->scale + (size_t)p * dst->scale_cols;
+  /* written so the compiler vectorizes it: |w| compared as integers (the
+   * order of non-negative floats), round half to even by adding and
+   * taking away 1.5 * 2^23 (exact for |v| <= 127, default rounding mode) */
+  const uint32_t *bits = (const uint32_t *)work;
   for (int b = 0; b < dst->scale_cols; b++) {
     int c0 = b * DSI_I8_BLOCK, c1 = DSI_MIN(c0 + DSI_I8_BLOCK, K);
-    float amax = 0;
+    uint32_t mx = 0;
     for (int j = 0; j < DSI_TILE_N; j++)
-      for (int c = c0; c < c1; c++) amax = fmaxf(amax, fabsf(work[(size_t)j * K + c]));
+      for (int c = c0; c < c1; c++) {
+        uint32_t a = bits[(size_t)j * K + c] & 0x7fffffffu;
+        mx = a > mx ? a : mx;
+      }
+    float amax;
+    memcpy(&amax, &mx, sizeof amax);
     float scale = amax / 127.0f;
     sc[b] = scale;
     for (int c = c0; c < c1; c++)
       for (int j = 0; j < DSI_TILE_N; j++) {
         float v = scale > 0 ? work[(size_t)j * K + c] / scale : 0.0f;
-        v = fminf(fmaxf(nearbyintf(v), -127.0f), 127.0f); /* round half to even (default mode) */
-        panel[((size_t)(c / 2) * DSI_TILE_N + j) * 2 + (c & 1)] = (int8_t)v;
+        v = (v + 12582912.0f) - 12582912.0f;
+        v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
+        panel[((size_t)(c / 2) * DSI_TILE_N + j) * 2 + (c & 1)] = (int8_t)(int)v;
       }
   }
   for (int c = K; c < dst->kpad; c++) /* padding columns */

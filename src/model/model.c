@@ -304,13 +304,19 @@ typedef struct {
   double t0;
 } fill_job;
 
-/* Release the page-cache pages of a copied source range from our RSS. */
-static void drop_source(const void *p, size_t n) {
-  long pg = sysconf(_SC_PAGESIZE);
-  uintptr_t a = (uintptr_t)p & ~(uintptr_t)(pg - 1), e = (uintptr_t)p + n;
-  madvise((void *)a, e - a, MADV_DONTNEED);
+/* Release the page-cache pages of a copied source range of tensor t from
+ * our RSS. A fault maps a whole large folio of the page cache (up to 2 MB),
+ * so the edges of neighbouring tensors, copied earlier, get mapped again
+ * and would stay: the range is widened by 2 MB each side, inside t's file
+ * mapping. A neighbour not copied yet merely faults its pages in again. */
+static void drop_source(const dsi_model *m, const dsi_st_tensor *t, const void *p, size_t n) {
+  const uintptr_t span = 2u << 20;
+  const dsi_st_file *f = &m->st.files[t->file];
+  uintptr_t lo = (uintptr_t)f->map, hi = lo + f->size;
+  uintptr_t a = (uintptr_t)p & ~(span - 1), e = (uintptr_t)p + n + span;
+  a = a - lo >= span ? a - span : lo;
+  madvise((void *)a, DSI_MIN(e, hi) - a, MADV_DONTNEED);
 }
-
 
 /* describe a TILES matrix at mem whose FP8 scales are filled by the caller */
 static void describe_no_scales(const dsi_mat *shape, dsi_mat *dst, void *mem) {
@@ -408,12 +414,12 @@ static void run_item(fill_job *j, const item *it) {
     spec *up = &j->l->v[s->pair];
     if (s->quant) { /* in pieces, as the gate's rows */
       quant_rows(s, up, it->r0, it->r1);
-      drop_source((const uint8_t *)up->t->data + (size_t)it->r0 * row_bytes, n);
+      drop_source(m, up->t, (const uint8_t *)up->t->data + (size_t)it->r0 * row_bytes, n);
       atomic_fetch_add(&j->done_bytes, n);
       break;
     }
     dsi_pack_gate_up(&s->src, &up->src, s->gu_dst, m->mem + s->off);
-    if (!m->mlocked) drop_source(up->t->data, up->t->nbytes);
+    if (!m->mlocked) drop_source(m, up->t, up->t->data, up->t->nbytes);
     atomic_fetch_add(&j->done_bytes, up->t->nbytes);
   } break;
   case STORE_MLA:
@@ -422,7 +428,7 @@ static void run_item(fill_job *j, const item *it) {
   case STORE_NONE:
     break;
   }
-  if (!m->mlocked) drop_source(src, n);
+  if (!m->mlocked) drop_source(m, t, src, n);
   atomic_fetch_add(&j->done_bytes, n);
 }
 
