@@ -314,7 +314,7 @@ static void drop_source(const dsi_model *m, const dsi_st_tensor *t, const void *
   const dsi_st_file *f = &m->st.files[t->file];
   uintptr_t lo = (uintptr_t)f->map, hi = lo + f->size;
   uintptr_t a = (uintptr_t)p & ~(span - 1), e = (uintptr_t)p + n + span;
-  a = a - lo >= span ? a - span : lo;
+  a = a >= lo + span ? a - span : lo; /* never outside the mapping: next to it may be our own memory */
   madvise((void *)a, DSI_MIN(e, hi) - a, MADV_DONTNEED);
 }
 
