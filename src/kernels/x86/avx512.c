@@ -19,9 +19,17 @@
 #define MB_FP8 16
 #define MB_FP8_PAIRS 8
 #define MB_MAX 16
-/* Bytes of W prefetched ahead of the line being read: far enough to cover
- * DRAM latency at full bandwidth, near enough to stay inside L1. */
-#define PF_AHEAD 1024
+/* Bytes of W prefetched ahead of the line being read: more than DRAM
+ * latency times bandwidth, and a page ahead, which starts the L2 streamer
+ * (it stops at 4 KiB pages) on the next page before the loads get there.
+ * Measured best among 1-8 KiB and T0 / T1 / T2 / NTA; overridable for
+ * such tests. */
+#ifndef PF_AHEAD
+#define PF_AHEAD 4096
+#endif
+#ifndef PF_HINT
+#define PF_HINT _MM_HINT_T0
+#endif
 
 /* ---- staging activations ----
  * A pass reads x as pairs: for line kk (columns 2kk, 2kk+1) the pairs of
@@ -75,7 +83,7 @@ ALWAYS_INLINE void bf16_pass(const uint8_t *wp, int nl, const float *xs, int MB,
 #pragma GCC unroll 16
   for (int i = 0; i < MB; i++) acc[i] = acc2[i] = _mm512_setzero_ps();
   for (int kk = 0; kk < nl; kk++, wp += 64, xs += 2 * MB) {
-    _mm_prefetch((const char *)wp + PF_AHEAD, _MM_HINT_T0);
+    _mm_prefetch((const char *)wp + PF_AHEAD, PF_HINT);
     __m512i v = _mm512_loadu_si512(wp);
     __m512 we = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
     __m512 wo = _mm512_castsi512_ps(_mm512_and_si512(v, hi_mask));
@@ -97,8 +105,8 @@ ALWAYS_INLINE void f32_pass(const float *wp, int nl, const float *xs, int MB, fl
 #pragma GCC unroll 16
   for (int i = 0; i < MB; i++) lo[i] = hi[i] = _mm512_setzero_ps();
   for (int kk = 0; kk < nl; kk++, wp += 32, xs += 2 * MB) {
-    _mm_prefetch((const char *)wp + PF_AHEAD, _MM_HINT_T0);
-    _mm_prefetch((const char *)wp + PF_AHEAD + 64, _MM_HINT_T0);
+    _mm_prefetch((const char *)wp + PF_AHEAD, PF_HINT);
+    _mm_prefetch((const char *)wp + PF_AHEAD + 64, PF_HINT);
     __m512 wl = _mm512_loadu_ps(wp), wh = _mm512_loadu_ps(wp + 16);
 #pragma GCC unroll 16
     for (int i = 0; i < MB; i++) {
@@ -144,7 +152,7 @@ ALWAYS_INLINE void fp8_pass_pairs(const uint8_t *wp, int nl, int lb, const float
     for (int kk = l0; kk < l1; kk++) {
       const uint8_t *p = wp + (size_t)kk * 32;
       const float *xk = xs + (size_t)kk * 2 * MB;
-      if (!(kk & 1)) _mm_prefetch((const char *)p + PF_AHEAD, _MM_HINT_T0);
+      if (!(kk & 1)) _mm_prefetch((const char *)p + PF_AHEAD, PF_HINT);
       __m512 wl, wh;
       fp8_widen(p, NULL, &wl, &wh);
 #pragma GCC unroll 8
@@ -178,7 +186,7 @@ ALWAYS_INLINE void fp8_pass_eo(const uint8_t *wp, int nl, int lb, const float *s
     for (int kk = l0; kk < l1; kk++) {
       const uint8_t *p = wp + (size_t)kk * 32;
       const float *xk = xs + (size_t)kk * 2 * MB;
-      if (!(kk & 1)) _mm_prefetch((const char *)p + PF_AHEAD, _MM_HINT_T0);
+      if (!(kk & 1)) _mm_prefetch((const char *)p + PF_AHEAD, PF_HINT);
       __m512 we, wo;
       fp8_widen(p, &perm, &we, &wo);
 #pragma GCC unroll 16
