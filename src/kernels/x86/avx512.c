@@ -19,6 +19,8 @@
 #define MB_FP8 16
 #define MB_FP8_PAIRS 8
 #define MB_MAX 16
+/* Rows of x staged at once; more make more passes over the weights. */
+#define GROUP 64
 /* Bytes of W prefetched ahead of the line being read: more than DRAM
  * latency times bandwidth, and a page ahead, which starts the L2 streamer
  * (it stops at 4 KiB pages) on the next page before the loads get there.
@@ -243,7 +245,7 @@ typedef struct plan {
   int nl;             /* lines of a panel that hold columns < cols */
   int mbmax;          /* rows of x per pass */
   int n, npass;       /* rows of x in this group, and passes over them */
-  int pass_i0[64 + 1];
+  int pass_i0[GROUP + 1];
   float *xs;          /* staged rows of the group, pass after pass */
 } plan;
 
@@ -279,11 +281,10 @@ void dsi_gemm_avx512(const dsi_gemm *g, int r0, int r1, void *scratch) {
   plan pl = {.g = g, .nl = (w->cols + 1) / 2};
   pl.mbmax = w->dtype == DSI_DTYPE_BF16 ? MB_BF16 : w->dtype == DSI_DTYPE_F32 ? MB_F32 : MB_FP8;
 
-  /* scratch (DSI_GEMM_SCRATCH(cols) bytes): [two result tiles per row]
-   * [staged x]; as many rows per group as fit, never fewer than 64 */
-  size_t avail = (size_t)(w->cols + 64) * 64;
-  int gmax = (int)DSI_MIN((size_t)64, avail / ((size_t)pl.nl * 2 + 2 * DSI_TILE_N));
-  DSI_ASSERT(gmax >= pl.mbmax);
+  /* scratch, DSI_GEMM_SCRATCH(cols) = (cols + 64) * 64 floats, holds GROUP
+   * rows of x: two result tiles ([GROUP][16] each) and the staged rows
+   * ([GROUP][2 nl], 2 nl <= cols + 1) */
+  const int gmax = GROUP;
   float *ta = scratch, *tb = ta + (size_t)gmax * DSI_TILE_N;
   pl.xs = tb + (size_t)gmax * DSI_TILE_N;
 
