@@ -100,8 +100,8 @@ ALWAYS_INLINE void bf16_pass(const uint8_t *wp, int nl, const float *xs, int MB,
   for (int i = 0; i < MB; i++) _mm512_storeu_ps(out + 16 * i, split ? _mm512_add_ps(acc[i], acc2[i]) : acc[i]);
 }
 
-/* F32: a line is 128 bytes, 16 rows x 2 columns in the pair layout. Also
- * runs FP8 panels for larger passes, once widened and scaled into scratch. */
+/* F32: a line is 128 bytes, 16 rows x 2 columns in the pair layout; one
+ * 64-bit broadcast of (x[k], x[k+1]) serves both halves. */
 ALWAYS_INLINE void f32_pass(const float *wp, int nl, const float *xs, int MB, float *out) {
   __m512 lo[MB_F32], hi[MB_F32];
 #pragma GCC unroll 16
