@@ -22,7 +22,6 @@
 #define T_B1 7
 
 #define KSTEP_BYTES 1024 /* one 16x32 bf16 B tile: one K step of a panel */
-#define L2_A_BYTES (1u << 20) /* A (activations) kept in L2 across panel pairs */
 #define MAX_GROUP 8           /* panel pairs sharing one pass over an A chunk */
 
 typedef struct {
@@ -183,12 +182,19 @@ static void epilogue(const dsi_gemm *g, const float *c, int i0, int nrows, int p
   }
 }
 
+#include <stdlib.h>
+static int tune(const char *name, int dflt) { /* TEMP: tuning knobs */
+  const char *v = getenv(name);
+  return v ? atoi(v) : dflt;
+}
+
 /* ---- the driver ---- */
-/* Blocking: panel pairs (N = 32 rows of W) in groups of up to MAX_GROUP;
- * K in chunks so that the A chunk of an M chunk stays in L2 while a group
- * of pairs passes over it; within a chunk, a pair's B (for FP8, widened
- * once into scratch) is reused by every 32-row M block. C of a group
- * survives between K chunks in scratch. */
+
+/* Blocking: K in chunks of kc steps, so that a panel pair's chunk of B
+ * (kc KiB x 2; for FP8 widened once into scratch) stays in L1 while every
+ * 32-row M block of an M chunk passes over it, and the A chunk (mc rows x
+ * kc steps) stays in L2 while a group of panel pairs passes over it. C of
+ * a group survives between K chunks in scratch. */
 void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch) {
   const dsi_mat *w = g->w;
   DSI_ASSERT(w->layout == DSI_LAYOUT_TILES && g->xb);
@@ -223,14 +229,9 @@ void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch) {
     sp += (size_t)rows * lda;
   }
 
-  /* M chunk and K chunk: the whole of A if it fits in L2, else K chunks of
-   * an M chunk of up to 512 rows */
-  int mc = DSI_CEIL_DIV(m, 32) * 32, kc = ksteps, grp = 1;
-  if ((size_t)mc * lda > L2_A_BYTES) {
-    if (mc > 512) mc = 512;
-    int kc_max = (int)(L2_A_BYTES / ((size_t)mc * 2 * DSI_TILE_K));
-    if (kc_max < 8) kc_max = 8;
-    int nk = DSI_CEIL_DIV(ksteps, kc_max);
+  int kc = DSI_MIN(ksteps, tune("AMX_KC", 16));
+  {
+    int nk = DSI_CEIL_DIV(ksteps, kc);
     kc = DSI_CEIL_DIV(ksteps, nk);
   }
   uint16_t *bw = NULL;
@@ -238,18 +239,19 @@ void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch) {
     bw = (uint16_t *)sp;
     sp += (size_t)2 * kc * KSTEP_BYTES;
   }
-  float *acc = NULL;
   size_t used = (size_t)(sp - (uint8_t *)scratch);
   DSI_ASSERT(used <= budget);
+  int mc = DSI_CEIL_DIV(m, 32) * 32, grp = tune("AMX_G", MAX_GROUP);
+  mc = DSI_MIN(mc, tune("AMX_MC", 512));
+  float *acc = NULL;
   if (kc < ksteps) {
-    size_t per_pair = (size_t)(mc / 32) * 4096;
-    grp = (int)DSI_MIN((size_t)MAX_GROUP, (budget - used) / per_pair);
-    if (grp < 1) { /* no room to carry C between K chunks: whole K per block */
-      kc = ksteps;
-      grp = 1;
-    } else {
-      acc = (float *)sp;
-    }
+    size_t room = (budget - used) / 4096; /* C blocks of 4 KiB */
+    while ((size_t)grp * (mc / 32) > room && grp > 1) grp /= 2;
+    while ((size_t)grp * (mc / 32) > room) mc -= 32;
+    DSI_ASSERT(mc >= 32);
+    acc = (float *)sp;
+  } else {
+    grp = 1;
   }
 
   tiles_configure();
