@@ -22,7 +22,12 @@
 #define T_B1 7
 
 #define KSTEP_BYTES 1024 /* one 16x32 bf16 B tile: one K step of a panel */
-#define MAX_GROUP 8           /* panel pairs sharing one pass over an A chunk */
+/* Blocking (measured on the 2-core Sapphire Rapids VM this was written on;
+ * see the driver's comment) */
+#define KC_STEPS 16   /* K chunk: a pair's B chunk is 32 KiB and stays in L1 */
+#define KC_WHOLE 64   /* up to this many K steps, no K chunks at all */
+#define MC_ROWS 256   /* M chunk: B chunk reuse vs the L2 footprint */
+#define MAX_GROUP 8   /* panel pairs sharing one pass over an A chunk */
 
 typedef struct {
   uint8_t palette, start_row, reserved[14];
@@ -182,12 +187,6 @@ static void epilogue(const dsi_gemm *g, const float *c, int i0, int nrows, int p
   }
 }
 
-#include <stdlib.h>
-static int tune(const char *name, int dflt) { /* TEMP: tuning knobs */
-  const char *v = getenv(name);
-  return v ? atoi(v) : dflt;
-}
-
 /* ---- the driver ---- */
 
 /* Blocking: K in chunks of kc steps, so that a panel pair's chunk of B
@@ -229,9 +228,9 @@ void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch) {
     sp += (size_t)rows * lda;
   }
 
-  int kc = DSI_MIN(ksteps, tune("AMX_KC", 16));
-  {
-    int nk = DSI_CEIL_DIV(ksteps, kc);
+  int kc = ksteps;
+  if (ksteps > KC_WHOLE) { /* equal chunks of about KC_STEPS */
+    int nk = DSI_CEIL_DIV(ksteps, KC_STEPS);
     kc = DSI_CEIL_DIV(ksteps, nk);
   }
   uint16_t *bw = NULL;
@@ -241,8 +240,7 @@ void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch) {
   }
   size_t used = (size_t)(sp - (uint8_t *)scratch);
   DSI_ASSERT(used <= budget);
-  int mc = DSI_CEIL_DIV(m, 32) * 32, grp = tune("AMX_G", MAX_GROUP);
-  mc = DSI_MIN(mc, tune("AMX_MC", 512));
+  int mc = DSI_MIN(DSI_CEIL_DIV(m, 32) * 32, MC_ROWS), grp = MAX_GROUP;
   float *acc = NULL;
   if (kc < ksteps) {
     size_t room = (budget - used) / 4096; /* C blocks of 4 KiB */
