@@ -1,6 +1,8 @@
 /* kernels: the AMX BF16 matmul (the gemm.h contract) for TILES weights in
  * BF16 or FP8 — prefill and large batches. Owns the tile configuration, the
- * cache blocking, FP8 -> BF16 tile widening and the fused epilogues. */
+ * cache blocking, FP8 -> BF16 tile widening and the fused epilogues. Each
+ * call configures the tiles and releases them when done, so no tile state
+ * outlives a call and pool threads need no set-up of their own. */
 #include "kernels/gemm.h"
 #include "kernels/cpu.h"
 #include "base/base.h"
@@ -22,12 +24,12 @@
 #define T_B1 7
 
 #define KSTEP_BYTES 1024 /* one 16x32 bf16 B tile: one K step of a panel */
-/* Blocking (measured on the 2-core Sapphire Rapids VM this was written on;
- * see the driver's comment) */
-#define KC_STEPS 16   /* K chunk: a pair's B chunk is 32 KiB and stays in L1 */
-#define KC_WHOLE 64   /* up to this many K steps, no K chunks at all */
-#define MC_ROWS 256   /* M chunk: B chunk reuse vs the L2 footprint */
-#define MAX_GROUP 8   /* panel pairs sharing one pass over an A chunk */
+/* Blocking, chosen by measurement on this project's 2-core Sapphire Rapids
+ * machines (L1 48 KiB, L2 2 MiB per core); see the driver's comment */
+#define KC_STEPS 16 /* K chunk: a pair's B chunk is 32 KiB and stays in L1 */
+#define KC_WHOLE 64 /* up to this many K steps (K <= 2048), no K chunks */
+#define MC_ROWS 256 /* M chunk: B reuse against the L2 footprint */
+#define MAX_GROUP 8 /* panel pairs sharing one pass over an A chunk */
 
 typedef struct {
   uint8_t palette, start_row, reserved[14];
@@ -190,11 +192,15 @@ static void epilogue(const dsi_gemm *g, const float *c, int i0, int nrows, int p
 
 /* ---- the driver ---- */
 
-/* Blocking: K in chunks of kc steps, so that a panel pair's chunk of B
- * (kc KiB x 2; for FP8 widened once into scratch) stays in L1 while every
- * 32-row M block of an M chunk passes over it, and the A chunk (mc rows x
- * kc steps) stays in L2 while a group of panel pairs passes over it. C of
- * a group survives between K chunks in scratch. */
+/* Loops: M chunk > group of panel pairs > K chunk > pair > 32-row M block.
+ * A pair's chunk of B (for FP8, widened into scratch once per M chunk) stays
+ * in L1 while every M block of the M chunk passes over it; the A chunk (mc
+ * rows x kc steps, 256 KiB) stays in L2 while the group's pairs pass over
+ * it, so A is read from beyond L2 once per group and B once per M chunk.
+ * The group's C blocks wait in scratch between K chunks (a tile store and
+ * load per block and chunk: why chunks are not shorter). Measured on this
+ * machine: software prefetch of the next B chunk or A chunk, staging B
+ * through scratch, and longer K chunks with B from L2 were all slower. */
 void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch) {
   const dsi_mat *w = g->w;
   DSI_ASSERT(w->layout == DSI_LAYOUT_TILES && g->xb);
