@@ -276,17 +276,22 @@ static void attn_segment(dsi_fwd *f, const dsi_fwd_batch *b, const dsi_fwd_cache
   dsi_pack_f32_rows(dt, cache->layer[layer], row, f->att_slots, ctx, row, &K, f->att_k);
   dsi_pack_f32_cols(dt, cache->layer[layer], row, f->att_slots, ctx, kvl, &Vt, f->att_vt);
   int ctx_pad = Vt.kpad;
-  int per = (int)DSI_MAX(1, f->att_s_len / ((size_t)H * ctx_pad)); /* tokens per pass */
+  /* tokens per pass: bounded by the score buffer, and small enough that
+   * each pass only multiplies the keys its last token can see (the causal
+   * triangle is mostly skipped) */
+  int per = (int)DSI_MAX(1, DSI_MIN(f->att_s_len / ((size_t)H * ctx_pad), (size_t)64));
   for (int l0 = 0; l0 < L; l0 += per) {
-    int n = DSI_MIN(per, L - l0), tc = ts + l0 - t0;
-    f->gemms[0] = (dsi_gemm){.w = &K, .x = f->q_lat + (size_t)tc * H * row, .ldx = row, .m = n * H,
+    int n = DSI_MIN(per, L - l0), tc = ts + l0 - t0, seen = b->pos[ts + l0 + n - 1] + 1;
+    dsi_mat Kv = dsi_mat_panels(&K, 0, seen), Vv = Vt;
+    Vv.cols = seen;
+    f->gemms[0] = (dsi_gemm){.w = &Kv, .x = f->q_lat + (size_t)tc * H * row, .ldx = row, .m = n * H,
                              .y = f->att_s, .ldy = ctx_pad, .epi = DSI_EPI_STORE};
-    dsi_gemm_batch(&f->gc, f->gemms, 1, K.rows, DSI_TILE_N);
+    dsi_gemm_batch(&f->gc, f->gemms, 1, Kv.rows, DSI_TILE_N);
     softmax_job sj = {f, b->pos + ts + l0, n * H, H, ctx_pad};
     dsi_pool_run(f->pool, causal_softmax_task, &sj);
-    f->gemms[0] = (dsi_gemm){.w = &Vt, .x = f->att_s, .ldx = ctx_pad, .m = n * H,
+    f->gemms[0] = (dsi_gemm){.w = &Vv, .x = f->att_s, .ldx = ctx_pad, .m = n * H,
                              .y = f->o_lat + (size_t)tc * H * kvl, .ldy = kvl, .epi = DSI_EPI_STORE};
-    dsi_gemm_batch(&f->gc, f->gemms, 1, Vt.rows, DSI_TILE_N);
+    dsi_gemm_batch(&f->gc, f->gemms, 1, Vv.rows, DSI_TILE_N);
   }
 }
 

@@ -209,7 +209,9 @@ void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch) {
   if (r1 > w->rows) r1 = w->rows;
   if (r1 <= r0 || g->m <= 0) return;
   const int fp8 = w->dtype == DSI_DTYPE_F8_E4M3;
-  const int kpad = w->kpad, ksteps = kpad / DSI_TILE_K, m = g->m;
+  /* K steps cover the columns in use: a view may use fewer columns than
+   * the layout's kpad (attention's V^T over a shorter context) */
+  const int kpad = w->kpad, ksteps = DSI_CEIL_DIV(w->cols, DSI_TILE_K), m = g->m;
   const int p0 = r0 / DSI_TILE_N, p1 = DSI_CEIL_DIV(r1, DSI_TILE_N);
   const size_t lda = (size_t)kpad * 2, es = fp8 ? 1 : 2;
   const size_t panel_bytes = (size_t)DSI_TILE_N * kpad * es;
