@@ -7,6 +7,7 @@ int dsi_cmd_logits(int argc, char **argv);
 int dsi_cmd_generate(int argc, char **argv);
 int dsi_cmd_mkmodel(int argc, char **argv);
 int dsi_cmd_bench(int argc, char **argv);
+int dsi_cmd_profile(int argc, char **argv); /* cmd_profile.c */
 /* cmd_tokenize.c; argv holds the options only (after "tokenize", or after
  * "bench tokenizer" for the benchmark) */
 int dsi_cmd_tokenize(int argc, char **argv);
