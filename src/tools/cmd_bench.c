@@ -51,11 +51,7 @@ static int bench_kernels(int argc, char **argv) {
 }
 
 /* ---- bench --model ---- */
-typedef struct {
-  double prefill_tps, decode_tps, ms_per_token;
-} run_result;
-
-static int one_run(dsi_engine *e, int vocab, int P, int G, int B, uint64_t seed, run_result *r) {
+int dsi_bench_run(dsi_engine *e, int vocab, int P, int G, int B, uint64_t seed, dsi_bench_result *r) {
   int n = P * B, rc = 0;
   int32_t *tok = malloc(n * sizeof(int32_t)), *seq = malloc(n * sizeof(int32_t)), ids[256];
   uint8_t *want = calloc(n, 1);
@@ -147,12 +143,12 @@ static int bench_model(int argc, char **argv) {
   }
   double pre[64], dec[64], mpt[64];
   reps = reps > 64 ? 64 : reps;
-  run_result warm;
-  rc = one_run(e, info.vocab_size, DSI_MIN(P, 16), DSI_MIN(G, 2), B, 99, &warm); /* pages, caches */
+  dsi_bench_result warm;
+  rc = dsi_bench_run(e, info.vocab_size, DSI_MIN(P, 16), DSI_MIN(G, 2), B, 99, &warm); /* pages, caches */
   dsi_engine_profile_reset(e);
   for (int r = 0; r < reps && !rc; r++) {
-    run_result rr;
-    rc = one_run(e, info.vocab_size, P, G, B, (uint64_t)r + 1, &rr);
+    dsi_bench_result rr;
+    rc = dsi_bench_run(e, info.vocab_size, P, G, B, (uint64_t)r + 1, &rr);
     pre[r] = rr.prefill_tps;
     dec[r] = rr.decode_tps;
     mpt[r] = rr.ms_per_token;

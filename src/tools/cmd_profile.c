@@ -8,41 +8,6 @@
 #include "tools/cli.h"
 #include "tools/commands.h"
 
-/* B sequences of P random tokens in one prefill batch, then G greedy decode
- * steps of B tokens; returns 0 or the engine's status */
-static int run_workload(dsi_engine *e, int vocab, int P, int G, int B, uint64_t seed) {
-  int n = P * B, rc = 0;
-  int32_t *tok = malloc(n * sizeof(int32_t)), *seq = malloc(n * sizeof(int32_t)), *ids = malloc(B * sizeof(int32_t));
-  uint8_t *want = calloc(n, 1);
-  float *logits = malloc((size_t)B * vocab * sizeof(float));
-  uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
-  for (int b = 0; b < B; b++) ids[b] = dsi_seq_new(e);
-  for (int b = 0; b < B; b++)
-    for (int p = 0; p < P; p++) {
-      x = x * 6364136223846793005ull + 1442695040888963407ull;
-      tok[b * P + p] = (int32_t)((x >> 33) % (uint64_t)vocab);
-      seq[b * P + p] = ids[b];
-      want[b * P + p] = p == P - 1;
-    }
-  dsi_batch pb = {.n_tokens = n, .tokens = tok, .seq = seq, .want_logits = want};
-  rc = dsi_engine_forward(e, &pb, logits);
-  for (int g = 0; g < G && !rc; g++) {
-    for (int b = 0; b < B; b++) {
-      const float *l = logits + (size_t)b * vocab;
-      int best = 0;
-      for (int i = 1; i < vocab; i++)
-        if (l[i] > l[best]) best = i;
-      tok[b] = best;
-      seq[b] = ids[b];
-    }
-    dsi_batch db = {.n_tokens = B, .tokens = tok, .seq = seq};
-    rc = dsi_engine_forward(e, &db, logits);
-  }
-  for (int b = 0; b < B; b++) dsi_seq_free(e, ids[b]);
-  free(tok); free(seq); free(ids); free(want); free(logits);
-  return rc;
-}
-
 int dsi_cmd_profile(int argc, char **argv) {
   const char *model = NULL, *out = "dsinfer-trace.json";
   int P = 64, G = 16, B = 1, no_peaks = 0, act;
@@ -77,9 +42,10 @@ int dsi_cmd_profile(int argc, char **argv) {
   dsi_model_info info;
   dsi_model_get_info(m, &info);
   /* a short warm-up first: page faults and cold caches are not the profile */
-  rc = run_workload(e, info.vocab_size, P < 16 ? P : 16, G < 2 ? G : 2, B, 99);
+  dsi_bench_result r;
+  rc = dsi_bench_run(e, info.vocab_size, P < 16 ? P : 16, G < 2 ? G : 2, B, 99, &r);
   dsi_engine_profile_reset(e);
-  if (!rc) rc = run_workload(e, info.vocab_size, P, G, B, 1);
+  if (!rc) rc = dsi_bench_run(e, info.vocab_size, P, G, B, 1, &r);
   if (rc) {
     fprintf(stderr, "dsinfer profile: %s\n", dsi_engine_error(e)->msg);
   } else {
