@@ -21,20 +21,27 @@
 typedef enum {
   W_F32,      /* pair lanes, read in place */
   W_BF16,     /* pair lanes, widened in registers */
-  W_FP8,      /* even/odd lanes, staged as f16 a block at a time */
-  W_FP8_WIDE, /* even/odd lanes, the panel widened to f32 in scratch */
+  W_FP8,      /* even/odd lanes, staged as f16 a few lines at a time */
+  W_FP8_WIDE, /* even/odd lanes, widened to f32 a chunk at a time */
 } wkind;
 
 /* activation rows one pass over a panel serves: 4 accumulators each, with
  * the line's 4 weight vectors and the broadcasts, fill the 16 registers */
 #define MB_MAX 2
-/* from this many activation rows on, an FP8 panel is widened once into
- * scratch rather than converted again on every pass */
+/* from this many activation rows on, FP8 lines are widened to f32 once
+ * for all passes rather than staged as f16 and converted on every pass */
 #define FP8_WIDEN_M 3
 /* bytes ahead of the line being read that the next lines are prefetched */
 #define PREFETCH_AHEAD 1024
-/* FP8 lines staged as f16 at a time (one 128-column scale block) */
+/* FP8 lines staged as f16 at a time: short, so that staging the next
+ * lines overlaps the FMAs of these */
 #define STAGE_LINES 16
+/* bytes of a panel (as read by the FMAs) every activation row goes over
+ * before the next ones, when there are more rows than one pass takes:
+ * they stay in L1 */
+#define CHUNK_BYTES 8192
+/* activation rows whose chains are kept at a time */
+#define M_CHUNK 32
 
 /* ---- F32 and BF16: a line as (row, even, row, odd) pair lanes ---- */
 static inline __attribute__((always_inline)) void pair_line(wkind k, const uint8_t *p, __m256 w[4]) {
@@ -49,6 +56,7 @@ static inline __attribute__((always_inline)) void pair_line(wkind k, const uint8
     w[2] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, b));
     w[3] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, b));
   } else {
+    #pragma GCC unroll 8
     for (int q = 0; q < 4; q++) w[q] = _mm256_loadu_ps((const float *)p + 8 * q);
   }
 }
@@ -60,28 +68,35 @@ static inline __m256 pair_bcast(const float *x) {
   return _mm256_castpd_ps(_mm256_set1_pd(d));
 }
 
-/* lines [0, lines) of a panel; pairs = cols / 2 lines have both columns */
-static inline __attribute__((always_inline)) void run_pairs(wkind k, int mb, const uint8_t *w, int pairs, int lines,
+/* lines [l0, l1) of a panel, line l0 at w; lines from `pairs` = cols / 2
+ * on have only their even column */
+static inline __attribute__((always_inline)) void run_pairs(wkind k, int mb, const uint8_t *w, int l0, int l1, int pairs,
                                                             const float *const *x, __m256 acc[][4]) {
   const size_t lb = k == W_BF16 ? 64 : 128;
-  for (int l = 0; l < pairs; l++) {
-    const uint8_t *p = w + l * lb;
+  const uint8_t *b = w - (size_t)l0 * lb;
+  int full = DSI_MIN(l1, pairs);
+  for (int l = l0; l < full; l++) {
+    const uint8_t *p = b + l * lb;
     for (size_t o = 0; o < lb; o += 64) _mm_prefetch((const char *)p + PREFETCH_AHEAD + o, _MM_HINT_T0);
     __m256 v[4];
     pair_line(k, p, v);
+    #pragma GCC unroll 8
     for (int i = 0; i < mb; i++) {
       __m256 xb = pair_bcast(x[i] + 2 * l);
+      #pragma GCC unroll 8
       for (int q = 0; q < 4; q++) acc[i][q] = _mm256_fmadd_ps(v[q], xb, acc[i][q]);
     }
   }
-  if (lines > pairs) {
+  if (l1 > pairs) {
     /* odd cols: the last line's second column is padding, and x ends
      * before it — multiply that zero weight by 0, not by what follows x */
     __m256 v[4];
-    pair_line(k, w + pairs * lb, v);
+    pair_line(k, b + pairs * lb, v);
+    #pragma GCC unroll 8
     for (int i = 0; i < mb; i++) {
       float t[2] = {x[i][2 * pairs], 0.0f};
       __m256 xb = pair_bcast(t);
+      #pragma GCC unroll 8
       for (int q = 0; q < 4; q++) acc[i][q] = _mm256_fmadd_ps(v[q], xb, acc[i][q]);
     }
   }
@@ -115,12 +130,13 @@ static void fp8_stage(const uint8_t *p, int n, uint16_t *dst) {
 
 /* one staged (f16) or widened (f32) line: even rows 0-7, 8-15, odd 0-7, 8-15 */
 static inline __attribute__((always_inline)) void split_line(wkind k, const void *p, __m256 w[4]) {
+  #pragma GCC unroll 8
   for (int q = 0; q < 4; q++)
     w[q] = k == W_FP8 ? _mm256_cvtph_ps(_mm_load_si128((const __m128i *)p + q))
                       : _mm256_loadu_ps((const float *)p + 8 * q);
 }
 
-/* lines [l0, l1) of the panel, found at buf from line l0 on */
+/* lines [l0, l1) of a panel, staged or widened at buf from line l0 on */
 static inline __attribute__((always_inline)) void run_split(wkind k, int mb, const void *buf, int l0, int l1, int pairs,
                                                             const float *const *x, __m256 acc[][4]) {
   const size_t lb = k == W_FP8 ? 64 : 128;
@@ -129,6 +145,7 @@ static inline __attribute__((always_inline)) void run_split(wkind k, int mb, con
   for (int l = l0; l < full; l++) {
     __m256 v[4];
     split_line(k, b + l * lb, v);
+    #pragma GCC unroll 8
     for (int i = 0; i < mb; i++) {
       __m256 x0 = _mm256_broadcast_ss(x[i] + 2 * l), x1 = _mm256_broadcast_ss(x[i] + 2 * l + 1);
       acc[i][0] = _mm256_fmadd_ps(v[0], x0, acc[i][0]);
@@ -140,6 +157,7 @@ static inline __attribute__((always_inline)) void run_split(wkind k, int mb, con
   if (l1 > pairs) { /* odd cols, as in run_pairs */
     __m256 v[4];
     split_line(k, b + pairs * lb, v);
+    #pragma GCC unroll 8
     for (int i = 0; i < mb; i++) {
       __m256 x0 = _mm256_broadcast_ss(x[i] + 2 * pairs), x1 = _mm256_setzero_ps();
       acc[i][0] = _mm256_fmadd_ps(v[0], x0, acc[i][0]);
@@ -150,126 +168,164 @@ static inline __attribute__((always_inline)) void run_split(wkind k, int mb, con
   }
 }
 
-/* the first n lines of an FP8 panel widened (x 2^-8) to f32, split lanes */
+/* lines [0, n) of FP8 at p widened (x 2^-8) to f32 at dst, split lanes */
 static void fp8_widen(const uint8_t *p, int n, float *dst) {
   for (int l = 0; l < n; l++) {
     __m256i e, o;
     fp8_line_f16(p + l * 32, &e, &o);
     float *d = dst + l * 32;
-    _mm256_storeu_ps(d, _mm256_cvtph_ps(_mm256_castsi256_si128(e)));
-    _mm256_storeu_ps(d + 8, _mm256_cvtph_ps(_mm256_extracti128_si256(e, 1)));
-    _mm256_storeu_ps(d + 16, _mm256_cvtph_ps(_mm256_castsi256_si128(o)));
-    _mm256_storeu_ps(d + 24, _mm256_cvtph_ps(_mm256_extracti128_si256(o, 1)));
+    _mm256_store_ps(d, _mm256_cvtph_ps(_mm256_castsi256_si128(e)));
+    _mm256_store_ps(d + 8, _mm256_cvtph_ps(_mm256_extracti128_si256(e, 1)));
+    _mm256_store_ps(d + 16, _mm256_cvtph_ps(_mm256_castsi256_si128(o)));
+    _mm256_store_ps(d + 24, _mm256_cvtph_ps(_mm256_extracti128_si256(o, 1)));
   }
 }
 
-/* ---- one panel (16 rows) times mb activation rows: out[i][0..16) ---- */
+/* ---- a pass: lines [l0, l1) of a panel times up to MB_MAX rows ---- */
+/* The chains wait in `state` ([mb][4] vectors) between passes, so a panel
+ * can be cut into chunks that stay in L1 while every activation row goes
+ * over them; the sums are the same as in one pass. */
+static inline __attribute__((always_inline)) void pass_body(wkind k, int mb, const uint8_t *w, int l0, int l1,
+                                                            int pairs, const float *const *x, __m256 *state) {
+  __m256 acc[MB_MAX][4];
+  /* loaded and stored as values: a plain copy of the array lets GCC
+   * treat acc as memory and store it on every line */
+  #pragma GCC unroll 8
+  for (int i = 0; i < mb; i++)
+    #pragma GCC unroll 8
+    for (int q = 0; q < 4; q++) acc[i][q] = _mm256_load_ps((const float *)&state[4 * i + q]);
+  if (k == W_F32 || k == W_BF16) {
+    run_pairs(k, mb, w, l0, l1, pairs, x, acc);
+  } else if (k == W_FP8_WIDE) {
+    run_split(k, mb, w, l0, l1, pairs, x, acc);
+  } else {
+    /* w is the FP8 itself: staged a few lines at a time, the chains kept
+     * in registers meanwhile */
+    _Alignas(32) uint16_t stage[STAGE_LINES * 32];
+    for (int c0 = l0; c0 < l1; c0 += STAGE_LINES) {
+      int c1 = DSI_MIN(c0 + STAGE_LINES, l1);
+      fp8_stage(w + (size_t)(c0 - l0) * 32, c1 - c0, stage);
+      run_split(k, mb, stage, c0, c1, pairs, x, acc);
+    }
+  }
+  #pragma GCC unroll 8
+  for (int i = 0; i < mb; i++)
+    #pragma GCC unroll 8
+    for (int q = 0; q < 4; q++) _mm256_store_ps((float *)&state[4 * i + q], acc[i][q]);
+}
+
+/* one specialized copy per weight kind and number of activation rows */
+typedef void (*pass_fn)(const uint8_t *w, int l0, int l1, int pairs, const float *const *x, __m256 *state);
+#define PASS_FNS(K)                                                                            \
+  static void pass_##K##_1(const uint8_t *w, int l0, int l1, int pairs, const float *const *x, \
+                           __m256 *state) { pass_body(K, 1, w, l0, l1, pairs, x, state); }     \
+  static void pass_##K##_2(const uint8_t *w, int l0, int l1, int pairs, const float *const *x, \
+                           __m256 *state) { pass_body(K, 2, w, l0, l1, pairs, x, state); }
+PASS_FNS(W_F32)
+PASS_FNS(W_BF16)
+PASS_FNS(W_FP8)
+PASS_FNS(W_FP8_WIDE)
+static const pass_fn pass_fns[4][MB_MAX] = {
+  [W_F32] = {pass_W_F32_1, pass_W_F32_2},
+  [W_BF16] = {pass_W_BF16_1, pass_W_BF16_2},
+  [W_FP8] = {pass_W_FP8_1, pass_W_FP8_2},
+  [W_FP8_WIDE] = {pass_W_FP8_WIDE_1, pass_W_FP8_WIDE_2},
+};
+
+/* ---- one panel (16 rows) times up to M_CHUNK activation rows ---- */
 typedef struct {
-  const uint8_t *w;    /* the panel's first line (FP8_WIDE: in scratch) */
+  const uint8_t *w;    /* the panel's first line */
   const float *scale;  /* FP8: the panel's scale per block of columns */
   int pairs;           /* lines whose two columns are both real: cols / 2 */
   int lines;           /* lines holding any real column: ceil(cols / 2) */
   int block_lines;     /* FP8: lines per scale block */
 } panel_src;
 
-static inline __attribute__((always_inline)) void panel_body(wkind k, int mb, const panel_src *s,
-                                                             const float *const *x, float (*out)[16]) {
-  __m256 acc[MB_MAX][4];
-  for (int i = 0; i < mb; i++)
-    for (int q = 0; q < 4; q++) acc[i][q] = _mm256_setzero_ps();
-  if (k == W_F32 || k == W_BF16) {
-    run_pairs(k, mb, s->w, s->pairs, s->lines, x, acc);
-    for (int i = 0; i < mb; i++)
-      for (int h = 0; h < 2; h++) {
+/* per-thread scratch: a chunk of widened FP8 lines, then the chains and
+ * FP8 totals of M_CHUNK rows — within DSI_GEMM_SCRATCH(0) */
+#define SCRATCH_CHUNK CHUNK_BYTES
+#define SCRATCH_STATE (M_CHUNK * 4 * 32)
+#define SCRATCH_TOT (M_CHUNK * 2 * 32)
+_Static_assert(SCRATCH_CHUNK + SCRATCH_STATE + SCRATCH_TOT <= DSI_GEMM_SCRATCH(0), "scratch too small");
+
+static void panel(wkind k, const panel_src *s, int mc, const float *const *x, uint8_t *scratch, float (*out)[16]) {
+  uint8_t *buf = scratch;
+  __m256 *state = (__m256 *)(scratch + SCRATCH_CHUNK), *tot = (__m256 *)(scratch + SCRATCH_CHUNK + SCRATCH_STATE);
+  int fp8 = k == W_FP8 || k == W_FP8_WIDE;
+  for (int i = 0; i < 4 * mc; i++) state[i] = _mm256_setzero_ps();
+  for (int i = 0; i < 2 * mc; i++) tot[i] = _mm256_setzero_ps();
+  /* F32 and BF16 are read in place: in one pass when that serves every
+   * row, else in chunks that stay in L1 */
+  int chunk = fp8 || mc > MB_MAX ? CHUNK_BYTES / (k == W_BF16 ? 64 : 128) : s->lines;
+  for (int l0 = 0, l1; l0 < s->lines; l0 = l1) {
+    l1 = DSI_MIN(l0 + chunk, s->lines);
+    if (fp8) l1 = DSI_MIN(l1, (l0 / s->block_lines + 1) * s->block_lines); /* one scale per chunk */
+    const uint8_t *w = s->w + (size_t)l0 * (k == W_F32 ? 128 : k == W_BF16 ? 64 : 32);
+    if (k == W_FP8_WIDE) {
+      fp8_widen(w, l1 - l0, (float *)buf);
+      w = buf;
+    }
+    for (int i = 0; i < mc; i += MB_MAX)
+      pass_fns[k][DSI_MIN(MB_MAX, mc - i) - 1](w, l0, l1, s->pairs, x + i, state + 4 * i);
+    if (fp8 && (l1 % s->block_lines == 0 || l1 == s->lines)) {
+      /* end of a scale block: even + odd, scaled into the total */
+      __m256 sc = _mm256_set1_ps(s->scale[l0 / s->block_lines] * 256.0f);
+      for (int i = 0; i < mc; i++)
+        for (int h = 0; h < 2; h++) {
+          __m256 *a = state + 4 * i;
+          tot[2 * i + h] = _mm256_fmadd_ps(_mm256_add_ps(a[h], a[h + 2]), sc, tot[2 * i + h]);
+          a[h] = a[h + 2] = _mm256_setzero_ps();
+        }
+    }
+  }
+  for (int i = 0; i < mc; i++)
+    for (int h = 0; h < 2; h++) {
+      __m256 r;
+      if (fp8) {
+        r = tot[2 * i + h];
+      } else {
         /* even + odd of each row; hadd works within 128-bit lanes, which
          * leaves F32's rows as 0,1,4,5 | 2,3,6,7 and BF16's in order */
-        __m256 r = _mm256_hadd_ps(acc[i][2 * h], acc[i][2 * h + 1]);
+        r = _mm256_hadd_ps(state[4 * i + 2 * h], state[4 * i + 2 * h + 1]);
         if (k == W_F32) r = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(r), 0xd8));
-        _mm256_storeu_ps(out[i] + 8 * h, r);
       }
-    return;
-  }
-  _Alignas(32) uint16_t stage[STAGE_LINES * 32];
-  __m256 tot[MB_MAX][2];
-  for (int i = 0; i < mb; i++) tot[i][0] = tot[i][1] = _mm256_setzero_ps();
-  for (int l0 = 0, b = 0; l0 < s->lines; l0 += s->block_lines, b++) {
-    int l1 = DSI_MIN(l0 + s->block_lines, s->lines);
-    if (k == W_FP8_WIDE) {
-      run_split(k, mb, s->w + (size_t)l0 * 128, l0, l1, s->pairs, x, acc);
-    } else {
-      for (int c0 = l0; c0 < l1; c0 += STAGE_LINES) {
-        int c1 = DSI_MIN(c0 + STAGE_LINES, l1);
-        fp8_stage(s->w + (size_t)c0 * 32, c1 - c0, stage);
-        run_split(k, mb, stage, c0, c1, s->pairs, x, acc);
-      }
+      _mm256_storeu_ps(out[i] + 8 * h, r);
     }
-    __m256 sc = _mm256_set1_ps(s->scale[b] * 256.0f);
-    for (int i = 0; i < mb; i++)
-      for (int h = 0; h < 2; h++) {
-        tot[i][h] = _mm256_fmadd_ps(_mm256_add_ps(acc[i][h], acc[i][h + 2]), sc, tot[i][h]);
-        acc[i][h] = acc[i][h + 2] = _mm256_setzero_ps();
-      }
-  }
-  for (int i = 0; i < mb; i++)
-    for (int h = 0; h < 2; h++) _mm256_storeu_ps(out[i] + 8 * h, tot[i][h]);
 }
-
-/* one specialized copy per weight kind and activation-block height */
-typedef void (*panel_fn)(const panel_src *s, const float *const *x, float (*out)[16]);
-#define PANEL_FNS(K)                                                                                    \
-  static void panel_##K##_1(const panel_src *s, const float *const *x, float (*o)[16]) { panel_body(K, 1, s, x, o); } \
-  static void panel_##K##_2(const panel_src *s, const float *const *x, float (*o)[16]) { panel_body(K, 2, s, x, o); }
-PANEL_FNS(W_F32)
-PANEL_FNS(W_BF16)
-PANEL_FNS(W_FP8)
-PANEL_FNS(W_FP8_WIDE)
-static const panel_fn panel_fns[4][MB_MAX] = {
-  [W_F32] = {panel_W_F32_1, panel_W_F32_2},
-  [W_BF16] = {panel_W_BF16_1, panel_W_BF16_2},
-  [W_FP8] = {panel_W_FP8_1, panel_W_FP8_2},
-  [W_FP8_WIDE] = {panel_W_FP8_WIDE_1, panel_W_FP8_WIDE_2},
-};
 
 static inline float silu(float v) { return v / (1.0f + expf(-v)); }
 
 void dsi_gemm_avx2(const dsi_gemm *g, int r0, int r1, void *scratch) {
   const dsi_mat *w = g->w;
-  DSI_ASSERT(w->layout == DSI_LAYOUT_TILES && r0 % DSI_TILE_N == 0);
+  DSI_ASSERT(w->layout == DSI_LAYOUT_TILES && r0 % DSI_TILE_N == 0 && ((uintptr_t)scratch & 31) == 0);
   wkind k = w->dtype == DSI_DTYPE_F32 ? W_F32 : w->dtype == DSI_DTYPE_BF16 ? W_BF16 : W_FP8;
   DSI_ASSERT(k != W_FP8 || (w->dtype == DSI_DTYPE_F8_E4M3 && w->block % 2 == 0));
+  if (k == W_FP8 && g->m >= FP8_WIDEN_M) k = W_FP8_WIDE;
   int silu_pairs = g->epi == DSI_EPI_SILU_PAIRS;
   DSI_ASSERT(!silu_pairs || r0 % (2 * DSI_TILE_N) == 0);
   int end = silu_pairs ? r1 : DSI_MIN(r1, w->rows), step = silu_pairs ? 2 * DSI_TILE_N : DSI_TILE_N;
-  int n_panels = silu_pairs ? 2 : 1;
   size_t panel_bytes = (size_t)DSI_TILE_N * w->kpad * dsi_dtype_size(w->dtype);
-  /* widened FP8 panels (two for gate/up): 64 * kpad bytes each */
-  int wide = k == W_FP8 && g->m >= FP8_WIDEN_M;
-  wkind kk = wide ? W_FP8_WIDE : k;
   for (int r = r0; r < end; r += step) {
     panel_src src[2];
-    for (int pp = 0; pp < n_panels; pp++) {
+    for (int pp = 0; pp < step / DSI_TILE_N; pp++) {
       int p = r / DSI_TILE_N + pp;
-      panel_src *s = &src[pp];
-      s->w = (const uint8_t *)w->data + (size_t)p * panel_bytes;
-      s->scale = k == W_FP8 ? w->scale + (size_t)p * w->scale_cols : NULL;
-      s->pairs = w->cols / 2;
-      s->lines = (w->cols + 1) / 2;
-      s->block_lines = k == W_FP8 ? w->block / 2 : 0;
-      if (wide) {
-        float *dst = (float *)scratch + (size_t)pp * DSI_TILE_N * w->kpad;
-        fp8_widen(s->w, s->lines, dst);
-        s->w = (const uint8_t *)dst;
-      }
+      src[pp] = (panel_src){
+        .w = (const uint8_t *)w->data + (size_t)p * panel_bytes,
+        .scale = w->dtype == DSI_DTYPE_F8_E4M3 ? w->scale + (size_t)p * w->scale_cols : NULL,
+        .pairs = w->cols / 2,
+        .lines = (w->cols + 1) / 2,
+        .block_lines = w->block / 2,
+      };
     }
-    for (int i0 = 0; i0 < g->m; i0 += MB_MAX) {
-      int mb = DSI_MIN(MB_MAX, g->m - i0);
-      const float *xp[MB_MAX];
-      for (int i = 0; i < mb; i++)
+    for (int i0 = 0; i0 < g->m; i0 += M_CHUNK) {
+      int mc = DSI_MIN(M_CHUNK, g->m - i0);
+      const float *xp[M_CHUNK];
+      for (int i = 0; i < mc; i++)
         xp[i] = g->x + (size_t)(g->x_rows ? g->x_rows[i0 + i] : i0 + i) * g->ldx;
-      float out[2][MB_MAX][16];
-      for (int pp = 0; pp < n_panels; pp++) panel_fns[kk][mb - 1](&src[pp], xp, out[pp]);
+      float out[2][M_CHUNK][16];
+      for (int pp = 0; pp < step / DSI_TILE_N; pp++) panel(k, &src[pp], mc, xp, scratch, out[pp]);
       int n = DSI_MIN(DSI_TILE_N, end - r);
-      for (int i = 0; i < mb; i++) {
+      for (int i = 0; i < mc; i++) {
         int gi = i0 + i;
         if (g->epi == DSI_EPI_STORE) {
           float *y = g->y + (size_t)gi * g->ldy + r;
