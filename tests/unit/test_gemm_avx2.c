@@ -101,7 +101,7 @@ static void check_shape(dsi_dtype dt, int rows, int cols, dsi_rng *r) {
   dsi_pack_gate_up(&gate, &up, &pgu, pgu_mem);
   int inter = pgu.rows / 2; /* gate rows rounded up to 16 */
   void *scratch = dsi_alloc_aligned(DSI_GEMM_SCRATCH(cols));
-  static const int ms[] = {1, 2, 3, 5, 8, 9, 17};
+  static const int ms[] = {1, 2, 3, 5, 8, 9, 17, 40}; /* 40: more than one chunk of rows */
   for (size_t mi = 0; mi < DSI_ARRAY_LEN(ms); mi++) {
     int m = ms[mi], nx = m + 5, ldx = cols + 3, ny = m + 4;
     /* x rows ldx apart, the last one ending at the buffer's end, NaN
@@ -110,11 +110,13 @@ static void check_shape(dsi_dtype dt, int rows, int cols, dsi_rng *r) {
     size_t x_len = (size_t)(nx - 1) * ldx + cols;
     float *x = dsi_xmalloc(x_len * sizeof(float));
     for (size_t i = 0; i < x_len; i++) x[i] = i % ldx < (size_t)cols ? dsi_rng_normal(r) : NAN;
-    int32_t x_rows[32], y_rows[32];
-    float y_scale[32];
+    int32_t x_rows[64], y_rows[64];
+    float y_scale[64];
     pick_rows(x_rows, m, nx, r);
     pick_rows(y_rows, m, ny, r);
-    for (int i = 0; i < m; i++) y_scale[i] = dsi_rng_normal(r);
+    /* routing weights away from 0: a tiny one would leave the product below
+     * the rounding of y's old values, and the comparison would measure that */
+    for (int i = 0; i < m; i++) y_scale[i] = (dsi_rng_uniform(r) < 0.5f ? -1 : 1) * (0.5f + dsi_rng_uniform(r));
     int ldy = DSI_MAX(rows, inter) + 3;
     size_t y_len = (size_t)ny * ldy;
     float *y0 = dsi_xmalloc(y_len * sizeof(float)), *yk = dsi_xmalloc(y_len * sizeof(float));
