@@ -32,7 +32,7 @@ typedef enum {
  * for all passes rather than staged as f16 and converted on every pass */
 #define FP8_WIDEN_M 3
 /* bytes ahead of the line being read that the next lines are prefetched */
-#define PREFETCH_AHEAD 1024
+#define PREFETCH_AHEAD 2048
 /* FP8 lines staged as f16 at a time: short, so that staging the next
  * lines overlaps the FMAs of these */
 #define STAGE_LINES 16
@@ -188,8 +188,9 @@ static void fp8_widen(const uint8_t *p, int n, float *dst) {
 static inline __attribute__((always_inline)) void pass_body(wkind k, int mb, const uint8_t *w, int l0, int l1,
                                                             int pairs, const float *const *x, __m256 *state) {
   __m256 acc[MB_MAX][4];
-  /* loaded and stored as values: a plain copy of the array lets GCC
-   * treat acc as memory and store it on every line */
+  /* moved in and out with load/store intrinsics (and the small loops
+   * unrolled by pragma): copied as plain __m256 values, GCC 12 keeps acc
+   * in memory and stores it on every line */
   #pragma GCC unroll 8
   for (int i = 0; i < mb; i++)
     #pragma GCC unroll 8
