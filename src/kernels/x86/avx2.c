@@ -18,6 +18,10 @@
  * FP8 lines as even and odd halves of 8 rows times x[2l] and x[2l+1]: the
  * same chains in other lanes. */
 
+/* the kernel bodies take the weight kind and row count as constants and
+ * must be specialized for them */
+#define INLINE static inline __attribute__((always_inline))
+
 typedef enum {
   W_F32,      /* pair lanes, read in place */
   W_BF16,     /* pair lanes, widened in registers */
@@ -44,7 +48,7 @@ typedef enum {
 #define M_CHUNK 32
 
 /* ---- F32 and BF16: a line as (row, even, row, odd) pair lanes ---- */
-static inline __attribute__((always_inline)) void pair_line(wkind k, const uint8_t *p, __m256 w[4]) {
+INLINE void pair_line(wkind k, const uint8_t *p, __m256 w[4]) {
   if (k == W_BF16) {
     /* bf16 to f32 is a 16-bit shift: interleave zeros below each value;
      * the unpacks work within 128-bit lanes, so w[0] holds rows 0,1,4,5 and
@@ -70,8 +74,8 @@ static inline __m256 pair_bcast(const float *x) {
 
 /* lines [l0, l1) of a panel, line l0 at w; lines from `pairs` = cols / 2
  * on have only their even column */
-static inline __attribute__((always_inline)) void run_pairs(wkind k, int mb, const uint8_t *w, int l0, int l1, int pairs,
-                                                            const float *const *x, __m256 acc[][4]) {
+INLINE void run_pairs(wkind k, int mb, const uint8_t *w, int l0, int l1, int pairs, const float *const *x,
+                      __m256 acc[][4]) {
   const size_t lb = k == W_BF16 ? 64 : 128;
   const uint8_t *b = w - (size_t)l0 * lb;
   int full = DSI_MIN(l1, pairs);
@@ -129,7 +133,7 @@ static void fp8_stage(const uint8_t *p, int n, uint16_t *dst) {
 }
 
 /* one staged (f16) or widened (f32) line: even rows 0-7, 8-15, odd 0-7, 8-15 */
-static inline __attribute__((always_inline)) void split_line(wkind k, const void *p, __m256 w[4]) {
+INLINE void split_line(wkind k, const void *p, __m256 w[4]) {
   #pragma GCC unroll 8
   for (int q = 0; q < 4; q++)
     w[q] = k == W_FP8 ? _mm256_cvtph_ps(_mm_load_si128((const __m128i *)p + q))
@@ -137,8 +141,8 @@ static inline __attribute__((always_inline)) void split_line(wkind k, const void
 }
 
 /* lines [l0, l1) of a panel, staged or widened at buf from line l0 on */
-static inline __attribute__((always_inline)) void run_split(wkind k, int mb, const void *buf, int l0, int l1, int pairs,
-                                                            const float *const *x, __m256 acc[][4]) {
+INLINE void run_split(wkind k, int mb, const void *buf, int l0, int l1, int pairs, const float *const *x,
+                      __m256 acc[][4]) {
   const size_t lb = k == W_FP8 ? 64 : 128;
   const uint8_t *b = (const uint8_t *)buf - (size_t)l0 * lb;
   int full = DSI_MIN(l1, pairs);
@@ -185,8 +189,8 @@ static void fp8_widen(const uint8_t *p, int n, float *dst) {
 /* The chains wait in `state` ([mb][4] vectors) between passes, so a panel
  * can be cut into chunks that stay in L1 while every activation row goes
  * over them; the sums are the same as in one pass. */
-static inline __attribute__((always_inline)) void pass_body(wkind k, int mb, const uint8_t *w, int l0, int l1,
-                                                            int pairs, const float *const *x, __m256 *state) {
+INLINE void pass_body(wkind k, int mb, const uint8_t *w, int l0, int l1, int pairs, const float *const *x,
+                      __m256 *state) {
   __m256 acc[MB_MAX][4];
   /* moved in and out with load/store intrinsics (and the small loops
    * unrolled by pragma): copied as plain __m256 values, GCC 12 keeps acc
