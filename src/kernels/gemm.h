@@ -20,7 +20,9 @@ typedef enum {
 } dsi_epilogue;
 
 typedef struct dsi_gemm {
-  const dsi_mat *w;      /* any layout; optimized kernels take TILES */
+  const dsi_mat *w;      /* any layout; optimized kernels take TILES. A TILES view
+                            may have fewer cols than its kpad allows (kernels
+                            read columns < cols only, with kpad the stride) */
   /* activations: row i of the product is x[x_rows ? x_rows[i] : i] */
   const float *x;        /* f32 [*, ldx] */
   int ldx;

@@ -13,6 +13,7 @@ static const struct {
   {"bench", dsi_cmd_bench, "benchmark a model (prefill, decode, roofline), the kernels or the tokenizer"},
   {"detokenize", dsi_cmd_detokenize, "turn token ids back into text"},
   {"generate", dsi_cmd_generate, "generate token ids from a prompt of ids; report speed"},
+  {"profile", dsi_cmd_profile, "profile one prefill and decode steps: time per op, Chrome trace"},
   {"logits", dsi_cmd_logits, "write every position's logits of one or more sequences"},
   {"tokenize", dsi_cmd_tokenize, "turn text into token ids with a checkpoint's tokenizer"},
   {"mkmodel", dsi_cmd_mkmodel, "write a random-weight checkpoint (tiny, small, bench, v3slice)"},
