@@ -1,8 +1,9 @@
 /* kernels: the AMX BF16 matmul (the gemm.h contract) for TILES weights in
- * BF16 or FP8 — prefill and large batches. Owns the tile configuration, the
- * cache blocking, FP8 -> BF16 tile widening and the fused epilogues. Each
- * call configures the tiles and releases them when done, so no tile state
- * outlives a call and pool threads need no set-up of their own. */
+ * BF16 or FP8 — prefill and large batches. Owns the cache blocking and FP8
+ * -> BF16 tile widening (the tile configuration and the fused epilogues
+ * are in amx_util.h, shared with the INT8 kernel). Each call configures the
+ * tiles and releases them when done, so no tile state outlives a call and
+ * pool threads need no set-up of their own. */
 #include "kernels/gemm.h"
 #include "kernels/cpu.h"
 #include "base/base.h"
@@ -11,19 +12,7 @@
 #include <immintrin.h>
 #include <string.h>
 
-/* Tile registers: C (f32 16x16) for M-half i and panel j is tile 2i+j; A
- * (bf16 16x32 from xb) for M-half i is 4+i; B (bf16 VNNI 16x32 from one
- * panel) for panel j is 6+j. Every tile is 16 rows of 64 bytes. The tile
- * intrinsics paste their number into asm, so these must be literals. */
-#define T_C00 0
-#define T_C01 1
-#define T_C10 2
-#define T_C11 3
-#define T_A0 4
-#define T_A1 5
-#define T_B0 6
-#define T_B1 7
-
+/* Tiles (amx_util.h): C f32 16x16, A bf16 16x32 from xb, B bf16 VNNI 16x32 from one panel. */
 #define KSTEP_BYTES 1024 /* one 16x32 bf16 B tile: one K step of a panel */
 /* Blocking, chosen by measurement on this project's 2-core Sapphire Rapids
  * machines (L1 48 KiB, L2 2 MiB per core); see the driver's comment */
@@ -124,37 +113,6 @@ static void fp8_steps_to_bf16(const uint8_t *src, const float *scale, int step0,
   }
 }
 
-/* ---- epilogues ---- */
-/* c: one C block [32][32] (row stride 32); rows i0 + [0, nrows) of the
- * product; panel0 the first W panel, nn panels in c */
-static void epilogue(const dsi_gemm *g, const float *c, int i0, int nrows, int panel0, int nn) {
-  const dsi_mat *w = g->w;
-  if (g->epi == DSI_EPI_SILU_PAIRS) {
-    float *y = g->y + (size_t)(panel0 / 2) * DSI_TILE_N;
-    for (int r = 0; r < nrows; r++) {
-      __m512 gt = _mm512_load_ps(c + r * 32), up = _mm512_load_ps(c + r * 32 + 16);
-      __m512 s = _mm512_div_ps(gt, _mm512_add_ps(_mm512_set1_ps(1.0f), exp512(_mm512_sub_ps(_mm512_setzero_ps(), gt))));
-      _mm512_storeu_ps(y + (size_t)(i0 + r) * g->ldy, _mm512_mul_ps(s, up));
-    }
-    return;
-  }
-  for (int j = 0; j < nn; j++) {
-    int col0 = (panel0 + j) * DSI_TILE_N, ncols = DSI_MIN(DSI_TILE_N, w->rows - col0);
-    __mmask16 mask = (__mmask16)((1u << ncols) - 1);
-    for (int r = 0; r < nrows; r++) {
-      __m512 v = _mm512_load_ps(c + r * 32 + j * 16);
-      int i = i0 + r;
-      if (g->epi == DSI_EPI_STORE) {
-        _mm512_mask_storeu_ps(g->y + (size_t)i * g->ldy + col0, mask, v);
-      } else {
-        float *y = g->y + (size_t)g->y_rows[i] * g->ldy + col0;
-        __m512 o = _mm512_maskz_loadu_ps(mask, y);
-        _mm512_mask_storeu_ps(y, mask, _mm512_fmadd_ps(_mm512_set1_ps(g->y_scale[i]), v, o));
-      }
-    }
-  }
-}
-
 /* ---- the driver ---- */
 
 /* Loops: M chunk > group of panel pairs > K chunk > pair > 32-row M block.
@@ -192,15 +150,8 @@ void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch) {
   uint8_t *sp = scratch;
   float *cst = (float *)sp;
   sp += 4096;
-  const int mtail = m % 32, mfull = m - mtail;
-  uint8_t *atail = NULL;
-  if (mtail) {
-    atail = sp;
-    int rows = mtail > 16 ? 32 : 16;
-    memcpy(atail, g->xb + (size_t)mfull * kpad, (size_t)mtail * lda);
-    memset(atail + (size_t)mtail * lda, 0, (size_t)(rows - mtail) * lda);
-    sp += (size_t)rows * lda;
-  }
+  const int mfull = m - m % 32;
+  const uint8_t *atail = stage_m_tail(g->xb, lda, m, &sp);
 
   int kc = ksteps;
   if (ksteps > KC_WHOLE) { /* equal chunks of about KC_STEPS */
@@ -262,7 +213,7 @@ void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch) {
               block_mac(a, lda, b0, b1, ks, nm, nn, first ? NULL : bacc, y, (size_t)g->ldy);
             } else {
               block_mac(a, lda, b0, b1, ks, nm, nn, first ? NULL : bacc, cst, 32);
-              epilogue(g, cst, ib, nrows, q, nn);
+              epilogue(g, cst, NULL, ib, nrows, q, nn);
             }
           }
         }

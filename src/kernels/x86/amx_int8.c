@@ -1,8 +1,8 @@
 /* kernels: the AMX INT8 matmul (the gemm.h contract) for INT8 TILES weights
  * times int8 activations with one scale per row (g->xq) — prefill and large
  * batches. Owns the regrouping of B tiles into AMX's 4-k order, the
- * dequantization of int32 tiles per 128-column block, the blocking and the
- * fused epilogues. */
+ * dequantization of int32 tiles per 128-column block and the blocking (the
+ * epilogues are the BF16 kernel's, in amx_util.h). */
 #include "kernels/gemm.h"
 #include "kernels/cpu.h"
 #include "base/base.h"
@@ -11,19 +11,7 @@
 #include <immintrin.h>
 #include <string.h>
 
-/* Tile registers: C (int32 16x16) for M-half i and panel j is tile 2i+j; A
- * (int8 16x64 from xq) for M-half i is 4+i; B (int8 16x64, 4 k per dword)
- * for panel j is 6+j. The tile intrinsics paste their number into asm, so
- * these must be literals. */
-#define T_C00 0
-#define T_C01 1
-#define T_C10 2
-#define T_C11 3
-#define T_A0 4
-#define T_A1 5
-#define T_B0 6
-#define T_B1 7
-
+/* Tiles (amx_util.h): C int32 16x16, A int8 16x64 from xq, B int8 16x64 (4 k per dword). */
 #define KSTEP 64         /* K of one tile product: 64 int8 per A row */
 #define KSTEP_BYTES 1024 /* one B tile (16 rows x 64 int8): one K step of a panel */
 #define BLOCK_STEPS 2    /* K steps per 128-column scale block */
@@ -106,39 +94,6 @@ static void block_run(const int8_t *a, size_t lda, const int8_t *b0, const int8_
   else block_chunk(a, lda, b0, b1, ks, sc0, sc1, init, 1, 1, cst, acc);
 }
 
-/* ---- epilogue ---- */
-/* acc: one M block [32][32] f32 of the integer products times the weight
- * scales; rows i0 + [0, nrows) of the product, times each row's activation
- * scale here; panel0 the first W panel, nn panels in acc */
-static void epilogue(const dsi_gemm *g, const float *acc, int i0, int nrows, int panel0, int nn) {
-  const dsi_mat *w = g->w;
-  if (g->epi == DSI_EPI_SILU_PAIRS) {
-    float *y = g->y + (size_t)(panel0 / 2) * DSI_TILE_N;
-    for (int r = 0; r < nrows; r++) {
-      __m512 xs = _mm512_set1_ps(g->xq_scale[i0 + r]);
-      __m512 gt = _mm512_mul_ps(_mm512_load_ps(acc + r * 32), xs);
-      __m512 up = _mm512_mul_ps(_mm512_load_ps(acc + r * 32 + 16), xs);
-      _mm512_storeu_ps(y + (size_t)(i0 + r) * g->ldy, silu_mul512(gt, up));
-    }
-    return;
-  }
-  for (int j = 0; j < nn; j++) {
-    int col0 = (panel0 + j) * DSI_TILE_N, ncols = DSI_MIN(DSI_TILE_N, w->rows - col0);
-    __mmask16 mask = (__mmask16)((1u << ncols) - 1);
-    for (int r = 0; r < nrows; r++) {
-      int i = i0 + r;
-      __m512 v = _mm512_mul_ps(_mm512_load_ps(acc + r * 32 + 16 * j), _mm512_set1_ps(g->xq_scale[i]));
-      if (g->epi == DSI_EPI_STORE) {
-        _mm512_mask_storeu_ps(g->y + (size_t)i * g->ldy + col0, mask, v);
-      } else {
-        float *y = g->y + (size_t)g->y_rows[i] * g->ldy + col0;
-        __m512 o = _mm512_maskz_loadu_ps(mask, y);
-        _mm512_mask_storeu_ps(y, mask, _mm512_fmadd_ps(_mm512_set1_ps(g->y_scale[i]), v, o));
-      }
-    }
-  }
-}
-
 /* ---- the driver ---- */
 /* Loops: M chunk > group of panel pairs > K chunk > pair > 32-row M block.
  * A pair's K chunk of B is regrouped into scratch once per M chunk and
@@ -163,15 +118,8 @@ void dsi_gemm_amx_int8(const dsi_gemm *g, int r0, int r1, void *scratch) {
   uint8_t *sp = scratch;
   int32_t *cst = (int32_t *)sp;
   sp += 4096;
-  const int mtail = m % 32, mfull = m - mtail;
-  int8_t *atail = NULL;
-  if (mtail) {
-    atail = (int8_t *)sp;
-    int rows = mtail > 16 ? 32 : 16;
-    memcpy(atail, g->xq + (size_t)mfull * lda, (size_t)mtail * lda);
-    memset(atail + (size_t)mtail * lda, 0, (size_t)(rows - mtail) * lda);
-    sp += (size_t)rows * lda;
-  }
+  const int mfull = m - m % 32;
+  const int8_t *atail = (const int8_t *)stage_m_tail(g->xq, lda, m, &sp);
   const int mc = DSI_MIN(DSI_CEIL_DIV(m, 32) * 32, MC_ROWS), nmb_max = mc / 32;
   const int kc = ksteps <= KC_WHOLE ? ksteps : KC_STEPS;
   int8_t *bw = (int8_t *)sp;
@@ -217,7 +165,7 @@ void dsi_gemm_amx_int8(const dsi_gemm *g, int r0, int r1, void *scratch) {
             float *bacc = kc < ksteps ? qacc + (size_t)mb * 1024 : acc;
             block_run(a + (size_t)k0 * KSTEP, lda, bw, bw + (size_t)ks * KSTEP_BYTES, ks, sc0, sc1, first, nm, nn,
                       cst, bacc);
-            if (last) epilogue(g, bacc, ib, nrows, q, nn);
+            if (last) epilogue(g, bacc, g->xq_scale, ib, nrows, q, nn);
           }
         }
       }
