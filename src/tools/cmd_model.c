@@ -9,6 +9,7 @@
 #include "dsinfer.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
+#include "tools/run_opts.h"
 
 static double now(void) {
   struct timespec ts;
@@ -21,44 +22,14 @@ static int fail(const char *cmd, const dsi_err *err) {
   return 1;
 }
 
-/* Options every command that runs the model shares. */
-typedef struct {
-  int threads, mlock, op_opt_off;
-  const char *precision, *op_opt;
-} run_opts;
-
-#define RUN_OPTS(r)                                                                                    \
-  {"--threads", NULL, OPT_INT, &(r).threads, "worker threads (default: all cores)"},                   \
-  {"--mlock", NULL, OPT_FLAG, &(r).mlock, "lock the file mapping and compute from it (row-major)"},   \
-  {"--op-opt", NULL, OPT_STR, &(r).op_opt, "on: pack weights into the kernels' layout (default); off: keep row-major"}, \
-  {"--precision", NULL, OPT_STR, &(r).precision, "activations into matmuls: auto | f32 | bf16 (default auto: bf16 where AMX runs)"}
-
-/* check the shared options; returns 0 or a usage error's exit code */
-static int check_run_opts(const char *cmd, run_opts *r, int *act) {
-  if (r->threads < 0) return dsi_cli_usage_error(cmd, "--threads must be >= 0");
-  if (r->op_opt && strcmp(r->op_opt, "on") && strcmp(r->op_opt, "off"))
-    return dsi_cli_usage_error(cmd, "--op-opt must be on or off, got '%s'", r->op_opt);
-  r->op_opt_off = r->op_opt && !strcmp(r->op_opt, "off");
-  *act = DSI_ACT_AUTO;
-  if (r->precision) {
-    if (!strcmp(r->precision, "f32")) *act = DSI_ACT_F32;
-    else if (!strcmp(r->precision, "bf16")) *act = DSI_ACT_BF16;
-    else if (strcmp(r->precision, "auto")) return dsi_cli_usage_error(cmd, "--precision must be auto, f32 or bf16, got '%s'", r->precision);
-  }
-  return 0;
-}
-
 /* Load the model and open an engine; prints the error and returns 1 on failure. */
-static int open_all(const char *cmd, const char *dir, const run_opts *r, int act, int max_tokens,
-                    int max_context, dsi_model **m, dsi_engine **e) {
-  dsi_err err = {0};
-  dsi_load_opts lo = {.mlock = r->mlock, .progress = 1, .n_threads = r->threads, .op_opt_off = r->op_opt_off};
-  if (dsi_model_open(m, dir, &lo, &err)) return fail(cmd, &err);
-  dsi_engine_opts eo = {.n_threads = r->threads, .max_tokens = max_tokens, .max_context = max_context,
-                        .act_precision = act};
-  if (dsi_engine_open(e, *m, &eo, &err)) {
+static int open_all(const char *cmd, const char *dir, const dsi_run_opts *r, int max_tokens, int max_context,
+                    dsi_model **m, dsi_engine **e) {
+  if (dsi_run_open_model(cmd, dir, r, m)) return 1;
+  dsi_engine_opts eo = {.max_tokens = max_tokens, .max_context = max_context};
+  if (dsi_run_open_engine(cmd, *m, r, eo, e)) {
     dsi_model_free(*m);
-    return fail(cmd, &err);
+    return 1;
   }
   return 0;
 }
@@ -67,15 +38,15 @@ static int open_all(const char *cmd, const char *dir, const run_opts *r, int act
 int dsi_cmd_logits(int argc, char **argv) {
   const char *model = NULL, *out = NULL;
   dsi_strlist toks = {0};
-  int decode = 0, chunk = 0, act;
-  run_opts ro = {0};
+  int decode = 0, chunk = 0;
+  dsi_run_opts ro = {0};
   const dsi_opt opts[] = {
     {"--model", NULL, OPT_STR, &model, "checkpoint directory (config.json + safetensors)"},
     {"--tokens", NULL, OPT_LIST, &toks, "comma-separated ids of one sequence; repeat for more sequences"},
     {"--decode", NULL, OPT_FLAG, &decode, "feed one token per sequence per step through the KV cache"},
     {"--chunk", NULL, OPT_INT, &chunk, "prefill in chunks of N tokens per sequence per step"},
     {"--out", NULL, OPT_STR, &out, "output file: raw little-endian f32, [n_tokens, vocab] per sequence"},
-    RUN_OPTS(ro),
+    DSI_RUN_OPTS(ro),
     {0}};
   int rc = dsi_cli_parse("logits", "--model DIR --tokens IDS [--tokens IDS ...] [--decode | --chunk N] --out FILE",
                          opts, argc, argv);
@@ -85,7 +56,7 @@ int dsi_cmd_logits(int argc, char **argv) {
     return dsi_cli_usage_error("logits", "--model, --tokens and --out are required");
   }
   if (chunk < 0 || (decode && chunk)) { free(toks.v); return dsi_cli_usage_error("logits", "--chunk must be positive and not combined with --decode"); }
-  if ((rc = check_run_opts("logits", &ro, &act))) { free(toks.v); return rc; }
+  if ((rc = dsi_run_opts_check("logits", &ro))) { free(toks.v); return rc; }
   if (decode) chunk = 1;
   int ns = toks.n;
   int32_t **ids = calloc(ns, sizeof *ids);
@@ -102,7 +73,7 @@ int dsi_cmd_logits(int argc, char **argv) {
   dsi_engine *e = NULL;
   int maxlen = 0;
   for (int s = 0; s < ns; s++) maxlen = len[s] > maxlen ? len[s] : maxlen;
-  if ((rc = open_all("logits", model, &ro, act, total, maxlen, &m, &e))) goto done;
+  if ((rc = open_all("logits", model, &ro, total, maxlen, &m, &e))) goto done;
   dsi_model_info info;
   dsi_model_get_info(m, &info);
   size_t V = info.vocab_size;
@@ -155,8 +126,8 @@ done:
 /* ---- generate ---- */
 int dsi_cmd_generate(int argc, char **argv) {
   const char *model = NULL, *tokens = NULL;
-  int n_gen = 32, ignore_eos = 0, act;
-  run_opts ro = {0};
+  int n_gen = 32, ignore_eos = 0;
+  dsi_run_opts ro = {0};
   dsi_sampling sp = {.temperature = 0, .top_p = 1, .top_k = 0, .seed = 0};
   const dsi_opt opts[] = {
     {"--model", NULL, OPT_STR, &model, "checkpoint directory"},
@@ -167,20 +138,20 @@ int dsi_cmd_generate(int argc, char **argv) {
     {"--top-k", NULL, OPT_INT, &sp.top_k, "sample among the K most likely (default 0 = off)"},
     {"--seed", NULL, OPT_U64, &sp.seed, "random seed (default 0)"},
     {"--ignore-eos", NULL, OPT_FLAG, &ignore_eos, "keep going past the end-of-sequence token"},
-    RUN_OPTS(ro),
+    DSI_RUN_OPTS(ro),
     {0}};
   int rc = dsi_cli_parse("generate", "--model DIR --tokens IDS [-n N] [sampling options]", opts, argc, argv);
   if (rc) return rc == 1 ? 0 : 2;
   if (!model || !tokens) return dsi_cli_usage_error("generate", "--model and --tokens are required");
   if (n_gen < 0 || sp.temperature < 0 || sp.top_p <= 0 || sp.top_p > 1 || sp.top_k < 0)
     return dsi_cli_usage_error("generate", "-n, --temperature, --top-k must be >= 0 and --top-p in (0, 1]");
-  if ((rc = check_run_opts("generate", &ro, &act))) return rc;
+  if ((rc = dsi_run_opts_check("generate", &ro))) return rc;
   int32_t *prompt;
   int np = dsi_cli_parse_ids(tokens, &prompt);
   if (np < 0) return dsi_cli_usage_error("generate", "--tokens expects comma-separated non-negative ids");
   dsi_model *m = NULL;
   dsi_engine *e = NULL;
-  if ((rc = open_all("generate", model, &ro, act, np, np + n_gen, &m, &e))) { free(prompt); return rc; }
+  if ((rc = open_all("generate", model, &ro, np, np + n_gen, &m, &e))) { free(prompt); return rc; }
   dsi_model_info info;
   dsi_model_get_info(m, &info);
   float *logits = malloc((size_t)info.vocab_size * sizeof(float));
@@ -227,8 +198,11 @@ int dsi_cmd_mkmodel(int argc, char **argv) {
     {"--seed", NULL, OPT_U64, &o.seed, "random seed (default 0)"},
     {"--out", NULL, OPT_STR, &o.out_dir, "output directory"},
     {"--shard-mb", NULL, OPT_INT, &o.shard_mb, "split into shards of at most N MB with an index"},
+    {"--tokenizer", NULL, OPT_STR, &o.tokenizer, "tokenizer.json or its folder to copy in; builtin: a small generated "
+                                                  "one (default: DeepSeek-V3's when found and it fits, else builtin)"},
     {0}};
-  int rc = dsi_cli_parse("mkmodel", "--preset P --dtype T [--seed S] --out DIR [--shard-mb N]", opts, argc, argv);
+  int rc = dsi_cli_parse("mkmodel", "--preset P --dtype T [--seed S] --out DIR [--shard-mb N] [--tokenizer DIR|FILE|builtin]",
+                         opts, argc, argv);
   if (rc) return rc == 1 ? 0 : 2;
   if (!o.out_dir) return dsi_cli_usage_error("mkmodel", "--out is required");
   if (o.shard_mb < 0) return dsi_cli_usage_error("mkmodel", "--shard-mb must be >= 0");
