@@ -21,7 +21,8 @@ enum {
   MK_FIRST_MERGE = 259,
   MK_MAX_MERGES = 1000,
 };
-/* added at the top ids, the last one at vocab_size - 1; special as in V3 */
+/* added after the merges, at the top ids (vocab_size - 1 last when the
+ * merges fill the vocabulary, as for the tiny preset); special as in V3 */
 static const struct { const char *text; int special; } k_top[] = {
   {"<｜User｜>", 0}, {"<｜Assistant｜>", 0}, {"<think>", 0}, {"</think>", 0},
 };
@@ -148,15 +149,17 @@ static int pair_order(const void *x, const void *y) {
   return p->a != q->a ? (p->a > q->a) - (p->a < q->a) : (p->b > q->b) - (p->b < q->b);
 }
 
-/* Learn up to max merges (each seen at least twice), appending their
- * tokens to v; merges[i] = {left, right} ids - MK_FIRST_BYTE. */
-static int train(mk_vocab *v, int max, int32_t (*merges)[2]) {
+/* Learn merges (each pair seen at least twice) until v has max_new more
+ * tokens; merges[i] = {left, right} ids - MK_FIRST_BYTE. Returns how many
+ * merges (two may make the same token: a merge then adds none). */
+static int train(mk_vocab *v, int max_new, int32_t (*merges)[2]) {
+  int max = 4 * max_new, first = v->n;
   int n_words, n_merges = 0;
   mk_word *w = corpus_words(&n_words);
   size_t cap = 0;
   for (int i = 0; i < n_words; i++) cap += (size_t)w[i].n;
   mk_pair *pairs = dsi_xmalloc((cap + 1) * sizeof *pairs);
-  while (n_merges < max) {
+  while (n_merges < max && v->n - first < max_new) {
     size_t np = 0;
     for (int i = 0; i < n_words; i++)
       for (int k = 0; k + 1 < w[i].n; k++) pairs[np++] = (mk_pair){w[i].sym[k], w[i].sym[k + 1], w[i].freq};
@@ -240,9 +243,12 @@ static char *small_tokenizer_json(int vocab_size, int *n_merges_out) {
     vocab_add(&v, c);
   }
   int max = DSI_MIN(MK_MAX_MERGES, vocab_size - MK_FIRST_MERGE - MK_N_TOP);
-  int32_t(*merges)[2] = dsi_xmalloc((size_t)DSI_MAX(max, 1) * sizeof *merges);
+  int32_t(*merges)[2] = dsi_xmalloc((size_t)DSI_MAX(4 * max, 1) * sizeof *merges);
   int n_merges = max > 0 ? train(&v, max, merges) : 0;
   *n_merges_out = n_merges;
+  /* the added tokens follow the vocabulary without a gap: Hugging Face
+   * numbers added tokens missing from the vocab in order after it */
+  int top = MK_FIRST_BYTE + v.n;
 
   cJSON *root = cJSON_CreateObject();
   cJSON_AddStringToObject(root, "version", "1.0");
@@ -253,7 +259,7 @@ static char *small_tokenizer_json(int vocab_size, int *n_merges_out) {
   cJSON_AddItemToArray(added, added_token(1, EOS_TEXT, 1));
   cJSON_AddItemToArray(added, added_token(2, PAD_TEXT, 1));
   for (int i = 0; i < MK_N_TOP; i++)
-    cJSON_AddItemToArray(added, added_token(vocab_size - MK_N_TOP + i, k_top[i].text, k_top[i].special));
+    cJSON_AddItemToArray(added, added_token(top + i, k_top[i].text, k_top[i].special));
   cJSON *norm = cJSON_AddObjectToObject(root, "normalizer");
   cJSON_AddStringToObject(norm, "type", "Sequence");
   cJSON_AddArrayToObject(norm, "normalizers");

