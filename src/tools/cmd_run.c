@@ -16,6 +16,7 @@
 #include "tools/cli.h"
 #include "tools/commands.h"
 #include "tools/run_opts.h"
+#include "tools/sbuf.h"
 
 static double now(void) {
   struct timespec ts;
@@ -23,45 +24,7 @@ static double now(void) {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* ---- growable text ---- */
-
-typedef struct sbuf {
-  char *p;
-  size_t n, cap;
-} sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n) {
-  if (b->n + n + 1 > b->cap) {
-    size_t c = b->cap ? b->cap : 256;
-    while (c < b->n + n + 1) c *= 2;
-    char *p = realloc(b->p, c);
-    if (!p) abort(); /* a chat's text: small, not a user's failure */
-    b->p = p;
-    b->cap = c;
-  }
-  memcpy(b->p + b->n, s, n);
-  b->n += n;
-  b->p[b->n] = 0;
-}
-
 static void sb_str(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
-
-/* s as a JSON string literal */
-static void sb_json(sbuf *b, const char *s) {
-  sb_put(b, "\"", 1);
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    char esc[8];
-    if (c == '"' || c == '\\') esc[0] = '\\', esc[1] = (char)c, esc[2] = 0;
-    else if (c == '\n') strcpy(esc, "\\n");
-    else if (c == '\r') strcpy(esc, "\\r");
-    else if (c == '\t') strcpy(esc, "\\t");
-    else if (c < 0x20) snprintf(esc, sizeof esc, "\\u%04x", c);
-    else esc[0] = (char)c, esc[1] = 0;
-    sb_str(b, esc);
-  }
-  sb_put(b, "\"", 1);
-}
 
 /* ---- options ---- */
 
