@@ -118,7 +118,7 @@ void *dsi_alloc_big(size_t n) {
   void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return NULL;
 #ifdef MADV_HUGEPAGE
-  if (n >= (2u << 20)) madvise(p, n, MADV_HUGEPAGE);
+  if (n >= (2u << 20) && !getenv("DSINFER_NO_HUGEPAGE")) madvise(p, n, MADV_HUGEPAGE);
 #endif
   return p;
 }

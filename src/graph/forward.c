@@ -4,8 +4,10 @@
  * forward allocates nothing. */
 #include "graph/forward.h"
 #include "graph/gemm_run.h"
+#include "kernels/vec.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,7 +39,13 @@ struct dsi_fwd {
   float *final_x;       /* [T, hidden] normed rows for the lm_head */
   /* packed path */
   int attn_chunk;       /* tokens per pass of the absorbed attention */
-  float *q_lat;         /* [attn_chunk, H, kv_lora] queries in latent space */
+  float *q_lat;         /* [attn_chunk, H, kv_lora + rope] queries in latent space, q_pe appended */
+  /* prefill segments: attention as two matmuls over the sequence's cache */
+  float *att_s;         /* [att_s_len] scores / probabilities, [rows of (token, head), ctx_pad] */
+  size_t att_s_len;
+  void *att_k, *att_vt; /* the cache packed as K [ctx, kv_lora + rope] and V^T [kv_lora, ctx] */
+  int32_t *att_slots;   /* [max_context] cache slot of each position */
+  uint8_t *att_skip;    /* [attn_chunk] tokens the segment path did */
   float *o_lat;         /* [attn_chunk, H, kv_lora] attention output in latent space */
   float *h_pairs;       /* [T * top_k, moe_inter'] routed experts' hidden rows, by pair */
   dsi_gemm_ctx gc;      /* matmuls on the pool: prepared activations, kernels */
@@ -188,6 +196,8 @@ typedef struct {
   const dsi_fwd_batch *b;
   const dsi_fwd_cache *cache;
   int layer, t0, n;
+  const uint8_t *skip; /* [n] tokens of the chunk the segment path handled, or NULL */
+  atomic_long next; /* items are taken one at a time: their cost grows with the position */
 } core_job;
 
 static void attn_core_task(void *ctx, int ith, int nth) {
@@ -195,24 +205,24 @@ static void attn_core_task(void *ctx, int ith, int nth) {
   dsi_fwd *f = j->f;
   const dsi_config *c = f->c;
   int H = c->num_attention_heads, nope = c->qk_nope_head_dim, rope = c->qk_rope_head_dim;
-  int kvl = c->kv_lora_rank, qk = nope + rope, row = kvl + rope, bs = j->cache->block_size;
+  int kvl = c->kv_lora_rank, row = kvl + rope, bs = j->cache->block_size;
   int G = DSI_CEIL_DIV(H, ATTN_HEAD_GROUP);
+  (void)nope;
   const float *cache = j->cache->layer[j->layer];
   float *score = f->scratch[ith]; /* [ATTN_HEAD_GROUP][max_context] */
-  long i0, i1;
-  dsi_split((long)j->n * G, ith, nth, &i0, &i1);
-  for (long it = i0; it < i1; it++) {
+  const dsi_vec_ops *v = dsi_vec();
+  (void)ith;
+  (void)nth;
+  for (long it; (it = atomic_fetch_add(&j->next, 1)) < (long)j->n * G;) {
     int tc = (int)(it / G), t = j->t0 + tc, h0 = (int)(it % G) * ATTN_HEAD_GROUP;
+    if (j->skip && j->skip[tc]) continue; /* done by the segment path */
     int nh = DSI_MIN(ATTN_HEAD_GROUP, H - h0), pos = j->b->pos[t];
     const int32_t *table = j->b->block_tables[j->b->seq[t]];
-    const float *ql = f->q_lat + ((size_t)tc * H + h0) * kvl;
-    const float *qp = f->q + ((size_t)t * H + h0) * qk + nope;
+    const float *ql = f->q_lat + ((size_t)tc * H + h0) * row; /* [q_lat | q_pe] per head */
     for (int u = 0; u <= pos; u++) {
       const float *kv = cache + ((size_t)table[u / bs] * bs + u % bs) * row;
       for (int h = 0; h < nh; h++)
-        score[(size_t)h * f->max_context + u] =
-            (dsi_k_dot(ql + (size_t)h * kvl, kv, kvl) + dsi_k_dot(qp + (size_t)h * qk, kv + kvl, rope)) *
-            f->softmax_scale;
+        score[(size_t)h * f->max_context + u] = v->dot(ql + (size_t)h * row, kv, row) * f->softmax_scale;
     }
     float *ol = f->o_lat + ((size_t)tc * H + h0) * kvl;
     for (int h = 0; h < nh; h++) {
@@ -221,31 +231,122 @@ static void attn_core_task(void *ctx, int ith, int nth) {
     }
     for (int u = 0; u <= pos; u++) {
       const float *kv = cache + ((size_t)table[u / bs] * bs + u % bs) * row;
-      for (int h = 0; h < nh; h++) dsi_k_axpy(ol + (size_t)h * kvl, kv, score[(size_t)h * f->max_context + u], kvl);
+      for (int h = 0; h < nh; h++) v->axpy(ol + (size_t)h * kvl, kv, score[(size_t)h * f->max_context + u], kvl);
     }
   }
 }
 
+/* A prefill segment — L >= ATTN_GEMM_MIN consecutive tokens of one
+ * sequence — attends through two matmuls instead of token by token: the
+ * sequence's cache is packed once as K [ctx, kv_lora + rope] and V^T
+ * [kv_lora, ctx] (bf16 in bf16 mode, where AMX runs them), scores =
+ * [q_lat | q_pe] K^T for every (token, head) row, a causal softmax, then
+ * o_lat = P V. The masked upper triangle is computed and discarded: cheaper
+ * than the scalar loop it replaces. */
+#define ATTN_GEMM_MIN 16
+
+typedef struct {
+  dsi_fwd *f;
+  const int32_t *pos; /* position of each token of the rows' block */
+  int rows, H, ctx_pad;
+} softmax_job;
+
+static void causal_softmax_task(void *ctx, int ith, int nth) {
+  softmax_job *j = ctx;
+  long r0, r1;
+  dsi_split(j->rows, ith, nth, &r0, &r1);
+  for (long r = r0; r < r1; r++) {
+    float *s = j->f->att_s + (size_t)r * j->ctx_pad;
+    int n = j->pos[r / j->H] + 1;
+    for (int u = 0; u < n; u++) s[u] *= j->f->softmax_scale;
+    dsi_k_softmax(s, n);
+    memset(s + n, 0, (size_t)(j->ctx_pad - n) * sizeof(float));
+  }
+}
+
+static void attn_segment(dsi_fwd *f, const dsi_fwd_batch *b, const dsi_fwd_cache *cache, int layer, int t0,
+                         int ts, int L) {
+  const dsi_config *c = f->c;
+  int H = c->num_attention_heads, kvl = c->kv_lora_rank, row = kvl + c->qk_rope_head_dim;
+  int bs = cache->block_size, ctx = b->pos[ts + L - 1] + 1;
+  const int32_t *table = b->block_tables[b->seq[ts]];
+  for (int u = 0; u < ctx; u++) f->att_slots[u] = table[u / bs] * bs + u % bs;
+  dsi_dtype dt = f->gc.act_bf16 ? DSI_DTYPE_BF16 : DSI_DTYPE_F32;
+  dsi_mat K, Vt;
+  dsi_pack_f32_rows(dt, cache->layer[layer], row, f->att_slots, ctx, row, &K, f->att_k);
+  dsi_pack_f32_cols(dt, cache->layer[layer], row, f->att_slots, ctx, kvl, &Vt, f->att_vt);
+  int ctx_pad = Vt.kpad;
+  /* tokens per pass: bounded by the score buffer, and small enough that
+   * each pass only multiplies the keys its last token can see (the causal
+   * triangle is mostly skipped) */
+  int per = (int)DSI_MAX(1, DSI_MIN(f->att_s_len / ((size_t)H * ctx_pad), (size_t)64));
+  for (int l0 = 0; l0 < L; l0 += per) {
+    int n = DSI_MIN(per, L - l0), tc = ts + l0 - t0, seen = b->pos[ts + l0 + n - 1] + 1;
+    dsi_mat Kv = dsi_mat_panels(&K, 0, seen), Vv = Vt;
+    Vv.cols = seen;
+    f->gemms[0] = (dsi_gemm){.w = &Kv, .x = f->q_lat + (size_t)tc * H * row, .ldx = row, .m = n * H,
+                             .y = f->att_s, .ldy = ctx_pad, .epi = DSI_EPI_STORE};
+    dsi_gemm_batch(&f->gc, f->gemms, 1, Kv.rows, DSI_TILE_N);
+    softmax_job sj = {f, b->pos + ts + l0, n * H, H, ctx_pad};
+    dsi_pool_run(f->pool, causal_softmax_task, &sj);
+    f->gemms[0] = (dsi_gemm){.w = &Vv, .x = f->att_s, .ldx = ctx_pad, .m = n * H,
+                             .y = f->o_lat + (size_t)tc * H * kvl, .ldy = kvl, .epi = DSI_EPI_STORE};
+    dsi_gemm_batch(&f->gc, f->gemms, 1, Vv.rows, DSI_TILE_N);
+  }
+}
+
+typedef struct {
+  dsi_fwd *f;
+  int t0, n;
+} qpe_job;
+
+/* append each head's rotated q_pe to its latent query */
+static void qpe_copy_task(void *ctx, int ith, int nth) {
+  qpe_job *j = ctx;
+  const dsi_config *c = j->f->c;
+  int H = c->num_attention_heads, nope = c->qk_nope_head_dim, rope = c->qk_rope_head_dim;
+  int kvl = c->kv_lora_rank, qk = nope + rope, row = kvl + rope;
+  long a, e;
+  dsi_split((long)j->n * H, ith, nth, &a, &e);
+  for (long i = a; i < e; i++)
+    memcpy(j->f->q_lat + (size_t)i * row + kvl, j->f->q + ((size_t)j->t0 * H + i) * qk + nope, rope * sizeof(float));
+}
+
 /* Absorbed attention with packed weights, in chunks of attn_chunk tokens:
  * q_lat = W_UK^T q_nope per head (one batched matmul), the core over the
- * cache, then attn = W_UV o_lat per head. */
+ * cache (prefill segments as matmuls, the rest token by token), then
+ * attn = W_UV o_lat per head. */
 static void mla_absorbed_packed(dsi_fwd *f, const dsi_layer_weights *w, const dsi_fwd_batch *b,
                                 const dsi_fwd_cache *cache, int layer) {
   const dsi_config *c = f->c;
   int H = c->num_attention_heads, nope = c->qk_nope_head_dim, rope = c->qk_rope_head_dim;
-  int vd = c->v_head_dim, kvl = c->kv_lora_rank, qk = nope + rope;
+  int vd = c->v_head_dim, kvl = c->kv_lora_rank, qk = nope + rope, row = kvl + rope;
   dsi_mat *uk = f->views, *uv = f->views + H;
   for (int h = 0; h < H; h++) {
     uk[h] = dsi_mat_panels(&w->w_uk_t, h * kvl / DSI_TILE_N, kvl);
     uv[h] = dsi_mat_panels(&w->w_uv, h * vd / DSI_TILE_N, vd);
   }
+  uint8_t *skip = f->att_skip;
   for (int t0 = 0; t0 < b->n_tokens; t0 += f->attn_chunk) {
     int n = DSI_MIN(f->attn_chunk, b->n_tokens - t0);
     for (int h = 0; h < H; h++)
       f->gemms[h] = (dsi_gemm){.w = &uk[h], .x = f->q + ((size_t)t0 * H + h) * qk, .ldx = H * qk, .m = n,
-                               .y = f->q_lat + (size_t)h * kvl, .ldy = H * kvl, .epi = DSI_EPI_STORE};
+                               .y = f->q_lat + (size_t)h * row, .ldy = H * row, .epi = DSI_EPI_STORE};
     dsi_gemm_batch(&f->gc, f->gemms, H, kvl, DSI_TILE_N);
-    core_job cj = {f, b, cache, layer, t0, n};
+    qpe_job qj = {f, t0, n};
+    dsi_pool_run(f->pool, qpe_copy_task, &qj);
+    /* segments: runs of consecutive positions of one sequence */
+    memset(skip, 0, n);
+    for (int s = t0; s < t0 + n;) {
+      int e = s + 1;
+      while (e < t0 + n && b->seq[e] == b->seq[s] && b->pos[e] == b->pos[e - 1] + 1) e++;
+      if (e - s >= ATTN_GEMM_MIN) {
+        attn_segment(f, b, cache, layer, t0, s, e - s);
+        memset(skip + (s - t0), 1, e - s);
+      }
+      s = e;
+    }
+    core_job cj = {f, b, cache, layer, t0, n, skip, 0};
     dsi_pool_run(f->pool, attn_core_task, &cj);
     for (int h = 0; h < H; h++)
       f->gemms[h] = (dsi_gemm){.w = &uv[h], .x = f->o_lat + (size_t)h * kvl, .ldx = H * kvl, .m = n,
@@ -469,9 +570,7 @@ static void rmsnorm_rows(dsi_fwd *f, const float *weight, const float *src, floa
   dsi_pool_run(f->pool, norm_task, &j);
 }
 
-static void residual_add(float *x, const float *y, size_t n) {
-  for (size_t i = 0; i < n; i++) x[i] += y[i];
-}
+static void residual_add(float *x, const float *y, size_t n) { dsi_vec()->add(x, y, (long)n); }
 
 void dsi_fwd_run(dsi_fwd *f, const dsi_fwd_batch *b, const dsi_fwd_cache *cache, float *logits) {
   const dsi_model *m = f->m;
@@ -551,9 +650,20 @@ int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, int max_token
     ALLOC(f->exp_w, (size_t)T * K);
     ALLOC(f->h_pairs, (size_t)T * K * moe_inter);
   }
-  ALLOC(f->q_lat, (size_t)f->attn_chunk * H * kvl);
+  ALLOC(f->q_lat, (size_t)f->attn_chunk * H * (kvl + c->qk_rope_head_dim));
+  {
+    size_t ctx_pad = DSI_CEIL_DIV(max_context, DSI_TILE_K) * DSI_TILE_K;
+    size_t ctx_rows = DSI_CEIL_DIV(max_context, DSI_TILE_N) * DSI_TILE_N;
+    size_t row_pad = DSI_CEIL_DIV(kvl + c->qk_rope_head_dim, DSI_TILE_K) * DSI_TILE_K;
+    f->att_s_len = DSI_MAX((size_t)H * ctx_pad, DSI_MIN((size_t)T * H * ctx_pad, (size_t)8 << 20));
+    ALLOC(f->att_s, f->att_s_len);
+    ALLOC(f->att_slots, max_context);
+    ALLOC(f->att_skip, f->attn_chunk);
+    f->att_k = dsi_alloc_aligned(ctx_rows * row_pad * sizeof(float));
+    f->att_vt = dsi_alloc_aligned((size_t)DSI_CEIL_DIV(kvl, DSI_TILE_N) * DSI_TILE_N * ctx_pad * sizeof(float));
+    if (!f->att_k || !f->att_vt) ok = 0;
+  }
   ALLOC(f->o_lat, (size_t)f->attn_chunk * H * kvl);
-  ALLOC(f->gc.xr, f->gc.xr_len);
   f->gemms = dsi_xcalloc(DSI_MAX(H, E) + 1, sizeof(dsi_gemm));
   f->gc.max_calls = DSI_MAX(H, E) + 1;
   f->gc.fns = dsi_xcalloc(f->gc.max_calls, sizeof(dsi_gemm_fn));
@@ -564,7 +674,10 @@ int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, int max_token
   f->scratch_len = DSI_MAX(widest, (size_t)3 * kvl + max_context);
   f->scratch_len = DSI_MAX(f->scratch_len, (size_t)2 * DSI_MAX(E, 1));
   f->scratch_len = DSI_MAX(f->scratch_len, (size_t)ATTN_HEAD_GROUP * max_context);
-  f->scratch_len = DSI_MAX(f->scratch_len, DSI_GEMM_SCRATCH(kpad_max) / sizeof(float));
+  f->scratch_len = DSI_MAX(f->scratch_len, DSI_GEMM_SCRATCH(DSI_MAX(kpad_max, (long)max_context + DSI_TILE_K)) / sizeof(float));
+  /* the segment path's matmuls prepare up to att_s_len / attn_chunk*H*row activations */
+  f->gc.xr_len = DSI_MAX(f->gc.xr_len, DSI_MAX(f->att_s_len, (size_t)f->attn_chunk * H * (kvl + c->qk_rope_head_dim)) + 64);
+  ALLOC(f->gc.xr, f->gc.xr_len);
   f->scratch = dsi_xcalloc(f->nth, sizeof(float *));
   for (int i = 0; i < f->nth; i++) ALLOC(f->scratch[i], f->scratch_len);
   f->gc.scratch = f->scratch;
@@ -585,11 +698,13 @@ void dsi_fwd_free(dsi_fwd *f) {
   if (!f) return;
   float *bufs[] = {f->rope_cos, f->rope_sin, f->x, f->xn, f->qa, f->q, f->kva, f->attn, f->out,
                    f->h_gate, f->h_up, f->final_x, f->moe_y, f->xg, f->yg, f->router_logits,
-                   f->topk_w, f->exp_w, f->q_lat, f->o_lat, f->h_pairs};
+                   f->topk_w, f->exp_w, f->q_lat, f->o_lat, f->h_pairs, f->att_s, f->att_k, f->att_vt};
   for (size_t i = 0; i < DSI_ARRAY_LEN(bufs); i++) dsi_free_aligned(bufs[i]);
   dsi_free_aligned(f->topk_ids);
   dsi_free_aligned(f->exp_start);
   dsi_free_aligned(f->exp_tok);
+  dsi_free_aligned(f->att_slots);
+  dsi_free_aligned(f->att_skip);
   dsi_free_aligned(f->gc.xr);
   free(f->gemms);
   free(f->gc.fns);

@@ -20,7 +20,9 @@ typedef enum {
 } dsi_epilogue;
 
 typedef struct dsi_gemm {
-  const dsi_mat *w;      /* any layout; optimized kernels take TILES */
+  const dsi_mat *w;      /* any layout; optimized kernels take TILES. A TILES view
+                            may have fewer cols than its kpad allows (kernels
+                            read columns < cols only, with kpad the stride) */
   /* activations: row i of the product is x[x_rows ? x_rows[i] : i] */
   const float *x;        /* f32 [*, ldx] */
   int ldx;
@@ -67,6 +69,15 @@ const char *dsi_gemm_kernel_name(dsi_gemm_fn fn);
  * for DSI_EPI_SILU_PAIRS. dst->rows = 2I'. */
 size_t dsi_pack_gate_up_bytes(const dsi_mat *gate);
 void dsi_pack_gate_up(const dsi_mat *gate, const dsi_mat *up, dsi_mat *dst, void *mem);
+
+/* Pack f32 activations as a TILES weight of dtype dt (F32 or BF16): rows
+ * r < rows are src[(idx ? idx[r] : r) * ld + c], c < cols. The _cols
+ * variant packs the transpose ([cols, rows]). For attention: the cached
+ * latents become K (scores = Q K^T) and V^T (out = P V). */
+void dsi_pack_f32_rows(dsi_dtype dt, const float *src, int ld, const int32_t *idx, int rows, int cols,
+                       dsi_mat *dst, void *mem);
+void dsi_pack_f32_cols(dsi_dtype dt, const float *src, int ld, const int32_t *idx, int rows, int cols,
+                       dsi_mat *dst, void *mem);
 
 /* x f32 rows (gathered by rows when non-NULL) -> bf16 values kept in f32,
  * [m, cols] (what an AMX kernel multiplies, for kernels that read f32) */

@@ -2,6 +2,7 @@
  * gate/up panel packing, and f32 -> bf16 activation rows. */
 #include "kernels/gemm.h"
 #include "base/base.h"
+#include "kernels/vec.h"
 
 #include <math.h>
 #include <string.h>
@@ -88,18 +89,46 @@ void dsi_pack_gate_up(const dsi_mat *gate, const dsi_mat *up, dsi_mat *dst, void
 
 /* ---- activations to bf16 ---- */
 void dsi_rows_to_bf16(const float *x, int ldx, const int32_t *rows, int m, int cols, int kpad, uint16_t *out) {
+  const dsi_vec_ops *v = dsi_vec();
   for (int i = 0; i < m; i++) {
     const float *r = x + (size_t)(rows ? rows[i] : i) * ldx;
     uint16_t *o = out + (size_t)i * kpad;
-    for (int c = 0; c < cols; c++) o[c] = dsi_f32_to_bf16(r[c]);
+    v->to_bf16(r, o, cols);
     for (int c = cols; c < kpad; c++) o[c] = 0;
   }
 }
 
 void dsi_rows_round_bf16(const float *x, int ldx, const int32_t *rows, int m, int cols, float *out) {
-  for (int i = 0; i < m; i++) {
-    const float *r = x + (size_t)(rows ? rows[i] : i) * ldx;
-    float *o = out + (size_t)i * cols;
-    for (int c = 0; c < cols; c++) o[c] = dsi_bf16_to_f32(dsi_f32_to_bf16(r[c]));
-  }
+  const dsi_vec_ops *v = dsi_vec();
+  for (int i = 0; i < m; i++) v->round_bf16(x + (size_t)(rows ? rows[i] : i) * ldx, out + (size_t)i * cols, cols);
+}
+
+/* ---- activations packed as a weight (attention's K and V) ---- */
+static void pack_f32_generic(dsi_dtype dt, const float *src, int ld, const int32_t *idx, int rows, int cols,
+                             int transpose, dsi_mat *dst, void *mem) {
+  dsi_mat shape = {.dtype = dt, .rows = transpose ? cols : rows, .cols = transpose ? rows : cols};
+  dsi_pack_describe(&shape, dst, mem);
+  int prow = (int)DSI_CEIL_DIV(shape.rows, DSI_TILE_N) * DSI_TILE_N;
+  size_t kp2 = dst->kpad / 2;
+  for (int r = 0; r < prow; r++)
+    for (int c = 0; c < dst->kpad; c++) {
+      float v = 0;
+      if (r < shape.rows && c < shape.cols) {
+        int sr = transpose ? c : r, sc = transpose ? r : c;
+        v = src[(size_t)(idx ? idx[sr] : sr) * ld + sc];
+      }
+      size_t at = (((size_t)(r / DSI_TILE_N) * kp2 + c / 2) * DSI_TILE_N + r % DSI_TILE_N) * 2 + (c & 1);
+      if (dt == DSI_DTYPE_BF16) ((uint16_t *)mem)[at] = dsi_f32_to_bf16(v);
+      else ((float *)mem)[at] = v;
+    }
+}
+
+void dsi_pack_f32_rows(dsi_dtype dt, const float *src, int ld, const int32_t *idx, int rows, int cols,
+                       dsi_mat *dst, void *mem) {
+  pack_f32_generic(dt, src, ld, idx, rows, cols, 0, dst, mem);
+}
+
+void dsi_pack_f32_cols(dsi_dtype dt, const float *src, int ld, const int32_t *idx, int rows, int cols,
+                       dsi_mat *dst, void *mem) {
+  pack_f32_generic(dt, src, ld, idx, rows, cols, 1, dst, mem);
 }

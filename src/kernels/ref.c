@@ -3,6 +3,7 @@
 #include "kernels/kernels.h"
 #include "base/base.h"
 #include "base/pool.h"
+#include "kernels/vec.h"
 
 #define DSI_CEIL_DIV_SZ(a, b) (((size_t)(a) + (b) - 1) / (b))
 
@@ -118,18 +119,10 @@ void dsi_k_row_f32(const dsi_mat *w, int r, int c0, int c1, float *out) {
 }
 
 /* ---- matmul ---- */
-/* 16 independent partial sums (a fixed order, so results do not depend on
- * the caller), which the compiler can keep in vector registers */
-float dsi_k_dot(const float *a, const float *b, int n) {
-  float acc[16] = {0};
-  int i = 0;
-  for (; i + 16 <= n; i += 16)
-    for (int j = 0; j < 16; j++) acc[j] += a[i + j] * b[i + j];
-  for (; i < n; i++) acc[i & 15] += a[i] * b[i];
-  for (int w = 8; w > 0; w /= 2)
-    for (int j = 0; j < w; j++) acc[j] += acc[j + w];
-  return acc[0];
-}
+/* the baseline build of the vector primitives (vec_impl.h): 16 independent
+ * partial sums in a fixed order, so results do not depend on the caller */
+extern const dsi_vec_ops dsi_vec_ops_generic;
+float dsi_k_dot(const float *a, const float *b, int n) { return dsi_vec_ops_generic.dot(a, b, n); }
 
 void dsi_k_matmul_rows(const dsi_mat *w, int r0, int r1, const float *x, int ldx, float *y,
                        int ldy, int m, float *scratch) {

@@ -45,71 +45,61 @@ static void preset_v3_common(dsi_config *c) {
   c->has_e_score_correction_bias = 1;
 }
 
-/* DeepSeek-V3's rope_scaling block, with the context scaled down. */
-static void preset_yarn(dsi_config *c, float factor, int original) {
-  c->rope_yarn = 1;
-  c->rope_factor = factor;
-  c->rope_original_max_position_embeddings = original;
-  c->rope_beta_fast = 32.0f;
-  c->rope_beta_slow = 1.0f;
-  c->rope_mscale = 1.0f;
-  c->rope_mscale_all_dim = 1.0f;
-}
+/* The sizes that differ between presets; everything else is V3's. */
+typedef struct mk_preset {
+  const char *name;
+  int hidden, layers, inter, heads, q_lora, kv_lora, nope, rope, v;
+  int experts, top_k, n_group, topk_group, moe_inter;
+  int vocab, max_pos;
+  float yarn_factor; /* 0: rope_scaling null */
+  int yarn_original;
+} mk_preset;
 
-static void preset_dims(dsi_config *c, int hidden, int layers, int inter, int heads, int q_lora,
-                        int kv_lora, int nope, int rope, int v) {
-  c->hidden_size = hidden;
-  c->num_hidden_layers = layers;
-  c->intermediate_size = inter;
-  c->num_attention_heads = heads;
-  c->q_lora_rank = q_lora;
-  c->kv_lora_rank = kv_lora;
-  c->qk_nope_head_dim = nope;
-  c->qk_rope_head_dim = rope;
-  c->v_head_dim = v;
-}
-
-static void preset_moe(dsi_config *c, int experts, int top_k, int n_group, int topk_group, int moe_inter) {
-  c->n_routed_experts = experts;
-  c->num_experts_per_tok = top_k;
-  c->n_group = n_group;
-  c->topk_group = topk_group;
-  c->moe_intermediate_size = moe_inter;
-}
+static const mk_preset k_presets[] = {
+  /*            hidden layers inter heads q_lora kv_lora nope rope v | experts top_k groups keep moe_inter | vocab max_pos | yarn */
+  /* exactly the golden tiny-* checkpoints of ../shared/golden */
+  {"tiny",      128,   3,  320,    4,   96,  64,  32, 16,  32,  16, 4, 4, 2,   64,    512,    512,  0, 0},
+  /* the README's demo model: the real vocabulary, a few hundred MB */
+  {"small",     512,   4,  1408,   8,  384, 256,  64, 32,  64,  32, 4, 4, 2,  256, 129280,   4096,  4, 1024},
+  /* 1.05B parameters, ~2.1 GB in BF16 */
+  {"bench",    1024,   8,  2816,  16,  768, 512, 128, 64, 128,  64, 6, 8, 4,  512, 129280, 163840, 40, 4096},
+  /* DeepSeek-V3's exact per-layer dims, one dense and one MoE layer; 16
+   * experts in 8 groups of 2, keep 4 groups: 8 candidates for top-8 */
+  {"v3slice",  7168,   2, 18432, 128, 1536, 512, 128, 64, 128,  16, 8, 8, 4, 2048, 129280, 163840, 40, 4096},
+};
 
 /* Fills c for a named preset; 0 if the name is unknown. */
 static int preset_fill(dsi_config *c, const char *name) {
+  const mk_preset *p = NULL;
+  for (size_t i = 0; i < DSI_ARRAY_LEN(k_presets); i++)
+    if (!strcmp(name, k_presets[i].name)) p = &k_presets[i];
+  if (!p) return 0;
   preset_v3_common(c);
-  if (!strcmp(name, "tiny")) {
-    /* exactly the golden tiny-* checkpoints of ../shared/golden */
-    preset_dims(c, 128, 3, 320, 4, 96, 64, 32, 16, 32);
-    preset_moe(c, 16, 4, 4, 2, 64);
-    c->vocab_size = 512;
-    c->max_position_embeddings = 512;
-  } else if (!strcmp(name, "small")) {
-    /* the README's demo model: real vocabulary, a few hundred MB */
-    preset_dims(c, 512, 4, 1408, 8, 384, 256, 64, 32, 64);
-    preset_moe(c, 32, 4, 4, 2, 256);
-    c->vocab_size = 129280;
-    c->max_position_embeddings = 4096;
-    preset_yarn(c, 4.0f, 1024);
-  } else if (!strcmp(name, "bench")) {
-    /* 1.05B parameters, ~2.1 GB in BF16 */
-    preset_dims(c, 1024, 8, 2816, 16, 768, 512, 128, 64, 128);
-    preset_moe(c, 64, 6, 8, 4, 512);
-    c->vocab_size = 129280;
-    c->max_position_embeddings = 163840;
-    preset_yarn(c, 40.0f, 4096);
-  } else if (!strcmp(name, "v3slice")) {
-    /* DeepSeek-V3's exact per-layer dims, one dense and one MoE layer;
-     * 16 experts in 8 groups of 2, keep 4 groups: 8 candidates for top-8 */
-    preset_dims(c, 7168, 2, 18432, 128, 1536, 512, 128, 64, 128);
-    preset_moe(c, 16, 8, 8, 4, 2048);
-    c->vocab_size = 129280;
-    c->max_position_embeddings = 163840;
-    preset_yarn(c, 40.0f, 4096);
-  } else {
-    return 0;
+  c->hidden_size = p->hidden;
+  c->num_hidden_layers = p->layers;
+  c->intermediate_size = p->inter;
+  c->num_attention_heads = p->heads;
+  c->q_lora_rank = p->q_lora;
+  c->kv_lora_rank = p->kv_lora;
+  c->qk_nope_head_dim = p->nope;
+  c->qk_rope_head_dim = p->rope;
+  c->v_head_dim = p->v;
+  c->n_routed_experts = p->experts;
+  c->num_experts_per_tok = p->top_k;
+  c->n_group = p->n_group;
+  c->topk_group = p->topk_group;
+  c->moe_intermediate_size = p->moe_inter;
+  c->vocab_size = p->vocab;
+  c->max_position_embeddings = p->max_pos;
+  if (p->yarn_factor > 0) {
+    /* DeepSeek-V3's rope_scaling block, the context scaled down */
+    c->rope_yarn = 1;
+    c->rope_factor = p->yarn_factor;
+    c->rope_original_max_position_embeddings = p->yarn_original;
+    c->rope_beta_fast = 32.0f;
+    c->rope_beta_slow = 1.0f;
+    c->rope_mscale = 1.0f;
+    c->rope_mscale_all_dim = 1.0f;
   }
   return 1;
 }
@@ -303,53 +293,24 @@ static inline float mk_normal(uint64_t x) {
   return (float)(s - 131070) * (1.7320508f / 65536.0f);
 }
 
-/* Four xoshiro256** streams (dsi_rng's generator, its state seeded by
- * dsi_rng_seed) interleaved: element i of a band comes from stream i % 4.
- * Four independent chains run in parallel in the core; one chain was the
- * bottleneck. */
-enum { MK_LANES = 4 };
-typedef struct mk_streams { uint64_t s0[MK_LANES], s1[MK_LANES], s2[MK_LANES], s3[MK_LANES]; } mk_streams;
-
-static void streams_seed(mk_streams *st, uint64_t key) {
-  for (int k = 0; k < MK_LANES; k++) {
-    dsi_rng r;
-    dsi_rng_seed(&r, key + (uint64_t)k * 0xd1b54a32d192ed03ull);
-    st->s0[k] = r.s[0]; st->s1[k] = r.s[1]; st->s2[k] = r.s[2]; st->s3[k] = r.s[3];
-  }
+/* dsi_rng_u64's step (xoshiro256**) on a copy of its state, inlined: the
+ * call was a sixth of the generation time. */
+static inline uint64_t mk_next(uint64_t *s) {
+  uint64_t x = s[1] * 5, t = s[1] << 17;
+  x = ((x << 7) | (x >> 57)) * 9;
+  s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3]; s[2] ^= t;
+  s[3] = (s[3] << 45) | (s[3] >> 19);
+  return x;
 }
 
-/* the next MK_LANES normals, one per stream */
-static inline void streams_normals(mk_streams *st, float *z) {
-  for (int k = 0; k < MK_LANES; k++) {
-    uint64_t s1 = st->s1[k], x = s1 * 5;
-    x = ((x << 7) | (x >> 57)) * 9;
-    uint64_t t = s1 << 17;
-    st->s2[k] ^= st->s0[k];
-    st->s3[k] ^= s1;
-    st->s1[k] = s1 ^ st->s2[k];
-    st->s0[k] ^= st->s3[k];
-    st->s2[k] ^= t;
-    st->s3[k] = (st->s3[k] << 45) | (st->s3[k] >> 19);
-    z[k] = mk_normal(x);
-  }
-}
-
-/* One band of tensor t (nr rows) in f32, from the band's own streams: the
+/* One band of tensor t (nr rows) in f32 from the band's own stream: the
  * same values whatever the dtype, the shard plan or the chunking. */
 static void gen_band(const mk_tensor *t, uint64_t seed, int64_t band, float *w, int64_t nr) {
-  mk_streams st;
-  streams_seed(&st, seed ^ fnv1a(t->name) ^ ((uint64_t)band * 0x9e3779b97f4a7c15ull));
-  size_t n = (size_t)(nr * t->cols), i = 0;
+  dsi_rng r;
+  dsi_rng_seed(&r, seed ^ fnv1a(t->name) ^ ((uint64_t)band * 0x9e3779b97f4a7c15ull));
+  const size_t n = (size_t)(nr * t->cols);
   const float std = t->std, base = t->init == MK_INIT_NORM ? 1.0f : 0.0f;
-  float z[MK_LANES];
-  for (; i + MK_LANES <= n; i += MK_LANES) {
-    streams_normals(&st, z);
-    for (int k = 0; k < MK_LANES; k++) w[i + k] = base + std * z[k];
-  }
-  if (i < n) {
-    streams_normals(&st, z);
-    for (int k = 0; i < n; k++, i++) w[i] = base + std * z[k];
-  }
+  for (size_t i = 0; i < n; i++) w[i] = base + std * mk_normal(mk_next(r.s));
 }
 
 /* ---- FP8: DeepSeek's e4m3 with one scale per 128x128 block ---- */

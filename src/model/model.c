@@ -399,9 +399,9 @@ static void fill_task(void *ctx, int ith, int nth) {
 }
 
 /* Describe every destination (serially: cheap), cut the copying into
- * pieces of at most ~32 MB of source, and run them on n_threads. */
+ * pieces of at most ~8 MB of source, and run them on n_threads. */
 static void fill_all(dsi_model *m, spec_list *l, int n_threads, int show, double t0) {
-  const size_t piece = 32u << 20;
+  const size_t piece = 8u << 20;
   item *items = NULL;
   int n_items = 0, cap = 0;
   for (int i = 0; i < l->n; i++) {
@@ -411,6 +411,9 @@ static void fill_all(dsi_model *m, spec_list *l, int n_threads, int show, double
       s->src_scale = s->store == STORE_ROWS ? (float *)(m->mem + s->scale_off) : dsi_xmalloc(ns * sizeof(float));
       dsi_to_f32(s->scale->dtype, s->scale->data, s->src_scale, ns);
       s->src.scale = s->src_scale;
+      /* touching a scale maps the page-cache folio around it (often 2 MB
+       * of the weight beside it): let it go now, not when the weight is done */
+      if (!m->mlocked) drop_source(s->scale->data, s->scale->nbytes);
     }
   }
   for (int i = 0; i < l->n; i++) {

@@ -72,15 +72,16 @@ void dsi_st_writer_add(dsi_st_writer *w, const char *name, dsi_dtype dt, int ndi
   DSI_ASSERT(w && name && !w->f);
   if (!w->bad) {
     char why[160] = "";
-    if (!*name) snprintf(why, sizeof why, "(empty name): tensor name is empty");
+    if (!*name) snprintf(why, sizeof why, "empty tensor name");
     else if (ndim < 0 || ndim > DSI_ST_MAX_DIMS) snprintf(why, sizeof why, "%d dimensions (at most %d)", ndim, DSI_ST_MAX_DIMS);
     else if (dsi_dtype_size(dt) == 0) snprintf(why, sizeof why, "unknown dtype %d", (int)dt);
     for (int d = 0; !*why && d < ndim; d++)
       if (shape[d] < 0) snprintf(why, sizeof why, "dimension %d is %lld", d, (long long)shape[d]);
     if (*why) {
-      size_t n = strlen(name) + strlen(why) + 3;
+      const char *who = *name ? name : "(unnamed)";
+      size_t n = strlen(who) + strlen(why) + 3;
       w->bad = dsi_xmalloc(n);
-      snprintf(w->bad, n, "%s: %s", name, why);
+      snprintf(w->bad, n, "%s: %s", who, why);
     }
   }
   if (w->n == w->cap) {

@@ -10,7 +10,7 @@
 
 static const int k_rows[] = {16, 48, 80, 200, 7, 576, 1000};
 static const int k_cols[] = {32, 64, 96, 100, 128, 1000, 33};
-static const int k_ms[] = {1, 2, 3, 4, 7, 8, 9, 16, 17, 33};
+static const int k_ms[] = {1, 2, 3, 4, 7, 8, 9, 16, 17, 33, 70};
 static const dsi_dtype k_dtypes[] = {DSI_DTYPE_F32, DSI_DTYPE_BF16, DSI_DTYPE_F8_E4M3};
 
 /* ---- random row-major weights ---- */

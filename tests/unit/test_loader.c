@@ -43,6 +43,12 @@ static double max_diff(const float *a, const float *b, size_t n) {
   return d;
 }
 
+static double cosine(const float *a, const float *b, size_t n) {
+  double ab = 0, aa = 0, bb = 0;
+  for (size_t i = 0; i < n; i++) ab += (double)a[i] * b[i], aa += (double)a[i] * a[i], bb += (double)b[i] * b[i];
+  return ab / sqrt(aa * bb);
+}
+
 static int all_finite(const float *a, size_t n) {
   for (size_t i = 0; i < n; i++)
     if (!isfinite(a[i])) return 0;
@@ -123,8 +129,10 @@ int main(void) {
     CHECKF(max_diff(lb, ls, n) == 0, "sharded checkpoint differs from the single file");
     double scale = 0;
     for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(lf[i]));
-    CHECKF(max_diff(lf, lb, n) < 0.1 * scale, "bf16 vs f32: %g of %g", max_diff(lf, lb, n), scale);
-    CHECKF(max_diff(lf, l8, n) < 0.25 * scale, "fp8 vs f32: %g of %g", max_diff(lf, l8, n), scale);
+    /* the same master weights rounded to bf16 / quantized to fp8: the
+     * logits point the same way (a flipped expert moves some by O(1)) */
+    CHECKF(cosine(lf, lb, n) > 0.99, "bf16 vs f32: cosine %g", cosine(lf, lb, n));
+    CHECKF(cosine(lf, l8, n) > 0.9, "fp8 vs f32: cosine %g", cosine(lf, l8, n));
     /* --mlock computes from the locked mapping (row-major): the same
      * numbers up to float summation order */
     float *lm = prompt_logits(bf16, 1, &V, &err);

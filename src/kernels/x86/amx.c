@@ -1,6 +1,8 @@
 /* kernels: the AMX BF16 matmul (the gemm.h contract) for TILES weights in
  * BF16 or FP8 — prefill and large batches. Owns the tile configuration, the
- * cache blocking, FP8 -> BF16 tile widening and the fused epilogues. */
+ * cache blocking, FP8 -> BF16 tile widening and the fused epilogues. Each
+ * call configures the tiles and releases them when done, so no tile state
+ * outlives a call and pool threads need no set-up of their own. */
 #include "kernels/gemm.h"
 #include "kernels/cpu.h"
 #include "base/base.h"
@@ -22,8 +24,12 @@
 #define T_B1 7
 
 #define KSTEP_BYTES 1024 /* one 16x32 bf16 B tile: one K step of a panel */
-#define L2_A_BYTES (1u << 20) /* A (activations) kept in L2 across panel pairs */
-#define MAX_GROUP 8           /* panel pairs sharing one pass over an A chunk */
+/* Blocking, chosen by measurement on this project's 2-core Sapphire Rapids
+ * machines (L1 48 KiB, L2 2 MiB per core); see the driver's comment */
+#define KC_STEPS 16 /* K chunk: a pair's B chunk is 32 KiB and stays in L1 */
+#define KC_WHOLE 64 /* up to this many K steps (K <= 2048), no K chunks */
+#define MC_ROWS 256 /* M chunk: B reuse against the L2 footprint */
+#define MAX_GROUP 8 /* panel pairs sharing one pass over an A chunk */
 
 typedef struct {
   uint8_t palette, start_row, reserved[14];
@@ -66,7 +72,9 @@ static inline __attribute__((always_inline)) void tiles_mac(const uint8_t *a, si
   }
 }
 
-/* C tiles start from zero (first K chunk) or from acc, 4 KiB [2][2][16][16] */
+/* A C block in memory is [32][32] f32 with row stride ld floats: tile
+ * (i, j) at c + 16 i ld + 16 j. C starts from zero (first K chunk) or from
+ * acc and ends in acc, the staging block, or y itself. */
 static inline __attribute__((always_inline)) void tiles_begin(const float *acc, int nm, int nn) {
   if (!acc) {
     _tile_zero(T_C00);
@@ -75,38 +83,38 @@ static inline __attribute__((always_inline)) void tiles_begin(const float *acc, 
     if (nm == 2 && nn == 2) _tile_zero(T_C11);
     return;
   }
-  _tile_loadd(T_C00, acc, 64);
-  if (nn == 2) _tile_loadd(T_C01, acc + 256, 64);
-  if (nm == 2) _tile_loadd(T_C10, acc + 512, 64);
-  if (nm == 2 && nn == 2) _tile_loadd(T_C11, acc + 768, 64);
+  _tile_loadd(T_C00, acc, 128);
+  if (nn == 2) _tile_loadd(T_C01, acc + 16, 128);
+  if (nm == 2) _tile_loadd(T_C10, acc + 512, 128);
+  if (nm == 2 && nn == 2) _tile_loadd(T_C11, acc + 528, 128);
 }
 
-static inline __attribute__((always_inline)) void tiles_end(float *out, int nm, int nn) {
-  _tile_stored(T_C00, out, 64);
-  if (nn == 2) _tile_stored(T_C01, out + 256, 64);
-  if (nm == 2) _tile_stored(T_C10, out + 512, 64);
-  if (nm == 2 && nn == 2) _tile_stored(T_C11, out + 768, 64);
+static inline __attribute__((always_inline)) void tiles_end(float *out, size_t ld, int nm, int nn) {
+  _tile_stored(T_C00, out, ld * 4);
+  if (nn == 2) _tile_stored(T_C01, out + 16, ld * 4);
+  if (nm == 2) _tile_stored(T_C10, out + 16 * ld, ld * 4);
+  if (nm == 2 && nn == 2) _tile_stored(T_C11, out + 16 * ld + 16, ld * 4);
 }
 
 static void block_mac(const uint8_t *a, size_t lda, const uint8_t *b0, const uint8_t *b1, int ks, int nm, int nn,
-                      const float *acc_in, float *out) {
+                      const float *acc_in, float *out, size_t ldo) {
   /* the four shapes as separate loops, so tile numbers stay constants */
   if (nm == 2 && nn == 2) {
     tiles_begin(acc_in, 2, 2);
     tiles_mac(a, lda, b0, b1, ks, 2, 2);
-    tiles_end(out, 2, 2);
+    tiles_end(out, ldo, 2, 2);
   } else if (nm == 2) {
     tiles_begin(acc_in, 2, 1);
     tiles_mac(a, lda, b0, b1, ks, 2, 1);
-    tiles_end(out, 2, 1);
+    tiles_end(out, ldo, 2, 1);
   } else if (nn == 2) {
     tiles_begin(acc_in, 1, 2);
     tiles_mac(a, lda, b0, b1, ks, 1, 2);
-    tiles_end(out, 1, 2);
+    tiles_end(out, ldo, 1, 2);
   } else {
     tiles_begin(acc_in, 1, 1);
     tiles_mac(a, lda, b0, b1, ks, 1, 1);
-    tiles_end(out, 1, 1);
+    tiles_end(out, ldo, 1, 1);
   }
 }
 
@@ -152,15 +160,14 @@ static inline __m512 exp512(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 
-/* c: the C tiles of one M block [2][2][16][16]; rows i0 + [0, nrows) of the
+/* c: one C block [32][32] (row stride 32); rows i0 + [0, nrows) of the
  * product; panel0 the first W panel, nn panels in c */
 static void epilogue(const dsi_gemm *g, const float *c, int i0, int nrows, int panel0, int nn) {
   const dsi_mat *w = g->w;
   if (g->epi == DSI_EPI_SILU_PAIRS) {
     float *y = g->y + (size_t)(panel0 / 2) * DSI_TILE_N;
     for (int r = 0; r < nrows; r++) {
-      const float *cr = c + (r >> 4) * 512 + (r & 15) * 16;
-      __m512 gt = _mm512_load_ps(cr), up = _mm512_load_ps(cr + 256);
+      __m512 gt = _mm512_load_ps(c + r * 32), up = _mm512_load_ps(c + r * 32 + 16);
       __m512 s = _mm512_div_ps(gt, _mm512_add_ps(_mm512_set1_ps(1.0f), exp512(_mm512_sub_ps(_mm512_setzero_ps(), gt))));
       _mm512_storeu_ps(y + (size_t)(i0 + r) * g->ldy, _mm512_mul_ps(s, up));
     }
@@ -170,7 +177,7 @@ static void epilogue(const dsi_gemm *g, const float *c, int i0, int nrows, int p
     int col0 = (panel0 + j) * DSI_TILE_N, ncols = DSI_MIN(DSI_TILE_N, w->rows - col0);
     __mmask16 mask = (__mmask16)((1u << ncols) - 1);
     for (int r = 0; r < nrows; r++) {
-      __m512 v = _mm512_load_ps(c + (r >> 4) * 512 + j * 256 + (r & 15) * 16);
+      __m512 v = _mm512_load_ps(c + r * 32 + j * 16);
       int i = i0 + r;
       if (g->epi == DSI_EPI_STORE) {
         _mm512_mask_storeu_ps(g->y + (size_t)i * g->ldy + col0, mask, v);
@@ -184,11 +191,16 @@ static void epilogue(const dsi_gemm *g, const float *c, int i0, int nrows, int p
 }
 
 /* ---- the driver ---- */
-/* Blocking: panel pairs (N = 32 rows of W) in groups of up to MAX_GROUP;
- * K in chunks so that the A chunk of an M chunk stays in L2 while a group
- * of pairs passes over it; within a chunk, a pair's B (for FP8, widened
- * once into scratch) is reused by every 32-row M block. C of a group
- * survives between K chunks in scratch. */
+
+/* Loops: M chunk > group of panel pairs > K chunk > pair > 32-row M block.
+ * A pair's chunk of B (for FP8, widened into scratch once per M chunk) stays
+ * in L1 while every M block of the M chunk passes over it; the A chunk (mc
+ * rows x kc steps, 256 KiB) stays in L2 while the group's pairs pass over
+ * it, so A is read from beyond L2 once per group and B once per M chunk.
+ * The group's C blocks wait in scratch between K chunks (a tile store and
+ * load per block and chunk: why chunks are not shorter). Measured on this
+ * machine: software prefetch of the next B chunk or A chunk, staging B
+ * through scratch, and longer K chunks with B from L2 were all slower. */
 void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch) {
   const dsi_mat *w = g->w;
   DSI_ASSERT(w->layout == DSI_LAYOUT_TILES && g->xb);
@@ -197,7 +209,9 @@ void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch) {
   if (r1 > w->rows) r1 = w->rows;
   if (r1 <= r0 || g->m <= 0) return;
   const int fp8 = w->dtype == DSI_DTYPE_F8_E4M3;
-  const int kpad = w->kpad, ksteps = kpad / DSI_TILE_K, m = g->m;
+  /* K steps cover the columns in use: a view may use fewer columns than
+   * the layout's kpad (attention's V^T over a shorter context) */
+  const int kpad = w->kpad, ksteps = DSI_CEIL_DIV(w->cols, DSI_TILE_K), m = g->m;
   const int p0 = r0 / DSI_TILE_N, p1 = DSI_CEIL_DIV(r1, DSI_TILE_N);
   const size_t lda = (size_t)kpad * 2, es = fp8 ? 1 : 2;
   const size_t panel_bytes = (size_t)DSI_TILE_N * kpad * es;
@@ -223,14 +237,9 @@ void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch) {
     sp += (size_t)rows * lda;
   }
 
-  /* M chunk and K chunk: the whole of A if it fits in L2, else K chunks of
-   * an M chunk of up to 512 rows */
-  int mc = DSI_CEIL_DIV(m, 32) * 32, kc = ksteps, grp = 1;
-  if ((size_t)mc * lda > L2_A_BYTES) {
-    if (mc > 512) mc = 512;
-    int kc_max = (int)(L2_A_BYTES / ((size_t)mc * 2 * DSI_TILE_K));
-    if (kc_max < 8) kc_max = 8;
-    int nk = DSI_CEIL_DIV(ksteps, kc_max);
+  int kc = ksteps;
+  if (ksteps > KC_WHOLE) { /* equal chunks of about KC_STEPS */
+    int nk = DSI_CEIL_DIV(ksteps, KC_STEPS);
     kc = DSI_CEIL_DIV(ksteps, nk);
   }
   uint16_t *bw = NULL;
@@ -238,20 +247,21 @@ void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch) {
     bw = (uint16_t *)sp;
     sp += (size_t)2 * kc * KSTEP_BYTES;
   }
-  float *acc = NULL;
   size_t used = (size_t)(sp - (uint8_t *)scratch);
   DSI_ASSERT(used <= budget);
+  int mc = DSI_MIN(DSI_CEIL_DIV(m, 32) * 32, MC_ROWS), grp = MAX_GROUP;
+  float *acc = NULL;
   if (kc < ksteps) {
-    size_t per_pair = (size_t)(mc / 32) * 4096;
-    grp = (int)DSI_MIN((size_t)MAX_GROUP, (budget - used) / per_pair);
-    if (grp < 1) { /* no room to carry C between K chunks: whole K per block */
-      kc = ksteps;
-      grp = 1;
-    } else {
-      acc = (float *)sp;
-    }
+    size_t room = (budget - used) / 4096; /* C blocks of 4 KiB */
+    while ((size_t)grp * (mc / 32) > room && grp > 1) grp /= 2;
+    while ((size_t)grp * (mc / 32) > room) mc -= 32;
+    DSI_ASSERT(mc >= 32);
+    acc = (float *)sp;
+  } else {
+    grp = 1;
   }
 
+  const int direct = g->epi == DSI_EPI_STORE;
   tiles_configure();
   for (int i0 = 0; i0 < m; i0 += mc) {
     const int mcn = DSI_MIN(mc, m - i0), nmb = DSI_CEIL_DIV(mcn, 32);
@@ -279,8 +289,16 @@ void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch) {
             const uint8_t *a = ib >= mfull ? atail : (const uint8_t *)(g->xb + (size_t)ib * kpad);
             a += (size_t)k0 * 64;
             float *bacc = qacc ? qacc + (size_t)mb * 1024 : NULL;
-            block_mac(a, lda, b0, b1, ks, nm, nn, first ? NULL : bacc, last ? cst : bacc);
-            if (last) epilogue(g, cst, ib, nrows, q, nn);
+            if (!last) {
+              block_mac(a, lda, b0, b1, ks, nm, nn, first ? NULL : bacc, bacc, 32);
+            } else if (direct && nrows == 32 && nn == 2 && (q + 2) * DSI_TILE_N <= w->rows) {
+              /* a whole block of a plain store: tiles straight into y */
+              float *y = g->y + (size_t)ib * g->ldy + (size_t)q * DSI_TILE_N;
+              block_mac(a, lda, b0, b1, ks, nm, nn, first ? NULL : bacc, y, (size_t)g->ldy);
+            } else {
+              block_mac(a, lda, b0, b1, ks, nm, nn, first ? NULL : bacc, cst, 32);
+              epilogue(g, cst, ib, nrows, q, nn);
+            }
           }
         }
       }

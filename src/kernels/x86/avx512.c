@@ -12,14 +12,26 @@
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
 /* Activation rows of one pass, most rows of x a pass holds in registers:
- * BF16 keeps one accumulator per row (up to two for short passes), F32 and
- * FP8 two (the pair layout below), FP8 also a block partial. */
+ * BF16 keeps one accumulator per row (two for short passes), F32 two (the
+ * pair layout below), FP8 a block partial of one or two and a sum. */
 #define MB_BF16 16
 #define MB_F32 12
-#define MB_FP8 8
-/* Bytes of W prefetched ahead of the line being read: far enough to cover
- * DRAM latency at full bandwidth, near enough to stay inside L1. */
-#define PF_AHEAD 1024
+#define MB_FP8 16
+#define MB_FP8_PAIRS 8
+#define MB_MAX 16
+/* Rows of x staged at once; more make more passes over the weights. */
+#define GROUP 64
+/* Bytes of W prefetched ahead of the line being read: more than DRAM
+ * latency times bandwidth, and a page ahead, which starts the L2 streamer
+ * (it stops at 4 KiB pages) on the next page before the loads get there.
+ * Measured best among 1-8 KiB and T0 / T1 / T2 / NTA; overridable for
+ * such tests. */
+#ifndef PF_AHEAD
+#define PF_AHEAD 4096
+#endif
+#ifndef PF_HINT
+#define PF_HINT _MM_HINT_T0
+#endif
 
 /* ---- staging activations ----
  * A pass reads x as pairs: for line kk (columns 2kk, 2kk+1) the pairs of
@@ -33,17 +45,17 @@ static const float *x_row(const dsi_gemm *g, int i) {
 
 static void stage_x(const dsi_gemm *g, int i0, int mb, int cols, float *xs) {
   int nl = (cols + 1) / 2, full = cols / 2;
-  for (int i = 0; i < mb; i++) {
-    const float *x = x_row(g, i0 + i);
-    float *o = xs + 2 * i;
-    if (mb == 1) memcpy(o, x, (size_t)full * 2 * sizeof(float));
-    else
-      for (int kk = 0; kk < full; kk++) memcpy(o + (size_t)kk * mb * 2, x + 2 * kk, 2 * sizeof(float));
-    if (full < nl) {
-      o[(size_t)full * mb * 2] = x[cols - 1];
-      o[(size_t)full * mb * 2 + 1] = 0.0f;
+  const float *xr[MB_MAX];
+  for (int i = 0; i < mb; i++) xr[i] = x_row(g, i0 + i);
+  if (mb == 1) memcpy(xs, xr[0], (size_t)full * 2 * sizeof(float));
+  else /* written in order, read from mb streams: each line of xs is filled at once */
+    for (int kk = 0; kk < full; kk++)
+      for (int i = 0; i < mb; i++) memcpy(xs + ((size_t)kk * mb + i) * 2, xr[i] + 2 * kk, 2 * sizeof(float));
+  if (full < nl)
+    for (int i = 0; i < mb; i++) {
+      xs[((size_t)full * mb + i) * 2] = xr[i][cols - 1];
+      xs[((size_t)full * mb + i) * 2 + 1] = 0.0f;
     }
-  }
 }
 
 ALWAYS_INLINE __m512 bcast_pair(const float *p) {
@@ -52,23 +64,12 @@ ALWAYS_INLINE __m512 bcast_pair(const float *p) {
   return _mm512_castsi512_ps(_mm512_set1_epi64(v));
 }
 
-/* Pair layout (F32, FP8): lo = rows 0-7, hi = rows 8-15, each as
+/* Pair layout (F32): lo = rows 0-7, hi = rows 8-15, each as
  * (row k0, row k1) pairs; the row sums are the even plus the odd lanes. */
 ALWAYS_INLINE __m512 fold_pairs(__m512 lo, __m512 hi) {
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
   return _mm512_add_ps(_mm512_permutex2var_ps(lo, even, hi), _mm512_permutex2var_ps(lo, odd, hi));
-}
-
-/* 32 e4m3 bytes -> 32 f16 of the same value x 2^-8, exactly (normals and
- * subnormals): sign-extend each byte to 16 bits, shift the 7 magnitude bits
- * into f16's exponent/mantissa place; the extended sign lands in bits 14
- * and 15, and bit 14 is cleared. The 2^8 goes into the block scale. */
-ALWAYS_INLINE void fp8_widen(const uint8_t *p, __m512 *lo, __m512 *hi) {
-  __m512i s = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)p));
-  __m512i h = _mm512_and_si512(_mm512_slli_epi16(s, 7), _mm512_set1_epi16((short)0xbfff));
-  *lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
-  *hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
 }
 
 /* ---- one pass over a panel: out[i * 16 + j] = sum_k x_i[k] W[16p + j, k] ---- */
@@ -84,7 +85,7 @@ ALWAYS_INLINE void bf16_pass(const uint8_t *wp, int nl, const float *xs, int MB,
 #pragma GCC unroll 16
   for (int i = 0; i < MB; i++) acc[i] = acc2[i] = _mm512_setzero_ps();
   for (int kk = 0; kk < nl; kk++, wp += 64, xs += 2 * MB) {
-    _mm_prefetch((const char *)wp + PF_AHEAD, _MM_HINT_T0);
+    _mm_prefetch((const char *)wp + PF_AHEAD, PF_HINT);
     __m512i v = _mm512_loadu_si512(wp);
     __m512 we = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
     __m512 wo = _mm512_castsi512_ps(_mm512_and_si512(v, hi_mask));
@@ -99,15 +100,15 @@ ALWAYS_INLINE void bf16_pass(const uint8_t *wp, int nl, const float *xs, int MB,
   for (int i = 0; i < MB; i++) _mm512_storeu_ps(out + 16 * i, split ? _mm512_add_ps(acc[i], acc2[i]) : acc[i]);
 }
 
-/* F32: a line is 128 bytes, 16 rows x 2 columns in the pair layout. Also
- * runs FP8 panels for larger passes, once widened and scaled into scratch. */
+/* F32: a line is 128 bytes, 16 rows x 2 columns in the pair layout; one
+ * 64-bit broadcast of (x[k], x[k+1]) serves both halves. */
 ALWAYS_INLINE void f32_pass(const float *wp, int nl, const float *xs, int MB, float *out) {
   __m512 lo[MB_F32], hi[MB_F32];
 #pragma GCC unroll 16
   for (int i = 0; i < MB; i++) lo[i] = hi[i] = _mm512_setzero_ps();
   for (int kk = 0; kk < nl; kk++, wp += 32, xs += 2 * MB) {
-    _mm_prefetch((const char *)wp + PF_AHEAD, _MM_HINT_T0);
-    _mm_prefetch((const char *)wp + PF_AHEAD + 64, _MM_HINT_T0);
+    _mm_prefetch((const char *)wp + PF_AHEAD, PF_HINT);
+    _mm_prefetch((const char *)wp + PF_AHEAD + 64, PF_HINT);
     __m512 wl = _mm512_loadu_ps(wp), wh = _mm512_loadu_ps(wp + 16);
 #pragma GCC unroll 16
     for (int i = 0; i < MB; i++) {
@@ -120,25 +121,42 @@ ALWAYS_INLINE void f32_pass(const float *wp, int nl, const float *xs, int MB, fl
   for (int i = 0; i < MB; i++) _mm512_storeu_ps(out + 16 * i, fold_pairs(lo[i], hi[i]));
 }
 
-/* FP8: a line is 32 bytes, 16 rows x 2 columns in the pair layout. Each
- * block of lb lines (one scale per panel and block) is summed apart and
- * added in times its scale (x 2^8, see fp8_widen). */
-ALWAYS_INLINE void fp8_pass(const uint8_t *wp, int nl, int lb, const float *sc, const float *xs, int MB,
-                            float *out) {
-  __m512 acc[MB_FP8];
+/* FP8: a line is 32 bytes, 16 rows x 2 columns. Each block of lb lines (one
+ * scale per panel and block) is summed apart, then added in times its scale
+ * (x 2^8, see fp8_widen).
+ *
+ * 32 e4m3 bytes -> 32 f16 of the same value x 2^-8, exactly (normals and
+ * subnormals): sign-extend each byte to 16 bits, shift the 7 magnitude bits
+ * into f16's exponent/mantissa place; the extended sign lands in bits 14
+ * and 15, and bit 14 is cleared. With perm, vpermw also moves the 16
+ * even-column values ahead of the 16 odd ones (the BF16 kernel's order);
+ * without, lo / hi come out in the pair layout. */
+ALWAYS_INLINE void fp8_widen(const uint8_t *p, const __m512i *perm, __m512 *lo, __m512 *hi) {
+  __m512i s = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)p));
+  __m512i h = _mm512_and_si512(_mm512_slli_epi16(s, 7), _mm512_set1_epi16((short)0xbfff));
+  if (perm) h = _mm512_permutexvar_epi16(*perm, h);
+  *lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+  *hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
+}
+
+/* Short passes (the decode case): the pair layout, one uop a line cheaper;
+ * a row's block partial is two registers and its sum a third. */
+ALWAYS_INLINE void fp8_pass_pairs(const uint8_t *wp, int nl, int lb, const float *sc, const float *xs, int MB,
+                                  float *out) {
+  __m512 acc[MB_FP8_PAIRS];
 #pragma GCC unroll 8
   for (int i = 0; i < MB; i++) acc[i] = _mm512_setzero_ps();
   for (int l0 = 0; l0 < nl; l0 += lb, sc++) {
     int l1 = DSI_MIN(l0 + lb, nl);
-    __m512 lo[MB_FP8], hi[MB_FP8];
+    __m512 lo[MB_FP8_PAIRS], hi[MB_FP8_PAIRS];
 #pragma GCC unroll 8
     for (int i = 0; i < MB; i++) lo[i] = hi[i] = _mm512_setzero_ps();
     for (int kk = l0; kk < l1; kk++) {
       const uint8_t *p = wp + (size_t)kk * 32;
       const float *xk = xs + (size_t)kk * 2 * MB;
-      if (!(kk & 1)) _mm_prefetch((const char *)p + PF_AHEAD, _MM_HINT_T0);
+      if (!(kk & 1)) _mm_prefetch((const char *)p + PF_AHEAD, PF_HINT);
       __m512 wl, wh;
-      fp8_widen(p, &wl, &wh);
+      fp8_widen(p, NULL, &wl, &wh);
 #pragma GCC unroll 8
       for (int i = 0; i < MB; i++) {
         __m512 xp = bcast_pair(xk + 2 * i);
@@ -154,17 +172,35 @@ ALWAYS_INLINE void fp8_pass(const uint8_t *wp, int nl, int lb, const float *sc, 
   for (int i = 0; i < MB; i++) _mm512_storeu_ps(out + 16 * i, acc[i]);
 }
 
-/* FP8 panel -> f32 pair layout with its scales applied, for passes that
- * would otherwise widen the same bytes once per pass */
-static void fp8_dequant(const uint8_t *wp, int nl, int lb, const float *sc, float *dst) {
+/* Tall passes: even/odd order, one register per row for its block partial
+ * and the sums in out, so 16 rows of x fit in one pass. */
+ALWAYS_INLINE void fp8_pass_eo(const uint8_t *wp, int nl, int lb, const float *sc, const float *xs, int MB,
+                               float *out) {
+  const __m512i perm = _mm512_set_epi16(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1, 30, 28, 26, 24,
+                                        22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+#pragma GCC unroll 16
+  for (int i = 0; i < MB; i++) _mm512_storeu_ps(out + 16 * i, _mm512_setzero_ps());
   for (int l0 = 0; l0 < nl; l0 += lb, sc++) {
-    __m512 s = _mm512_set1_ps(*sc * 256.0f);
-    for (int kk = l0; kk < DSI_MIN(l0 + lb, nl); kk++) {
-      __m512 wl, wh;
-      fp8_widen(wp + (size_t)kk * 32, &wl, &wh);
-      _mm512_storeu_ps(dst + (size_t)kk * 32, _mm512_mul_ps(wl, s));
-      _mm512_storeu_ps(dst + (size_t)kk * 32 + 16, _mm512_mul_ps(wh, s));
+    int l1 = DSI_MIN(l0 + lb, nl);
+    __m512 acc[MB_FP8];
+#pragma GCC unroll 16
+    for (int i = 0; i < MB; i++) acc[i] = _mm512_setzero_ps();
+    for (int kk = l0; kk < l1; kk++) {
+      const uint8_t *p = wp + (size_t)kk * 32;
+      const float *xk = xs + (size_t)kk * 2 * MB;
+      if (!(kk & 1)) _mm_prefetch((const char *)p + PF_AHEAD, PF_HINT);
+      __m512 we, wo;
+      fp8_widen(p, &perm, &we, &wo);
+#pragma GCC unroll 16
+      for (int i = 0; i < MB; i++) {
+        acc[i] = _mm512_fmadd_ps(we, _mm512_set1_ps(xk[2 * i]), acc[i]);
+        acc[i] = _mm512_fmadd_ps(wo, _mm512_set1_ps(xk[2 * i + 1]), acc[i]);
+      }
     }
+    __m512 s = _mm512_set1_ps(*sc * 256.0f);
+#pragma GCC unroll 16
+    for (int i = 0; i < MB; i++)
+      _mm512_storeu_ps(out + 16 * i, _mm512_fmadd_ps(acc[i], s, _mm512_loadu_ps(out + 16 * i)));
   }
 }
 
@@ -193,8 +229,11 @@ static void f32_pass_n(const float *wp, int nl, const float *xs, int mb, float *
 
 static void fp8_pass_n(const uint8_t *wp, int nl, int lb, const float *sc, const float *xs, int mb, float *out) {
   switch (mb) {
-#define F(n) case n: fp8_pass(wp, nl, lb, sc, xs, n, out); break;
+#define F(n) case n: fp8_pass_pairs(wp, nl, lb, sc, xs, n, out); break;
     CASES_8(F)
+#undef F
+#define F(n) case n: fp8_pass_eo(wp, nl, lb, sc, xs, n, out); break;
+    F(9) F(10) F(11) F(12) F(13) F(14) F(15) F(16)
 #undef F
   default: DSI_ASSERT(0);
   }
@@ -205,10 +244,8 @@ typedef struct plan {
   const dsi_gemm *g;
   int nl;             /* lines of a panel that hold columns < cols */
   int mbmax;          /* rows of x per pass */
-  int fp8_deq;        /* widen each FP8 panel once into deq, then F32 passes */
-  float *deq;         /* [nl][32] */
   int n, npass;       /* rows of x in this group, and passes over them */
-  int pass_i0[64 + 1];
+  int pass_i0[GROUP + 1];
   float *xs;          /* staged rows of the group, pass after pass */
 } plan;
 
@@ -218,13 +255,11 @@ static void panel_run(const plan *pl, int p, float *t) {
   size_t panel_elems = (size_t)w->kpad * DSI_TILE_N;
   const uint8_t *wp = (const uint8_t *)w->data + panel_elems * dsi_dtype_size(w->dtype) * p;
   const float *sc = w->dtype == DSI_DTYPE_F8_E4M3 ? w->scale + (size_t)p * w->scale_cols : NULL;
-  if (pl->fp8_deq) fp8_dequant(wp, pl->nl, w->block / 2, sc, pl->deq);
   for (int q = 0; q < pl->npass; q++) {
     int i0 = pl->pass_i0[q], mb = pl->pass_i0[q + 1] - i0;
     const float *xs = pl->xs + (size_t)i0 * 2 * pl->nl;
     float *out = t + (size_t)i0 * DSI_TILE_N;
-    if (pl->fp8_deq) f32_pass_n(pl->deq, pl->nl, xs, mb, out);
-    else if (w->dtype == DSI_DTYPE_BF16) bf16_pass_n(wp, pl->nl, xs, mb, out);
+    if (w->dtype == DSI_DTYPE_BF16) bf16_pass_n(wp, pl->nl, xs, mb, out);
     else if (w->dtype == DSI_DTYPE_F32) f32_pass_n((const float *)wp, pl->nl, xs, mb, out);
     else fp8_pass_n(wp, pl->nl, w->block / 2, sc, xs, mb, out);
   }
@@ -245,21 +280,12 @@ void dsi_gemm_avx512(const dsi_gemm *g, int r0, int r1, void *scratch) {
 
   plan pl = {.g = g, .nl = (w->cols + 1) / 2};
   pl.mbmax = w->dtype == DSI_DTYPE_BF16 ? MB_BF16 : w->dtype == DSI_DTYPE_F32 ? MB_F32 : MB_FP8;
-  pl.fp8_deq = w->dtype == DSI_DTYPE_F8_E4M3 && g->m > MB_FP8;
-  if (pl.fp8_deq) pl.mbmax = MB_F32;
 
-  /* scratch (DSI_GEMM_SCRATCH(cols) bytes): [deq] [two result tiles per
-   * row] [staged x]; as many rows per group as fit, always well over 16 */
-  float *sp = scratch;
-  size_t avail = (size_t)(w->cols + 64) * 64;
-  if (pl.fp8_deq) {
-    pl.deq = sp;
-    sp += (size_t)pl.nl * 32;
-    avail -= (size_t)pl.nl * 32;
-  }
-  int gmax = (int)DSI_MIN((size_t)64, avail / ((size_t)pl.nl * 2 + 2 * DSI_TILE_N));
-  DSI_ASSERT(gmax >= pl.mbmax);
-  float *ta = sp, *tb = ta + (size_t)gmax * DSI_TILE_N;
+  /* scratch, DSI_GEMM_SCRATCH(cols) = (cols + 64) * 64 floats, holds GROUP
+   * rows of x: two result tiles ([GROUP][16] each) and the staged rows
+   * ([GROUP][2 nl], 2 nl <= cols + 1) */
+  const int gmax = GROUP;
+  float *ta = scratch, *tb = ta + (size_t)gmax * DSI_TILE_N;
   pl.xs = tb + (size_t)gmax * DSI_TILE_N;
 
   for (int ig = 0; ig < g->m; ig += gmax) {

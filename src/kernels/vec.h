@@ -1,0 +1,22 @@
+/* kernels: the small vector primitives the attention core, norms and
+ * residuals are built from, compiled once per ISA from one source
+ * (vec_impl.h) and chosen once at start like the matmul kernels. */
+#ifndef DSI_VEC_H
+#define DSI_VEC_H
+
+#include <stdint.h>
+
+typedef struct dsi_vec_ops {
+  const char *name;
+  float (*dot)(const float *a, const float *b, int n);
+  void (*axpy)(float *y, const float *x, float a, int n);     /* y += a x */
+  void (*add)(float *y, const float *x, long n);              /* y += x */
+  void (*rmsnorm)(const float *x, const float *w, int n, float eps, float *out);
+  /* round to nearest even bf16 (NaN payloads are not preserved) */
+  void (*to_bf16)(const float *x, uint16_t *out, int n);
+  void (*round_bf16)(const float *x, float *out, int n); /* the same values, kept in f32 */
+} dsi_vec_ops;
+
+const dsi_vec_ops *dsi_vec(void);
+
+#endif
