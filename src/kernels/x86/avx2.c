@@ -1,0 +1,348 @@
+/* kernels: the matmul of gemm.h for x86-64 CPUs with AVX2, FMA and F16C but
+ * no AVX-512 — TILES weights in F32, BF16 or FP8 e4m3 widened to f32 in
+ * registers, f32 activations, every product accumulated in f32. */
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "kernels/gemm.h"
+
+/* The order of the sums, the same on every path whatever m is (so a row's
+ * result does not depend on the batch it was computed in): per output row,
+ * the even and the odd columns each sum in one f32 chain, line by line (a
+ * line is one column pair of a 16-row panel) in column order, and the two
+ * are added at the end — for FP8 at the end of each scale block, the sum
+ * then scaled into a running total. F32 and BF16 lines are held as four
+ * vectors of (row, even, row, odd) lanes times (x[2l], x[2l+1]) broadcast;
+ * FP8 lines as even and odd halves of 8 rows times x[2l] and x[2l+1]: the
+ * same chains in other lanes. */
+
+/* the kernel bodies take the weight kind and row count as constants and
+ * must be specialized for them */
+#define INLINE static inline __attribute__((always_inline))
+
+typedef enum {
+  W_F32,      /* pair lanes, read in place */
+  W_BF16,     /* pair lanes, widened in registers */
+  W_FP8,      /* even/odd lanes, staged as f16 a few lines at a time */
+  W_FP8_WIDE, /* even/odd lanes, widened to f32 a chunk at a time */
+} wkind;
+
+/* activation rows one pass over a panel serves: 4 accumulators each, with
+ * the line's 4 weight vectors and the broadcasts, fill the 16 registers */
+#define MB_MAX 2
+/* from this many activation rows on, FP8 lines are widened to f32 once
+ * for all passes rather than staged as f16 and converted on every pass */
+#define FP8_WIDEN_M 3
+/* bytes ahead of the line being read that the next lines are prefetched */
+#define PREFETCH_AHEAD 2048
+/* FP8 lines staged as f16 at a time: short, so that staging the next
+ * lines overlaps the FMAs of these */
+#define STAGE_LINES 16
+/* bytes of a panel (as read by the FMAs) every activation row goes over
+ * before the next ones, when there are more rows than one pass takes:
+ * they stay in L1 */
+#define CHUNK_BYTES 8192
+/* activation rows whose chains are kept at a time */
+#define M_CHUNK 32
+
+/* ---- F32 and BF16: a line as (row, even, row, odd) pair lanes ---- */
+INLINE void pair_line(wkind k, const uint8_t *p, __m256 w[4]) {
+  if (k == W_BF16) {
+    /* bf16 to f32 is a 16-bit shift: interleave zeros below each value;
+     * the unpacks work within 128-bit lanes, so w[0] holds rows 0,1,4,5 and
+     * w[1] rows 2,3,6,7 (back in order after the final hadd) */
+    const __m256i z = _mm256_setzero_si256();
+    __m256i a = _mm256_loadu_si256((const __m256i *)p), b = _mm256_loadu_si256((const __m256i *)(p + 32));
+    w[0] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, a));
+    w[1] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, a));
+    w[2] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, b));
+    w[3] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, b));
+  } else {
+    #pragma GCC unroll 8
+    for (int q = 0; q < 4; q++) w[q] = _mm256_loadu_ps((const float *)p + 8 * q);
+  }
+}
+
+/* (x[0], x[1]) in every lane pair; x need not be 8-byte aligned */
+static inline __m256 pair_bcast(const float *x) {
+  double d;
+  memcpy(&d, x, sizeof d);
+  return _mm256_castpd_ps(_mm256_set1_pd(d));
+}
+
+/* lines [l0, l1) of a panel, line l0 at w; lines from `pairs` = cols / 2
+ * on have only their even column */
+INLINE void run_pairs(wkind k, int mb, const uint8_t *w, int l0, int l1, int pairs, const float *const *x,
+                      __m256 acc[][4]) {
+  const size_t lb = k == W_BF16 ? 64 : 128;
+  const uint8_t *b = w - (size_t)l0 * lb;
+  int full = DSI_MIN(l1, pairs);
+  for (int l = l0; l < full; l++) {
+    const uint8_t *p = b + l * lb;
+    for (size_t o = 0; o < lb; o += 64) _mm_prefetch((const char *)p + PREFETCH_AHEAD + o, _MM_HINT_T0);
+    __m256 v[4];
+    pair_line(k, p, v);
+    #pragma GCC unroll 8
+    for (int i = 0; i < mb; i++) {
+      __m256 xb = pair_bcast(x[i] + 2 * l);
+      #pragma GCC unroll 8
+      for (int q = 0; q < 4; q++) acc[i][q] = _mm256_fmadd_ps(v[q], xb, acc[i][q]);
+    }
+  }
+  if (l1 > pairs) {
+    /* odd cols: the last line's second column is padding, and x ends
+     * before it — multiply that zero weight by 0, not by what follows x */
+    __m256 v[4];
+    pair_line(k, b + pairs * lb, v);
+    #pragma GCC unroll 8
+    for (int i = 0; i < mb; i++) {
+      float t[2] = {x[i][2 * pairs], 0.0f};
+      __m256 xb = pair_bcast(t);
+      #pragma GCC unroll 8
+      for (int q = 0; q < 4; q++) acc[i][q] = _mm256_fmadd_ps(v[q], xb, acc[i][q]);
+    }
+  }
+}
+
+/* ---- FP8: a line as even and odd halves of 8 rows ---- */
+/* An e4m3 byte b as f16 bits (b & 0x7f) << 7 | (b & 0x80) << 8 is exactly
+ * its value times 2^-8, subnormals included (the 2^8 goes into the block
+ * scale). A line's 32 bytes are 16 (even, odd) byte pairs, one per 16-bit
+ * lane: shifted right arithmetically by 1 (the even byte first moved up),
+ * the sign lands in bits 15 and 14 and the rest in 13..7; the mask keeps
+ * 15 and 13..7. Integer shifts only: f16 -> f32 then reads from memory,
+ * which on Intel keeps the conversion off the shuffle port. */
+static inline void fp8_line_f16(const uint8_t *p, __m256i *even, __m256i *odd) {
+  const __m256i mask = _mm256_set1_epi16((short)0xbf80);
+  __m256i u = _mm256_loadu_si256((const __m256i *)p);
+  *even = _mm256_and_si256(_mm256_srai_epi16(_mm256_slli_epi16(u, 8), 1), mask);
+  *odd = _mm256_and_si256(_mm256_srai_epi16(u, 1), mask);
+}
+
+/* lines [0, n) of FP8 at p as f16 at dst: per line 16 even, 16 odd */
+static void fp8_stage(const uint8_t *p, int n, uint16_t *dst) {
+  for (int l = 0; l < n; l++) {
+    _mm_prefetch((const char *)p + l * 32 + PREFETCH_AHEAD, _MM_HINT_T0);
+    __m256i e, o;
+    fp8_line_f16(p + l * 32, &e, &o);
+    _mm256_store_si256((__m256i *)(dst + l * 32), e);
+    _mm256_store_si256((__m256i *)(dst + l * 32 + 16), o);
+  }
+}
+
+/* one staged (f16) or widened (f32) line: even rows 0-7, 8-15, odd 0-7, 8-15 */
+INLINE void split_line(wkind k, const void *p, __m256 w[4]) {
+  #pragma GCC unroll 8
+  for (int q = 0; q < 4; q++)
+    w[q] = k == W_FP8 ? _mm256_cvtph_ps(_mm_load_si128((const __m128i *)p + q))
+                      : _mm256_loadu_ps((const float *)p + 8 * q);
+}
+
+/* lines [l0, l1) of a panel, staged or widened at buf from line l0 on */
+INLINE void run_split(wkind k, int mb, const void *buf, int l0, int l1, int pairs, const float *const *x,
+                      __m256 acc[][4]) {
+  const size_t lb = k == W_FP8 ? 64 : 128;
+  const uint8_t *b = (const uint8_t *)buf - (size_t)l0 * lb;
+  int full = DSI_MIN(l1, pairs);
+  for (int l = l0; l < full; l++) {
+    __m256 v[4];
+    split_line(k, b + l * lb, v);
+    #pragma GCC unroll 8
+    for (int i = 0; i < mb; i++) {
+      __m256 x0 = _mm256_broadcast_ss(x[i] + 2 * l), x1 = _mm256_broadcast_ss(x[i] + 2 * l + 1);
+      acc[i][0] = _mm256_fmadd_ps(v[0], x0, acc[i][0]);
+      acc[i][1] = _mm256_fmadd_ps(v[1], x0, acc[i][1]);
+      acc[i][2] = _mm256_fmadd_ps(v[2], x1, acc[i][2]);
+      acc[i][3] = _mm256_fmadd_ps(v[3], x1, acc[i][3]);
+    }
+  }
+  if (l1 > pairs) { /* odd cols, as in run_pairs */
+    __m256 v[4];
+    split_line(k, b + pairs * lb, v);
+    #pragma GCC unroll 8
+    for (int i = 0; i < mb; i++) {
+      __m256 x0 = _mm256_broadcast_ss(x[i] + 2 * pairs), x1 = _mm256_setzero_ps();
+      acc[i][0] = _mm256_fmadd_ps(v[0], x0, acc[i][0]);
+      acc[i][1] = _mm256_fmadd_ps(v[1], x0, acc[i][1]);
+      acc[i][2] = _mm256_fmadd_ps(v[2], x1, acc[i][2]);
+      acc[i][3] = _mm256_fmadd_ps(v[3], x1, acc[i][3]);
+    }
+  }
+}
+
+/* lines [0, n) of FP8 at p widened (x 2^-8) to f32 at dst, split lanes */
+static void fp8_widen(const uint8_t *p, int n, float *dst) {
+  for (int l = 0; l < n; l++) {
+    __m256i e, o;
+    fp8_line_f16(p + l * 32, &e, &o);
+    float *d = dst + l * 32;
+    _mm256_store_ps(d, _mm256_cvtph_ps(_mm256_castsi256_si128(e)));
+    _mm256_store_ps(d + 8, _mm256_cvtph_ps(_mm256_extracti128_si256(e, 1)));
+    _mm256_store_ps(d + 16, _mm256_cvtph_ps(_mm256_castsi256_si128(o)));
+    _mm256_store_ps(d + 24, _mm256_cvtph_ps(_mm256_extracti128_si256(o, 1)));
+  }
+}
+
+/* ---- a pass: lines [l0, l1) of a panel times up to MB_MAX rows ---- */
+/* The chains wait in `state` ([mb][4] vectors) between passes, so a panel
+ * can be cut into chunks that stay in L1 while every activation row goes
+ * over them; the sums are the same as in one pass. */
+INLINE void pass_body(wkind k, int mb, const uint8_t *w, int l0, int l1, int pairs, const float *const *x,
+                      __m256 *state) {
+  __m256 acc[MB_MAX][4];
+  /* moved in and out with load/store intrinsics (and the small loops
+   * unrolled by pragma): copied as plain __m256 values, GCC 12 keeps acc
+   * in memory and stores it on every line */
+  #pragma GCC unroll 8
+  for (int i = 0; i < mb; i++)
+    #pragma GCC unroll 8
+    for (int q = 0; q < 4; q++) acc[i][q] = _mm256_load_ps((const float *)&state[4 * i + q]);
+  if (k == W_F32 || k == W_BF16) {
+    run_pairs(k, mb, w, l0, l1, pairs, x, acc);
+  } else if (k == W_FP8_WIDE) {
+    run_split(k, mb, w, l0, l1, pairs, x, acc);
+  } else {
+    /* w is the FP8 itself: staged a few lines at a time, the chains kept
+     * in registers meanwhile */
+    _Alignas(32) uint16_t stage[STAGE_LINES * 32];
+    for (int c0 = l0; c0 < l1; c0 += STAGE_LINES) {
+      int c1 = DSI_MIN(c0 + STAGE_LINES, l1);
+      fp8_stage(w + (size_t)(c0 - l0) * 32, c1 - c0, stage);
+      run_split(k, mb, stage, c0, c1, pairs, x, acc);
+    }
+  }
+  #pragma GCC unroll 8
+  for (int i = 0; i < mb; i++)
+    #pragma GCC unroll 8
+    for (int q = 0; q < 4; q++) _mm256_store_ps((float *)&state[4 * i + q], acc[i][q]);
+}
+
+/* one specialized copy per weight kind and number of activation rows */
+typedef void (*pass_fn)(const uint8_t *w, int l0, int l1, int pairs, const float *const *x, __m256 *state);
+#define PASS_FNS(K)                                                                            \
+  static void pass_##K##_1(const uint8_t *w, int l0, int l1, int pairs, const float *const *x, \
+                           __m256 *state) { pass_body(K, 1, w, l0, l1, pairs, x, state); }     \
+  static void pass_##K##_2(const uint8_t *w, int l0, int l1, int pairs, const float *const *x, \
+                           __m256 *state) { pass_body(K, 2, w, l0, l1, pairs, x, state); }
+PASS_FNS(W_F32)
+PASS_FNS(W_BF16)
+PASS_FNS(W_FP8)
+PASS_FNS(W_FP8_WIDE)
+static const pass_fn pass_fns[4][MB_MAX] = {
+  [W_F32] = {pass_W_F32_1, pass_W_F32_2},
+  [W_BF16] = {pass_W_BF16_1, pass_W_BF16_2},
+  [W_FP8] = {pass_W_FP8_1, pass_W_FP8_2},
+  [W_FP8_WIDE] = {pass_W_FP8_WIDE_1, pass_W_FP8_WIDE_2},
+};
+
+/* ---- one panel (16 rows) times up to M_CHUNK activation rows ---- */
+typedef struct {
+  const uint8_t *w;    /* the panel's first line */
+  const float *scale;  /* FP8: the panel's scale per block of columns */
+  int pairs;           /* lines whose two columns are both real: cols / 2 */
+  int lines;           /* lines holding any real column: ceil(cols / 2) */
+  int block_lines;     /* FP8: lines per scale block */
+} panel_src;
+
+/* per-thread scratch: a chunk of widened FP8 lines, then the chains and
+ * FP8 totals of M_CHUNK rows — within DSI_GEMM_SCRATCH(0) */
+#define SCRATCH_CHUNK CHUNK_BYTES
+#define SCRATCH_STATE (M_CHUNK * 4 * 32)
+#define SCRATCH_TOT (M_CHUNK * 2 * 32)
+_Static_assert(SCRATCH_CHUNK + SCRATCH_STATE + SCRATCH_TOT <= DSI_GEMM_SCRATCH(0), "scratch too small");
+
+static void panel(wkind k, const panel_src *s, int mc, const float *const *x, uint8_t *scratch, float (*out)[16]) {
+  uint8_t *buf = scratch;
+  __m256 *state = (__m256 *)(scratch + SCRATCH_CHUNK), *tot = (__m256 *)(scratch + SCRATCH_CHUNK + SCRATCH_STATE);
+  int fp8 = k == W_FP8 || k == W_FP8_WIDE;
+  for (int i = 0; i < 4 * mc; i++) state[i] = _mm256_setzero_ps();
+  for (int i = 0; i < 2 * mc; i++) tot[i] = _mm256_setzero_ps();
+  /* F32 and BF16 are read in place: in one pass when that serves every
+   * row, else in chunks that stay in L1 */
+  int chunk = fp8 || mc > MB_MAX ? CHUNK_BYTES / (k == W_BF16 ? 64 : 128) : s->lines;
+  for (int l0 = 0, l1; l0 < s->lines; l0 = l1) {
+    l1 = DSI_MIN(l0 + chunk, s->lines);
+    if (fp8) l1 = DSI_MIN(l1, (l0 / s->block_lines + 1) * s->block_lines); /* one scale per chunk */
+    const uint8_t *w = s->w + (size_t)l0 * (k == W_F32 ? 128 : k == W_BF16 ? 64 : 32);
+    if (k == W_FP8_WIDE) {
+      fp8_widen(w, l1 - l0, (float *)buf);
+      w = buf;
+    }
+    for (int i = 0; i < mc; i += MB_MAX)
+      pass_fns[k][DSI_MIN(MB_MAX, mc - i) - 1](w, l0, l1, s->pairs, x + i, state + 4 * i);
+    if (fp8 && (l1 % s->block_lines == 0 || l1 == s->lines)) {
+      /* end of a scale block: even + odd, scaled into the total */
+      __m256 sc = _mm256_set1_ps(s->scale[l0 / s->block_lines] * 256.0f);
+      for (int i = 0; i < mc; i++)
+        for (int h = 0; h < 2; h++) {
+          __m256 *a = state + 4 * i;
+          tot[2 * i + h] = _mm256_fmadd_ps(_mm256_add_ps(a[h], a[h + 2]), sc, tot[2 * i + h]);
+          a[h] = a[h + 2] = _mm256_setzero_ps();
+        }
+    }
+  }
+  for (int i = 0; i < mc; i++)
+    for (int h = 0; h < 2; h++) {
+      __m256 r;
+      if (fp8) {
+        r = tot[2 * i + h];
+      } else {
+        /* even + odd of each row; hadd works within 128-bit lanes, which
+         * leaves F32's rows as 0,1,4,5 | 2,3,6,7 and BF16's in order */
+        r = _mm256_hadd_ps(state[4 * i + 2 * h], state[4 * i + 2 * h + 1]);
+        if (k == W_F32) r = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(r), 0xd8));
+      }
+      _mm256_storeu_ps(out[i] + 8 * h, r);
+    }
+}
+
+static inline float silu(float v) { return v / (1.0f + expf(-v)); }
+
+void dsi_gemm_avx2(const dsi_gemm *g, int r0, int r1, void *scratch) {
+  const dsi_mat *w = g->w;
+  DSI_ASSERT(w->layout == DSI_LAYOUT_TILES && r0 % DSI_TILE_N == 0 && ((uintptr_t)scratch & 31) == 0);
+  wkind k = w->dtype == DSI_DTYPE_F32 ? W_F32 : w->dtype == DSI_DTYPE_BF16 ? W_BF16 : W_FP8;
+  DSI_ASSERT(k != W_FP8 || (w->dtype == DSI_DTYPE_F8_E4M3 && w->block % 2 == 0));
+  if (k == W_FP8 && g->m >= FP8_WIDEN_M) k = W_FP8_WIDE;
+  int silu_pairs = g->epi == DSI_EPI_SILU_PAIRS;
+  DSI_ASSERT(!silu_pairs || r0 % (2 * DSI_TILE_N) == 0);
+  int end = silu_pairs ? r1 : DSI_MIN(r1, w->rows), step = silu_pairs ? 2 * DSI_TILE_N : DSI_TILE_N;
+  size_t panel_bytes = (size_t)DSI_TILE_N * w->kpad * dsi_dtype_size(w->dtype);
+  for (int r = r0; r < end; r += step) {
+    panel_src src[2];
+    for (int pp = 0; pp < step / DSI_TILE_N; pp++) {
+      int p = r / DSI_TILE_N + pp;
+      src[pp] = (panel_src){
+        .w = (const uint8_t *)w->data + (size_t)p * panel_bytes,
+        .scale = w->dtype == DSI_DTYPE_F8_E4M3 ? w->scale + (size_t)p * w->scale_cols : NULL,
+        .pairs = w->cols / 2,
+        .lines = (w->cols + 1) / 2,
+        .block_lines = w->block / 2,
+      };
+    }
+    for (int i0 = 0; i0 < g->m; i0 += M_CHUNK) {
+      int mc = DSI_MIN(M_CHUNK, g->m - i0);
+      const float *xp[M_CHUNK];
+      for (int i = 0; i < mc; i++)
+        xp[i] = g->x + (size_t)(g->x_rows ? g->x_rows[i0 + i] : i0 + i) * g->ldx;
+      float out[2][M_CHUNK][16];
+      for (int pp = 0; pp < step / DSI_TILE_N; pp++) panel(k, &src[pp], mc, xp, scratch, out[pp]);
+      int n = DSI_MIN(DSI_TILE_N, end - r);
+      for (int i = 0; i < mc; i++) {
+        int gi = i0 + i;
+        if (g->epi == DSI_EPI_STORE) {
+          float *y = g->y + (size_t)gi * g->ldy + r;
+          for (int j = 0; j < n; j++) y[j] = out[0][i][j];
+        } else if (g->epi == DSI_EPI_SCATTER_ADD) {
+          float *y = g->y + (size_t)g->y_rows[gi] * g->ldy + r, sc = g->y_scale[gi];
+          for (int j = 0; j < n; j++) y[j] += sc * out[0][i][j];
+        } else {
+          float *y = g->y + (size_t)gi * g->ldy + r / 2;
+          for (int j = 0; j < DSI_TILE_N; j++) y[j] = silu(out[0][i][j]) * out[1][i][j];
+        }
+      }
+    }
+  }
+}
