@@ -72,6 +72,7 @@ typedef struct dsi_engine_opts {
   int kv_blocks;     /* blocks in the pool (0 = enough for max_context x 8 sequences) */
   int max_context;   /* longest sequence (0 = min(max_position_embeddings, 4096)) */
   int act_precision; /* activations entering matmuls: DSI_ACT_* */
+  int profile;       /* 1: record where each step's time goes (dsi_engine_profile_*) */
 } dsi_engine_opts;
 
 /* What the matmuls multiply. F32 is exact to float rounding (the golden
@@ -201,6 +202,19 @@ int dsi_detok_push(dsi_detok *d, int32_t id, const char **piece, size_t *len, ds
 int dsi_detok_flush(dsi_detok *d, const char **piece, size_t *len); /* end of stream */
 void dsi_detok_reset(dsi_detok *d); /* start a new stream */
 void dsi_detok_free(dsi_detok *d);
+
+/* ---- profiler: an engine opened with opts.profile = 1 ---- */
+/* Every op of every step (name, layer, category, FLOPs, bytes) and every
+ * thread's share of it as a Chrome trace JSON (Perfetto, chrome://tracing).
+ * DSI_E_INVAL when the engine is not profiling. */
+int dsi_engine_profile_write(dsi_engine *e, const char *path, dsi_err *err);
+/* Forget what was recorded so far (e.g. a warm-up run). */
+void dsi_engine_profile_reset(dsi_engine *e);
+/* Peaks to judge achieved rates against in the summary (optional). */
+void dsi_engine_profile_set_peaks(dsi_engine *e, const dsi_peaks *pk);
+/* Per phase (prefill, decode) and category: time, share of wall time,
+ * GFLOP/s and GB/s (and fractions of the peaks), dispatch share, top ops. */
+void dsi_engine_profile_summary(dsi_engine *e, FILE *out);
 
 /* ---- chat ---- */
 /* A checkpoint's chat format: the Jinja chat_template of its

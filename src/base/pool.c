@@ -21,7 +21,16 @@ struct dsi_pool {
   atomic_int stop;
   dsi_pool_fn fn;
   void *ctx;
+  dsi_pool_observer obs; /* NULL: jobs run untimed */
+  void *obs_ud;
 };
+
+/* fn's share on thread ith, timed for the observer */
+static void run_observed(dsi_pool *p, dsi_pool_fn fn, void *ctx, int ith) {
+  double t0 = dsi_now();
+  fn(ctx, ith, p->n);
+  p->obs(p->obs_ud, ith, t0, dsi_now());
+}
 
 typedef struct { dsi_pool *p; int ith; } worker_arg;
 
@@ -47,7 +56,8 @@ static void *worker_main(void *arg) {
     }
     if (atomic_load(&p->stop)) return NULL;
     seen = g;
-    p->fn(p->ctx, ith, p->n);
+    if (p->obs) run_observed(p, p->fn, p->ctx, ith);
+    else p->fn(p->ctx, ith, p->n);
     atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel);
   }
 }
@@ -87,8 +97,18 @@ void dsi_pool_free(dsi_pool *p) {
 
 int dsi_pool_size(const dsi_pool *p) { return p->n; }
 
+void dsi_pool_set_observer(dsi_pool *p, dsi_pool_observer cb, void *userdata) {
+  p->obs = cb;
+  p->obs_ud = userdata;
+}
+
 void dsi_pool_run(dsi_pool *p, dsi_pool_fn fn, void *ctx) {
-  if (p->n == 1) { fn(ctx, 0, 1); return; }
+  if (p->obs) {
+    if (p->n == 1) { run_observed(p, fn, ctx, 0); return; }
+  } else if (p->n == 1) {
+    fn(ctx, 0, 1);
+    return;
+  }
   p->fn = fn;
   p->ctx = ctx;
   atomic_store_explicit(&p->pending, p->n - 1, memory_order_release);
@@ -96,7 +116,8 @@ void dsi_pool_run(dsi_pool *p, dsi_pool_fn fn, void *ctx) {
   atomic_fetch_add_explicit(&p->gen, 1, memory_order_acq_rel);
   pthread_cond_broadcast(&p->cv);
   pthread_mutex_unlock(&p->mu);
-  fn(ctx, 0, p->n);
+  if (p->obs) run_observed(p, fn, ctx, 0);
+  else fn(ctx, 0, p->n);
   /* spin briefly, then yield: on a loaded machine a descheduled worker
    * must get the core back rather than watch us spin */
   for (int spins = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; spins++) {

@@ -12,6 +12,13 @@ void dsi_pool_free(dsi_pool *p);
 int dsi_pool_size(const dsi_pool *p);
 void dsi_pool_run(dsi_pool *p, dsi_pool_fn fn, void *ctx);
 
+/* With an observer set, every thread's share of every job is timed and
+ * reported as cb(userdata, ith, t0, t1) (seconds, dsi_now's clock) from
+ * that thread, before the job counts as done. NULL cb: no timing at all.
+ * Set it only between jobs. */
+typedef void (*dsi_pool_observer)(void *userdata, int ith, double t0, double t1);
+void dsi_pool_set_observer(dsi_pool *p, dsi_pool_observer cb, void *userdata);
+
 /* [begin,end) of n items for thread ith of nth, in contiguous chunks */
 static inline void dsi_split(long n, int ith, int nth, long *begin, long *end) {
   long q = n / nth, r = n % nth;

@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include "base/pool.h"
 #include "graph/forward.h"
+#include "graph/prof.h"
 #include "kernels/cpu.h"
 #include "kv/kv.h"
 
@@ -14,6 +15,8 @@ struct dsi_engine {
   dsi_model *m;
   dsi_pool *pool;
   dsi_fwd *fwd;
+  dsi_prof *prof;     /* NULL unless opts.profile */
+  int step_prefill;   /* the last window fed some sequence more than one token */
   dsi_kv kv;
   dsi_kv_seq *seqs;   /* by id */
   uint8_t *live;
@@ -54,6 +57,10 @@ int dsi_engine_open(dsi_engine **out, dsi_model *m, const dsi_engine_opts *o, ds
   int bf16 = o->act_precision == DSI_ACT_BF16 ||
              (o->act_precision == DSI_ACT_AUTO && m->packed && dsi_cpu_get()->level >= DSI_ISA_AMX);
   dsi_fwd_set_act_bf16(e->fwd, bf16);
+  if (o->profile) {
+    e->prof = dsi_prof_new(e->pool, 0);
+    dsi_fwd_set_prof(e->fwd, e->prof);
+  }
   int T = e->max_tokens;
   e->pos = dsi_xmalloc(T * sizeof(int32_t));
   e->slot = dsi_xmalloc(T * sizeof(int32_t));
@@ -68,6 +75,7 @@ void dsi_engine_free(dsi_engine *e) {
   for (int i = 0; i < e->n_seqs_cap; i++)
     if (e->live[i]) dsi_kv_release(&e->kv, &e->seqs[i]);
   dsi_fwd_free(e->fwd);
+  dsi_prof_free(e->prof);
   dsi_kv_free(&e->kv);
   dsi_pool_free(e->pool);
   free(e->seqs);
@@ -136,8 +144,10 @@ static int forward_window(dsi_engine *e, const dsi_batch *b, int t0, int n, floa
                       b->tokens[i], c->vocab_size);
     e->seq_count[s]++;
   }
+  e->step_prefill = 0;
   for (int s = 0; s < e->n_seqs_cap; s++) {
     if (!e->seq_count[s]) continue;
+    if (e->seq_count[s] > 1) e->step_prefill = 1;
     int total = e->seqs[s].len + e->seq_count[s];
     if (total > e->max_context)
       return dsi_errf(&e->err, DSI_E_CAPACITY, "sequence %d would hold %d tokens, over the context limit of %d",
@@ -172,9 +182,30 @@ int dsi_engine_forward(dsi_engine *e, const dsi_batch *b, float *logits) {
   size_t vocab = e->m->cfg.vocab_size;
   for (int t0 = 0; t0 < b->n_tokens; t0 += e->max_tokens) {
     int n = DSI_MIN(e->max_tokens, b->n_tokens - t0), nl = 0;
+    if (e->prof) dsi_prof_step_begin(e->prof);
     int rc = forward_window(e, b, t0, n, logits, &nl);
+    if (e->prof) dsi_prof_step_end(e->prof, e->step_prefill, n, rc == DSI_OK);
     if (rc) return rc;
     if (logits) logits += nl * vocab;
   }
   return DSI_OK;
+}
+
+/* ---- profile ---- */
+int dsi_engine_profile_write(dsi_engine *e, const char *path, dsi_err *err) {
+  if (!e->prof) return dsi_errf(err, DSI_E_INVAL, "the engine was opened without profile = 1");
+  return dsi_prof_write_trace(e->prof, path, err);
+}
+
+void dsi_engine_profile_reset(dsi_engine *e) {
+  if (e->prof) dsi_prof_reset(e->prof);
+}
+
+void dsi_engine_profile_set_peaks(dsi_engine *e, const dsi_peaks *pk) {
+  if (e->prof) dsi_prof_set_peaks(e->prof, pk);
+}
+
+void dsi_engine_profile_summary(dsi_engine *e, FILE *out) {
+  if (e->prof) dsi_prof_summary(e->prof, out);
+  else fprintf(out, "no profile: the engine was opened without profile = 1\n");
 }

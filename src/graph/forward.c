@@ -4,6 +4,7 @@
  * forward allocates nothing. */
 #include "graph/forward.h"
 #include "graph/gemm_run.h"
+#include "graph/prof.h"
 #include "kernels/vec.h"
 
 #include <math.h>
@@ -54,7 +55,27 @@ struct dsi_fwd {
   /* per-thread scratch */
   float **scratch;      /* [nth][scratch_len] */
   size_t scratch_len;
+  dsi_prof *prof;       /* NULL: not profiling */
+  int layer;            /* the layer being run, -1 outside them (profile labels) */
 };
+
+/* Profiling: name the op the next dispatches belong to; without a profiler
+ * the cost arguments are never evaluated. Serial pieces on the calling
+ * thread are timed from PROF_T0 to PROF_SERIAL. */
+#define PROF_OP(f, name, cat, flops, wbytes, abytes)                                             \
+  do {                                                                                           \
+    if ((f)->prof) dsi_prof_op((f)->prof, name, cat, (f)->layer, flops, wbytes, abytes);         \
+  } while (0)
+#define PROF_T0(f) ((f)->prof ? dsi_now() : 0.0)
+#define PROF_SERIAL(f, t0)                      \
+  do {                                          \
+    if ((f)->prof) dsi_prof_serial((f)->prof, t0); \
+  } while (0)
+
+static double mat_bytes(const dsi_mat *w) { return (double)w->rows * w->cols * dsi_dtype_size(w->dtype); }
+/* one matmul's cost: y[m, rows] = x[m, cols] W^T */
+#define MM_FLOPS(w, m) (2.0 * (m) * (w)->rows * (w)->cols)
+#define MM_ACT(w, m) (4.0 * (m) * ((w)->rows + (w)->cols))
 
 /* ---- rotary tables: interleaved pairs, YaRN frequencies at every position ---- */
 void dsi_rope_tables(const dsi_config *c, int n_pos, float *cos_t, float *sin_t) {
@@ -111,10 +132,20 @@ static void gemm1(dsi_fwd *f, const dsi_mat *w, const float *x, int ldx, float *
   dsi_gemm_batch(&f->gc, f->gemms, 1, w->rows, epi == DSI_EPI_SILU_PAIRS ? 32 : 16);
 }
 
-/* y = x W^T with whichever layout w is in */
-static void linear(dsi_fwd *f, const dsi_mat *w, const float *x, float *y, int m) {
+/* y = x W^T with whichever layout w is in; name and cat label it in a profile */
+static void linear(dsi_fwd *f, const char *name, dsi_prof_cat cat, const dsi_mat *w, const float *x, float *y,
+                   int m) {
+  PROF_OP(f, name, cat, MM_FLOPS(w, m), mat_bytes(w), MM_ACT(w, m));
   if (w->layout == DSI_LAYOUT_TILES) gemm1(f, w, x, w->cols, y, w->rows, m, DSI_EPI_STORE);
   else matmul(f, w, x, y, m);
+}
+
+/* x += y on the calling thread (a serial op in a profile) */
+static void add(dsi_fwd *f, const char *name, dsi_prof_cat cat, float *x, const float *y, size_t n) {
+  PROF_OP(f, name, cat, (double)n, 0, 12.0 * n);
+  double t0 = PROF_T0(f);
+  dsi_vec()->add(x, y, (long)n);
+  PROF_SERIAL(f, t0);
 }
 
 /* ---- MLA attention ---- */
@@ -125,6 +156,24 @@ typedef struct {
   const dsi_fwd_cache *cache;
   int layer;
 } attn_job;
+
+/* profile label of the attention core over tokens [t0, t0 + n) not in
+ * skip: per (token, head) the scores and weighted sum over its context plus
+ * head_flops; each token's cache rows are read `passes` times */
+static void prof_attn_core(dsi_fwd *f, const dsi_fwd_batch *b, int t0, int n, const uint8_t *skip,
+                           double head_flops, double wbytes, int passes) {
+  if (!f->prof) return;
+  const dsi_config *c = f->c;
+  int H = c->num_attention_heads, kvl = c->kv_lora_rank, row = kvl + c->qk_rope_head_dim;
+  double ctx = 0, toks = 0;
+  for (int t = t0; t < t0 + n; t++)
+    if (!skip || !skip[t - t0]) {
+      ctx += b->pos[t] + 1;
+      toks++;
+    }
+  dsi_prof_op(f->prof, "attn_core", DSI_PROF_ATTN, f->layer, H * (2.0 * ctx * (row + kvl) + toks * head_flops),
+              wbytes, 4.0 * ctx * row * passes);
+}
 
 /* Normalize the latent, rotate k_pe, store both in each token's cache slot. */
 static void kv_write_task(void *ctx, int ith, int nth) {
@@ -270,11 +319,14 @@ static void attn_segment(dsi_fwd *f, const dsi_fwd_batch *b, const dsi_fwd_cache
   int H = c->num_attention_heads, kvl = c->kv_lora_rank, row = kvl + c->qk_rope_head_dim;
   int bs = cache->block_size, ctx = b->pos[ts + L - 1] + 1;
   const int32_t *table = b->block_tables[b->seq[ts]];
+  PROF_OP(f, "attn_kv_pack", DSI_PROF_ATTN, 0, 0, 4.0 * ctx * (row + kvl) * 2);
+  double tp = PROF_T0(f);
   for (int u = 0; u < ctx; u++) f->att_slots[u] = table[u / bs] * bs + u % bs;
   dsi_dtype dt = f->gc.act_bf16 ? DSI_DTYPE_BF16 : DSI_DTYPE_F32;
   dsi_mat K, Vt;
   dsi_pack_f32_rows(dt, cache->layer[layer], row, f->att_slots, ctx, row, &K, f->att_k);
   dsi_pack_f32_cols(dt, cache->layer[layer], row, f->att_slots, ctx, kvl, &Vt, f->att_vt);
+  PROF_SERIAL(f, tp);
   int ctx_pad = Vt.kpad;
   /* tokens per pass: bounded by the score buffer, and small enough that
    * each pass only multiplies the keys its last token can see (the causal
@@ -284,11 +336,14 @@ static void attn_segment(dsi_fwd *f, const dsi_fwd_batch *b, const dsi_fwd_cache
     int n = DSI_MIN(per, L - l0), tc = ts + l0 - t0, seen = b->pos[ts + l0 + n - 1] + 1;
     dsi_mat Kv = dsi_mat_panels(&K, 0, seen), Vv = Vt;
     Vv.cols = seen;
+    PROF_OP(f, "attn_scores", DSI_PROF_ATTN, MM_FLOPS(&Kv, n * H), 0, MM_ACT(&Kv, n * H));
     f->gemms[0] = (dsi_gemm){.w = &Kv, .x = f->q_lat + (size_t)tc * H * row, .ldx = row, .m = n * H,
                              .y = f->att_s, .ldy = ctx_pad, .epi = DSI_EPI_STORE};
     dsi_gemm_batch(&f->gc, f->gemms, 1, Kv.rows, DSI_TILE_N);
+    PROF_OP(f, "attn_softmax", DSI_PROF_ATTN, 5.0 * n * H * seen, 0, 8.0 * n * H * seen);
     softmax_job sj = {f, b->pos + ts + l0, n * H, H, ctx_pad};
     dsi_pool_run(f->pool, causal_softmax_task, &sj);
+    PROF_OP(f, "attn_pv", DSI_PROF_ATTN, MM_FLOPS(&Vv, n * H), 0, MM_ACT(&Vv, n * H));
     f->gemms[0] = (dsi_gemm){.w = &Vv, .x = f->att_s, .ldx = ctx_pad, .m = n * H,
                              .y = f->o_lat + (size_t)tc * H * kvl, .ldy = kvl, .epi = DSI_EPI_STORE};
     dsi_gemm_batch(&f->gc, f->gemms, 1, Vv.rows, DSI_TILE_N);
@@ -329,10 +384,12 @@ static void mla_absorbed_packed(dsi_fwd *f, const dsi_layer_weights *w, const ds
   uint8_t *skip = f->att_skip;
   for (int t0 = 0; t0 < b->n_tokens; t0 += f->attn_chunk) {
     int n = DSI_MIN(f->attn_chunk, b->n_tokens - t0);
+    PROF_OP(f, "w_uk", DSI_PROF_ATTN, H * MM_FLOPS(&uk[0], n), mat_bytes(&w->w_uk_t), H * MM_ACT(&uk[0], n));
     for (int h = 0; h < H; h++)
       f->gemms[h] = (dsi_gemm){.w = &uk[h], .x = f->q + ((size_t)t0 * H + h) * qk, .ldx = H * qk, .m = n,
                                .y = f->q_lat + (size_t)h * row, .ldy = H * row, .epi = DSI_EPI_STORE};
     dsi_gemm_batch(&f->gc, f->gemms, H, kvl, DSI_TILE_N);
+    PROF_OP(f, "q_pe_copy", DSI_PROF_ATTN, 0, 0, 8.0 * n * H * rope);
     qpe_job qj = {f, t0, n};
     dsi_pool_run(f->pool, qpe_copy_task, &qj);
     /* segments: runs of consecutive positions of one sequence */
@@ -346,8 +403,10 @@ static void mla_absorbed_packed(dsi_fwd *f, const dsi_layer_weights *w, const ds
       }
       s = e;
     }
+    prof_attn_core(f, b, t0, n, skip, 0, 0, DSI_CEIL_DIV(H, ATTN_HEAD_GROUP));
     core_job cj = {f, b, cache, layer, t0, n, skip, 0};
     dsi_pool_run(f->pool, attn_core_task, &cj);
+    PROF_OP(f, "w_uv", DSI_PROF_ATTN, H * MM_FLOPS(&uv[0], n), mat_bytes(&w->w_uv), H * MM_ACT(&uv[0], n));
     for (int h = 0; h < H; h++)
       f->gemms[h] = (dsi_gemm){.w = &uv[h], .x = f->o_lat + (size_t)h * kvl, .ldx = H * kvl, .m = n,
                                .y = f->attn + ((size_t)t0 * H + h) * vd, .ldy = H * vd, .epi = DSI_EPI_STORE};
@@ -386,22 +445,31 @@ static void mla(dsi_fwd *f, const dsi_layer_weights *w, const dsi_fwd_batch *b,
   const dsi_config *c = f->c;
   int T = b->n_tokens, H = c->num_attention_heads;
   int qk = c->qk_nope_head_dim + c->qk_rope_head_dim;
+  int rope = c->qk_rope_head_dim, kv_row = c->kv_lora_rank + rope;
   if (c->q_lora_rank > 0) {
-    linear(f, &w->q_a_proj, f->xn, f->qa, T);
+    linear(f, "q_a_proj", DSI_PROF_ATTN, &w->q_a_proj, f->xn, f->qa, T);
+    PROF_OP(f, "q_a_norm", DSI_PROF_ATTN, 4.0 * T * c->q_lora_rank, 0, 8.0 * T * c->q_lora_rank);
     rows_job nj = {f, b, w->q_a_layernorm, f->qa, c->q_lora_rank, c->q_lora_rank, 0, 0, 0};
     dsi_pool_run(f->pool, q_post_task, &nj);
-    linear(f, &w->q_b_proj, f->qa, f->q, T);
+    linear(f, "q_b_proj", DSI_PROF_ATTN, &w->q_b_proj, f->qa, f->q, T);
   } else {
-    linear(f, &w->q_proj, f->xn, f->q, T);
+    linear(f, "q_proj", DSI_PROF_ATTN, &w->q_proj, f->xn, f->q, T);
   }
+  PROF_OP(f, "rope", DSI_PROF_ATTN, 3.0 * T * H * rope, 0, 8.0 * T * H * rope);
   rows_job rj = {f, b, NULL, f->q, H * qk, 0, c->qk_nope_head_dim, qk, H};
   dsi_pool_run(f->pool, q_post_task, &rj);
-  linear(f, &w->kv_a_proj_with_mqa, f->xn, f->kva, T);
+  linear(f, "kv_a_proj", DSI_PROF_ATTN, &w->kv_a_proj_with_mqa, f->xn, f->kva, T);
+  PROF_OP(f, "kv_write", DSI_PROF_ATTN, 4.0 * T * kv_row, 0, 8.0 * T * kv_row);
   attn_job aj = {f, w, b, cache, layer};
   dsi_pool_run(f->pool, kv_write_task, &aj);
-  if (w->w_uk_t.data) mla_absorbed_packed(f, w, b, cache, layer);
-  else dsi_pool_run(f->pool, attn_task, &aj);
-  linear(f, &w->o_proj, f->attn, f->out, T);
+  if (w->w_uk_t.data) {
+    mla_absorbed_packed(f, w, b, cache, layer);
+  } else {
+    prof_attn_core(f, b, 0, T, NULL, 2.0 * c->kv_lora_rank * (c->qk_nope_head_dim + c->v_head_dim),
+                   mat_bytes(&w->kv_b_proj), H);
+    dsi_pool_run(f->pool, attn_task, &aj);
+  }
+  linear(f, "o_proj", DSI_PROF_ATTN, &w->o_proj, f->attn, f->out, T);
 }
 
 /* ---- MLP: down(silu(gate x) * up x) ---- */
@@ -418,23 +486,37 @@ static void silu_task(void *ctx, int ith, int nth) {
   dsi_k_silu_mul(j->g + a, j->u + a, j->g + a, (int)(e - a));
 }
 
-static void mlp(dsi_fwd *f, const dsi_mat *gate, const dsi_mat *up, const dsi_mat *down,
+/* which MLP it is, for the profile */
+typedef struct {
+  const char *gate_up, *down;
+  dsi_prof_cat cat;
+} mlp_kind;
+static const mlp_kind k_dense = {"dense_gate_up", "dense_down", DSI_PROF_DENSE};
+static const mlp_kind k_shared = {"shared_gate_up", "shared_down", DSI_PROF_MOE};
+static const mlp_kind k_routed = {"moe_gate_up", "moe_down", DSI_PROF_MOE};
+
+static void mlp(dsi_fwd *f, const mlp_kind *k, const dsi_mat *gate, const dsi_mat *up, const dsi_mat *down,
                 const float *x, float *y, int m) {
+  PROF_OP(f, k->gate_up, k->cat, MM_FLOPS(gate, m) + MM_FLOPS(up, m), mat_bytes(gate) + mat_bytes(up),
+          MM_ACT(gate, m) + MM_ACT(up, m));
   matmul(f, gate, x, f->h_gate, m);
   matmul(f, up, x, f->h_up, m);
   silu_job sj = {f->h_gate, f->h_up, (long)m * gate->rows};
   dsi_pool_run(f->pool, silu_task, &sj);
+  PROF_OP(f, k->down, k->cat, MM_FLOPS(down, m), mat_bytes(down), MM_ACT(down, m));
   matmul(f, down, f->h_gate, y, m);
 }
 
 /* the dense MLP / shared experts of a layer in whichever layout it has */
-static void layer_mlp(dsi_fwd *f, const dsi_layer_weights *w, const float *x, float *y, int m) {
+static void layer_mlp(dsi_fwd *f, const mlp_kind *k, const dsi_layer_weights *w, const float *x, float *y, int m) {
   if (w->gate_up.data) { /* packed: gate and up in one pass, SiLU-mul fused */
     int ih = w->gate_up.rows / 2;
+    PROF_OP(f, k->gate_up, k->cat, MM_FLOPS(&w->gate_up, m), mat_bytes(&w->gate_up), MM_ACT(&w->gate_up, m));
     gemm1(f, &w->gate_up, x, f->c->hidden_size, f->h_gate, ih, m, DSI_EPI_SILU_PAIRS);
+    PROF_OP(f, k->down, k->cat, MM_FLOPS(&w->down_proj, m), mat_bytes(&w->down_proj), MM_ACT(&w->down_proj, m));
     gemm1(f, &w->down_proj, f->h_gate, ih, y, f->c->hidden_size, m, DSI_EPI_STORE);
   } else {
-    mlp(f, &w->gate_proj, &w->up_proj, &w->down_proj, x, y, m);
+    mlp(f, k, &w->gate_proj, &w->up_proj, &w->down_proj, x, y, m);
   }
 }
 
@@ -483,11 +565,14 @@ static void scatter_task(void *ctx, int ith, int nth) {
 static void moe(dsi_fwd *f, const dsi_layer_weights *w, int T) {
   const dsi_config *c = f->c;
   int E = c->n_routed_experts, K = c->num_experts_per_tok, D = c->hidden_size;
-  linear(f, &w->gate, f->xn, f->router_logits, T);
+  linear(f, "router", DSI_PROF_MOE, &w->gate, f->xn, f->router_logits, T);
+  PROF_OP(f, "router_topk", DSI_PROF_MOE, 0, 0, 4.0 * T * E);
   moe_job rj = {f, w, T, 0, 0};
   dsi_pool_run(f->pool, route_task, &rj);
 
   /* group the (token, expert) pairs by expert, tokens ascending within */
+  PROF_OP(f, "moe_sort", DSI_PROF_MOE, 0, 0, 8.0 * T * K);
+  double ts = PROF_T0(f);
   memset(f->exp_start, 0, (E + 1) * sizeof(int32_t));
   for (int i = 0; i < T * K; i++) f->exp_start[f->topk_ids[i] + 1]++;
   for (int e = 0; e < E; e++) f->exp_start[e + 1] += f->exp_start[e];
@@ -501,6 +586,7 @@ static void moe(dsi_fwd *f, const dsi_layer_weights *w, int T) {
     }
 
   memset(f->moe_y, 0, (size_t)T * D * sizeof(float));
+  PROF_SERIAL(f, ts);
   if (w->exp_gate_up && w->exp_gate_up[0].data) {
     /* grouped expert matmul: every active expert in one dispatch per
      * projection, each reading its tokens through [start, end) of the
@@ -514,6 +600,8 @@ static void moe(dsi_fwd *f, const dsi_layer_weights *w, int T) {
       f->gemms[n++] = (dsi_gemm){.w = &w->exp_gate_up[e], .x = f->xn, .ldx = D, .x_rows = f->exp_tok + a,
                                  .m = cnt, .y = f->h_pairs + (size_t)a * ih, .ldy = ih, .epi = DSI_EPI_SILU_PAIRS};
     }
+    PROF_OP(f, "moe_gate_up", DSI_PROF_MOE, MM_FLOPS(&w->exp_gate_up[0], T * K), n * mat_bytes(&w->exp_gate_up[0]),
+            MM_ACT(&w->exp_gate_up[0], T * K));
     dsi_gemm_batch(&f->gc, f->gemms, n, w->exp_gate_up[0].rows, 2 * DSI_TILE_N);
     n = 0;
     for (int e = 0; e < E; e++) {
@@ -523,6 +611,8 @@ static void moe(dsi_fwd *f, const dsi_layer_weights *w, int T) {
                                  .y = f->moe_y, .ldy = D, .epi = DSI_EPI_SCATTER_ADD,
                                  .y_rows = f->exp_tok + a, .y_scale = f->exp_w + a};
     }
+    PROF_OP(f, "moe_down", DSI_PROF_MOE, MM_FLOPS(&w->exp_down[0], T * K), n * mat_bytes(&w->exp_down[0]),
+            MM_ACT(&w->exp_down[0], T * K));
     dsi_gemm_batch(&f->gc, f->gemms, n, D, DSI_TILE_N);
   } else {
     for (int e = 0; e < E; e++) {
@@ -530,14 +620,15 @@ static void moe(dsi_fwd *f, const dsi_layer_weights *w, int T) {
       if (n == 0) continue;
       for (int i = 0; i < n; i++)
         memcpy(f->xg + (size_t)i * D, f->xn + (size_t)f->exp_tok[a + i] * D, D * sizeof(float));
-      mlp(f, &w->exp_gate[e], &w->exp_up[e], &w->exp_down[e], f->xg, f->yg, n);
+      mlp(f, &k_routed, &w->exp_gate[e], &w->exp_up[e], &w->exp_down[e], f->xg, f->yg, n);
+      PROF_OP(f, "moe_scatter", DSI_PROF_MOE, 2.0 * n * D, 0, 12.0 * n * D);
       moe_job sj = {f, w, T, a, n};
       dsi_pool_run(f->pool, scatter_task, &sj);
     }
   }
   if (c->n_shared_experts > 0) {
-    layer_mlp(f, w, f->xn, f->out, T);
-    for (size_t i = 0; i < (size_t)T * D; i++) f->out[i] += f->moe_y[i];
+    layer_mlp(f, &k_shared, w, f->xn, f->out, T);
+    add(f, "moe_add", DSI_PROF_MOE, f->out, f->moe_y, (size_t)T * D);
   } else {
     memcpy(f->out, f->moe_y, (size_t)T * D * sizeof(float));
   }
@@ -565,35 +656,41 @@ static void norm_task(void *ctx, int ith, int nth) {
   }
 }
 
-static void rmsnorm_rows(dsi_fwd *f, const float *weight, const float *src, float *dst, const int32_t *rows, int n) {
+static void rmsnorm_rows(dsi_fwd *f, dsi_prof_cat cat, const float *weight, const float *src, float *dst,
+                         const int32_t *rows, int n) {
+  PROF_OP(f, "rmsnorm", cat, 4.0 * n * f->c->hidden_size, 4.0 * f->c->hidden_size, 8.0 * n * f->c->hidden_size);
   norm_job j = {f, weight, src, dst, rows, n};
   dsi_pool_run(f->pool, norm_task, &j);
 }
-
-static void residual_add(float *x, const float *y, size_t n) { dsi_vec()->add(x, y, (long)n); }
 
 void dsi_fwd_run(dsi_fwd *f, const dsi_fwd_batch *b, const dsi_fwd_cache *cache, float *logits) {
   const dsi_model *m = f->m;
   const dsi_config *c = f->c;
   int T = b->n_tokens, D = c->hidden_size;
   DSI_ASSERT(T > 0 && T <= f->max_tokens);
+  f->layer = -1;
+  PROF_OP(f, "embed", DSI_PROF_OTHER, 0, (double)T * D * dsi_dtype_size(m->embed_tokens.dtype), 4.0 * T * D);
+  double te = PROF_T0(f);
   for (int t = 0; t < T; t++) {
     DSI_ASSERT(b->pos[t] >= 0 && b->pos[t] < f->max_context);
     dsi_k_row_f32(&m->embed_tokens, b->tokens[t], 0, D, f->x + (size_t)t * D);
   }
+  PROF_SERIAL(f, te);
   for (int L = 0; L < c->num_hidden_layers; L++) {
     const dsi_layer_weights *w = &m->layers[L];
-    rmsnorm_rows(f, w->input_layernorm, f->x, f->xn, NULL, T);
+    f->layer = L;
+    rmsnorm_rows(f, DSI_PROF_OTHER, w->input_layernorm, f->x, f->xn, NULL, T);
     mla(f, w, b, cache, L);
-    residual_add(f->x, f->out, (size_t)T * D);
-    rmsnorm_rows(f, w->post_attention_layernorm, f->x, f->xn, NULL, T);
+    add(f, "residual_add", DSI_PROF_OTHER, f->x, f->out, (size_t)T * D);
+    rmsnorm_rows(f, DSI_PROF_OTHER, w->post_attention_layernorm, f->x, f->xn, NULL, T);
     if (w->is_moe) moe(f, w, T);
-    else layer_mlp(f, w, f->xn, f->out, T);
-    residual_add(f->x, f->out, (size_t)T * D);
+    else layer_mlp(f, &k_dense, w, f->xn, f->out, T);
+    add(f, "residual_add", DSI_PROF_OTHER, f->x, f->out, (size_t)T * D);
   }
+  f->layer = -1;
   if (b->n_logits > 0 && logits) {
-    rmsnorm_rows(f, m->norm, f->x, f->final_x, b->logit_rows, b->n_logits);
-    linear(f, &m->lm_head, f->final_x, logits, b->n_logits);
+    rmsnorm_rows(f, DSI_PROF_LM_HEAD, m->norm, f->x, f->final_x, b->logit_rows, b->n_logits);
+    linear(f, "lm_head", DSI_PROF_LM_HEAD, &m->lm_head, f->final_x, logits, b->n_logits);
   }
 }
 
@@ -692,6 +789,7 @@ int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, int max_token
 }
 
 void dsi_fwd_set_act_bf16(dsi_fwd *f, int on) { f->gc.act_bf16 = on; }
+void dsi_fwd_set_prof(dsi_fwd *f, dsi_prof *p) { f->prof = p; }
 int dsi_fwd_act_bf16(const dsi_fwd *f) { return f->gc.act_bf16; }
 
 void dsi_fwd_free(dsi_fwd *f) {

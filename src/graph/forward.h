@@ -39,6 +39,9 @@ void dsi_fwd_free(dsi_fwd *f);
 /* matmuls see activations rounded to bf16 (see DSI_ACT_BF16) */
 void dsi_fwd_set_act_bf16(dsi_fwd *f, int on);
 int dsi_fwd_act_bf16(const dsi_fwd *f);
+/* label every op in p (NULL: stop); p observes the pool the forward runs on */
+typedef struct dsi_prof dsi_prof;
+void dsi_fwd_set_prof(dsi_fwd *f, dsi_prof *p);
 /* Run the batch; logits: [n_logits, vocab]. The caller guarantees slots
  * and block tables are valid (the engine's KV layer owns them). */
 void dsi_fwd_run(dsi_fwd *f, const dsi_fwd_batch *b, const dsi_fwd_cache *cache, float *logits);

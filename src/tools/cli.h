@@ -29,4 +29,26 @@ int dsi_cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((fo
 /* "1,2,3" -> ints; returns count, or -1 on a malformed list */
 int dsi_cli_parse_ids(const char *s, int32_t **out);
 
+/* Options every command that runs the model shares (cmd_model.c). */
+typedef struct {
+  int threads, mlock, op_opt_off;
+  const char *precision, *op_opt;
+  int profile;   /* set by the command: open the engine with the profiler on */
+  int kv_blocks; /* set by the command: KV blocks (0 = the engine's default) */
+} run_opts;
+
+#define RUN_OPTS(r)                                                                                    \
+  {"--threads", NULL, OPT_INT, &(r).threads, "worker threads (default: all cores)"},                   \
+  {"--mlock", NULL, OPT_FLAG, &(r).mlock, "lock the file mapping and compute from it (row-major)"},   \
+  {"--op-opt", NULL, OPT_STR, &(r).op_opt, "on: pack weights into the kernels' layout (default); off: keep row-major"}, \
+  {"--precision", NULL, OPT_STR, &(r).precision, "activations into matmuls: auto | f32 | bf16 (default auto: bf16 where AMX runs)"}
+
+/* check the shared options; *act gets DSI_ACT_*; returns 0 or a usage error's exit code */
+int dsi_cli_check_run_opts(const char *cmd, run_opts *r, int *act);
+/* Load the model and open an engine; prints the error and returns 1 on failure. */
+typedef struct dsi_model dsi_model;
+typedef struct dsi_engine dsi_engine;
+int dsi_cli_open_engine(const char *cmd, const char *dir, const run_opts *r, int act, int max_tokens,
+                        int max_context, dsi_model **m, dsi_engine **e);
+
 #endif

@@ -51,11 +51,7 @@ static int bench_kernels(int argc, char **argv) {
 }
 
 /* ---- bench --model ---- */
-typedef struct {
-  double prefill_tps, decode_tps, ms_per_token;
-} run_result;
-
-static int one_run(dsi_engine *e, int vocab, int P, int G, int B, uint64_t seed, run_result *r) {
+int dsi_bench_run(dsi_engine *e, int vocab, int P, int G, int B, uint64_t seed, dsi_bench_result *r) {
   int n = P * B, rc = 0;
   int32_t *tok = malloc(n * sizeof(int32_t)), *seq = malloc(n * sizeof(int32_t)), ids[256];
   uint8_t *want = calloc(n, 1);
@@ -99,7 +95,7 @@ static int one_run(dsi_engine *e, int vocab, int P, int G, int B, uint64_t seed,
 }
 
 static int bench_model(int argc, char **argv) {
-  const char *model = NULL, *precision = NULL, *op_opt = NULL;
+  const char *model = NULL, *precision = NULL, *op_opt = NULL, *profile = NULL;
   int P = 512, G = 64, B = 1, reps = 3, threads = 0, json = 0;
   const dsi_opt opts[] = {
     {"--model", NULL, OPT_STR, &model, "checkpoint directory"},
@@ -111,6 +107,7 @@ static int bench_model(int argc, char **argv) {
     {"--precision", NULL, OPT_STR, &precision, "auto | f32 | bf16 (see generate --help)"},
     {"--op-opt", NULL, OPT_STR, &op_opt, "on (packed weights, default) | off (row-major)"},
     {"--json", NULL, OPT_FLAG, &json, "print one JSON object"},
+    {"--profile", NULL, OPT_STR, &profile, "write a Chrome trace of the measured runs to FILE"},
     {0}};
   int rc = dsi_cli_parse("bench", "--model DIR [--prompt-len P] [--gen-len G] [--batch B] [--reps R] [--threads N] [--json]\n"
                                   "       dsinfer bench kernels [options]   (dsinfer bench kernels --help)",
@@ -138,7 +135,7 @@ static int bench_model(int argc, char **argv) {
   dsi_model_get_info(m, &info);
   dsi_engine *e;
   dsi_engine_opts eo = {.n_threads = threads, .max_tokens = 512, .max_context = P + G + 1, .act_precision = act,
-                        .kv_blocks = (P + G + 64) / 64 * B + B};
+                        .kv_blocks = (P + G + 64) / 64 * B + B, .profile = profile != NULL};
   if (dsi_engine_open(&e, m, &eo, &err)) {
     fprintf(stderr, "dsinfer bench: %s\n", err.msg);
     dsi_model_free(m);
@@ -146,11 +143,12 @@ static int bench_model(int argc, char **argv) {
   }
   double pre[64], dec[64], mpt[64];
   reps = reps > 64 ? 64 : reps;
-  run_result warm;
-  rc = one_run(e, info.vocab_size, DSI_MIN(P, 16), DSI_MIN(G, 2), B, 99, &warm); /* pages, caches */
+  dsi_bench_result warm;
+  rc = dsi_bench_run(e, info.vocab_size, DSI_MIN(P, 16), DSI_MIN(G, 2), B, 99, &warm); /* pages, caches */
+  dsi_engine_profile_reset(e);
   for (int r = 0; r < reps && !rc; r++) {
-    run_result rr;
-    rc = one_run(e, info.vocab_size, P, G, B, (uint64_t)r + 1, &rr);
+    dsi_bench_result rr;
+    rc = dsi_bench_run(e, info.vocab_size, P, G, B, (uint64_t)r + 1, &rr);
     pre[r] = rr.prefill_tps;
     dec[r] = rr.decode_tps;
     mpt[r] = rr.ms_per_token;
@@ -182,6 +180,10 @@ static int bench_model(int argc, char **argv) {
              "decode reaches %.0f%% of it\n", info.active_bytes_per_token / 1e6, pk.read_gbs, roof, 100 * d / B / roof);
       printf("peak RSS: %.0f MB\n", dsi_peak_rss() / 1e6);
     }
+  }
+  if (!rc && profile && dsi_engine_profile_write(e, profile, &err)) {
+    fprintf(stderr, "dsinfer bench: %s\n", err.msg);
+    rc = 1;
   }
   dsi_engine_free(e);
   dsi_model_free(m);

@@ -9,7 +9,6 @@
 #include "dsinfer.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
-#include "tools/run_opts.h"
 
 static double now(void) {
   struct timespec ts;
@@ -22,14 +21,30 @@ static int fail(const char *cmd, const dsi_err *err) {
   return 1;
 }
 
-/* Load the model and open an engine; prints the error and returns 1 on failure. */
-static int open_all(const char *cmd, const char *dir, const dsi_run_opts *r, int max_tokens, int max_context,
-                    dsi_model **m, dsi_engine **e) {
-  if (dsi_run_open_model(cmd, dir, r, m)) return 1;
-  dsi_engine_opts eo = {.max_tokens = max_tokens, .max_context = max_context};
-  if (dsi_run_open_engine(cmd, *m, r, eo, e)) {
+int dsi_cli_check_run_opts(const char *cmd, run_opts *r, int *act) {
+  if (r->threads < 0) return dsi_cli_usage_error(cmd, "--threads must be >= 0");
+  if (r->op_opt && strcmp(r->op_opt, "on") && strcmp(r->op_opt, "off"))
+    return dsi_cli_usage_error(cmd, "--op-opt must be on or off, got '%s'", r->op_opt);
+  r->op_opt_off = r->op_opt && !strcmp(r->op_opt, "off");
+  *act = DSI_ACT_AUTO;
+  if (r->precision) {
+    if (!strcmp(r->precision, "f32")) *act = DSI_ACT_F32;
+    else if (!strcmp(r->precision, "bf16")) *act = DSI_ACT_BF16;
+    else if (strcmp(r->precision, "auto")) return dsi_cli_usage_error(cmd, "--precision must be auto, f32 or bf16, got '%s'", r->precision);
+  }
+  return 0;
+}
+
+int dsi_cli_open_engine(const char *cmd, const char *dir, const run_opts *r, int act, int max_tokens,
+                        int max_context, dsi_model **m, dsi_engine **e) {
+  dsi_err err = {0};
+  dsi_load_opts lo = {.mlock = r->mlock, .progress = 1, .n_threads = r->threads, .op_opt_off = r->op_opt_off};
+  if (dsi_model_open(m, dir, &lo, &err)) return fail(cmd, &err);
+  dsi_engine_opts eo = {.n_threads = r->threads, .max_tokens = max_tokens, .max_context = max_context,
+                        .act_precision = act, .profile = r->profile, .kv_blocks = r->kv_blocks};
+  if (dsi_engine_open(e, *m, &eo, &err)) {
     dsi_model_free(*m);
-    return 1;
+    return fail(cmd, &err);
   }
   return 0;
 }
@@ -38,15 +53,15 @@ static int open_all(const char *cmd, const char *dir, const dsi_run_opts *r, int
 int dsi_cmd_logits(int argc, char **argv) {
   const char *model = NULL, *out = NULL;
   dsi_strlist toks = {0};
-  int decode = 0, chunk = 0;
-  dsi_run_opts ro = {0};
+  int decode = 0, chunk = 0, act;
+  run_opts ro = {0};
   const dsi_opt opts[] = {
     {"--model", NULL, OPT_STR, &model, "checkpoint directory (config.json + safetensors)"},
     {"--tokens", NULL, OPT_LIST, &toks, "comma-separated ids of one sequence; repeat for more sequences"},
     {"--decode", NULL, OPT_FLAG, &decode, "feed one token per sequence per step through the KV cache"},
     {"--chunk", NULL, OPT_INT, &chunk, "prefill in chunks of N tokens per sequence per step"},
     {"--out", NULL, OPT_STR, &out, "output file: raw little-endian f32, [n_tokens, vocab] per sequence"},
-    DSI_RUN_OPTS(ro),
+    RUN_OPTS(ro),
     {0}};
   int rc = dsi_cli_parse("logits", "--model DIR --tokens IDS [--tokens IDS ...] [--decode | --chunk N] --out FILE",
                          opts, argc, argv);
@@ -56,7 +71,7 @@ int dsi_cmd_logits(int argc, char **argv) {
     return dsi_cli_usage_error("logits", "--model, --tokens and --out are required");
   }
   if (chunk < 0 || (decode && chunk)) { free(toks.v); return dsi_cli_usage_error("logits", "--chunk must be positive and not combined with --decode"); }
-  if ((rc = dsi_run_opts_check("logits", &ro))) { free(toks.v); return rc; }
+  if ((rc = dsi_cli_check_run_opts("logits", &ro, &act))) { free(toks.v); return rc; }
   if (decode) chunk = 1;
   int ns = toks.n;
   int32_t **ids = calloc(ns, sizeof *ids);
@@ -73,7 +88,7 @@ int dsi_cmd_logits(int argc, char **argv) {
   dsi_engine *e = NULL;
   int maxlen = 0;
   for (int s = 0; s < ns; s++) maxlen = len[s] > maxlen ? len[s] : maxlen;
-  if ((rc = open_all("logits", model, &ro, total, maxlen, &m, &e))) goto done;
+  if ((rc = dsi_cli_open_engine("logits", model, &ro, act, total, maxlen, &m, &e))) goto done;
   dsi_model_info info;
   dsi_model_get_info(m, &info);
   size_t V = info.vocab_size;
@@ -125,9 +140,9 @@ done:
 
 /* ---- generate ---- */
 int dsi_cmd_generate(int argc, char **argv) {
-  const char *model = NULL, *tokens = NULL;
-  int n_gen = 32, ignore_eos = 0;
-  dsi_run_opts ro = {0};
+  const char *model = NULL, *tokens = NULL, *profile = NULL;
+  int n_gen = 32, ignore_eos = 0, act;
+  run_opts ro = {0};
   dsi_sampling sp = {.temperature = 0, .top_p = 1, .top_k = 0, .seed = 0};
   const dsi_opt opts[] = {
     {"--model", NULL, OPT_STR, &model, "checkpoint directory"},
@@ -138,20 +153,22 @@ int dsi_cmd_generate(int argc, char **argv) {
     {"--top-k", NULL, OPT_INT, &sp.top_k, "sample among the K most likely (default 0 = off)"},
     {"--seed", NULL, OPT_U64, &sp.seed, "random seed (default 0)"},
     {"--ignore-eos", NULL, OPT_FLAG, &ignore_eos, "keep going past the end-of-sequence token"},
-    DSI_RUN_OPTS(ro),
+    {"--profile", NULL, OPT_STR, &profile, "write a Chrome trace of the run to FILE (see dsinfer profile)"},
+    RUN_OPTS(ro),
     {0}};
   int rc = dsi_cli_parse("generate", "--model DIR --tokens IDS [-n N] [sampling options]", opts, argc, argv);
   if (rc) return rc == 1 ? 0 : 2;
   if (!model || !tokens) return dsi_cli_usage_error("generate", "--model and --tokens are required");
   if (n_gen < 0 || sp.temperature < 0 || sp.top_p <= 0 || sp.top_p > 1 || sp.top_k < 0)
     return dsi_cli_usage_error("generate", "-n, --temperature, --top-k must be >= 0 and --top-p in (0, 1]");
-  if ((rc = dsi_run_opts_check("generate", &ro))) return rc;
+  if ((rc = dsi_cli_check_run_opts("generate", &ro, &act))) return rc;
+  ro.profile = profile != NULL;
   int32_t *prompt;
   int np = dsi_cli_parse_ids(tokens, &prompt);
   if (np < 0) return dsi_cli_usage_error("generate", "--tokens expects comma-separated non-negative ids");
   dsi_model *m = NULL;
   dsi_engine *e = NULL;
-  if ((rc = open_all("generate", model, &ro, np, np + n_gen, &m, &e))) { free(prompt); return rc; }
+  if ((rc = dsi_cli_open_engine("generate", model, &ro, act, np, np + n_gen, &m, &e))) { free(prompt); return rc; }
   dsi_model_info info;
   dsi_model_get_info(m, &info);
   float *logits = malloc((size_t)info.vocab_size * sizeof(float));
@@ -182,6 +199,8 @@ int dsi_cmd_generate(int argc, char **argv) {
   if (!rc)
     fprintf(stderr, "prefill: %d tokens, %.1f tokens/s; decode: %d tokens, %.2f tokens/s\n", np,
             np / (t1 - t0), produced, produced > 1 ? (produced - 1) / (t2 - t1) : 0.0);
+  dsi_err perr = {0};
+  if (!rc && profile && dsi_engine_profile_write(e, profile, &perr)) rc = fail("generate", &perr);
   free(want); free(seqv); free(logits); free(prompt);
   dsi_sampler_free(smp);
   dsi_engine_free(e);

@@ -15,7 +15,6 @@
 #include "dsinfer.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
-#include "tools/run_opts.h"
 #include "tools/sbuf.h"
 
 static double now(void) {
@@ -32,7 +31,8 @@ typedef struct run_args {
   const char *model, *prompt, *system;
   int chat, think, no_think, n, ctx, raw, verbose, ignore_eos;
   dsi_sampling sp;
-  dsi_run_opts ro;
+  run_opts ro;
+  int act; /* DSI_ACT_* from --precision */
 } run_args;
 
 #define RUN_COMMON_OPTS(a)                                                                                          \
@@ -49,7 +49,7 @@ typedef struct run_args {
   {"--ctx", NULL, OPT_INT, &(a).ctx, "most tokens in the context (default: min(max_position_embeddings, 4096))"}, \
   {"--raw", NULL, OPT_FLAG, &(a).raw, "print the generated text as it is: no reasoning/answer split"},            \
   {"--verbose", "-v", OPT_FLAG, &(a).verbose, "print each prompt's token ids on stderr"},                          \
-  DSI_RUN_OPTS((a).ro)
+  RUN_OPTS((a).ro)
 
 /* checks shared by run and chat; 0 or a usage error's exit code */
 static int check_args(const char *cmd, run_args *a) {
@@ -59,7 +59,7 @@ static int check_args(const char *cmd, run_args *a) {
   if (a->think && a->no_think) return dsi_cli_usage_error(cmd, "--think and --no-think exclude each other");
   if (!a->chat && (a->system || a->think || a->no_think))
     return dsi_cli_usage_error(cmd, "--system, --think and --no-think need --chat");
-  return dsi_run_opts_check(cmd, &a->ro);
+  return dsi_cli_check_run_opts(cmd, &a->ro, &a->act);
 }
 
 /* ---- the session: tokenizer, template, model, one sequence ---- */
@@ -111,19 +111,18 @@ static int open_text(session *s) {
   return 0;
 }
 
-/* Weights, engine and sampler; ctx_want 0 = the model's default. */
+/* Weights, engine and sampler; ctx_want 0 = the model's default,
+ * min(max_position_embeddings, 4096), as the engine's. */
 static int open_model(session *s, int ctx_want, int max_tokens) {
-  if (dsi_run_open_model(s->cmd, s->a->model, &s->a->ro, &s->m)) return 1;
+  int ctx = s->a->ctx ? s->a->ctx : ctx_want ? ctx_want : 4096;
+  run_opts ro = s->a->ro;
+  ro.kv_blocks = (ctx + 63) / 64 + 1; /* one sequence: blocks for its context only */
+  if (dsi_cli_open_engine(s->cmd, s->a->model, &ro, s->a->act, max_tokens, ctx, &s->m, &s->e)) return 1;
   dsi_model_get_info(s->m, &s->info);
-  int maxpos = s->info.max_position_embeddings;
-  s->ctx = s->a->ctx ? s->a->ctx : ctx_want ? ctx_want : (maxpos < 4096 ? maxpos : 4096);
-  if (s->ctx > maxpos) s->ctx = maxpos;
+  s->ctx = ctx < s->info.max_position_embeddings ? ctx : s->info.max_position_embeddings;
   if (dsi_tok_vocab_size(s->tok) > s->info.vocab_size)
     fprintf(stderr, "dsinfer %s: warning: the tokenizer has %d ids, the model only %d\n", s->cmd,
             dsi_tok_vocab_size(s->tok), s->info.vocab_size);
-  /* one sequence: blocks for its context only */
-  dsi_engine_opts eo = {.max_tokens = max_tokens, .max_context = s->ctx, .kv_blocks = (s->ctx + 63) / 64 + 1};
-  if (dsi_run_open_engine(s->cmd, s->m, &s->a->ro, eo, &s->e)) return 1;
   s->smp = dsi_sampler_new(&s->a->sp, s->info.vocab_size);
   s->logits = malloc((size_t)s->info.vocab_size * sizeof(float));
   s->cached = malloc((size_t)s->ctx * sizeof(int32_t));

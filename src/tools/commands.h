@@ -3,10 +3,20 @@
 #ifndef DSI_COMMANDS_H
 #define DSI_COMMANDS_H
 
+#include <stdint.h>
+
 int dsi_cmd_logits(int argc, char **argv);
 int dsi_cmd_generate(int argc, char **argv);
 int dsi_cmd_mkmodel(int argc, char **argv);
 int dsi_cmd_bench(int argc, char **argv);
+int dsi_cmd_profile(int argc, char **argv); /* cmd_profile.c */
+/* cmd_bench.c: B sequences of P random tokens (from seed) prefilled in one
+ * batch, then G greedy decode steps; 0, or 1 when the engine failed */
+typedef struct dsi_bench_result {
+  double prefill_tps, decode_tps, ms_per_token;
+} dsi_bench_result;
+typedef struct dsi_engine dsi_engine;
+int dsi_bench_run(dsi_engine *e, int vocab, int P, int G, int B, uint64_t seed, dsi_bench_result *r);
 /* cmd_tokenize.c; argv holds the options only (after "tokenize", or after
  * "bench tokenizer" for the benchmark) */
 int dsi_cmd_tokenize(int argc, char **argv);

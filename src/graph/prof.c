@@ -1,0 +1,317 @@
+/* graph: the profiler (see prof.h). Recording appends to preallocated
+ * buffers (thread shares through one atomic counter); reporting — the
+ * Chrome trace and the summary table — walks them afterwards. */
+#include "graph/prof.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+  const char *name; /* a string literal of the call site */
+  int cat, layer;
+  double flops, wbytes, abytes;
+} prof_op;
+
+typedef struct {
+  int op;  /* index into ops, -1: none named */
+  int ith; /* pool thread */
+  double t0, t1;
+} prof_span;
+
+typedef struct {
+  double t0, t1;
+  int prefill, n_tokens;
+  int op0, op1;     /* its ops [op0, op1) */
+  long span0, span1;/* its spans [span0, span1) */
+} prof_step;
+
+struct dsi_prof {
+  dsi_pool *pool;
+  int nth;
+  double origin; /* trace time 0 */
+  prof_op *ops;
+  int n_ops, max_ops, cur;
+  prof_span *spans;
+  atomic_long n_spans;
+  long max_spans;
+  prof_step *steps;
+  int n_steps, max_steps;
+  double step_t0;
+  int step_op0;
+  long step_span0;
+  atomic_int full; /* a buffer ran out: nothing more is recorded */
+  dsi_peaks peaks;
+  int have_peaks;
+};
+
+static const char *const k_cat_names[DSI_PROF_N_CAT] = {"attention", "moe", "dense", "lm_head", "other"};
+
+/* ---- recording ---- */
+static void observe(void *ud, int ith, double t0, double t1) {
+  dsi_prof *p = ud;
+  if (atomic_load_explicit(&p->full, memory_order_relaxed)) return;
+  long i = atomic_fetch_add_explicit(&p->n_spans, 1, memory_order_relaxed);
+  if (i >= p->max_spans) {
+    atomic_store(&p->full, 1);
+    return;
+  }
+  p->spans[i] = (prof_span){p->cur, ith, t0, t1};
+}
+
+dsi_prof *dsi_prof_new(dsi_pool *pool, long max_spans) {
+  dsi_prof *p = dsi_xcalloc(1, sizeof *p);
+  p->pool = pool;
+  p->nth = dsi_pool_size(pool);
+  p->max_spans = max_spans > 0 ? max_spans : 1l << 20;
+  p->max_ops = (int)DSI_MAX(1024, p->max_spans / 2);
+  p->max_steps = (int)DSI_MAX(256, p->max_spans / 64);
+  p->spans = dsi_xmalloc(p->max_spans * sizeof *p->spans);
+  p->ops = dsi_xmalloc(p->max_ops * sizeof *p->ops);
+  p->steps = dsi_xmalloc(p->max_steps * sizeof *p->steps);
+  p->cur = -1;
+  p->origin = dsi_now();
+  dsi_pool_set_observer(pool, observe, p);
+  return p;
+}
+
+void dsi_prof_free(dsi_prof *p) {
+  if (!p) return;
+  dsi_pool_set_observer(p->pool, NULL, NULL);
+  free(p->spans);
+  free(p->ops);
+  free(p->steps);
+  free(p);
+}
+
+void dsi_prof_reset(dsi_prof *p) {
+  p->n_ops = p->n_steps = 0;
+  p->cur = -1;
+  atomic_store(&p->n_spans, 0);
+  atomic_store(&p->full, 0);
+}
+
+void dsi_prof_op(dsi_prof *p, const char *name, dsi_prof_cat cat, int layer, double flops, double weight_bytes,
+                 double act_bytes) {
+  if (p->n_ops == p->max_ops) {
+    atomic_store(&p->full, 1);
+    return;
+  }
+  p->ops[p->n_ops] = (prof_op){name, cat, layer, flops, weight_bytes, act_bytes};
+  p->cur = p->n_ops++;
+}
+
+void dsi_prof_serial(dsi_prof *p, double t0) { observe(p, 0, t0, dsi_now()); }
+
+void dsi_prof_step_begin(dsi_prof *p) {
+  p->cur = -1;
+  p->step_op0 = p->n_ops;
+  p->step_span0 = atomic_load(&p->n_spans);
+  p->step_t0 = dsi_now();
+}
+
+void dsi_prof_step_end(dsi_prof *p, int prefill, int n_tokens, int ok) {
+  double t1 = dsi_now();
+  p->cur = -1;
+  if (!ok || atomic_load(&p->full)) return; /* a partial step would not add up */
+  if (p->n_steps == p->max_steps) {
+    atomic_store(&p->full, 1);
+    return;
+  }
+  p->steps[p->n_steps++] = (prof_step){p->step_t0, t1, prefill, n_tokens, p->step_op0, p->n_ops,
+                                       p->step_span0, atomic_load(&p->n_spans)};
+}
+
+void dsi_prof_set_peaks(dsi_prof *p, const dsi_peaks *pk) {
+  p->peaks = *pk;
+  p->have_peaks = 1;
+}
+
+static long spans_held(const dsi_prof *p) {
+  return DSI_MIN(atomic_load((atomic_long *)&p->n_spans), p->max_spans);
+}
+
+/* ---- per step: time inside ops on the calling thread ---- */
+static double step_ops_time(const dsi_prof *p, const prof_step *s) {
+  double t = 0;
+  for (long i = s->span0; i < s->span1; i++)
+    if (p->spans[i].ith == 0) t += p->spans[i].t1 - p->spans[i].t0;
+  return t;
+}
+
+/* ---- Chrome trace ---- */
+static void json_str(FILE *f, const char *s) {
+  fputc('"', f);
+  for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+    if (*c == '"' || *c == '\\') fprintf(f, "\\%c", *c);
+    else if (*c < 0x20) fprintf(f, "\\u%04x", *c);
+    else fputc(*c, f);
+  }
+  fputc('"', f);
+}
+
+static void thread_name(FILE *f, int tid, const char *name) {
+  fprintf(f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{\"name\":", tid);
+  json_str(f, name);
+  fprintf(f, "}},\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{\"sort_index\":%d}},\n",
+          tid, tid);
+}
+
+int dsi_prof_write_trace(const dsi_prof *p, const char *path, dsi_err *err) {
+  FILE *f = fopen(path, "w");
+  if (!f) return dsi_errf(err, DSI_E_IO, "%s: cannot write the trace: %s", path, strerror(errno));
+  long n_spans = spans_held(p);
+  int step_tid = p->nth;
+  fprintf(f, "{\"traceEvents\":[\n");
+  fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"tid\":0,\"args\":{\"name\":\"dsinfer\"}},\n");
+  char buf[64];
+  for (int t = 0; t < p->nth; t++) {
+    snprintf(buf, sizeof buf, t ? "worker %d" : "thread %d (caller)", t);
+    thread_name(f, t, buf);
+  }
+  thread_name(f, step_tid, "steps");
+  int k = 0;
+  for (long i = 0; i < n_spans; i++) {
+    const prof_span *s = &p->spans[i];
+    while (k < p->n_steps && p->steps[k].span1 <= i) k++;
+    const char *phase = k < p->n_steps && i >= p->steps[k].span0 ? (p->steps[k].prefill ? "prefill" : "decode") : "none";
+    const prof_op *op = s->op >= 0 ? &p->ops[s->op] : NULL;
+    fprintf(f, "{\"name\":");
+    json_str(f, op ? op->name : "(unnamed)");
+    fprintf(f, ",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":1,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"layer\":%d,"
+               "\"flops\":%.0f,\"weight_bytes\":%.0f,\"act_bytes\":%.0f,\"bytes\":%.0f,\"phase\":\"%s\",\"op\":%d}},\n",
+            k_cat_names[op ? op->cat : DSI_PROF_OTHER], s->ith, (s->t0 - p->origin) * 1e6, (s->t1 - s->t0) * 1e6,
+            op ? op->layer : -1, op ? op->flops : 0, op ? op->wbytes : 0, op ? op->abytes : 0,
+            op ? op->wbytes + op->abytes : 0, phase, s->op);
+  }
+  for (int i = 0; i < p->n_steps; i++) {
+    const prof_step *s = &p->steps[i];
+    double wall = s->t1 - s->t0, ops = step_ops_time(p, s);
+    fprintf(f, "{\"name\":\"%s\",\"cat\":\"step\",\"ph\":\"X\",\"pid\":1,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
+               "\"args\":{\"step\":%d,\"phase\":\"%s\",\"n_tokens\":%d,\"ops_us\":%.3f,\"dispatch_us\":%.3f}}%s\n",
+            s->prefill ? "prefill" : "decode", step_tid, (s->t0 - p->origin) * 1e6, wall * 1e6, i,
+            s->prefill ? "prefill" : "decode", s->n_tokens, ops * 1e6, (wall - ops) * 1e6,
+            i + 1 < p->n_steps ? "," : "");
+  }
+  if (p->n_steps == 0) fprintf(f, "{\"name\":\"no steps\",\"ph\":\"i\",\"pid\":1,\"tid\":%d,\"ts\":0,\"s\":\"g\"}\n", step_tid);
+  fprintf(f, "],\"displayTimeUnit\":\"ms\",\"otherData\":{\"threads\":%d,\"truncated\":%s}}\n", p->nth,
+          atomic_load((atomic_int *)&p->full) ? "true" : "false");
+  int bad = ferror(f);
+  if (fclose(f) || bad) return dsi_errf(err, DSI_E_IO, "%s: cannot write the trace: %s", path, strerror(errno));
+  return DSI_OK;
+}
+
+/* ---- summary ---- */
+typedef struct {
+  double time, flops, bytes;
+  long calls;
+  const char *name;
+  int cat;
+} prof_agg;
+
+#define MAX_NAMES 128
+
+typedef struct {
+  int n_steps;
+  long tokens;
+  double wall, ops;
+  prof_agg cat[DSI_PROF_N_CAT];
+  prof_agg names[MAX_NAMES];
+  int n_names;
+} prof_phase;
+
+static prof_agg *agg_of(prof_phase *ph, const char *name, int cat) {
+  for (int i = 0; i < ph->n_names; i++)
+    if (ph->names[i].cat == cat && !strcmp(ph->names[i].name, name)) return &ph->names[i];
+  if (ph->n_names == MAX_NAMES) return NULL;
+  ph->names[ph->n_names] = (prof_agg){.name = name, .cat = cat};
+  return &ph->names[ph->n_names++];
+}
+
+static void gather(const dsi_prof *p, prof_phase ph[2]) {
+  memset(ph, 0, 2 * sizeof *ph);
+  for (int i = 0; i < p->n_steps; i++) {
+    const prof_step *s = &p->steps[i];
+    prof_phase *h = &ph[s->prefill ? 0 : 1];
+    h->n_steps++;
+    h->tokens += s->n_tokens;
+    h->wall += s->t1 - s->t0;
+    for (int o = s->op0; o < s->op1; o++) {
+      const prof_op *op = &p->ops[o];
+      prof_agg *a = agg_of(h, op->name, op->cat);
+      h->cat[op->cat].flops += op->flops;
+      h->cat[op->cat].bytes += op->wbytes + op->abytes;
+      h->cat[op->cat].calls++;
+      if (a) {
+        a->flops += op->flops;
+        a->bytes += op->wbytes + op->abytes;
+        a->calls++;
+      }
+    }
+    for (long j = s->span0; j < s->span1; j++) {
+      const prof_span *sp = &p->spans[j];
+      if (sp->ith != 0) continue;
+      double t = sp->t1 - sp->t0;
+      const prof_op *op = sp->op >= 0 ? &p->ops[sp->op] : NULL;
+      int cat = op ? op->cat : DSI_PROF_OTHER;
+      h->ops += t;
+      h->cat[cat].time += t;
+      prof_agg *a = agg_of(h, op ? op->name : "(unnamed)", cat);
+      if (a) a->time += t;
+    }
+  }
+}
+
+static int by_time_desc(const void *a, const void *b) {
+  double x = ((const prof_agg *)a)->time, y = ((const prof_agg *)b)->time;
+  return (x < y) - (x > y);
+}
+
+/* one row: time, share of the phase's wall, rates and their fractions of the peaks */
+static void rate_row(const dsi_prof *p, FILE *out, const char *label, const prof_agg *a, double wall) {
+  fprintf(out, "  %-16s %9.2f %6.1f%%", label, a->time * 1e3, wall > 0 ? 100 * a->time / wall : 0.0);
+  if (a->time <= 0 || (a->flops == 0 && a->bytes == 0)) {
+    fprintf(out, "\n");
+    return;
+  }
+  double gf = a->flops / a->time * 1e-9, gb = a->bytes / a->time * 1e-9;
+  fprintf(out, " %9.1f", gf);
+  if (p->have_peaks && p->peaks.amx_bf16_gflops > 0) fprintf(out, " %5.1f%%", 100 * gf / p->peaks.amx_bf16_gflops);
+  else fprintf(out, " %6s", "-");
+  fprintf(out, " %8.2f", gb);
+  if (p->have_peaks && p->peaks.read_gbs > 0) fprintf(out, " %5.1f%%", 100 * gb / p->peaks.read_gbs);
+  else fprintf(out, " %6s", "-");
+  fprintf(out, "\n");
+}
+
+void dsi_prof_summary(const dsi_prof *p, FILE *out) {
+  prof_phase ph[2];
+  gather(p, ph);
+  fprintf(out, "profile: %d threads", p->nth);
+  if (p->have_peaks)
+    fprintf(out, "; peaks: read %.1f GB/s, AMX BF16 %.0f GFLOP/s", p->peaks.read_gbs, p->peaks.amx_bf16_gflops);
+  fprintf(out, "\n");
+  if (atomic_load((atomic_int *)&p->full))
+    fprintf(out, "note: the profile's buffers filled up; later steps were not recorded\n");
+  static const char *const phase_names[2] = {"prefill", "decode"};
+  for (int k = 0; k < 2; k++) {
+    prof_phase *h = &ph[k];
+    if (!h->n_steps) continue;
+    fprintf(out, "\n%s: %d step%s, %ld tokens, %.2f ms wall (%.1f tokens/s)\n", phase_names[k], h->n_steps,
+            h->n_steps == 1 ? "" : "s", h->tokens, h->wall * 1e3, h->wall > 0 ? h->tokens / h->wall : 0.0);
+    fprintf(out, "  %-16s %9s %7s %9s %6s %8s %6s\n", "category", "ms", "%wall", "GFLOP/s", "%amx", "GB/s", "%bw");
+    for (int c = 0; c < DSI_PROF_N_CAT; c++)
+      if (h->cat[c].time > 0) rate_row(p, out, k_cat_names[c], &h->cat[c], h->wall);
+    prof_agg disp = {.time = h->wall - h->ops};
+    rate_row(p, out, "dispatch", &disp, h->wall);
+    qsort(h->names, h->n_names, sizeof *h->names, by_time_desc);
+    fprintf(out, "  top ops:\n");
+    for (int i = 0; i < DSI_MIN(h->n_names, 8); i++) {
+      char label[64];
+      snprintf(label, sizeof label, "%s x%ld", h->names[i].name, h->names[i].calls);
+      rate_row(p, out, label, &h->names[i], h->wall);
+    }
+  }
+  if (!ph[0].n_steps && !ph[1].n_steps) fprintf(out, "no steps recorded\n");
+}

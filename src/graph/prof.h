@@ -1,0 +1,44 @@
+/* graph: the profiler — records every op of the forward (name, layer,
+ * category, FLOPs, bytes), each thread's timed share of each dispatch and
+ * each engine step into bounded buffers; writes a Chrome trace and a summary. */
+#ifndef DSI_PROF_H
+#define DSI_PROF_H
+
+#include <stdio.h>
+
+#include "base/base.h"
+#include "base/pool.h"
+#include "dsinfer.h"
+
+typedef enum {
+  DSI_PROF_ATTN,
+  DSI_PROF_MOE,
+  DSI_PROF_DENSE,
+  DSI_PROF_LM_HEAD,
+  DSI_PROF_OTHER,
+  DSI_PROF_N_CAT
+} dsi_prof_cat;
+
+typedef struct dsi_prof dsi_prof;
+
+/* Room for max_spans timed thread shares (0 = 1M); ops and steps get
+ * proportional room. Attaches itself to pool as its observer. */
+dsi_prof *dsi_prof_new(dsi_pool *pool, long max_spans);
+void dsi_prof_free(dsi_prof *p); /* detaches from the pool */
+void dsi_prof_reset(dsi_prof *p);  /* forget everything recorded (between steps) */
+
+/* The op that the following dispatches (and serial spans) belong to. */
+void dsi_prof_op(dsi_prof *p, const char *name, dsi_prof_cat cat, int layer, double flops, double weight_bytes,
+                 double act_bytes);
+/* a serial piece of the current op on the calling thread, [t0, dsi_now()) */
+void dsi_prof_serial(dsi_prof *p, double t0);
+/* an engine step: begin before it, end after it (prefill: some sequence was
+ * fed more than one token); a failed step is dropped (ok = 0) */
+void dsi_prof_step_begin(dsi_prof *p);
+void dsi_prof_step_end(dsi_prof *p, int prefill, int n_tokens, int ok);
+
+void dsi_prof_set_peaks(dsi_prof *p, const dsi_peaks *pk);
+int dsi_prof_write_trace(const dsi_prof *p, const char *path, dsi_err *err);
+void dsi_prof_summary(const dsi_prof *p, FILE *out);
+
+#endif

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# e2e: `dsinfer profile` on the tiny checkpoint prints the summary and
+# writes a Chrome trace that parses as JSON and holds complete ("X") events
+# of the known ops on the worker tracks and the steps on their own track;
+# `generate --profile` and `bench --profile` write one too.
+set -euo pipefail
+bin=$1 scratch=$2
+rm -rf "$scratch"; mkdir -p "$scratch"
+model=golden/tiny-bf16/model
+"$bin" profile --model "$model" --prompt-len 20 --gen-len 3 --threads 2 --no-peaks --out "$scratch/trace.json" \
+  > "$scratch/summary.txt"
+for want in "prefill: 1 step" "decode: 3 steps" attention moe dense lm_head dispatch "top ops"; do
+  grep -q "$want" "$scratch/summary.txt" || { echo "summary lacks '$want':"; cat "$scratch/summary.txt"; exit 1; }
+done
+node -e '
+const fs = require("fs");
+const t = JSON.parse(fs.readFileSync(process.argv[1], "utf8"));
+const x = t.traceEvents.filter(e => e.ph === "X");
+const fail = m => { console.error(m); process.exit(1); };
+for (const e of x)
+  if (e.pid !== 1 || typeof e.tid !== "number" || !(e.ts >= 0) || !(e.dur >= 0) || !e.args)
+    fail("malformed event " + JSON.stringify(e));
+const names = new Set(x.map(e => e.name));
+for (const n of ["q_a_proj", "q_b_proj", "kv_a_proj", "w_uk", "attn_core", "w_uv", "o_proj", "router",
+                 "moe_gate_up", "moe_down", "shared_gate_up", "dense_down", "rmsnorm", "rope", "lm_head",
+                 "prefill", "decode"])
+  if (!names.has(n)) fail("no X event named " + n);
+const steps = x.filter(e => e.cat === "step");
+if (steps.length !== 4) fail("want 4 steps, got " + steps.length);
+const stepTid = steps[0].tid;
+if (!x.some(e => e.tid === 1 && e.cat !== "step") || x.some(e => e.tid === stepTid && e.cat !== "step"))
+  fail("want ops on threads 0 and 1 and only steps on tid " + stepTid);
+const o = x.find(e => e.name === "o_proj");
+for (const k of ["layer", "flops", "bytes", "phase"]) if (!(k in o.args)) fail("o_proj lacks args." + k);
+if (!(o.args.flops > 0)) fail("o_proj has no FLOPs");
+' "$scratch/trace.json"
+# generate and bench write the trace of their run
+toks=$(cat golden/tiny-bf16/ref/tokens.txt)
+"$bin" generate --model "$model" --tokens "$toks" -n 4 --profile "$scratch/gen.json" > /dev/null 2>&1
+python3 -m json.tool "$scratch/gen.json" > /dev/null
+"$bin" bench --model "$model" --prompt-len 8 --gen-len 2 --reps 1 --profile "$scratch/bench.json" > /dev/null 2>&1
+python3 -m json.tool "$scratch/bench.json" > /dev/null
+grep -q '"name":"attn_core"' "$scratch/bench.json"
+# a trace that cannot be written is an error that names the file
+if "$bin" profile --model "$model" --prompt-len 4 --gen-len 1 --no-peaks --out /nonexistent/t.json > /dev/null 2> "$scratch/err.txt"; then
+  echo "profile into a missing folder succeeded"; exit 1
+fi
+grep -q "/nonexistent/t.json" "$scratch/err.txt"
+echo ok
