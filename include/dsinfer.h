@@ -97,6 +97,10 @@ const dsi_err *dsi_engine_error(const dsi_engine *e);
 int dsi_seq_new(dsi_engine *e);               /* returns id, or negative status */
 void dsi_seq_free(dsi_engine *e, int seq);    /* returns its blocks to the pool */
 int dsi_seq_len(const dsi_engine *e, int seq);/* tokens in its cache */
+/* Cut seq's cache back to its first n tokens (n <= its length): blocks up
+ * to n tokens are kept, the rest go back to the pool; the next tokens fed
+ * follow position n. Reuses a shared prefix, as a chat's next turn does. */
+int dsi_seq_truncate(dsi_engine *e, int seq, int n);
 
 /* One forward step over a batch: any mix of prefill chunks and decode
  * tokens of several sequences. Token i belongs to sequence seq[i] and sits
@@ -132,6 +136,8 @@ typedef struct dsi_mkmodel_opts {
   const char *out_dir;
   int shard_mb;       /* 0 = one file */
   int progress;
+  const char *tokenizer; /* tokenizer.json or its folder to copy; "builtin": a small generated
+                            one; NULL: DeepSeek-V3's when found locally and it fits, else builtin */
 } dsi_mkmodel_opts;
 int dsi_mkmodel(const dsi_mkmodel_opts *o, dsi_err *err);
 
@@ -216,6 +222,58 @@ void dsi_engine_profile_set_peaks(dsi_engine *e, const dsi_peaks *pk);
 /* Per phase (prefill, decode) and category: time, share of wall time,
  * GFLOP/s and GB/s (and fractions of the peaks), dispatch share, top ops. */
 void dsi_engine_profile_summary(dsi_engine *e, FILE *out);
+
+/* ---- chat ---- */
+/* A checkpoint's chat format: the Jinja chat_template of its
+ * tokenizer_config.json (the built-in DeepSeek-V3 template when it has
+ * none) with its BOS/EOS tokens, rendered byte for byte as transformers.js
+ * renders it. Read-only once open. */
+typedef struct dsi_chat_fmt dsi_chat_fmt;
+
+/* Read model_dir/tokenizer_config.json; without that file, the built-in
+ * template with DeepSeek's BOS/EOS. */
+int dsi_chat_fmt_open(dsi_chat_fmt **out, const char *model_dir, dsi_err *err);
+void dsi_chat_fmt_free(dsi_chat_fmt *f);
+/* Render a conversation: messages_json is a JSON array of {role, content,
+ * reasoning_content, tool_calls, ...}; extra_json NULL or a JSON object of
+ * more template variables ({"thinking":true}, {"tools":[...]}). *text is
+ * malloc'd and NUL-terminated (free it). */
+int dsi_chat_fmt_render(const dsi_chat_fmt *f, const char *messages_json, int add_generation_prompt,
+                        const char *extra_json, char **text, dsi_err *err);
+/* 1 when the template has a thinking mode (it writes <think>: R1, V3.1). */
+int dsi_chat_fmt_thinks(const dsi_chat_fmt *f);
+/* The BOS / EOS token's text, or NULL when tokenizer_config.json names none. Borrowed. */
+const char *dsi_chat_fmt_bos(const dsi_chat_fmt *f);
+const char *dsi_chat_fmt_eos(const dsi_chat_fmt *f);
+/* 1 when a rendered prompt leaves the assistant's turn inside <think> (R1's
+ * generation prompt, V3.1 with thinking): the output starts in the reasoning. */
+int dsi_chat_prompt_in_reasoning(const char *prompt);
+
+/* The model's output, streamed back into a message: reasoning (<think>…
+ * </think>) apart from the answer, DeepSeek tool calls (V3/R1 and V3.1
+ * forms) into name + arguments. Both fields are trimmed of white space at
+ * their ends; an <｜end▁of▁sentence｜> ends the message. */
+typedef struct dsi_chat_out dsi_chat_out;
+/* What one piece made final; text borrowed until the next call. A delta
+ * never holds part of a tag or of a UTF-8 character. */
+typedef struct dsi_chat_out_delta {
+  const char *reasoning;
+  size_t reasoning_len;
+  const char *content;
+  size_t content_len;
+  int n_tool_calls; /* tool calls parsed so far */
+} dsi_chat_out_delta;
+int dsi_chat_out_open(dsi_chat_out **out, int in_reasoning, dsi_err *err);
+int dsi_chat_out_feed(dsi_chat_out *o, const char *piece, size_t len, dsi_chat_out_delta *d, dsi_err *err);
+/* The text is over: what was held back (a possible tag's start) is decided. */
+int dsi_chat_out_finish(dsi_chat_out *o, dsi_chat_out_delta *d, dsi_err *err);
+/* The whole reasoning so far (NULL when the output had none) and answer. Borrowed. */
+const char *dsi_chat_out_reasoning(dsi_chat_out *o);
+const char *dsi_chat_out_content(dsi_chat_out *o);
+/* Tool call i (0 .. n_tool_calls-1): its name and its arguments' JSON text
+ * (raw text when not valid JSON). Borrowed. Returns DSI_E_INVAL for a bad i. */
+int dsi_chat_out_tool_call(dsi_chat_out *o, int i, const char **name, const char **arguments);
+void dsi_chat_out_free(dsi_chat_out *o);
 
 #ifdef __cplusplus
 }

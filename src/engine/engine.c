@@ -120,6 +120,15 @@ int dsi_seq_len(const dsi_engine *e, int seq) {
   return e->seqs[seq].len;
 }
 
+int dsi_seq_truncate(dsi_engine *e, int seq, int n) {
+  if (seq < 0 || seq >= e->n_seqs_cap || !e->live[seq])
+    return dsi_errf(&e->err, DSI_E_INVAL, "sequence %d does not exist", seq);
+  if (n < 0 || n > e->seqs[seq].len)
+    return dsi_errf(&e->err, DSI_E_INVAL, "sequence %d: cannot cut %d tokens back to %d", seq, e->seqs[seq].len, n);
+  dsi_kv_truncate(&e->kv, &e->seqs[seq], n);
+  return DSI_OK;
+}
+
 /* ---- the forward step ---- */
 /* One window of at most max_tokens tokens: validate, reserve KV blocks,
  * assign positions and slots, run, then advance each sequence. */

@@ -55,3 +55,10 @@ void dsi_kv_release(dsi_kv *kv, dsi_kv_seq *s) {
   free(s->blocks);
   memset(s, 0, sizeof *s);
 }
+
+void dsi_kv_truncate(dsi_kv *kv, dsi_kv_seq *s, int n) {
+  DSI_ASSERT(n >= 0 && n <= s->len);
+  int keep = DSI_CEIL_DIV(n, kv->block_size);
+  while (s->n_blocks > keep) kv->free_list[kv->n_free++] = s->blocks[--s->n_blocks];
+  s->len = n;
+}

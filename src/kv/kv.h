@@ -28,6 +28,9 @@ void dsi_kv_free(dsi_kv *kv);
 int dsi_kv_reserve(dsi_kv *kv, dsi_kv_seq *s, int n_tokens, dsi_err *err);
 /* Return all of seq's blocks to the pool. */
 void dsi_kv_release(dsi_kv *kv, dsi_kv_seq *s);
+/* Keep seq's first n tokens (n <= s->len) and the blocks they use; the
+ * other blocks go back to the pool. */
+void dsi_kv_truncate(dsi_kv *kv, dsi_kv_seq *s, int n);
 /* cache row of position pos of seq (must be reserved) */
 static inline int32_t dsi_kv_slot(const dsi_kv *kv, const dsi_kv_seq *s, int pos) {
   return s->blocks[pos / kv->block_size] * kv->block_size + pos % kv->block_size;

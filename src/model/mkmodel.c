@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include "model/config.h"
 #include "model/safetensors.h"
+#include "tokenizer/tokenizer.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -506,13 +507,14 @@ static int write_generation_config(const dsi_config *c, const char *dir, dsi_err
   return dsi_write_file(dsi_path_join(path, sizeof path, dir, "generation_config.json"), text, (size_t)n, err);
 }
 
-/* Hook: the tokenizer (tokenizer.json, tokenizer_config.json) will be
- * copied here by the tokenizer issue. A checkpoint without one is still
- * valid for everything that feeds token ids. */
-static int write_tokenizer(const mk_plan *p, const char *dir, dsi_err *err) {
-  (void)p;
-  (void)dir;
-  (void)err;
+/* tokenizer.json + tokenizer_config.json (see dsi_tok_write_checkpoint),
+ * written first so config.json's bos/eos ids agree with the tokenizer's. */
+static int write_tokenizer(mk_plan *p, const char *dir, const char *src, dsi_err *err) {
+  dsi_tok_made made;
+  int st = dsi_tok_write_checkpoint(dir, src, p->cfg.vocab_size, &made, err);
+  if (st) return dsi_err_prefix(err, st, "tokenizer");
+  if (made.bos_id >= 0) p->cfg.bos_token_id = made.bos_id;
+  if (made.eos_id >= 0) p->cfg.eos_token_id = made.eos_id;
   return DSI_OK;
 }
 
@@ -586,6 +588,7 @@ int dsi_mkmodel(const dsi_mkmodel_opts *o, dsi_err *err) {
     if (!b.w || !b.out)
       st = dsi_errf(err, DSI_E_NOMEM, "mkmodel: out of memory for a band of %zu weights", n);
   }
+  if (st == DSI_OK) st = write_tokenizer(&p, o->out_dir, o->tokenizer, err);
   if (st == DSI_OK) st = write_config(&p, o->out_dir, err);
   for (int s = 0; s < p.n_shards && st == DSI_OK; s++) {
     char file[64], path[4096];
@@ -594,7 +597,6 @@ int dsi_mkmodel(const dsi_mkmodel_opts *o, dsi_err *err) {
   }
   if (st == DSI_OK && sharded) st = write_index(&p, o->out_dir, err);
   if (st == DSI_OK) st = write_generation_config(&p.cfg, o->out_dir, err);
-  if (st == DSI_OK) st = write_tokenizer(&p, o->out_dir, err);
   if (st == DSI_OK) progress_add(&pr, 0, 1);
   else if (pr.on) fputc('\n', stderr);
   dsi_free_aligned(b.w);

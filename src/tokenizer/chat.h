@@ -30,9 +30,8 @@ typedef struct dsi_chat_opts {
   int in_reasoning;
 } dsi_chat_opts;
 
-/* 1 when a rendered prompt leaves the assistant's turn inside <think>: after
- * its last <｜Assistant｜> there is a <think> with no </think> after it. */
-int dsi_chat_prompt_in_reasoning(const char *prompt);
+/* dsi_chat_prompt_in_reasoning (dsinfer.h): 1 when after the prompt's last
+ * <｜Assistant｜> there is a <think> with no </think> after it. */
 
 /* Split generated text. Reasoning and content are trimmed of white space at
  * both ends; an <｜end▁of▁sentence｜> ends the message. out is zeroed first;

@@ -221,8 +221,11 @@ int dsi_cmd_mkmodel(int argc, char **argv) {
     {"--seed", NULL, OPT_U64, &o.seed, "random seed (default 0)"},
     {"--out", NULL, OPT_STR, &o.out_dir, "output directory"},
     {"--shard-mb", NULL, OPT_INT, &o.shard_mb, "split into shards of at most N MB with an index"},
+    {"--tokenizer", NULL, OPT_STR, &o.tokenizer, "tokenizer.json or its folder to copy in; builtin: a small generated "
+                                                  "one (default: DeepSeek-V3's when found and it fits, else builtin)"},
     {0}};
-  int rc = dsi_cli_parse("mkmodel", "--preset P --dtype T [--seed S] --out DIR [--shard-mb N]", opts, argc, argv);
+  int rc = dsi_cli_parse("mkmodel", "--preset P --dtype T [--seed S] --out DIR [--shard-mb N] [--tokenizer DIR|FILE|builtin]",
+                         opts, argc, argv);
   if (rc) return rc == 1 ? 0 : 2;
   if (!o.out_dir) return dsi_cli_usage_error("mkmodel", "--out is required");
   if (o.shard_mb < 0) return dsi_cli_usage_error("mkmodel", "--shard-mb must be >= 0");

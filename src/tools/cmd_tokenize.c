@@ -12,6 +12,7 @@
 #include "dsinfer.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
+#include "tools/sbuf.h"
 
 /* ---- shared: opening the tokenizer ---- */
 
@@ -62,28 +63,6 @@ static int open_tok(const char *cmd, const tok_src *src, dsi_tok **tok) {
 }
 
 /* ---- JSON: one string or one array of ids per line ---- */
-
-typedef struct sbuf {
-  char *p;
-  size_t n, cap;
-} sbuf;
-
-static void sb_put(sbuf *b, const void *s, size_t n) {
-  if (b->n + n + 1 > b->cap) {
-    size_t c = b->cap ? b->cap : 256;
-    while (c < b->n + n + 1) c *= 2;
-    char *p = realloc(b->p, c);
-    if (!p) {
-      fprintf(stderr, "dsinfer: out of memory\n");
-      abort();
-    }
-    b->p = p;
-    b->cap = c;
-  }
-  memcpy(b->p + b->n, s, n);
-  b->n += n;
-  b->p[b->n] = 0;
-}
 
 static void sb_utf8(sbuf *b, unsigned cp) {
   char o[4];

@@ -22,5 +22,8 @@ int dsi_bench_run(dsi_engine *e, int vocab, int P, int G, int B, uint64_t seed, 
 int dsi_cmd_tokenize(int argc, char **argv);
 int dsi_cmd_detokenize(int argc, char **argv);
 int dsi_cmd_bench_tokenizer(int argc, char **argv);
+/* cmd_run.c: text in, text out */
+int dsi_cmd_run(int argc, char **argv);
+int dsi_cmd_chat(int argc, char **argv);
 
 #endif

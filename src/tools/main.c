@@ -11,10 +11,12 @@ static const struct {
   const char *help;
 } k_commands[] = {
   {"bench", dsi_cmd_bench, "benchmark a model (prefill, decode, roofline), the kernels or the tokenizer"},
+  {"chat", dsi_cmd_chat, "chat with a model in the terminal: multi-turn, Ctrl-C stops an answer"},
   {"detokenize", dsi_cmd_detokenize, "turn token ids back into text"},
   {"generate", dsi_cmd_generate, "generate token ids from a prompt of ids; report speed"},
   {"profile", dsi_cmd_profile, "profile one prefill and decode steps: time per op, Chrome trace"},
   {"logits", dsi_cmd_logits, "write every position's logits of one or more sequences"},
+  {"run", dsi_cmd_run, "generate text from a prompt, streamed (with --chat: through the chat template)"},
   {"tokenize", dsi_cmd_tokenize, "turn text into token ids with a checkpoint's tokenizer"},
   {"mkmodel", dsi_cmd_mkmodel, "write a random-weight checkpoint (tiny, small, bench, v3slice)"},
 };

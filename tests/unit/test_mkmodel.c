@@ -2,7 +2,8 @@
  * here with a reader of this file's own (8-byte length, cJSON header), not
  * with the project's parser, and compared with the golden tiny config and
  * with each other: names, dtypes, shapes, offsets, FP8 blocks and scales,
- * shards and index, determinism, errors. */
+ * shards and index, determinism, errors; and the tokenizer written beside
+ * the weights (generated or copied, loadable, BOS/EOS as in config.json). */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
 #include <ftw.h>
@@ -17,6 +18,7 @@
 #include "model/config.h"
 #include "model/safetensors.h"
 #include "tensor/dtype.h"
+#include "tokenizer/tokenizer.h"
 
 static int g_checks, g_fails;
 #define CHECK(c) CHECKF(c, "%s", #c)
@@ -627,6 +629,136 @@ static void test_config_json(void) {
   free(text);
 }
 
+/* ---- the tokenizer ---- */
+
+static int make_tok(const char *dir, const char *tokenizer, dsi_err *err) {
+  dsi_mkmodel_opts o = {.preset = "tiny", .dtype = "bf16", .seed = 1, .out_dir = dir, .tokenizer = tokenizer};
+  memset(err, 0, sizeof *err);
+  return dsi_mkmodel(&o, err);
+}
+
+static int config_int(const char *dir, const char *key) {
+  size_t n;
+  char *text = (char *)slurp(path_in(dir, "config.json"), &n);
+  cJSON *j = text ? cJSON_Parse(text) : NULL;
+  cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+  int x = cJSON_IsNumber(v) ? v->valueint : -1;
+  cJSON_Delete(j);
+  free(text);
+  return x;
+}
+
+/* dir's tokenizer opens; encode then decode gives the text back */
+static dsi_tok *open_tok(const char *dir) {
+  dsi_tok *tok = NULL;
+  dsi_err err = {0};
+  CHECKF(dsi_tok_open(&tok, path_in(dir, "tokenizer.json"), path_in(dir, "tokenizer_config.json"), &err) == DSI_OK,
+         "%s: %s", dir, err.msg);
+  return tok;
+}
+
+static void check_round_trip(dsi_tok *tok, const char *text, int flags) {
+  int32_t *ids = NULL;
+  size_t n = 0;
+  char *back = NULL;
+  dsi_err err = {0};
+  CHECKF(dsi_tok_encode(tok, text, strlen(text), flags, &ids, &n, &err) == DSI_OK, "%s", err.msg);
+  CHECKF(dsi_tok_decode(tok, ids, n, DSI_TOK_SKIP_SPECIAL, &back, NULL, &err) == DSI_OK, "%s", err.msg);
+  CHECKF(back && !strcmp(back, text), "round trip: '%s' came back as '%s'", text, back ? back : "(null)");
+  free(ids);
+  free(back);
+}
+
+static void test_tokenizer(void) {
+  char gen[256], copied[256], big[256], bad[256];
+  snprintf(gen, sizeof gen, "%s/tok-gen", g_tmp);
+  snprintf(copied, sizeof copied, "%s/tok-copied", g_tmp);
+  snprintf(big, sizeof big, "%s/tok-big", g_tmp);
+  snprintf(bad, sizeof bad, "%s/tok-bad", g_tmp);
+  dsi_err err;
+
+  /* generated: dense ids 0..511, DeepSeek's specials, BPE merges, V3 template */
+  CHECKF(make_tok(gen, "builtin", &err) == DSI_OK, "%s", err.msg);
+  dsi_tok *tok = open_tok(gen);
+  if (tok) {
+    CHECK(dsi_tok_vocab_size(tok) == 512);
+    CHECK(dsi_tok_bos_id(tok) == 0 && dsi_tok_eos_id(tok) == 1);
+    CHECK(dsi_tok_token_to_id(tok, "<｜begin▁of▁sentence｜>") == 0);
+    CHECK(dsi_tok_token_to_id(tok, "<｜end▁of▁sentence｜>") == 1);
+    CHECK(dsi_tok_token_to_id(tok, "</think>") == 511);
+    int32_t user = dsi_tok_token_to_id(tok, "<｜User｜>"), asst = dsi_tok_token_to_id(tok, "<｜Assistant｜>");
+    CHECK(user >= 508 && asst >= 508 && dsi_tok_token_to_id(tok, "<think>") >= 508);
+    for (int32_t id = 0; id < 512; id++) /* every id a model can sample decodes */
+      CHECKF(dsi_tok_id_to_token(tok, id, NULL), "id %d has no token", id);
+    check_round_trip(tok, "The capital of France is Paris. 12345 ünïcödé, 漢字 and emoji 🙂\n\ttabs", 0);
+    check_round_trip(tok, "Hello world", DSI_TOK_ADD_SPECIAL);
+    /* merges make common English shorter than its bytes; BOS comes first */
+    int32_t *ids = NULL;
+    size_t n = 0;
+    const char *en = "the answer is in the text that the model writes";
+    CHECK(dsi_tok_encode(tok, en, strlen(en), DSI_TOK_ADD_SPECIAL, &ids, &n, &err) == DSI_OK);
+    CHECKF(n > 1 && n < strlen(en) / 2 && ids[0] == 0, "%zu tokens for %zu bytes", n, strlen(en));
+    free(ids);
+    /* special tokens in text are recognized: one id each */
+    const char *chat = "<｜User｜>hi<｜Assistant｜>";
+    CHECK(dsi_tok_encode(tok, chat, strlen(chat), 0, &ids, &n, &err) == DSI_OK);
+    CHECK(n >= 3 && ids[0] == user && ids[n - 1] == asst);
+    free(ids);
+    dsi_tok_free(tok);
+  }
+  size_t len;
+  char *text = (char *)slurp(path_in(gen, "tokenizer_config.json"), &len);
+  cJSON *cfg = text ? cJSON_Parse(text) : NULL;
+  CHECK(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "add_bos_token")));
+  CHECK(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(cfg, "chat_template")));
+  cJSON_Delete(cfg);
+  free(text);
+  CHECK(config_int(gen, "bos_token_id") == 0 && config_int(gen, "eos_token_id") == 1);
+  /* the same seed, the same files */
+  CHECKF(make_tok(bad, "builtin", &err) == DSI_OK, "%s", err.msg);
+  CHECK(same_file(path_in(gen, "tokenizer.json"), path_in(bad, "tokenizer.json")));
+
+  /* copied: a tokenizer that fits, byte for byte; config.json takes its BOS/EOS */
+  CHECKF(make_tok(copied, "data/tokenizer", &err) == DSI_OK, "%s", err.msg);
+  CHECK(same_file("data/tokenizer/tokenizer.json", path_in(copied, "tokenizer.json")));
+  CHECK(same_file("data/tokenizer/tokenizer_config.json", path_in(copied, "tokenizer_config.json")));
+  CHECK(config_int(copied, "bos_token_id") == 264 && config_int(copied, "eos_token_id") == 265);
+  tok = open_tok(copied);
+  if (tok) check_round_trip(tok, "plain words 42", 0);
+  dsi_tok_free(tok);
+  /* named by its file, the same */
+  CHECKF(make_tok(bad, "data/tokenizer/tokenizer.json", &err) == DSI_OK, "%s", err.msg);
+  CHECK(config_int(bad, "bos_token_id") == 264);
+
+  /* found through $DSINFER_TOKENIZER when it fits; too big: a generated one */
+  setenv("DSINFER_TOKENIZER", "data/tokenizer", 1);
+  CHECKF(make_tok(bad, NULL, &err) == DSI_OK, "%s", err.msg);
+  CHECK(same_file("data/tokenizer/tokenizer.json", path_in(bad, "tokenizer.json")));
+  /* a generated one for a larger vocabulary: more merges, then the added tokens */
+  dsi_tok_made made;
+  CHECK(mkdir(big, 0777) == 0);
+  CHECKF(dsi_tok_write_checkpoint(big, "builtin", 2000, &made, &err) == DSI_OK, "%s", err.msg);
+  CHECKF(made.vocab_size > 512 && made.vocab_size < 2000 && made.bos_id == 0 && made.eos_id == 1 &&
+         made.n_merges > 249 && !made.from[0], "vocab %d, %d merges", made.vocab_size, made.n_merges);
+  tok = open_tok(big);
+  if (tok) {
+    CHECK(dsi_tok_token_to_id(tok, "</think>") == made.vocab_size - 1);
+    check_round_trip(tok, "The capital of France is Paris.", 0);
+  }
+  dsi_tok_free(tok);
+  setenv("DSINFER_TOKENIZER", big, 1);
+  CHECKF(make_tok(bad, NULL, &err) == DSI_OK, "%s", err.msg);
+  CHECK(same_file(path_in(gen, "tokenizer.json"), path_in(bad, "tokenizer.json")));
+  setenv("DSINFER_TOKENIZER", "/no/such/folder", 1);
+  CHECK(make_tok(bad, NULL, &err) == DSI_E_IO && strstr(err.msg, "$DSINFER_TOKENIZER") &&
+        strstr(err.msg, "/no/such/folder/tokenizer.json"));
+  unsetenv("DSINFER_TOKENIZER");
+
+  /* asked for by name: it must be there and fit */
+  CHECK(make_tok(bad, big, &err) == DSI_E_INVAL && strstr(err.msg, "do not fit") && strstr(err.msg, "512"));
+  CHECK(make_tok(bad, "/no/such/tokenizer.json", &err) == DSI_E_IO && strstr(err.msg, "/no/such/tokenizer.json"));
+}
+
 int main(void) {
   dsi_dtype_init();
   snprintf(g_tmp, sizeof g_tmp, "/tmp/test_mkmodel_XXXXXX");
@@ -636,6 +768,7 @@ int main(void) {
   test_tiny_dtypes();
   test_shards();
   test_determinism_and_errors();
+  test_tokenizer();
   rm_rf(g_tmp);
   printf("test_mkmodel: %d checks, %d failed\n", g_checks, g_fails);
   return g_fails ? 1 : 0;
