@@ -38,8 +38,8 @@ typedef struct {
 /* Prepare every call's activation rows, split over threads: bf16 or int8
  * for the kernels that read them, bf16-rounded f32 for the others, so
  * every kernel multiplies the same numbers and results do not depend on
- * which kernel a batch size picked (int8, for INT8 weights' AMX kernel, is
- * the one exception: a coarser mode of its own). */
+ * which kernel a batch size picked (INT8 weights: every kernel sees the
+ * activations on their row's int8 grid, which the AMX INT8 kernel needs). */
 static void prep_task(void *ctx, int ith, int nth) {
   prep_job *j = ctx;
   long a, e;
@@ -57,6 +57,8 @@ static void prep_task(void *ctx, int ith, int nth) {
       dsi_rows_to_bf16(x, g->ldx, rows, nr, cols, kpad, j->xb + r * kpad);
     else if (j->prep[i] == DSI_PREP_I8)
       dsi_rows_to_i8(x, g->ldx, rows, nr, cols, DSI_XQ_LD(kpad), j->xq + r * DSI_XQ_LD(kpad), j->xq_scale + r);
+    else if (g->w->dtype == DSI_DTYPE_I8)
+      dsi_rows_round_i8(x, g->ldx, rows, nr, cols, j->c->xr + r * cols);
     else
       dsi_rows_round_bf16(x, g->ldx, rows, nr, cols, j->c->xr + r * cols);
   }

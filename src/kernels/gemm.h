@@ -93,6 +93,9 @@ void dsi_pack_f32_cols(dsi_dtype dt, const float *src, int ld, const int32_t *id
 
 /* x f32 rows (gathered by rows when non-NULL) -> bf16 values kept in f32,
  * [m, cols] (what an AMX kernel multiplies, for kernels that read f32) */
+/* the same for INT8 weights: x rounded to its row's int8 grid (what the AMX
+ * INT8 kernel multiplies), kept in f32 */
+void dsi_rows_round_i8(const float *x, int ldx, const int32_t *rows, int m, int cols, float *out);
 void dsi_rows_round_bf16(const float *x, int ldx, const int32_t *rows, int m, int cols, float *out);
 /* x f32 rows (gathered by rows when non-NULL) -> bf16 [m, kpad], zero pad */
 void dsi_rows_to_bf16(const float *x, int ldx, const int32_t *rows, int m, int cols, int kpad, uint16_t *out);

@@ -107,6 +107,18 @@ void dsi_rows_to_i8(const float *x, int ldx, const int32_t *rows, int m, int col
   }
 }
 
+void dsi_rows_round_i8(const float *x, int ldx, const int32_t *rows, int m, int cols, float *out) {
+  const dsi_vec_ops *v = dsi_vec();
+  for (int i = 0; i < m; i++) {
+    float *o = out + (size_t)i * cols;
+    /* quantize into the front of the output row (int8 takes a quarter of
+     * its bytes, read ahead of every write), then widen back from the end */
+    int8_t *q = (int8_t *)o;
+    float s = v->to_i8(x + (size_t)(rows ? rows[i] : i) * ldx, q, cols);
+    for (int c = cols - 1; c >= 0; c--) o[c] = (float)q[c] * s;
+  }
+}
+
 void dsi_rows_round_bf16(const float *x, int ldx, const int32_t *rows, int m, int cols, float *out) {
   const dsi_vec_ops *v = dsi_vec();
   for (int i = 0; i < m; i++) v->round_bf16(x + (size_t)(rows ? rows[i] : i) * ldx, out + (size_t)i * cols, cols);

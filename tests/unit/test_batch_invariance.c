@@ -43,12 +43,21 @@ static void alone(dsi_model *m, const int32_t *prompt, int np, int V, int32_t *g
   dsi_engine_free(e);
 }
 
+static void run_case(int quant);
+
 int main(void) {
+  run_case(0);
+  run_case(DSI_QUANT_INT8); /* INT8 weights: AVX-512 below 16 rows, AMX INT8 above */
+  return check_done();
+}
+
+static void run_case(int quant) {
   dsi_model *m;
   dsi_err err = {0};
-  if (dsi_model_open(&m, "golden/tiny-bf16/model", NULL, &err)) {
-    fprintf(stderr, "%s\n", err.msg);
-    return 1;
+  dsi_load_opts lo = {.quant = quant};
+  if (dsi_model_open(&m, "golden/tiny-bf16/model", &lo, &err)) {
+    CHECKF(0, "%s", err.msg);
+    return;
   }
   dsi_model_info info;
   dsi_model_get_info(m, &info);
@@ -114,11 +123,10 @@ int main(void) {
   double worst = 0;
   for (size_t i = 0; i < (size_t)N_GEN * V; i++) worst = fmax(worst, fabs(lg0[i] - ref_lg[i]));
   CHECKF(worst <= 1e-5, "logits alone vs batched differ by %g", worst);
-  printf("greedy tokens alone == batched: %s; max logit diff %g; %d mixed steps\n", same ? "yes" : "no", worst, mixed_steps);
+  printf("%s: greedy tokens alone == batched: %s; max logit diff %g; %d mixed steps\n", quant ? "int8 weights" : "checkpoint weights", same ? "yes" : "no", worst, mixed_steps);
   free(logits);
   free(lg0);
   free(ref_lg);
   dsi_engine_free(e);
   dsi_model_free(m);
-  return check_done();
 }
