@@ -157,6 +157,8 @@ typedef struct dsi_bench_kernels_opts {
   const char *shape;   /* one of the V3 shapes, or NULL for all */
   const int *ms;       /* batch sizes (default 1,4,16,64,256,1024) */
   int n_ms;
+  int grouped;         /* instead: the grouped expert matmul (256 tokens, top-6 of 64
+                          experts at V3 dims) vs plain matmuls of the same FLOPs */
 } dsi_bench_kernels_opts;
 /* Print the machine's peaks and every matmul kernel on DeepSeek-V3's
  * shapes (GB/s and GFLOP/s as fractions of them), beside OpenBLAS. */

@@ -13,6 +13,7 @@ for dt in bf16 fp8; do
 done
 $bin --version | tee "$out/version.txt"
 $bin bench kernels --m 1,4,16,64,256,1024 --reps 5 | tee "$out/kernels.txt"
+$bin bench kernels --grouped --reps 5 | tee "$out/grouped.txt"
 for dt in bf16 fp8; do
   $bin bench --model models/bench-$dt --prompt-len 512 --gen-len 64 --reps 5 --json | tee "$out/model-$dt-after.json"
   DSINFER_ISA=scalar $bin bench --model models/bench-$dt --prompt-len 512 --gen-len 16 --reps 1 --op-opt off \

@@ -155,6 +155,118 @@ static int random_packed(dsi_mat *w, dsi_dtype dt, int rows, int cols, void **me
   return DSI_OK;
 }
 
+/* ---- grouped expert matmul vs one plain matmul of the same FLOPs ---- */
+/* 256 tokens routed top-6 over 64 experts of DeepSeek-V3's dims (gate/up
+ * 7168 -> 2x2048 with SiLU-mul, down 2048 -> 7168 scatter-added), run as
+ * the forward runs them (one dispatch per projection over all experts), vs
+ * the same two matrices of one expert applied to all 1536 (token, expert)
+ * pairs as plain matmuls. Weights are random in the TILES layout. */
+static void bench_grouped(FILE *out, const dsi_peaks *pk, int nth, int reps, dsi_dtype dt) {
+  enum { G_E = 64, G_T = 256, G_K = 6, G_D = 7168, G_I = 2048 };
+  const int P = G_T * G_K;
+  dsi_rng r;
+  dsi_rng_seed(&r, 7);
+  dsi_mat gu[G_E], dn[G_E];
+  void *mem[2 * G_E];
+  size_t bytes[2 * G_E];
+  int ok = 1, made = 0;
+  for (int e = 0; e < G_E && ok; e++, made++) {
+    ok = !random_packed(&gu[e], dt, 2 * G_I, G_D, &mem[2 * e], &bytes[2 * e], &r);
+    if (ok) ok = !random_packed(&dn[e], dt, G_D, G_I, &mem[2 * e + 1], &bytes[2 * e + 1], &r);
+    else mem[2 * e + 1] = NULL, bytes[2 * e + 1] = 0;
+  }
+  /* routing: each token picks G_K distinct experts at random; pairs sorted by expert */
+  int32_t *tok = dsi_xmalloc(P * sizeof(int32_t)), start[G_E + 1] = {0}, cnt[G_E] = {0}, *pick = dsi_xmalloc(P * sizeof(int32_t));
+  float *wt = dsi_xmalloc(P * sizeof(float));
+  for (int t = 0; t < G_T; t++)
+    for (int k = 0; k < G_K; k++) {
+      int e, dup;
+      do {
+        e = (int)(dsi_rng_u64(&r) % G_E);
+        dup = 0;
+        for (int j = 0; j < k; j++) dup |= pick[t * G_K + j] == e;
+      } while (dup);
+      pick[t * G_K + k] = e;
+      cnt[e]++;
+    }
+  for (int e = 0; e < G_E; e++) start[e + 1] = start[e] + cnt[e];
+  int cur[G_E];
+  memcpy(cur, start, sizeof cur);
+  for (int t = 0; t < G_T; t++)
+    for (int k = 0; k < G_K; k++) {
+      int at = cur[pick[t * G_K + k]]++;
+      tok[at] = t;
+      wt[at] = 1.0f / G_K;
+    }
+  dsi_pool *pool = dsi_pool_new(nth);
+  dsi_gemm_ctx gc = {.pool = pool, .max_calls = G_E, .act_bf16 = dsi_cpu_get()->level >= DSI_ISA_AMX};
+  gc.fns = dsi_xcalloc(G_E, sizeof(dsi_gemm_fn));
+  gc.scratch = dsi_xcalloc(nth, sizeof(float *));
+  for (int i = 0; i < nth; i++) gc.scratch[i] = dsi_alloc_aligned(DSI_GEMM_SCRATCH(G_D + 64));
+  gc.xr_len = (size_t)P * (G_D + 64) + 64;
+  gc.xr = dsi_alloc_aligned(gc.xr_len * sizeof(float));
+  float *x = dsi_alloc_aligned((size_t)P * G_D * sizeof(float)), *h = dsi_alloc_aligned((size_t)P * G_I * sizeof(float));
+  float *y = dsi_alloc_aligned((size_t)P * G_D * sizeof(float));
+  dsi_gemm *gs = dsi_xcalloc(G_E, sizeof(dsi_gemm));
+  if (!ok || !x || !h || !y || !gc.xr) {
+    fprintf(out, "grouped: not enough memory\n");
+    goto done;
+  }
+  for (size_t i = 0; i < (size_t)P * G_D; i++) x[i] = dsi_rng_uniform(&r) - 0.5f;
+  double wbytes = 0;
+  for (int i = 0; i < 2 * G_E; i++) wbytes += (double)bytes[i];
+  double flops = 2.0 * P * ((double)2 * G_I * G_D + (double)G_D * G_I), tg[16], tp[16];
+  int n = 0;
+  for (int rep = 0; rep <= reps && rep < 16; rep++) {
+    double t0 = dsi_now();
+    int ng = 0;
+    for (int e = 0; e < G_E; e++)
+      if (cnt[e])
+        gs[ng++] = (dsi_gemm){.w = &gu[e], .x = x, .ldx = G_D, .x_rows = tok + start[e], .m = cnt[e],
+                              .y = h + (size_t)start[e] * G_I, .ldy = G_I, .epi = DSI_EPI_SILU_PAIRS};
+    dsi_gemm_batch(&gc, gs, ng, 2 * G_I, 2 * DSI_TILE_N);
+    memset(y, 0, (size_t)G_T * G_D * sizeof(float));
+    ng = 0;
+    for (int e = 0; e < G_E; e++)
+      if (cnt[e])
+        gs[ng++] = (dsi_gemm){.w = &dn[e], .x = h + (size_t)start[e] * G_I, .ldx = G_I, .m = cnt[e], .y = y, .ldy = G_D,
+                              .epi = DSI_EPI_SCATTER_ADD, .y_rows = tok + start[e], .y_scale = wt + start[e]};
+    dsi_gemm_batch(&gc, gs, ng, G_D, DSI_TILE_N);
+    double t1 = dsi_now();
+    gs[0] = (dsi_gemm){.w = &gu[0], .x = x, .ldx = G_D, .m = P, .y = h, .ldy = G_I, .epi = DSI_EPI_SILU_PAIRS};
+    dsi_gemm_batch(&gc, gs, 1, 2 * G_I, 2 * DSI_TILE_N);
+    gs[0] = (dsi_gemm){.w = &dn[0], .x = h, .ldx = G_I, .m = P, .y = y, .ldy = G_D, .epi = DSI_EPI_STORE};
+    dsi_gemm_batch(&gc, gs, 1, G_D, DSI_TILE_N);
+    double t2 = dsi_now();
+    if (rep > 0) tg[n] = t1 - t0, tp[n++] = t2 - t1;
+  }
+  {
+    double g = flops / dsi_median(tg, n) * 1e-9, pl = flops / dsi_median(tp, n) * 1e-9;
+    int lo = cnt[0], hi = cnt[0];
+    for (int e = 1; e < G_E; e++) lo = DSI_MIN(lo, cnt[e]), hi = DSI_MAX(hi, cnt[e]);
+    fprintf(out, "grouped experts (%s): %d tokens top-%d over %d experts (%d..%d tokens each) at V3 expert dims: "
+                 "%.0f GFLOP/s (%.0f%% of AMX peak, %.1f GB/s of weights); plain matmuls of the same FLOPs: %.0f GFLOP/s; "
+                 "grouped/plain %.0f%%\n",
+            dt == DSI_DTYPE_BF16 ? "bf16" : "fp8", G_T, G_K, G_E, lo, hi, g,
+            pk->amx_bf16_gflops > 0 ? 100 * g / pk->amx_bf16_gflops : 0, wbytes / dsi_median(tg, n) * 1e-9, pl,
+            100 * g / pl);
+  }
+done:
+  for (int i = 0; i < 2 * made; i++) dsi_free_big(mem[i], bytes[i]);
+  for (int i = 0; i < nth; i++) dsi_free_aligned(gc.scratch[i]);
+  free(gc.scratch);
+  free(gc.fns);
+  free(gs);
+  free(tok);
+  free(pick);
+  free(wt);
+  dsi_free_aligned(gc.xr);
+  dsi_free_aligned(x);
+  dsi_free_aligned(h);
+  dsi_free_aligned(y);
+  dsi_pool_free(pool);
+}
+
 int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) {
   int nth = o->n_threads > 0 ? o->n_threads : dsi_default_threads();
   int reps = o->reps > 0 ? o->reps : 5;
@@ -176,6 +288,11 @@ int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) 
 #endif
   if (strstr(o->dtypes ? o->dtypes : "", "int8"))
     fprintf(out, "int8: GFLOP/s counts int8 multiply-adds as 2 ops; %%amx is of twice the BF16 peak (tdpbssd's rate)\n");
+  if (o->grouped) {
+    if (strstr(o->dtypes ? o->dtypes : "bf16", "bf16")) bench_grouped(out, &pk, nth, reps, DSI_DTYPE_BF16);
+    if (strstr(o->dtypes ? o->dtypes : "fp8", "fp8")) bench_grouped(out, &pk, nth, reps, DSI_DTYPE_F8_E4M3);
+    return DSI_OK;
+  }
   fprintf(out, "%-12s %6s %6s %-5s %5s %9s %8s %6s %9s %6s %10s %7s\n", "shape", "rows", "cols", "dtype", "M", "ms",
           "GB/s", "%bw", "GFLOP/s", "%amx", "blas GF/s", "x blas");
   dsi_pool *pool = dsi_pool_new(nth);

@@ -29,6 +29,7 @@ static int bench_kernels(int argc, char **argv) {
     {"--dtypes", NULL, OPT_STR, &o.dtypes, "any of bf16,fp8,int8 (default bf16,fp8)"},
     {"--shape", NULL, OPT_STR, &o.shape, "only this shape: q_a q_b kv_a o expert_up expert_down dense_up lm_head"},
     {"--m", NULL, OPT_STR, &ms, "batch sizes, comma-separated (default 1,4,16,64,256,1024)"},
+    {"--grouped", NULL, OPT_FLAG, &o.grouped, "the grouped expert matmul (256 tokens, top-6 of 64 V3 experts) vs plain matmuls"},
     {0}};
   int rc = dsi_cli_parse("bench kernels", "[--threads N] [--reps R] [--dtypes L] [--shape S] [--m LIST]", opts, argc, argv);
   if (rc) return rc == 1 ? 0 : 2;
