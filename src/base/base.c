@@ -105,13 +105,20 @@ char *dsi_xstrdup(const char *s) {
   memcpy(p, s, n);
   return p;
 }
+/* calloc, not posix_memalign + memset: for large sizes glibc maps fresh
+ * zero pages and does not touch them, so buffers sized for the largest batch
+ * only take memory as far as a step uses them. The block calloc returned is
+ * kept just below the aligned pointer. */
 void *dsi_alloc_aligned(size_t n) {
-  void *p = NULL;
-  if (posix_memalign(&p, 64, n ? (n + 63) & ~(size_t)63 : 64)) return NULL;
-  memset(p, 0, n);
-  return p;
+  uint8_t *raw = calloc(1, n + 64 + sizeof(void *));
+  if (!raw) return NULL;
+  uintptr_t a = ((uintptr_t)raw + sizeof(void *) + 63) & ~(uintptr_t)63;
+  ((void **)a)[-1] = raw;
+  return (void *)a;
 }
-void dsi_free_aligned(void *p) { free(p); }
+void dsi_free_aligned(void *p) {
+  if (p) free(((void **)p)[-1]);
+}
 
 void *dsi_alloc_big(size_t n) {
   if (n == 0) n = 1;

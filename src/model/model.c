@@ -443,8 +443,9 @@ static void fill_task(void *ctx, int ith, int nth) {
       last = dsi_now();
       size_t done = atomic_load(&j->done_bytes), total = j->m->file_bytes;
       double el = last - j->t0, eta = done ? el * (double)(total - done) / (double)done : 0;
-      fprintf(stderr, "\rloading: %zu/%zu MB, %d/%d pieces, %.0f s left   ", done >> 20, total >> 20, i + 1,
-              j->n_items, eta);
+      /* items run in tensor order: the current item's tensor tells how far we are */
+      fprintf(stderr, "\rloading: %zu/%zu MB, %d/%d tensors, %.0f s left   ", done >> 20, total >> 20,
+              j->items[i].spec + 1, j->l->n, eta);
     }
   }
 }
