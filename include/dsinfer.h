@@ -80,7 +80,19 @@ typedef struct dsi_engine_opts {
   int max_context;   /* longest sequence (0 = min(max_position_embeddings, 4096)) */
   int act_precision; /* activations entering matmuls: DSI_ACT_* */
   int profile;       /* 1: record where each step's time goes (dsi_engine_profile_*) */
+  int exec;          /* DSI_EXEC_*: how the forward runs (0 = graph) */
+  int streams;       /* 1, or 2: independent branches (shared expert beside the routed
+                        experts, q beside kv projections) on two teams of workers (0 = 1) */
+  int poison;        /* graph only, for tests: op by op, every freed tensor filled with NaN */
 } dsi_engine_opts;
+
+/* The forward is written once and run by one of two executors. GRAPH: a
+ * plan per shape bucket (power-of-two token counts) captured once — fused
+ * ops, a static memory plan, waits only where data flows — and replayed
+ * as one dispatch per step. EAGER: each op runs as it is issued, one
+ * fork/join of the workers per op, outputs allocated on the spot (the
+ * baseline of the ablation). */
+enum { DSI_EXEC_GRAPH = 0, DSI_EXEC_EAGER = 1 };
 
 /* What the matmuls multiply. F32 is exact to float rounding (the golden
  * tests' mode); BF16 rounds activations as DeepSeek's own inference does,

@@ -21,16 +21,7 @@ struct dsi_pool {
   atomic_int stop;
   dsi_pool_fn fn;
   void *ctx;
-  dsi_pool_observer obs; /* NULL: jobs run untimed */
-  void *obs_ud;
 };
-
-/* fn's share on thread ith, timed for the observer */
-static void run_observed(dsi_pool *p, dsi_pool_fn fn, void *ctx, int ith) {
-  double t0 = dsi_now();
-  fn(ctx, ith, p->n);
-  p->obs(p->obs_ud, ith, t0, dsi_now());
-}
 
 typedef struct { dsi_pool *p; int ith; } worker_arg;
 
@@ -56,8 +47,7 @@ static void *worker_main(void *arg) {
     }
     if (atomic_load(&p->stop)) return NULL;
     seen = g;
-    if (p->obs) run_observed(p, p->fn, p->ctx, ith);
-    else p->fn(p->ctx, ith, p->n);
+    p->fn(p->ctx, ith, p->n);
     atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel);
   }
 }
@@ -97,15 +87,8 @@ void dsi_pool_free(dsi_pool *p) {
 
 int dsi_pool_size(const dsi_pool *p) { return p->n; }
 
-void dsi_pool_set_observer(dsi_pool *p, dsi_pool_observer cb, void *userdata) {
-  p->obs = cb;
-  p->obs_ud = userdata;
-}
-
 void dsi_pool_run(dsi_pool *p, dsi_pool_fn fn, void *ctx) {
-  if (p->obs) {
-    if (p->n == 1) { run_observed(p, fn, ctx, 0); return; }
-  } else if (p->n == 1) {
+  if (p->n == 1) {
     fn(ctx, 0, 1);
     return;
   }
@@ -116,17 +99,35 @@ void dsi_pool_run(dsi_pool *p, dsi_pool_fn fn, void *ctx) {
   atomic_fetch_add_explicit(&p->gen, 1, memory_order_acq_rel);
   pthread_cond_broadcast(&p->cv);
   pthread_mutex_unlock(&p->mu);
-  if (p->obs) run_observed(p, fn, ctx, 0);
-  else fn(ctx, 0, p->n);
+  fn(ctx, 0, p->n);
   /* spin briefly, then yield: on a loaded machine a descheduled worker
    * must get the core back rather than watch us spin */
-  for (int spins = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; spins++) {
-    if (spins < 4000) {
+  for (int spins = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0;) dsi_spin_pause(&spins);
+}
+
+void dsi_spin_pause(int *spins) {
+  if (++*spins < 4000) {
 #if defined(__x86_64__)
-      __builtin_ia32_pause();
+    __builtin_ia32_pause();
 #endif
-    } else {
-      sched_yield();
-    }
+  } else {
+    sched_yield();
   }
+}
+
+void dsi_barrier_init(dsi_barrier *b, int n) {
+  atomic_store(&b->count, 0);
+  atomic_store(&b->gen, 0);
+  b->n = n;
+}
+
+void dsi_barrier_wait(dsi_barrier *b) {
+  if (b->n <= 1) return;
+  int g = atomic_load_explicit(&b->gen, memory_order_acquire);
+  if (atomic_fetch_add_explicit(&b->count, 1, memory_order_acq_rel) == b->n - 1) {
+    atomic_store_explicit(&b->count, 0, memory_order_relaxed);
+    atomic_store_explicit(&b->gen, g + 1, memory_order_release);
+    return;
+  }
+  for (int spins = 0; atomic_load_explicit(&b->gen, memory_order_acquire) == g;) dsi_spin_pause(&spins);
 }

@@ -4,6 +4,8 @@
 #ifndef DSI_POOL_H
 #define DSI_POOL_H
 
+#include <stdatomic.h>
+
 typedef struct dsi_pool dsi_pool;
 typedef void (*dsi_pool_fn)(void *ctx, int ith, int nth);
 
@@ -12,12 +14,17 @@ void dsi_pool_free(dsi_pool *p);
 int dsi_pool_size(const dsi_pool *p);
 void dsi_pool_run(dsi_pool *p, dsi_pool_fn fn, void *ctx);
 
-/* With an observer set, every thread's share of every job is timed and
- * reported as cb(userdata, ith, t0, t1) (seconds, dsi_now's clock) from
- * that thread, before the job counts as done. NULL cb: no timing at all.
- * Set it only between jobs. */
-typedef void (*dsi_pool_observer)(void *userdata, int ith, double t0, double t1);
-void dsi_pool_set_observer(dsi_pool *p, dsi_pool_observer cb, void *userdata);
+/* A spin barrier for n threads inside one job: spins briefly, then
+ * yields the core (on a loaded machine the thread we wait for may need it). */
+typedef struct dsi_barrier {
+  atomic_int count;
+  atomic_int gen;
+  int n;
+} dsi_barrier;
+void dsi_barrier_init(dsi_barrier *b, int n);
+void dsi_barrier_wait(dsi_barrier *b);
+/* spin-wait helper: a pause, or a yield once the spin has gone on long */
+void dsi_spin_pause(int *spins);
 
 /* [begin,end) of n items for thread ith of nth, in contiguous chunks */
 static inline void dsi_split(long n, int ith, int nth, long *begin, long *end) {

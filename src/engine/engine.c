@@ -57,8 +57,10 @@ int dsi_engine_open(dsi_engine **out, dsi_model *m, const dsi_engine_opts *o, ds
   int bf16 = o->act_precision == DSI_ACT_BF16 ||
              (o->act_precision == DSI_ACT_AUTO && m->packed && dsi_cpu_get()->level >= DSI_ISA_AMX);
   dsi_fwd_set_act_bf16(e->fwd, bf16);
+  dsi_fwd_exec_opts xo = {.exec = o->exec, .streams = o->streams > 0 ? o->streams : 1, .fuse = 1, .poison = o->poison};
+  dsi_fwd_set_exec(e->fwd, &xo);
   if (o->profile) {
-    e->prof = dsi_prof_new(e->pool, 0);
+    e->prof = dsi_prof_new(dsi_pool_size(e->pool), 0);
     dsi_fwd_set_prof(e->fwd, e->prof);
   }
   int T = e->max_tokens;
@@ -170,7 +172,8 @@ static int forward_window(dsi_engine *e, const dsi_batch *b, int t0, int n, floa
     .block_tables = e->tables, .logit_rows = e->logit_rows, .n_logits = logits ? nl : 0,
   };
   dsi_fwd_cache cache = {e->kv.layer, e->kv.block_size, e->kv.n_blocks * e->kv.block_size};
-  dsi_fwd_run(e->fwd, &fb, &cache, logits);
+  int rc = dsi_fwd_run(e->fwd, &fb, &cache, logits, &e->err);
+  if (rc) return rc; /* nothing ran: the sequences stay as they were */
   for (int s = 0; s < e->n_seqs_cap; s++) e->seqs[s].len += e->seq_count[s];
   *n_out = nl;
   return DSI_OK;

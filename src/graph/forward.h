@@ -5,6 +5,8 @@
 #ifndef DSI_FORWARD_H
 #define DSI_FORWARD_H
 
+#include <stdio.h>
+
 #include "base/pool.h"
 #include "model/model.h"
 
@@ -33,6 +35,14 @@ typedef struct dsi_fwd_cache {
 
 typedef struct dsi_fwd dsi_fwd;
 
+/* how the forward runs (see DSI_EXEC_* in dsinfer.h) */
+typedef struct dsi_fwd_exec_opts {
+  int exec;    /* DSI_EXEC_GRAPH or DSI_EXEC_EAGER */
+  int streams; /* 1, or 2: independent branches on two teams of workers */
+  int fuse;    /* graph: fuse chains of ops (1 by default) */
+  int poison;  /* graph: run op by op, freed tensors filled with NaN (a test of the memory plan) */
+} dsi_fwd_exec_opts;
+
 int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, int max_tokens, int max_context,
                 dsi_err *err);
 void dsi_fwd_free(dsi_fwd *f);
@@ -42,9 +52,26 @@ int dsi_fwd_act_bf16(const dsi_fwd *f);
 /* label every op in p (NULL: stop); p observes the pool the forward runs on */
 typedef struct dsi_prof dsi_prof;
 void dsi_fwd_set_prof(dsi_fwd *f, dsi_prof *p);
+void dsi_fwd_set_exec(dsi_fwd *f, const dsi_fwd_exec_opts *x); /* drops captured plans */
 /* Run the batch; logits: [n_logits, vocab]. The caller guarantees slots
- * and block tables are valid (the engine's KV layer owns them). */
-void dsi_fwd_run(dsi_fwd *f, const dsi_fwd_batch *b, const dsi_fwd_cache *cache, float *logits);
+ * and block tables are valid (the engine's KV layer owns them). Fails only
+ * for memory (capturing a plan, or eager's allocations). */
+int dsi_fwd_run(dsi_fwd *f, const dsi_fwd_batch *b, const dsi_fwd_cache *cache, float *logits, dsi_err *err);
+
+/* the shape bucket T tokens run in */
+int dsi_fwd_bucket(const dsi_fwd *f, int T);
+/* the plan of T's bucket (captured if needed): its memory and ops */
+typedef struct dsi_fwd_stats {
+  int bucket;
+  size_t arena_bytes; /* planned peak of the intermediates */
+  size_t sum_bytes;   /* all intermediates, each with its own memory */
+  int n_ops, n_fused, n_waits;
+  long captures;      /* plans captured so far */
+} dsi_fwd_stats;
+int dsi_fwd_plan_stats(dsi_fwd *f, int T, dsi_fwd_stats *s, dsi_err *err);
+/* dsi_graph_check on the plan of T's bucket: 0 sound, -1 with why, or an error */
+int dsi_fwd_check_plan(dsi_fwd *f, int T, char *why, size_t why_len, dsi_err *err);
+void dsi_fwd_dump_plan(dsi_fwd *f, int T, FILE *out);
 
 /* YaRN-aware rotary tables: cos/sin[pos * (rope/2) + i]. Public for tests. */
 void dsi_rope_tables(const dsi_config *c, int n_pos, float *cos_t, float *sin_t);

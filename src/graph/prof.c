@@ -10,7 +10,7 @@
 
 typedef struct {
   const char *name; /* a string literal of the call site */
-  int cat, layer;
+  int cat, layer, team;
   double flops, wbytes, abytes;
 } prof_op;
 
@@ -28,7 +28,6 @@ typedef struct {
 } prof_step;
 
 struct dsi_prof {
-  dsi_pool *pool;
   int nth;
   double origin; /* trace time 0 */
   prof_op *ops;
@@ -49,21 +48,19 @@ struct dsi_prof {
 static const char *const k_cat_names[DSI_PROF_N_CAT] = {"attention", "moe", "dense", "lm_head", "other"};
 
 /* ---- recording ---- */
-static void observe(void *ud, int ith, double t0, double t1) {
-  dsi_prof *p = ud;
-  if (atomic_load_explicit(&p->full, memory_order_relaxed)) return;
+void dsi_prof_span(dsi_prof *p, int op, int ith, double t0, double t1) {
+  if (op < 0 || atomic_load_explicit(&p->full, memory_order_relaxed)) return;
   long i = atomic_fetch_add_explicit(&p->n_spans, 1, memory_order_relaxed);
   if (i >= p->max_spans) {
     atomic_store(&p->full, 1);
     return;
   }
-  p->spans[i] = (prof_span){p->cur, ith, t0, t1};
+  p->spans[i] = (prof_span){op, ith, t0, t1};
 }
 
-dsi_prof *dsi_prof_new(dsi_pool *pool, long max_spans) {
+dsi_prof *dsi_prof_new(int n_threads, long max_spans) {
   dsi_prof *p = dsi_xcalloc(1, sizeof *p);
-  p->pool = pool;
-  p->nth = dsi_pool_size(pool);
+  p->nth = n_threads;
   p->max_spans = max_spans > 0 ? max_spans : 1l << 20;
   p->max_ops = (int)DSI_MAX(1024, p->max_spans / 2);
   p->max_steps = (int)DSI_MAX(256, p->max_spans / 64);
@@ -72,13 +69,11 @@ dsi_prof *dsi_prof_new(dsi_pool *pool, long max_spans) {
   p->steps = dsi_xmalloc(p->max_steps * sizeof *p->steps);
   p->cur = -1;
   p->origin = dsi_now();
-  dsi_pool_set_observer(pool, observe, p);
   return p;
 }
 
 void dsi_prof_free(dsi_prof *p) {
   if (!p) return;
-  dsi_pool_set_observer(p->pool, NULL, NULL);
   free(p->spans);
   free(p->ops);
   free(p->steps);
@@ -92,17 +87,15 @@ void dsi_prof_reset(dsi_prof *p) {
   atomic_store(&p->full, 0);
 }
 
-void dsi_prof_op(dsi_prof *p, const char *name, dsi_prof_cat cat, int layer, double flops, double weight_bytes,
-                 double act_bytes) {
+int dsi_prof_op(dsi_prof *p, const char *name, dsi_prof_cat cat, int layer, int team, double flops,
+                double weight_bytes, double act_bytes) {
   if (p->n_ops == p->max_ops) {
     atomic_store(&p->full, 1);
-    return;
+    return -1;
   }
-  p->ops[p->n_ops] = (prof_op){name, cat, layer, flops, weight_bytes, act_bytes};
-  p->cur = p->n_ops++;
+  p->ops[p->n_ops] = (prof_op){name, cat, layer, team, flops, weight_bytes, act_bytes};
+  return p->cur = p->n_ops++;
 }
-
-void dsi_prof_serial(dsi_prof *p, double t0) { observe(p, 0, t0, dsi_now()); }
 
 void dsi_prof_step_begin(dsi_prof *p) {
   p->cur = -1;
@@ -162,14 +155,18 @@ int dsi_prof_write_trace(const dsi_prof *p, const char *path, dsi_err *err) {
   FILE *f = fopen(path, "w");
   if (!f) return dsi_errf(err, DSI_E_IO, "%s: cannot write the trace: %s", path, strerror(errno));
   long n_spans = spans_held(p);
-  int step_tid = p->nth;
+  /* one track per worker, and per worker and stream where ops ran on a team */
+  int step_tid = 3 * p->nth, teams = 0;
+  for (int i = 0; i < p->n_ops; i++) teams |= p->ops[i].team != 0;
   fprintf(f, "{\"traceEvents\":[\n");
   fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"tid\":0,\"args\":{\"name\":\"dsinfer\"}},\n");
   char buf[64];
-  for (int t = 0; t < p->nth; t++) {
-    snprintf(buf, sizeof buf, t ? "worker %d" : "thread %d (caller)", t);
-    thread_name(f, t, buf);
-  }
+  static const char *const streams[3] = {"", " stream A", " stream B"};
+  for (int k = 0; k < (teams ? 3 : 1); k++)
+    for (int t = 0; t < p->nth; t++) {
+      snprintf(buf, sizeof buf, t ? "worker %d%s" : "thread %d (caller)%s", t, streams[k]);
+      thread_name(f, k * p->nth + t, buf);
+    }
   thread_name(f, step_tid, "steps");
   int k = 0;
   for (long i = 0; i < n_spans; i++) {
@@ -180,10 +177,12 @@ int dsi_prof_write_trace(const dsi_prof *p, const char *path, dsi_err *err) {
     fprintf(f, "{\"name\":");
     json_str(f, op ? op->name : "(unnamed)");
     fprintf(f, ",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":1,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"layer\":%d,"
-               "\"flops\":%.0f,\"weight_bytes\":%.0f,\"act_bytes\":%.0f,\"bytes\":%.0f,\"phase\":\"%s\",\"op\":%d}},\n",
-            k_cat_names[op ? op->cat : DSI_PROF_OTHER], s->ith, (s->t0 - p->origin) * 1e6, (s->t1 - s->t0) * 1e6,
+               "\"flops\":%.0f,\"weight_bytes\":%.0f,\"act_bytes\":%.0f,\"bytes\":%.0f,\"phase\":\"%s\",\"op\":%d,"
+               "\"worker\":%d}},\n",
+            k_cat_names[op ? op->cat : DSI_PROF_OTHER], (op ? op->team : 0) * p->nth + s->ith, (s->t0 - p->origin) * 1e6,
+            (s->t1 - s->t0) * 1e6,
             op ? op->layer : -1, op ? op->flops : 0, op ? op->wbytes : 0, op ? op->abytes : 0,
-            op ? op->wbytes + op->abytes : 0, phase, s->op);
+            op ? op->wbytes + op->abytes : 0, phase, s->op, s->ith);
   }
   for (int i = 0; i < p->n_steps; i++) {
     const prof_step *s = &p->steps[i];

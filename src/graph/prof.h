@@ -7,7 +7,6 @@
 #include <stdio.h>
 
 #include "base/base.h"
-#include "base/pool.h"
 #include "dsinfer.h"
 
 typedef enum {
@@ -21,17 +20,18 @@ typedef enum {
 
 typedef struct dsi_prof dsi_prof;
 
-/* Room for max_spans timed thread shares (0 = 1M); ops and steps get
- * proportional room. Attaches itself to pool as its observer. */
-dsi_prof *dsi_prof_new(dsi_pool *pool, long max_spans);
-void dsi_prof_free(dsi_prof *p); /* detaches from the pool */
+/* Room for max_spans timed thread shares (0 = 1M) of a pool of n_threads;
+ * ops and steps get proportional room. The executors record into it. */
+dsi_prof *dsi_prof_new(int n_threads, long max_spans);
+void dsi_prof_free(dsi_prof *p);
 void dsi_prof_reset(dsi_prof *p);  /* forget everything recorded (between steps) */
 
-/* The op that the following dispatches (and serial spans) belong to. */
-void dsi_prof_op(dsi_prof *p, const char *name, dsi_prof_cat cat, int layer, double flops, double weight_bytes,
-                 double act_bytes);
-/* a serial piece of the current op on the calling thread, [t0, dsi_now()) */
-void dsi_prof_serial(dsi_prof *p, double t0);
+/* An op of the current step (team: DSI_TEAM_* of the graph, its stream);
+ * returns its id for dsi_prof_span, -1 when the buffers are full. */
+int dsi_prof_op(dsi_prof *p, const char *name, dsi_prof_cat cat, int layer, int team, double flops,
+                double weight_bytes, double act_bytes);
+/* thread ith worked on op [t0, t1) (dsi_now's clock); callable from any thread */
+void dsi_prof_span(dsi_prof *p, int op, int ith, double t0, double t1);
 /* an engine step: begin before it, end after it (prefill: some sequence was
  * fed more than one token); a failed step is dropped (ok = 0) */
 void dsi_prof_step_begin(dsi_prof *p);

@@ -38,6 +38,16 @@ dsi_gemm_fn dsi_gemm_pick(const dsi_mat *w, int m, int act_bf16, int *prep) {
   return dsi_gemm_ref;
 }
 
+int dsi_gemm_amx_rows(int m, int act_bf16) {
+#if DSI_HAVE_AMX
+  return act_bf16 && dsi_cpu_get()->level >= DSI_ISA_AMX && m >= DSI_AMX_MIN_M;
+#else
+  (void)m;
+  (void)act_bf16;
+  return 0;
+#endif
+}
+
 const char *dsi_gemm_kernel_name(dsi_gemm_fn fn) {
 #if DSI_HAVE_AMX
   if (fn == dsi_gemm_amx) return "amx";

@@ -73,6 +73,9 @@ enum { DSI_PREP_NONE, DSI_PREP_BF16 /* g->xb */, DSI_PREP_I8 /* g->xq, g->xq_sca
  * reduced-precision activations (AMX: bf16, or int8 for INT8 weights) only
  * when act_bf16 allows it. *prep says what the kernel reads (DSI_PREP_*). */
 dsi_gemm_fn dsi_gemm_pick(const dsi_mat *w, int m, int act_bf16, int *prep);
+/* whether dsi_gemm_pick gives BF16 / FP8 weights the AMX kernel at m
+ * (then activations are wanted as bf16 rows) */
+int dsi_gemm_amx_rows(int m, int act_bf16);
 /* "ref", "avx2", "avx512", "amx", "amx-int8" */
 const char *dsi_gemm_kernel_name(dsi_gemm_fn fn);
 

@@ -1,6 +1,7 @@
 /* tests: batch invariance — a sequence's greedy tokens (and logits) are the
  * same when it runs alone and when it shares every step with 7 others that
- * are at other stages (prefill chunks and decode tokens mixed). */
+ * are at other stages (prefill chunks and decode tokens mixed); and the
+ * same in every executor: eager, graph (fused), graph with two streams. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,15 @@
 
 #define N_GEN 12
 #define N_SEQ 8
+
+typedef struct {
+  const char *name;
+  int exec, streams;
+} exec_cfg;
+static const exec_cfg k_execs[] = {
+  {"graph", DSI_EXEC_GRAPH, 1}, {"graph-streams2", DSI_EXEC_GRAPH, 2}, {"eager", DSI_EXEC_EAGER, 1},
+};
+static const exec_cfg *g_exec = &k_execs[0];
 
 static int argmax_f(const float *x, int n) {
   int b = 0;
@@ -23,7 +33,7 @@ static int argmax_f(const float *x, int n) {
 static void alone(dsi_model *m, const int32_t *prompt, int np, int V, int32_t *gen, float *lg) {
   dsi_engine *e;
   dsi_err err;
-  dsi_engine_opts o = {.n_threads = 2, .kv_block_size = 4};
+  dsi_engine_opts o = {.n_threads = 2, .kv_block_size = 4, .exec = g_exec->exec, .streams = g_exec->streams};
   DSI_ASSERT(dsi_engine_open(&e, m, &o, &err) == 0);
   int s = dsi_seq_new(e);
   int32_t seqv[64];
@@ -46,8 +56,11 @@ static void alone(dsi_model *m, const int32_t *prompt, int np, int V, int32_t *g
 static void run_case(int quant);
 
 int main(void) {
-  run_case(0);
-  run_case(DSI_QUANT_INT8); /* INT8 weights: AVX-512 below 16 rows, AMX INT8 above */
+  for (int q = 0; q < 2; q++)
+    for (size_t x = 0; x < DSI_ARRAY_LEN(k_execs); x++) {
+      g_exec = &k_execs[x];
+      run_case(q ? DSI_QUANT_INT8 : 0); /* INT8 weights: AVX-512 below 16 rows, AMX INT8 above */
+    }
   return check_done();
 }
 
@@ -73,11 +86,25 @@ static void run_case(int quant) {
   int32_t ref_gen[N_GEN];
   float *ref_lg = malloc((size_t)N_GEN * V * sizeof(float));
   alone(m, prompts[0], np[0], V, ref_gen, ref_lg);
+  static float *first_ref; /* the first executor's, alone */
+  static int32_t first_gen[N_GEN];
+  if (g_exec == &k_execs[0]) {
+    free(first_ref);
+    first_ref = malloc((size_t)N_GEN * V * sizeof(float));
+    memcpy(first_ref, ref_lg, (size_t)N_GEN * V * sizeof(float));
+    memcpy(first_gen, ref_gen, sizeof first_gen);
+  } else {
+    double d = 0;
+    for (size_t i = 0; i < (size_t)N_GEN * V; i++) d = fmax(d, fabs(first_ref[i] - ref_lg[i]));
+    CHECKF(d <= 1e-5 && !memcmp(first_gen, ref_gen, sizeof first_gen), "%s vs %s: logits differ by %g",
+           g_exec->name, k_execs[0].name, d);
+    printf("%s vs %s: max logit diff %g\n", g_exec->name, k_execs[0].name, d);
+  }
 
   /* all 8 together: sequence s starts s steps late and prefills in chunks
    * of 2, so every step mixes prefill chunks with decode tokens */
   dsi_engine *e;
-  dsi_engine_opts o = {.n_threads = 2, .kv_block_size = 4};
+  dsi_engine_opts o = {.n_threads = 2, .kv_block_size = 4, .exec = g_exec->exec, .streams = g_exec->streams};
   DSI_ASSERT(dsi_engine_open(&e, m, &o, &err) == 0);
   int ids[N_SEQ], fed[N_SEQ] = {0}, ngen[N_SEQ] = {0};
   int32_t next[N_SEQ], gen0[N_GEN];
@@ -123,7 +150,8 @@ static void run_case(int quant) {
   double worst = 0;
   for (size_t i = 0; i < (size_t)N_GEN * V; i++) worst = fmax(worst, fabs(lg0[i] - ref_lg[i]));
   CHECKF(worst <= 1e-5, "logits alone vs batched differ by %g", worst);
-  printf("%s: greedy tokens alone == batched: %s; max logit diff %g; %d mixed steps\n", quant ? "int8 weights" : "checkpoint weights", same ? "yes" : "no", worst, mixed_steps);
+  printf("%s, %s: greedy tokens alone == batched: %s; max logit diff %g; %d mixed steps\n",
+         quant ? "int8 weights" : "checkpoint weights", g_exec->name, same ? "yes" : "no", worst, mixed_steps);
   free(logits);
   free(lg0);
   free(ref_lg);

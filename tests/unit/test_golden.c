@@ -1,7 +1,9 @@
 /* tests: the forward against DeepSeek's official inference/model.py. Every
  * golden case is run as one prefill, as decode through the KV cache, in
  * prefill chunks, and batched with other sequences mixing prefill and
- * decode; every position's logits must match the reference.
+ * decode; every position's logits must match the reference — in both
+ * executors (eager, graph), both stream settings, and with the graph's
+ * memory plan under a poisoned arena (freed tensors filled with NaN).
  * Tolerance: max |ours - ref| / max |ref| over each row <= 1e-5 (the
  * reference's own absorbed and naive paths agree to ~1e-6; float32 sums in
  * another order land around 1e-6..1e-5). */
@@ -67,6 +69,19 @@ static double row_err(const float *a, const float *ref, int V) {
   return md / mr;
 }
 
+/* the executor configuration under test */
+typedef struct {
+  const char *name;
+  int exec, streams, poison;
+} exec_cfg;
+static const exec_cfg k_execs[] = {
+  {"graph", DSI_EXEC_GRAPH, 1, 0},
+  {"graph-streams2", DSI_EXEC_GRAPH, 2, 0},
+  {"eager", DSI_EXEC_EAGER, 1, 0},
+  {"graph-poisoned", DSI_EXEC_GRAPH, 2, 1},
+};
+static const exec_cfg *g_exec = &k_execs[0];
+
 /* Compare rows [0, n) of out (sequence positions) with the reference. */
 static void check_rows(const golden *g, const char *mode, const float *out, int n) {
   double worst = 0;
@@ -74,8 +89,8 @@ static void check_rows(const golden *g, const char *mode, const float *out, int 
     double e = row_err(out + (size_t)t * g->vocab, g->ref + (size_t)t * g->vocab, g->vocab);
     if (!(e <= worst)) worst = e;
   }
-  CHECKF(worst <= TOL, "%s %s: worst row error %.3g > %.1g", g->name, mode, worst, TOL);
-  printf("  %-18s %-10s worst relative error %.2e\n", g->name, mode, worst);
+  CHECKF(worst <= TOL, "%s %s %s: worst row error %.3g > %.1g", g->name, g_exec->name, mode, worst, TOL);
+  printf("  %-18s %-14s %-10s worst relative error %.2e\n", g->name, g_exec->name, mode, worst);
 }
 
 /* Feed the golden sequence in steps of `chunk` tokens (n = one prefill),
@@ -83,7 +98,8 @@ static void check_rows(const golden *g, const char *mode, const float *out, int 
 static void run_mode(const golden *g, const char *mode, int chunk, int n_other, int threads) {
   dsi_engine *e;
   dsi_err err = {0};
-  dsi_engine_opts eo = {.n_threads = threads, .kv_block_size = 8, .max_tokens = 64, .act_precision = DSI_ACT_F32};
+  dsi_engine_opts eo = {.n_threads = threads, .kv_block_size = 8, .max_tokens = 64, .act_precision = DSI_ACT_F32,
+                        .exec = g_exec->exec, .streams = g_exec->streams, .poison = g_exec->poison};
   if (dsi_engine_open(&e, g->m, &eo, &err)) { CHECKF(0, "%s", err.msg); return; }
   int V = g->vocab, seq = dsi_seq_new(e);
   int others[8];
@@ -131,10 +147,13 @@ int main(void) {
     golden g;
     printf("%s layout:\n", op_off ? "row-major" : "packed");
     if (load_golden(&g, cases[c], op_off)) { CHECKF(0, "cannot load %s", cases[c]); continue; }
-    run_mode(&g, "prefill", g.n, 0, 2);
-    run_mode(&g, "decode", 1, 0, 2);
-    run_mode(&g, "chunk5", 5, 0, 1);
-    run_mode(&g, "batched", 4, 5, 2);
+    for (size_t x = 0; x < DSI_ARRAY_LEN(k_execs); x++) {
+      g_exec = &k_execs[x];
+      run_mode(&g, "prefill", g.n, 0, 2);
+      run_mode(&g, "decode", 1, 0, 2);
+      run_mode(&g, "chunk5", 5, 0, 1);
+      run_mode(&g, "batched", 4, 5, 2);
+    }
     /* the reference's prefix and prefill arrays agree with its decode rows */
     char path[256];
     snprintf(path, sizeof path, "golden/%s/ref/prefill_absorb.f32", g.name);

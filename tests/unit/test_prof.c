@@ -112,11 +112,10 @@ static void check_trace(const char *path, const double *wall) {
 
 /* a profiler with room for 8 spans stops at the 9th and says so */
 static void check_full(void) {
-  dsi_pool *pool = dsi_pool_new(2);
-  dsi_prof *p = dsi_prof_new(pool, 8);
+  dsi_prof *p = dsi_prof_new(2, 8);
   dsi_prof_step_begin(p);
-  dsi_prof_op(p, "tiny\"op", DSI_PROF_OTHER, 0, 1, 1, 1);
-  for (int i = 0; i < 8; i++) dsi_prof_serial(p, dsi_now());
+  int op = dsi_prof_op(p, "tiny\"op", DSI_PROF_OTHER, 0, 0, 1, 1, 1);
+  for (int i = 0; i < 8; i++) dsi_prof_span(p, op, i % 2, dsi_now(), dsi_now());
   dsi_prof_step_end(p, 0, 1, 1);
   char *buf = NULL;
   size_t n = 0;
@@ -126,7 +125,7 @@ static void check_full(void) {
   CHECKF(!strstr(buf, "filled up") && strstr(buf, "decode"), "%s", buf);
   free(buf);
   dsi_prof_step_begin(p);
-  dsi_prof_serial(p, dsi_now());
+  dsi_prof_span(p, op, 0, dsi_now(), dsi_now());
   dsi_prof_step_end(p, 0, 1, 1);
   f = open_memstream(&buf, &n);
   dsi_prof_summary(p, f);
@@ -148,7 +147,6 @@ static void check_full(void) {
   }
   unlink(path);
   dsi_prof_free(p);
-  dsi_pool_free(pool);
 }
 
 int main(void) {

@@ -1,0 +1,178 @@
+/* graph: the two executors (see exec.h). Graph: the whole step is one
+ * dispatch of the pool; each worker walks the plan, runs the ops of its
+ * team, and before each op waits only for the ops it depends on; a worker
+ * with nothing to do helps the other team's open matmul. Eager: one
+ * fork/join per op, outputs allocated as each op is issued and freed after
+ * their last use — the study's baseline. */
+#include "graph/exec.h"
+#include "graph/prof.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+  dsi_barrier b;
+  char pad[64 - sizeof(dsi_barrier)];
+} padded_barrier;
+
+typedef struct {
+  dsi_xrun *r;
+  dsi_prof *prof;
+  const int *pids;      /* [n_ops] the profile's op ids */
+  padded_barrier *bars; /* [1 + 2 n_regions]: all, then each region's A and B */
+  int op;               /* op by op: the one to run */
+  int help;             /* streams: idle workers help the other team */
+} exec_job;
+
+static dsi_barrier *team_barrier(exec_job *j, const dsi_op *op) {
+  if (op->team == DSI_TEAM_ALL) return &j->bars[0].b;
+  return &j->bars[1 + 2 * op->region + (op->team == DSI_TEAM_B)].b;
+}
+
+static void run_op(exec_job *j, int i, int tid, int lo, int hi, int helper) {
+  dsi_xrun *r = j->r;
+  const dsi_op *op = &r->g->ops[i];
+  dsi_team tm = {.ith = tid - lo, .nth = hi - lo, .tid = tid, .helper = helper, .bar = team_barrier(j, op),
+                 .st = &r->st[i], .open = j->help ? &r->open_op : NULL, .op = i};
+  double t0 = j->prof ? dsi_now() : 0;
+  dsi_op_fns[op->kind](r, op, &tm);
+  if (j->prof) dsi_prof_span(j->prof, j->pids[i], tid, t0, dsi_now());
+}
+
+/* claim units of the other team's open matmul; 1 if there were any */
+static int help_open(exec_job *j, int tid) {
+  dsi_xrun *r = j->r;
+  int o = atomic_load_explicit(&r->open_op, memory_order_acquire);
+  if (o < 0) return 0;
+  dsi_opstate *st = &r->st[o];
+  if (atomic_load_explicit(&st->next, memory_order_relaxed) >= atomic_load_explicit(&st->units, memory_order_relaxed))
+    return 0;
+  run_op(j, o, tid, 0, 1, 1);
+  return 1;
+}
+
+static void wait_op(exec_job *j, int d, int tid, int nth) {
+  dsi_xrun *r = j->r;
+  int lo, hi;
+  dsi_graph_team_range(r->g, &r->g->ops[d], nth, &lo, &hi);
+  for (int spins = 0; atomic_load_explicit(&r->st[d].done, memory_order_acquire) < hi - lo;) {
+    if (j->help && help_open(j, tid)) {
+      spins = 0;
+      continue;
+    }
+    dsi_spin_pause(&spins);
+  }
+}
+
+static void graph_task(void *ctx, int tid, int nth) {
+  exec_job *j = ctx;
+  const dsi_graph *g = j->r->g;
+  for (int i = 0; i < g->n_ops; i++) {
+    const dsi_op *op = &g->ops[i];
+    if (op->dead) continue;
+    int lo, hi;
+    dsi_graph_team_range(g, op, nth, &lo, &hi);
+    if (tid < lo || tid >= hi) continue;
+    for (int d = 0; d < op->n_deps; d++) wait_op(j, op->deps[d], tid, nth);
+    run_op(j, i, tid, lo, hi, 0);
+    atomic_fetch_add_explicit(&j->r->st[i].done, 1, memory_order_release);
+  }
+}
+
+/* one op as its own dispatch (eager, and the graph's poison mode) */
+static void op_task(void *ctx, int tid, int nth) {
+  exec_job *j = ctx;
+  const dsi_op *op = &j->r->g->ops[j->op];
+  int lo, hi;
+  dsi_graph_team_range(j->r->g, op, nth, &lo, &hi);
+  if (tid >= lo && tid < hi) run_op(j, j->op, tid, lo, hi, 0);
+}
+
+/* the profile's ops for this step, in plan order */
+static int *prof_ops(const dsi_xrun *r, dsi_prof *prof) {
+  if (!prof) return NULL;
+  const dsi_graph *g = r->g;
+  int *pids = dsi_xmalloc(DSI_MAX(g->n_ops, 1) * sizeof(int));
+  for (int i = 0; i < g->n_ops; i++) {
+    const dsi_op *op = &g->ops[i];
+    pids[i] = -1;
+    if (op->dead) continue;
+    double fl, wb, ab;
+    dsi_op_cost(r, op, &fl, &wb, &ab);
+    pids[i] = dsi_prof_op(prof, op->name, (dsi_prof_cat)op->cat, op->layer, op->team, fl, wb, ab);
+  }
+  return pids;
+}
+
+static void reset_states(dsi_xrun *r) {
+  memset(r->st, 0, (size_t)r->g->n_ops * sizeof *r->st);
+  atomic_store(&r->open_op, -1);
+}
+
+static void fill_nan(void *p, size_t bytes) {
+  float *f = p;
+  for (size_t i = 0; i < bytes / sizeof(float); i++) f[i] = NAN;
+}
+
+void dsi_exec_graph(dsi_xrun *r, dsi_pool *pool, dsi_prof *prof, int poison, uint8_t *arena) {
+  const dsi_graph *g = r->g;
+  int nth = dsi_pool_size(pool);
+  padded_barrier *bars = dsi_xmalloc((1 + 2 * (size_t)g->n_regions) * sizeof *bars);
+  dsi_barrier_init(&bars[0].b, nth);
+  for (int k = 0; k < g->n_regions; k++) {
+    int a = g->streams >= 2 && nth >= 2 ? g->team_a[k] : nth;
+    dsi_barrier_init(&bars[1 + 2 * k].b, a);
+    dsi_barrier_init(&bars[2 + 2 * k].b, nth - a);
+  }
+  reset_states(r);
+  exec_job j = {r, prof, prof_ops(r, prof), bars, 0, g->streams >= 2 && nth >= 2};
+  if (!poison) {
+    dsi_pool_run(pool, graph_task, &j);
+  } else {
+    /* op by op: every read of a byte not written since its tensor's birth
+     * sees NaN, and NaN reaches the logits */
+    j.help = 0;
+    fill_nan(arena, g->arena_bytes);
+    for (int i = 0; i < g->n_ops; i++) {
+      if (g->ops[i].dead) continue;
+      j.op = i;
+      dsi_pool_run(pool, op_task, &j);
+      for (int t = 0; t < g->n_ts; t++)
+        if (g->ts[t].kind == DSI_T_ARENA && g->ts[t].last == i) fill_nan(r->ptr[t], g->ts[t].bytes);
+    }
+  }
+  free((void *)j.pids);
+  free(bars);
+}
+
+int dsi_exec_eager(dsi_xrun *r, dsi_pool *pool, dsi_prof *prof, dsi_err *err) {
+  const dsi_graph *g = r->g;
+  padded_barrier bar;
+  dsi_barrier_init(&bar.b, dsi_pool_size(pool));
+  reset_states(r);
+  exec_job j = {r, prof, prof_ops(r, prof), &bar, 0, 0};
+  int rc = DSI_OK;
+  for (int i = 0; i < g->n_ops && !rc; i++) {
+    if (g->ops[i].dead) continue;
+    for (int t = 0; t < g->n_ts && !rc; t++) /* outputs taken on the spot */
+      if (g->ts[t].kind == DSI_T_ARENA && g->ts[t].first == i && !(r->ptr[t] = dsi_alloc_aligned(g->ts[t].bytes)))
+        rc = dsi_errf(err, DSI_E_NOMEM, "out of memory for %s of layer %d (%zu bytes)", g->ts[t].name, g->ts[t].layer,
+                      g->ts[t].bytes);
+    if (rc) break;
+    j.op = i;
+    dsi_pool_run(pool, op_task, &j);
+    for (int t = 0; t < g->n_ts; t++)
+      if (g->ts[t].kind == DSI_T_ARENA && g->ts[t].last == i) {
+        dsi_free_aligned(r->ptr[t]);
+        r->ptr[t] = NULL;
+      }
+  }
+  for (int t = 0; t < g->n_ts; t++) /* after a failure */
+    if (g->ts[t].kind == DSI_T_ARENA && r->ptr[t]) {
+      dsi_free_aligned(r->ptr[t]);
+      r->ptr[t] = NULL;
+    }
+  free((void *)j.pids);
+  return rc;
+}

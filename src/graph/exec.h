@@ -1,0 +1,94 @@
+/* graph: what the op kernels and the executors share — the forward's
+ * constant context, one step's run state, a team of workers running one
+ * op, and the op table (kernel, cost, whether other teams may help). */
+#ifndef DSI_EXEC_H
+#define DSI_EXEC_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "base/pool.h"
+#include "graph/forward.h"
+#include "graph/graph.h"
+#include "kernels/gemm.h"
+
+/* constant for the forward's life: model, tables, per-thread scratch */
+typedef struct dsi_fctx {
+  const dsi_model *m;
+  const dsi_config *c;
+  int nth, max_tokens, max_context;
+  int attn_chunk;        /* tokens per pass of the absorbed attention */
+  size_t att_s_len;      /* floats of the prefill-segment score buffer */
+  float softmax_scale;
+  float *rope_cos, *rope_sin; /* [max_context, rope/2] */
+  int act_bf16;          /* matmuls multiply bf16-rounded activations */
+  float **scratch;       /* [nth][scratch_len] */
+  size_t scratch_len;
+  dsi_mat *uk, *uv;      /* [layers * H] per-head panels of W_UK^T and W_UV */
+  int max_calls;         /* most matmuls in one batched call */
+  dsi_gemm **gl;         /* [nth][max_calls] each thread's matmul list */
+  dsi_gemm_fn **gfn;     /* [nth][max_calls] */
+} dsi_fctx;
+
+/* one op's shared state during a step, on its own cache line */
+typedef struct dsi_opstate {
+  atomic_int done;      /* team threads that finished it */
+  atomic_int ready;     /* its matmul units may be claimed (inputs prepared) */
+  atomic_long units;    /* matmul units, set before ready */
+  atomic_long next;     /* next unit / work item to claim */
+  atomic_long finished; /* units finished */
+  char pad[64 - 2 * sizeof(atomic_int) - 3 * sizeof(atomic_long)];
+} dsi_opstate;
+
+/* one step */
+typedef struct dsi_xrun {
+  const dsi_fctx *f;
+  const dsi_graph *g;
+  const dsi_fwd_batch *b;
+  const dsi_fwd_cache *cache;
+  int T;
+  uint8_t **ptr;        /* [n_ts] each tensor's memory this step */
+  dsi_opstate *st;      /* [n_ops] */
+  atomic_int open_op;   /* the latest op whose units were opened to helpers, -1 none */
+} dsi_xrun;
+
+/* the workers running one op: ith of nth; a helper joins another team's
+ * op only to claim its leftover matmul units */
+typedef struct dsi_team {
+  int ith, nth, tid;
+  int helper;
+  dsi_barrier *bar;
+  dsi_opstate *st;
+  atomic_int *open;     /* where to announce units open to helpers (NULL: no helpers) */
+  int op;               /* the op's index */
+} dsi_team;
+
+/* the executors; prof may be NULL. Graph: one dispatch for the whole step,
+ * ops wait only for the ops they depend on (poison: op by op, the arena
+ * filled with NaN and every tensor poisoned after its last use). Eager:
+ * one dispatch per op, each op's outputs allocated as it is issued. */
+typedef struct dsi_prof dsi_prof;
+void dsi_exec_graph(dsi_xrun *r, dsi_pool *pool, dsi_prof *prof, int poison, uint8_t *arena);
+int dsi_exec_eager(dsi_xrun *r, dsi_pool *pool, dsi_prof *prof, dsi_err *err);
+
+#define XT(r, id) ((void *)(r)->ptr[id])
+
+typedef void (*dsi_op_fn)(dsi_xrun *r, const dsi_op *op, dsi_team *tm);
+extern const dsi_op_fn dsi_op_fns[DSI_OP_COUNT];
+/* ops whose work is matmul units another team's idle workers may claim */
+extern const uint8_t dsi_op_helpable[DSI_OP_COUNT];
+/* an op's FLOPs and bytes this step (for the profile) */
+void dsi_op_cost(const dsi_xrun *r, const dsi_op *op, double *flops, double *wbytes, double *abytes);
+/* bytes of prepared activations for m rows of a weight with cols / kpad */
+size_t dsi_prep_bytes(long m, int cols, int kpad);
+
+/* Run n matmuls of `rows` rows each on a team: each thread picks the
+ * kernels and lays out the prepared activations (deterministically: every
+ * thread computes the same), the team prepares the rows into ws, then row
+ * units are claimed — from st's counters when claim (helpers may join),
+ * else split evenly. x_ready: activations are rounded already (act_bf16)
+ * and xb_ready their bf16 rows (or NULL). */
+void dsi_gemm_team(dsi_team *tm, const dsi_fctx *f, dsi_gemm *gs, dsi_gemm_fn *fns, int n, int rows, int unit,
+                   void *ws, size_t ws_bytes, int claim, int x_ready, const uint16_t *xb_ready);
+
+#endif

@@ -1,0 +1,136 @@
+/* graph: the op IR — ops record, executors run. A graph is built for one
+ * shape bucket (at most T tokens); the planner fuses chains of ops, assigns
+ * ops to worker teams (streams), gives every intermediate tensor a static
+ * offset in one arena from its lifetime, and derives, for each op, the
+ * earlier ops it must wait for: barriers only where data flows. */
+#ifndef DSI_GRAPH_H
+#define DSI_GRAPH_H
+
+#include <stddef.h>
+
+#include "kernels/kernels.h"
+#include "model/model.h"
+
+typedef enum {
+  DSI_OP_EMBED,         /* out0[t] = embed_tokens[token t] */
+  DSI_OP_RMSNORM,       /* out0 = rmsnorm(in0) * vec (rows: all, or the logit rows) */
+  DSI_OP_ADD,           /* out0 (= in0) += in1 */
+  DSI_OP_MATMUL,        /* out0 = in0 W^T (epilogue epi) */
+  DSI_OP_SILU_MUL,      /* out0 (= in0) = silu(in0) * in1 */
+  DSI_OP_ROPE_Q,        /* out0 (= in0): rotate each head's rope part */
+  DSI_OP_KV_WRITE,      /* cache out0 <- [rmsnorm(kva latent) | rope(k_pe)] at each token's slot */
+  DSI_OP_ATTN_QLAT,     /* chunk: out0 = per-head [W_UK^T q_nope | q_pe] */
+  DSI_OP_ATTN_CORE,     /* chunk: out0 = attention of q_lat over the latent cache */
+  DSI_OP_ATTN_OUT,      /* chunk: out0 = per-head W_UV o_lat */
+  DSI_OP_ATTN_ROWMAJOR, /* out0 = absorbed attention with row-major kv_b_proj */
+  DSI_OP_ROUTER_TOPK,   /* out0 ids, out1 weights <- scores in0 */
+  DSI_OP_MOE_SORT,      /* pairs grouped by expert: out0 exp_start, out1 exp_tok, out2 exp_w; zero out3 */
+  DSI_OP_MOE_GATE_UP,   /* out0[pair] = silu-mul of each expert's gate/up on its tokens */
+  DSI_OP_MOE_DOWN,      /* out0[tok] += weight * down(in0[pair]) */
+  DSI_OP_MOE_ROWMAJOR,  /* out0[tok] += routed experts one by one (row-major weights) */
+  DSI_OP_COUNT
+} dsi_op_kind;
+
+extern const char *const dsi_op_kind_names[DSI_OP_COUNT];
+
+/* where a tensor lives */
+enum {
+  DSI_T_ARENA,  /* an intermediate: planned into the arena */
+  DSI_T_KV,     /* a layer's latent cache (the engine's) */
+  DSI_T_LOGITS, /* the caller's logits */
+};
+
+typedef struct dsi_tensor {
+  const char *name;
+  int layer;
+  int kind;     /* DSI_T_* */
+  size_t bytes; /* for the graph's bucket */
+  /* plan */
+  int first, last; /* ops that first and last touch it (-1: never) */
+  size_t off;      /* offset in the arena */
+} dsi_tensor;
+
+#define DSI_OP_IN 4
+#define DSI_OP_OUT 7
+
+enum {
+  DSI_FUSE_ADD = 1,    /* rmsnorm: x += in1 first; x is out2 */
+  DSI_FUSE_QUANT = 2,  /* rmsnorm: out0 rounded to bf16 values, bf16 rows into out1 */
+  DSI_X_PREPARED = 4,  /* matmul: in0 is rounded already, in1 its bf16 rows */
+  DSI_X_ROUNDED = 8,   /* grouped gate/up: in0 is rounded already */
+  DSI_ROWS_LOGITS = 16,/* rmsnorm / matmul over the batch's logit rows only */
+};
+
+/* teams of workers: all of them, or the two halves of a fork */
+enum { DSI_TEAM_ALL, DSI_TEAM_A, DSI_TEAM_B };
+
+typedef struct dsi_op {
+  dsi_op_kind kind;
+  const char *name; /* "q_a_proj", ... */
+  int layer;        /* -1 outside the blocks */
+  int cat;          /* dsi_prof_cat */
+  int stream;       /* 0 main, 1 the side branch of a fork */
+  int region;       /* fork region, -1 none */
+  int in[DSI_OP_IN], out[DSI_OP_OUT]; /* tensor ids, -1 none; in-place ops list x in both */
+  int flags;        /* DSI_FUSE_*, DSI_X_*, DSI_ROWS_LOGITS */
+  /* parameters */
+  const dsi_mat *w;
+  const float *vec;              /* rmsnorm weight */
+  const dsi_layer_weights *lw;   /* the layer's weights */
+  int epi;                       /* dsi_epilogue of a matmul; row width of a norm, add, silu */
+  int t0;                        /* attention chunk: first token */
+  /* schedule */
+  int dead;         /* fused into another op */
+  int team;         /* DSI_TEAM_* */
+  int deps[6], n_deps; /* ops whose completion this one waits for */
+} dsi_op;
+
+typedef struct dsi_graph {
+  int T;            /* the bucket: at most T tokens */
+  dsi_op *ops;
+  int n_ops, cap_ops;
+  dsi_tensor *ts;
+  int n_ts, cap_ts;
+  int n_regions;
+  /* builder state */
+  int cur_layer, cur_region, cur_stream;
+  /* plan */
+  int planned, fused, streams;
+  int *team_a;      /* [n_regions] threads of team A in each region */
+  size_t arena_bytes; /* planned peak */
+  size_t sum_bytes;   /* every intermediate with its own memory */
+} dsi_graph;
+
+/* ---- building: ops record, they do not compute ---- */
+dsi_graph *dsi_graph_new(int T);
+void dsi_graph_free(dsi_graph *g);
+int dsi_graph_tensor(dsi_graph *g, const char *name, int kind, size_t bytes);
+/* a new op of the current layer, stream and region, with no operands */
+dsi_op *dsi_graph_op(dsi_graph *g, dsi_op_kind kind, const char *name, int cat);
+/* ops recorded between fork and join may run concurrently, stream 0 on
+ * one team of workers and stream 1 on the other; join is an event both wait for */
+void dsi_graph_fork(dsi_graph *g);
+void dsi_graph_stream(dsi_graph *g, int stream);
+void dsi_graph_join(dsi_graph *g);
+
+/* ---- planning ---- */
+typedef struct dsi_plan_opts {
+  int fuse;      /* fuse chains (residual add + norm, norm + quantize) */
+  int act_bf16;  /* matmuls multiply bf16-rounded activations (norm + quantize needs it) */
+  int streams;   /* 1 or 2 */
+  int n_threads; /* workers the plan runs on */
+} dsi_plan_opts;
+
+void dsi_graph_plan(dsi_graph *g, const dsi_plan_opts *o);
+/* for the eager executor: no fusion, one team, lifetimes only */
+void dsi_graph_plan_eager(dsi_graph *g);
+/* threads [lo, hi) of n that run team on op's region */
+void dsi_graph_team_range(const dsi_graph *g, const dsi_op *op, int n, int *lo, int *hi);
+/* Check the plan: no two tensors alive at once share bytes, and every pair
+ * of ops touching the same bytes (one writing) is ordered by the waits.
+ * 0 if sound, else -1 with the first problem in why. */
+int dsi_graph_check(const dsi_graph *g, int n_threads, char *why, size_t why_len);
+/* print the plan (ops, teams, waits, tensors, offsets) */
+void dsi_graph_dump(const dsi_graph *g, void *file);
+
+#endif
