@@ -236,6 +236,27 @@ void dsi_engine_profile_set_peaks(dsi_engine *e, const dsi_peaks *pk);
 /* Per phase (prefill, decode) and category: time, share of wall time,
  * GFLOP/s and GB/s (and fractions of the peaks), dispatch share, top ops. */
 void dsi_engine_profile_summary(dsi_engine *e, FILE *out);
+/* One phase's totals over the recorded steps: wall time, time inside ops
+ * on the calling thread, the rest as the dispatch share, and the ops'
+ * FLOPs and bytes moved (weights, activations). */
+typedef struct dsi_phase_stats {
+  int steps;
+  long tokens;
+  double wall_s, ops_s, dispatch_share;
+  double flops, weight_bytes, act_bytes;
+} dsi_phase_stats;
+int dsi_engine_profile_stats(dsi_engine *e, int prefill, dsi_phase_stats *out);
+
+/* The graph executor's plan for a batch of n_tokens (captured if needed):
+ * its bucket, the planned activation arena beside the sum of every
+ * intermediate with memory of its own, and its ops. */
+typedef struct dsi_plan_info {
+  int bucket;
+  size_t arena_bytes, intermediates_bytes;
+  int n_ops, n_fused, n_waits;
+  long captures;
+} dsi_plan_info;
+int dsi_engine_plan_info(dsi_engine *e, int n_tokens, dsi_plan_info *out);
 
 /* ---- chat ---- */
 /* A checkpoint's chat format: the Jinja chat_template of its

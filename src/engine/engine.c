@@ -208,6 +208,24 @@ void dsi_engine_profile_set_peaks(dsi_engine *e, const dsi_peaks *pk) {
   if (e->prof) dsi_prof_set_peaks(e->prof, pk);
 }
 
+int dsi_engine_profile_stats(dsi_engine *e, int prefill, dsi_phase_stats *out) {
+  memset(out, 0, sizeof *out);
+  if (!e->prof) return dsi_errf(&e->err, DSI_E_INVAL, "the engine was opened without profile = 1");
+  dsi_prof_phase_stats(e->prof, prefill, out);
+  return DSI_OK;
+}
+
+int dsi_engine_plan_info(dsi_engine *e, int n_tokens, dsi_plan_info *out) {
+  memset(out, 0, sizeof *out);
+  if (n_tokens < 1 || n_tokens > e->max_tokens)
+    return dsi_errf(&e->err, DSI_E_INVAL, "a batch holds 1..%d tokens, not %d", e->max_tokens, n_tokens);
+  dsi_fwd_stats s;
+  int rc = dsi_fwd_plan_stats(e->fwd, n_tokens, &s, &e->err);
+  if (rc) return rc;
+  *out = (dsi_plan_info){s.bucket, s.arena_bytes, s.sum_bytes, s.n_ops, s.n_fused, s.n_waits, s.captures};
+  return DSI_OK;
+}
+
 void dsi_engine_profile_summary(dsi_engine *e, FILE *out) {
   if (e->prof) dsi_prof_summary(e->prof, out);
   else fprintf(out, "no profile: the engine was opened without profile = 1\n");

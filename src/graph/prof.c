@@ -203,7 +203,7 @@ int dsi_prof_write_trace(const dsi_prof *p, const char *path, dsi_err *err) {
 
 /* ---- summary ---- */
 typedef struct {
-  double time, flops, bytes;
+  double time, flops, bytes, wbytes;
   long calls;
   const char *name;
   int cat;
@@ -241,6 +241,7 @@ static void gather(const dsi_prof *p, prof_phase ph[2]) {
       prof_agg *a = agg_of(h, op->name, op->cat);
       h->cat[op->cat].flops += op->flops;
       h->cat[op->cat].bytes += op->wbytes + op->abytes;
+      h->cat[op->cat].wbytes += op->wbytes;
       h->cat[op->cat].calls++;
       if (a) {
         a->flops += op->flops;
@@ -313,4 +314,21 @@ void dsi_prof_summary(const dsi_prof *p, FILE *out) {
     }
   }
   if (!ph[0].n_steps && !ph[1].n_steps) fprintf(out, "no steps recorded\n");
+}
+
+void dsi_prof_phase_stats(const dsi_prof *p, int prefill, dsi_phase_stats *out) {
+  prof_phase ph[2];
+  gather(p, ph);
+  const prof_phase *h = &ph[prefill ? 0 : 1];
+  memset(out, 0, sizeof *out);
+  out->steps = h->n_steps;
+  out->tokens = h->tokens;
+  out->wall_s = h->wall;
+  out->ops_s = h->ops;
+  out->dispatch_share = h->wall > 0 ? (h->wall - h->ops) / h->wall : 0;
+  for (int c = 0; c < DSI_PROF_N_CAT; c++) {
+    out->flops += h->cat[c].flops;
+    out->weight_bytes += h->cat[c].wbytes;
+    out->act_bytes += h->cat[c].bytes - h->cat[c].wbytes;
+  }
 }

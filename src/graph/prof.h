@@ -40,5 +40,6 @@ void dsi_prof_step_end(dsi_prof *p, int prefill, int n_tokens, int ok);
 void dsi_prof_set_peaks(dsi_prof *p, const dsi_peaks *pk);
 int dsi_prof_write_trace(const dsi_prof *p, const char *path, dsi_err *err);
 void dsi_prof_summary(const dsi_prof *p, FILE *out);
+void dsi_prof_phase_stats(const dsi_prof *p, int prefill, dsi_phase_stats *out);
 
 #endif

@@ -32,7 +32,8 @@ int dsi_cli_parse_ids(const char *s, int32_t **out);
 /* Options every command that runs the model shares (cmd_model.c). */
 typedef struct {
   int threads, mlock, op_opt_off, quant_mode;
-  const char *precision, *op_opt, *quant;
+  const char *precision, *op_opt, *quant, *exec;
+  int exec_mode, streams;
   int profile;   /* set by the command: open the engine with the profiler on */
   int kv_blocks; /* set by the command: KV blocks (0 = the engine's default) */
 } run_opts;
@@ -42,7 +43,9 @@ typedef struct {
   {"--mlock", NULL, OPT_FLAG, &(r).mlock, "lock the file mapping and compute from it (row-major)"},   \
   {"--op-opt", NULL, OPT_STR, &(r).op_opt, "on: pack weights into the kernels' layout (default); off: keep row-major"}, \
   {"--precision", NULL, OPT_STR, &(r).precision, "activations into matmuls: auto | f32 | bf16 (default auto: bf16 where AMX runs)"}, \
-  {"--quant", NULL, OPT_STR, &(r).quant, "none | int8: quantize the packed weights while loading (default none)"}
+  {"--quant", NULL, OPT_STR, &(r).quant, "none | int8: quantize the packed weights while loading (default none)"}, \
+  {"--exec", NULL, OPT_STR, &(r).exec, "graph: replay a plan captured per shape bucket (default); eager: op by op"}, \
+  {"--streams", NULL, OPT_INT, &(r).streams, "1, or 2: shared expert beside routed experts, q beside kv (default 1)"}
 
 /* check the shared options; *act gets DSI_ACT_*; returns 0 or a usage error's exit code */
 int dsi_cli_check_run_opts(const char *cmd, run_opts *r, int *act);

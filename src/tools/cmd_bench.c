@@ -96,8 +96,8 @@ int dsi_bench_run(dsi_engine *e, int vocab, int P, int G, int B, uint64_t seed, 
 }
 
 static int bench_model(int argc, char **argv) {
-  const char *model = NULL, *precision = NULL, *op_opt = NULL, *quant = NULL, *profile = NULL;
-  int P = 512, G = 64, B = 1, reps = 3, threads = 0, json = 0;
+  const char *model = NULL, *precision = NULL, *op_opt = NULL, *quant = NULL, *profile = NULL, *exec = NULL;
+  int P = 512, G = 64, B = 1, reps = 3, threads = 0, json = 0, streams = 1, ablation = 0;
   const dsi_opt opts[] = {
     {"--model", NULL, OPT_STR, &model, "checkpoint directory"},
     {"--prompt-len", NULL, OPT_INT, &P, "prompt tokens per sequence (default 512)"},
@@ -108,10 +108,13 @@ static int bench_model(int argc, char **argv) {
     {"--precision", NULL, OPT_STR, &precision, "auto | f32 | bf16 (see generate --help)"},
     {"--op-opt", NULL, OPT_STR, &op_opt, "on (packed weights, default) | off (row-major)"},
     {"--quant", NULL, OPT_STR, &quant, "none (default) | int8: quantize the packed weights while loading"},
-    {"--json", NULL, OPT_FLAG, &json, "print one JSON object"},
+    {"--exec", NULL, OPT_STR, &exec, "graph (default) | eager"},
+    {"--streams", NULL, OPT_INT, &streams, "1 (default) | 2"},
+    {"--ablation", NULL, OPT_FLAG, &ablation, "run the study's stages one by one: eager, graph, streams, op-opt"},
+    {"--json", NULL, OPT_FLAG, &json, "print one JSON object (--ablation: an array, one per stage)"},
     {"--profile", NULL, OPT_STR, &profile, "write a Chrome trace of the measured runs to FILE"},
     {0}};
-  int rc = dsi_cli_parse("bench", "--model DIR [--prompt-len P] [--gen-len G] [--batch B] [--reps R] [--threads N] [--json]\n"
+  int rc = dsi_cli_parse("bench", "--model DIR [--prompt-len P] [--gen-len G] [--batch B] [--reps R] [--threads N] [--ablation] [--json]\n"
                                   "       dsinfer bench kernels [options]   (dsinfer bench kernels --help)",
                          opts, argc, argv);
   if (rc) return rc == 1 ? 0 : 2;
@@ -124,6 +127,14 @@ static int bench_model(int argc, char **argv) {
   else if (precision && strcmp(precision, "auto")) return dsi_cli_usage_error("bench", "--precision must be auto, f32 or bf16");
   if (op_opt && strcmp(op_opt, "on") && strcmp(op_opt, "off")) return dsi_cli_usage_error("bench", "--op-opt must be on or off");
   if (quant && strcmp(quant, "none") && strcmp(quant, "int8")) return dsi_cli_usage_error("bench", "--quant must be none or int8");
+  if (exec && strcmp(exec, "graph") && strcmp(exec, "eager")) return dsi_cli_usage_error("bench", "--exec must be graph or eager");
+  if (streams != 1 && streams != 2) return dsi_cli_usage_error("bench", "--streams must be 1 or 2");
+  if (ablation) {
+    if (reps > 64 || op_opt || exec || quant || profile)
+      return dsi_cli_usage_error("bench", "--ablation sets --exec, --streams and --op-opt itself; --reps <= 64");
+    dsi_bench_ablation_opts ao = {model, P, G, B, reps, threads, act, json};
+    return dsi_bench_ablation(&ao);
+  }
   dsi_peaks pk;
   dsi_measure_peaks(threads, &pk);
   dsi_reset_peak_rss(); /* the bandwidth test's buffers are not the engine's */
@@ -139,7 +150,8 @@ static int bench_model(int argc, char **argv) {
   dsi_model_get_info(m, &info);
   dsi_engine *e;
   dsi_engine_opts eo = {.n_threads = threads, .max_tokens = 512, .max_context = P + G + 1, .act_precision = act,
-                        .kv_blocks = (P + G + 64) / 64 * B + B, .profile = profile != NULL};
+                        .kv_blocks = (P + G + 64) / 64 * B + B, .profile = profile != NULL,
+                        .exec = exec && !strcmp(exec, "eager") ? DSI_EXEC_EAGER : DSI_EXEC_GRAPH, .streams = streams};
   if (dsi_engine_open(&e, m, &eo, &err)) {
     fprintf(stderr, "dsinfer bench: %s\n", err.msg);
     dsi_model_free(m);

@@ -29,6 +29,11 @@ int dsi_cli_check_run_opts(const char *cmd, run_opts *r, int *act) {
   if (r->quant && strcmp(r->quant, "none") && strcmp(r->quant, "int8"))
     return dsi_cli_usage_error(cmd, "--quant must be none or int8, got '%s'", r->quant);
   r->quant_mode = r->quant && !strcmp(r->quant, "int8") ? DSI_QUANT_INT8 : DSI_QUANT_NONE;
+  r->exec_mode = DSI_EXEC_GRAPH;
+  if (r->exec && !strcmp(r->exec, "eager")) r->exec_mode = DSI_EXEC_EAGER;
+  else if (r->exec && strcmp(r->exec, "graph")) return dsi_cli_usage_error(cmd, "--exec must be graph or eager, got '%s'", r->exec);
+  if (r->streams != 0 && r->streams != 1 && r->streams != 2)
+    return dsi_cli_usage_error(cmd, "--streams must be 1 or 2, got %d", r->streams);
   *act = DSI_ACT_AUTO;
   if (r->precision) {
     if (!strcmp(r->precision, "f32")) *act = DSI_ACT_F32;
@@ -45,7 +50,8 @@ int dsi_cli_open_engine(const char *cmd, const char *dir, const run_opts *r, int
                       .quant = r->quant_mode};
   if (dsi_model_open(m, dir, &lo, &err)) return fail(cmd, &err);
   dsi_engine_opts eo = {.n_threads = r->threads, .max_tokens = max_tokens, .max_context = max_context,
-                        .act_precision = act, .profile = r->profile, .kv_blocks = r->kv_blocks};
+                        .act_precision = act, .profile = r->profile, .kv_blocks = r->kv_blocks,
+                        .exec = r->exec_mode, .streams = r->streams};
   if (dsi_engine_open(e, *m, &eo, &err)) {
     dsi_model_free(*m);
     return fail(cmd, &err);

@@ -17,6 +17,12 @@ typedef struct dsi_bench_result {
 } dsi_bench_result;
 typedef struct dsi_engine dsi_engine;
 int dsi_bench_run(dsi_engine *e, int vocab, int P, int G, int B, uint64_t seed, dsi_bench_result *r);
+/* cmd_ablation.c: bench --ablation */
+typedef struct dsi_bench_ablation_opts {
+  const char *model;
+  int P, G, B, reps, threads, act, json;
+} dsi_bench_ablation_opts;
+int dsi_bench_ablation(const dsi_bench_ablation_opts *o);
 /* cmd_tokenize.c; argv holds the options only (after "tokenize", or after
  * "bench tokenizer" for the benchmark) */
 int dsi_cmd_tokenize(int argc, char **argv);

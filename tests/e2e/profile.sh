@@ -22,7 +22,7 @@ for (const e of x)
     fail("malformed event " + JSON.stringify(e));
 const names = new Set(x.map(e => e.name));
 for (const n of ["q_a_proj", "q_b_proj", "kv_a_proj", "w_uk", "attn_core", "w_uv", "o_proj", "router",
-                 "moe_gate_up", "moe_down", "shared_gate_up", "dense_down", "rmsnorm", "rope", "lm_head",
+                 "moe_gate_up", "moe_down", "shared_gate_up", "dense_down", "attn_norm", "ffn_norm", "rope_q", "kv_write", "lm_head",
                  "prefill", "decode"])
   if (!names.has(n)) fail("no X event named " + n);
 const steps = x.filter(e => e.cat === "step");
@@ -34,6 +34,17 @@ const o = x.find(e => e.name === "o_proj");
 for (const k of ["layer", "flops", "bytes", "phase"]) if (!(k in o.args)) fail("o_proj lacks args." + k);
 if (!(o.args.flops > 0)) fail("o_proj has no FLOPs");
 ' "$scratch/trace.json"
+# with two streams, the side branch's ops have tracks of their own
+"$bin" profile --model "$model" --prompt-len 20 --gen-len 3 --threads 2 --streams 2 --no-peaks --out "$scratch/s2.json" > /dev/null
+node -e '
+const t = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+const named = t.traceEvents.filter(e => e.ph === "M" && e.name === "thread_name" && /stream B/.test(e.args.name));
+if (!named.length) { console.error("no stream B track"); process.exit(1); }
+const tids = new Set(named.map(e => e.tid));
+const side = t.traceEvents.filter(e => e.ph === "X" && tids.has(e.tid));
+if (!side.some(e => e.name === "shared_gate_up") || !side.some(e => e.name === "kv_a_proj"))
+  { console.error("the shared expert and kv_a_proj are not on stream B"); process.exit(1); }
+' "$scratch/s2.json"
 # generate and bench write the trace of their run
 toks=$(cat golden/tiny-bf16/ref/tokens.txt)
 "$bin" generate --model "$model" --tokens "$toks" -n 4 --profile "$scratch/gen.json" > /dev/null 2>&1

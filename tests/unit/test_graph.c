@@ -1,0 +1,113 @@
+/* tests: the graph planner. Every plan the forward captures — each shape
+ * bucket, both weight layouts, both activation precisions, one and two
+ * streams, 2..4 threads — passes the checker (no two live tensors share
+ * bytes; every pair of ops touching the same bytes is ordered by waits),
+ * and its arena is smaller than the intermediates laid end to end. The
+ * checker itself catches a missing wait and an overlapping placement. The
+ * plan cache is bounded and buckets are powers of two. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "base/pool.h"
+#include "check.h"
+#include "graph/forward.h"
+#include "graph/graph.h"
+
+static void check_model_plans(const char *dir, int op_opt_off) {
+  dsi_model *m;
+  dsi_err err = {0};
+  dsi_load_opts lo = {.op_opt_off = op_opt_off};
+  if (!CHECK(dsi_model_open(&m, dir, &lo, &err) == 0)) return;
+  for (int nth = 2; nth <= 4; nth++) {
+    dsi_pool *pool = dsi_pool_new(nth);
+    dsi_fwd *f;
+    if (!CHECK(dsi_fwd_new(&f, m, pool, 64, 128, &err) == 0)) break;
+    for (int bf16 = 0; bf16 <= 1; bf16++)
+      for (int streams = 1; streams <= 2; streams++) {
+        dsi_fwd_set_act_bf16(f, bf16);
+        dsi_fwd_exec_opts x = {.exec = DSI_EXEC_GRAPH, .streams = streams, .fuse = 1};
+        dsi_fwd_set_exec(f, &x);
+        for (int T = 1; T <= 64; T *= 2) {
+          char why[256] = "";
+          int rc = dsi_fwd_check_plan(f, T, why, sizeof why, &err);
+          CHECKF(rc == 0, "%s %s, %d threads, bf16 %d, streams %d, T %d: %s", dir, op_opt_off ? "row-major" : "packed",
+                 nth, bf16, streams, T, why);
+          dsi_fwd_stats s;
+          CHECK(dsi_fwd_plan_stats(f, T, &s, &err) == 0);
+          CHECKF(s.arena_bytes < s.sum_bytes && s.arena_bytes > 0, "T %d: arena %zu, intermediates %zu", T,
+                 s.arena_bytes, s.sum_bytes);
+          /* fusion removes ops only where activations are bf16 (norm + quantize) or always (add + norm) */
+          CHECK(s.n_fused > 0);
+          if (nth == 2 && T == 1 && !op_opt_off)
+            printf("%s bf16 %d streams %d: %d ops, %d fused away, %d waits, arena %.1f KB vs %.1f KB\n", dir, bf16,
+                   streams, s.n_ops, s.n_fused, s.n_waits, s.arena_bytes / 1e3, s.sum_bytes / 1e3);
+        }
+      }
+    dsi_fwd_free(f);
+    dsi_pool_free(pool);
+  }
+  dsi_model_free(m);
+}
+
+/* buckets: powers of two, capped at max_tokens; at most 8 plans kept */
+static void check_buckets(void) {
+  dsi_model *m;
+  dsi_err err = {0};
+  if (!CHECK(dsi_model_open(&m, "golden/tiny-bf16/model", NULL, &err) == 0)) return;
+  dsi_pool *pool = dsi_pool_new(2);
+  dsi_fwd *f;
+  if (CHECK(dsi_fwd_new(&f, m, pool, 600, 64, &err) == 0)) {
+    CHECK(dsi_fwd_bucket(f, 1) == 1 && dsi_fwd_bucket(f, 5) == 8 && dsi_fwd_bucket(f, 64) == 64);
+    CHECK(dsi_fwd_bucket(f, 513) == 600 && dsi_fwd_bucket(f, 600) == 600);
+    dsi_fwd_stats s;
+    int sizes[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 600}; /* 11 buckets */
+    for (size_t i = 0; i < DSI_ARRAY_LEN(sizes); i++) CHECK(dsi_fwd_plan_stats(f, sizes[i], &s, &err) == 0);
+    CHECK(s.captures == 11);
+    CHECK(dsi_fwd_plan_stats(f, 600, &s, &err) == 0 && s.captures == 11); /* still cached */
+    CHECK(dsi_fwd_plan_stats(f, 3, &s, &err) == 0 && s.captures == 12);   /* evicted, captured again */
+    CHECK(s.bucket == 4);
+    dsi_fwd_free(f);
+  }
+  dsi_pool_free(pool);
+  dsi_model_free(m);
+}
+
+/* the checker is not a rubber stamp */
+static void check_checker(void) {
+  dsi_graph *g = dsi_graph_new(4);
+  int a = dsi_graph_tensor(g, "a", DSI_T_ARENA, 1024), b = dsi_graph_tensor(g, "b", DSI_T_ARENA, 1024);
+  int c = dsi_graph_tensor(g, "c", DSI_T_ARENA, 1024);
+  dsi_op *op = dsi_graph_op(g, DSI_OP_ADD, "make_a", 0);
+  op->out[0] = a;
+  op = dsi_graph_op(g, DSI_OP_ADD, "a_to_b", 0);
+  op->in[0] = a;
+  op->out[0] = b;
+  op = dsi_graph_op(g, DSI_OP_ADD, "b_to_c", 0);
+  op->in[0] = b;
+  op->out[0] = c;
+  dsi_plan_opts o = {.streams = 1, .n_threads = 2};
+  dsi_graph_plan(g, &o);
+  char why[256] = "";
+  CHECKF(dsi_graph_check(g, 2, why, sizeof why) == 0, "%s", why);
+  CHECK(g->ops[1].n_deps == 1 && g->ops[1].deps[0] == 0);
+  CHECK(g->ts[a].off == g->ts[c].off); /* a is dead when c is born: same bytes */
+  CHECK(g->arena_bytes == 2048 && g->sum_bytes == 3072);
+  g->ops[2].n_deps = 0; /* b_to_c no longer waits for a_to_b */
+  CHECK(dsi_graph_check(g, 2, why, sizeof why) < 0 && strstr(why, "b_to_c"));
+  g->ops[2].n_deps = 1;
+  g->ts[b].off = g->ts[a].off; /* a and b are alive together */
+  CHECK(dsi_graph_check(g, 2, why, sizeof why) < 0 && strstr(why, "share bytes"));
+  dsi_graph_free(g);
+}
+
+int main(void) {
+  check_checker();
+  check_buckets();
+  const char *models[] = {"golden/tiny-bf16/model", "golden/tiny-fp8/model", "golden/tiny-noqlora-bf16/model"};
+  for (size_t i = 0; i < DSI_ARRAY_LEN(models); i++) {
+    check_model_plans(models[i], 0);
+    check_model_plans(models[i], 1);
+  }
+  return check_done();
+}
