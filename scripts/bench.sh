@@ -2,12 +2,15 @@
 # Reproduce the README's figures: this machine's peaks and the kernels on
 # DeepSeek-V3's shapes, then the `bench` preset end to end in BF16 and FP8,
 # before (the core issue's scalar row-major path) and after (packed weights,
-# AVX-512 / AMX kernels). Writes results under bench-results/.
+# AVX-512 / AMX kernels); then the ablation (eager, graph, streams, op-opt)
+# on `small` and `bench`, graph vs eager at several batch sizes, and one vs
+# two streams. Writes results under bench-results/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=bench-results; mkdir -p "$out" models
 bin=build/dsinfer
 [ -x $bin ] || { cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null; cmake --build build -j"$(nproc)"; }
+[ -f models/small/config.json ] || $bin mkmodel --preset small --seed 1 --out models/small
 for dt in bf16 fp8; do
   [ -f models/bench-$dt/config.json ] || $bin mkmodel --preset bench --dtype $dt --seed 1 --out models/bench-$dt
 done
@@ -19,4 +22,16 @@ for dt in bf16 fp8; do
   DSINFER_ISA=scalar $bin bench --model models/bench-$dt --prompt-len 512 --gen-len 16 --reps 1 --op-opt off \
     --precision f32 --json | tee "$out/model-$dt-before.json"
 done
+for m in small bench-bf16; do
+  $bin bench --model models/$m --ablation --prompt-len 512 --gen-len 64 --reps 3 | tee "$out/ablation-$m.txt"
+  $bin bench --model models/$m --ablation --prompt-len 512 --gen-len 64 --reps 3 --json > "$out/ablation-$m.json"
+done
+# graph vs eager, and one vs two streams, side by side at each batch size
+for m in small bench-bf16; do
+  for b in 1 4 16; do
+    for x in "--exec eager" "--exec graph" "--exec graph --streams 2"; do
+      echo "$m batch $b $x: $($bin bench --model models/$m --batch $b --prompt-len 128 --gen-len 32 --reps 5 $x --json)"
+    done
+  done
+done | tee "$out/exec-batches.txt"
 $bin bench tokenizer | tee "$out/tokenizer.txt" || true

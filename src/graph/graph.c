@@ -194,10 +194,16 @@ static void assign_teams(dsi_graph *g, const dsi_plan_opts *o) {
     nb = DSI_MAX(1, DSI_MIN(nb, o->n_threads - 1));
     g->team_a[r] = o->n_threads - nb;
   }
+  /* a region with one branch only (no shared experts, say) is not split */
+  int *has = dsi_xcalloc(2 * (size_t)DSI_MAX(g->n_regions, 1), sizeof(int));
+  for (int i = 0; i < g->n_ops; i++)
+    if (g->ops[i].region >= 0 && !g->ops[i].dead) has[2 * g->ops[i].region + g->ops[i].stream] = 1;
   for (int i = 0; i < g->n_ops; i++) {
     dsi_op *op = &g->ops[i];
-    op->team = split && op->region >= 0 ? (op->stream ? DSI_TEAM_B : DSI_TEAM_A) : DSI_TEAM_ALL;
+    int two = op->region >= 0 && has[2 * op->region] && has[2 * op->region + 1];
+    op->team = split && two ? (op->stream ? DSI_TEAM_B : DSI_TEAM_A) : DSI_TEAM_ALL;
   }
+  free(has);
 }
 
 void dsi_graph_team_range(const dsi_graph *g, const dsi_op *op, int n, int *lo, int *hi) {

@@ -52,6 +52,11 @@ int dsi_cmd_profile(int argc, char **argv) {
     printf("model %s (%s weights), isa %s; %d sequence(s) x %d prompt tokens, %d decode steps\n", model,
            info.weight_dtype, dsi_isa_name(), B, P, G);
     dsi_engine_profile_summary(e, stdout);
+    dsi_plan_info pi;
+    if (ro.exec_mode == DSI_EXEC_GRAPH && !dsi_engine_plan_info(e, B, &pi))
+      printf("\ngraph plan for a decode step (bucket %d): %d ops (%d fused away), %d waits; activation arena "
+             "%.2f MB planned vs %.2f MB for every intermediate on its own\n",
+             pi.bucket, pi.n_ops, pi.n_fused, pi.n_waits, pi.arena_bytes / 1e6, pi.intermediates_bytes / 1e6);
     dsi_err err = {0};
     if (dsi_engine_profile_write(e, out, &err)) {
       fprintf(stderr, "dsinfer profile: %s\n", err.msg);
