@@ -33,7 +33,7 @@ dsi_gemm_fn dsi_gemm_pick(const dsi_mat *w, int m, int act_bf16, int *prep) {
   if (cpu->level >= DSI_ISA_AVX512 && (kernel_dtype || w->dtype == DSI_DTYPE_I8)) return dsi_gemm_avx512;
 #endif
 #if DSI_HAVE_AVX2
-  if (cpu->level >= DSI_ISA_AVX2 && kernel_dtype) return dsi_gemm_avx2;
+  if (cpu->level >= DSI_ISA_AVX2 && (kernel_dtype || w->dtype == DSI_DTYPE_I8)) return dsi_gemm_avx2;
 #endif
   return dsi_gemm_ref;
 }

@@ -61,7 +61,7 @@ void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch);
 /* AMX INT8 tiles (m >= 16 worthwhile; TILES layout, INT8; needs xq) — x86/amx_int8.c */
 void dsi_gemm_amx_int8(const dsi_gemm *g, int r0, int r1, void *scratch);
 
-/* AVX2 + FMA (any m; TILES layout, F32 / BF16 / FP8) — x86/avx2.c */
+/* AVX2 + FMA (any m; TILES layout, F32 / BF16 / FP8 / INT8) — x86/avx2.c */
 void dsi_gemm_avx2(const dsi_gemm *g, int r0, int r1, void *scratch);
 
 /* What a kernel reads besides x, prepared once by the caller. */

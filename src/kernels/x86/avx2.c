@@ -1,6 +1,6 @@
 /* kernels: the matmul of gemm.h for x86-64 CPUs with AVX2, FMA and F16C but
- * no AVX-512 — TILES weights in F32, BF16 or FP8 e4m3 widened to f32 in
- * registers, f32 activations, every product accumulated in f32. */
+ * no AVX-512 — TILES weights in F32, BF16, FP8 e4m3 or INT8 (quantized at
+ * load) widened to f32, f32 activations, every product accumulated in f32. */
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -27,6 +27,7 @@ typedef enum {
   W_BF16,     /* pair lanes, widened in registers */
   W_FP8,      /* even/odd lanes, staged as f16 a few lines at a time */
   W_FP8_WIDE, /* even/odd lanes, widened to f32 a chunk at a time */
+  W_I8,       /* even/odd lanes, widened to f32 a chunk at a time */
 } wkind;
 
 /* activation rows one pass over a panel serves: 4 accumulators each, with
@@ -185,6 +186,27 @@ static void fp8_widen(const uint8_t *p, int n, float *dst) {
   }
 }
 
+/* ---- INT8: a line as even and odd halves of 8 rows, as FP8 ---- */
+/* lines [0, n) of INT8 at p widened (exactly) to f32 at dst, split lanes.
+ * The sums then run as FP8's do — even and odd chains per row, added at
+ * the end of each 128-column block and scaled into the total — which is
+ * the AVX-512 INT8 kernel's order too, so the two agree to rounding. A
+ * chunk is one block (CHUNK_BYTES of f32 lines), widened once for every
+ * activation row. */
+static void i8_widen(const uint8_t *p, int n, float *dst) {
+  for (int l = 0; l < n; l++) {
+    _mm_prefetch((const char *)p + l * 32 + PREFETCH_AHEAD, _MM_HINT_T0);
+    __m256i u = _mm256_loadu_si256((const __m256i *)(p + l * 32));
+    /* 16-bit lanes hold (even, odd) byte pairs: sign-extend each half */
+    __m256i e = _mm256_srai_epi16(_mm256_slli_epi16(u, 8), 8), o = _mm256_srai_epi16(u, 8);
+    float *d = dst + l * 32;
+    _mm256_store_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(e))));
+    _mm256_store_ps(d + 8, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(e, 1))));
+    _mm256_store_ps(d + 16, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(o))));
+    _mm256_store_ps(d + 24, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(o, 1))));
+  }
+}
+
 /* ---- a pass: lines [l0, l1) of a panel times up to MB_MAX rows ---- */
 /* The chains wait in `state` ([mb][4] vectors) between passes, so a panel
  * can be cut into chunks that stay in L1 while every activation row goes
@@ -201,8 +223,8 @@ INLINE void pass_body(wkind k, int mb, const uint8_t *w, int l0, int l1, int pai
     for (int q = 0; q < 4; q++) acc[i][q] = _mm256_load_ps((const float *)&state[4 * i + q]);
   if (k == W_F32 || k == W_BF16) {
     run_pairs(k, mb, w, l0, l1, pairs, x, acc);
-  } else if (k == W_FP8_WIDE) {
-    run_split(k, mb, w, l0, l1, pairs, x, acc);
+  } else if (k == W_FP8_WIDE || k == W_I8) { /* f32 lines in buf */
+    run_split(W_FP8_WIDE, mb, w, l0, l1, pairs, x, acc);
   } else {
     /* w is the FP8 itself: staged a few lines at a time, the chains kept
      * in registers meanwhile */
@@ -230,20 +252,21 @@ PASS_FNS(W_F32)
 PASS_FNS(W_BF16)
 PASS_FNS(W_FP8)
 PASS_FNS(W_FP8_WIDE)
-static const pass_fn pass_fns[4][MB_MAX] = {
+static const pass_fn pass_fns[5][MB_MAX] = {
   [W_F32] = {pass_W_F32_1, pass_W_F32_2},
   [W_BF16] = {pass_W_BF16_1, pass_W_BF16_2},
   [W_FP8] = {pass_W_FP8_1, pass_W_FP8_2},
   [W_FP8_WIDE] = {pass_W_FP8_WIDE_1, pass_W_FP8_WIDE_2},
+  [W_I8] = {pass_W_FP8_WIDE_1, pass_W_FP8_WIDE_2}, /* the same f32 lines */
 };
 
 /* ---- one panel (16 rows) times up to M_CHUNK activation rows ---- */
 typedef struct {
   const uint8_t *w;    /* the panel's first line */
-  const float *scale;  /* FP8: the panel's scale per block of columns */
+  const float *scale;  /* FP8, INT8: the panel's scale per block of columns */
   int pairs;           /* lines whose two columns are both real: cols / 2 */
   int lines;           /* lines holding any real column: ceil(cols / 2) */
-  int block_lines;     /* FP8: lines per scale block */
+  int block_lines;     /* FP8, INT8: lines per scale block */
 } panel_src;
 
 /* per-thread scratch: a chunk of widened FP8 lines, then the chains and
@@ -256,7 +279,7 @@ _Static_assert(SCRATCH_CHUNK + SCRATCH_STATE + SCRATCH_TOT <= DSI_GEMM_SCRATCH(0
 static void panel(wkind k, const panel_src *s, int mc, const float *const *x, uint8_t *scratch, float (*out)[16]) {
   uint8_t *buf = scratch;
   __m256 *state = (__m256 *)(scratch + SCRATCH_CHUNK), *tot = (__m256 *)(scratch + SCRATCH_CHUNK + SCRATCH_STATE);
-  int fp8 = k == W_FP8 || k == W_FP8_WIDE;
+  int fp8 = k == W_FP8 || k == W_FP8_WIDE || k == W_I8; /* block-scaled */
   for (int i = 0; i < 4 * mc; i++) state[i] = _mm256_setzero_ps();
   for (int i = 0; i < 2 * mc; i++) tot[i] = _mm256_setzero_ps();
   /* F32 and BF16 are read in place: in one pass when that serves every
@@ -266,15 +289,17 @@ static void panel(wkind k, const panel_src *s, int mc, const float *const *x, ui
     l1 = DSI_MIN(l0 + chunk, s->lines);
     if (fp8) l1 = DSI_MIN(l1, (l0 / s->block_lines + 1) * s->block_lines); /* one scale per chunk */
     const uint8_t *w = s->w + (size_t)l0 * (k == W_F32 ? 128 : k == W_BF16 ? 64 : 32);
-    if (k == W_FP8_WIDE) {
-      fp8_widen(w, l1 - l0, (float *)buf);
+    if (k == W_FP8_WIDE || k == W_I8) {
+      if (k == W_I8) i8_widen(w, l1 - l0, (float *)buf);
+      else fp8_widen(w, l1 - l0, (float *)buf);
       w = buf;
     }
     for (int i = 0; i < mc; i += MB_MAX)
       pass_fns[k][DSI_MIN(MB_MAX, mc - i) - 1](w, l0, l1, s->pairs, x + i, state + 4 * i);
     if (fp8 && (l1 % s->block_lines == 0 || l1 == s->lines)) {
       /* end of a scale block: even + odd, scaled into the total */
-      __m256 sc = _mm256_set1_ps(s->scale[l0 / s->block_lines] * 256.0f);
+      /* FP8's f16 route leaves its values x 2^-8; INT8's are exact */
+      __m256 sc = _mm256_set1_ps(s->scale[l0 / s->block_lines] * (k == W_I8 ? 1.0f : 256.0f));
       for (int i = 0; i < mc; i++)
         for (int h = 0; h < 2; h++) {
           __m256 *a = state + 4 * i;
@@ -303,8 +328,9 @@ static inline float silu(float v) { return v / (1.0f + expf(-v)); }
 void dsi_gemm_avx2(const dsi_gemm *g, int r0, int r1, void *scratch) {
   const dsi_mat *w = g->w;
   DSI_ASSERT(w->layout == DSI_LAYOUT_TILES && r0 % DSI_TILE_N == 0 && ((uintptr_t)scratch & 31) == 0);
-  wkind k = w->dtype == DSI_DTYPE_F32 ? W_F32 : w->dtype == DSI_DTYPE_BF16 ? W_BF16 : W_FP8;
+  wkind k = w->dtype == DSI_DTYPE_F32 ? W_F32 : w->dtype == DSI_DTYPE_BF16 ? W_BF16 : w->dtype == DSI_DTYPE_I8 ? W_I8 : W_FP8;
   DSI_ASSERT(k != W_FP8 || (w->dtype == DSI_DTYPE_F8_E4M3 && w->block % 2 == 0));
+  DSI_ASSERT(k != W_I8 || w->block % 2 == 0);
   if (k == W_FP8 && g->m >= FP8_WIDEN_M) k = W_FP8_WIDE;
   int silu_pairs = g->epi == DSI_EPI_SILU_PAIRS;
   DSI_ASSERT(!silu_pairs || r0 % (2 * DSI_TILE_N) == 0);
@@ -316,7 +342,7 @@ void dsi_gemm_avx2(const dsi_gemm *g, int r0, int r1, void *scratch) {
       int p = r / DSI_TILE_N + pp;
       src[pp] = (panel_src){
         .w = (const uint8_t *)w->data + (size_t)p * panel_bytes,
-        .scale = w->dtype == DSI_DTYPE_F8_E4M3 ? w->scale + (size_t)p * w->scale_cols : NULL,
+        .scale = w->scale ? w->scale + (size_t)p * w->scale_cols : NULL,
         .pairs = w->cols / 2,
         .lines = (w->cols + 1) / 2,
         .block_lines = w->block / 2,

@@ -13,7 +13,8 @@
 
 /* Activation rows of one pass, most rows of x a pass holds in registers:
  * BF16 keeps one accumulator per row (two for short passes), F32 two (the
- * pair layout below), FP8 a block partial of one or two and a sum. */
+ * pair layout below), FP8 a block partial of one or two and a sum (see
+ * also MB_FP8_W). */
 #define MB_BF16 16
 #define MB_F32 12
 #define MB_FP8 16
@@ -204,6 +205,96 @@ ALWAYS_INLINE void fp8_pass_eo(const uint8_t *wp, int nl, int lb, const float *s
   }
 }
 
+/* FP8, word order: 64 bytes (lines kk, kk + 1) are 32 words, each the
+ * (even column, odd column) pair of one row. The odd byte becomes an f16
+ * word by an arithmetic shift right (sign stays in bit 15, the 7 magnitude
+ * bits land in f16's exponent/mantissa place, value x 2^-8 exactly for
+ * normals and subnormals, as fp8_widen), the even byte by a shift left
+ * first; a mask clears the sign copy in bit 14 and the other byte's bits.
+ * The two f16 vectors go to a small buffer and are widened from memory
+ * (vcvtph2ps m256), which spares the lane-crossing extract of the upper
+ * halves: per 64 bytes, 5 shift/mask uops and 4 conversions, where the
+ * route above spends 2 sign extensions, 4 shift/mask, 2 extracts and 4
+ * conversions — shuffle-port uops that on 2 cores were the limit, not
+ * memory. The four f32 vectors are columns 2kk .. 2kk + 3, rows 0-15 in
+ * order, so a row's sum needs no fold. Each row keeps lines kk and kk + 1
+ * in two chains (latency) and its scaled sum: 3 registers a row, and the
+ * same operations whatever the pass height, so a row's result does not
+ * depend on the batch it came in. */
+#define MB_FP8_W 8
+
+ALWAYS_INLINE void fp8_f16_words(const uint8_t *p, uint16_t *buf) {
+  const __m512i mask = _mm512_set1_epi16((short)0xbf80);
+  __m512i v = _mm512_loadu_si512(p);
+  __m512i od = _mm512_and_si512(_mm512_srai_epi16(v, 1), mask);
+  __m512i ev = _mm512_and_si512(_mm512_srai_epi16(_mm512_slli_epi16(v, 8), 1), mask);
+  _mm512_store_si512(buf, ev);
+  _mm512_store_si512(buf + 32, od);
+}
+
+/* vcvtph2ps from memory; asm so the compiler cannot turn it back into a
+ * register extract */
+ALWAYS_INLINE __m512 cvtph_mem(const uint16_t *p) {
+  __m512 r;
+  __asm__("vcvtph2ps %1, %0" : "=v"(r) : "m"(*(const __m256i *)p));
+  return r;
+}
+
+ALWAYS_INLINE void fp8_pass_w(const uint8_t *wp, int nl, int lb, const float *sc, const float *xs, int MB,
+                              float *out) {
+  uint16_t buf[64] __attribute__((aligned(64)));
+  __m512 tot[MB_FP8_W];
+#pragma GCC unroll 8
+  for (int i = 0; i < MB; i++) tot[i] = _mm512_setzero_ps();
+  for (int l0 = 0; l0 < nl; l0 += lb, sc++) {
+    const int l1 = DSI_MIN(l0 + lb, nl);
+    __m512 pa[MB_FP8_W], pb[MB_FP8_W];
+#pragma GCC unroll 8
+    for (int i = 0; i < MB; i++) pa[i] = pb[i] = _mm512_setzero_ps();
+    int kk = l0;
+    for (; kk + 2 <= l1; kk += 2) {
+      const uint8_t *p = wp + (size_t)kk * 32;
+      const float *xk = xs + (size_t)kk * 2 * MB;
+      _mm_prefetch((const char *)p + PF_AHEAD, PF_HINT);
+      fp8_f16_words(p, buf);
+      const __m512 e0 = cvtph_mem(buf), e1 = cvtph_mem(buf + 16);
+      const __m512 o0 = cvtph_mem(buf + 32), o1 = cvtph_mem(buf + 48);
+#pragma GCC unroll 8
+      for (int i = 0; i < MB; i++) {
+        pa[i] = _mm512_fmadd_ps(e0, _mm512_set1_ps(xk[2 * i]), pa[i]);
+        pb[i] = _mm512_fmadd_ps(e1, _mm512_set1_ps(xk[2 * MB + 2 * i]), pb[i]);
+        pa[i] = _mm512_fmadd_ps(o0, _mm512_set1_ps(xk[2 * i + 1]), pa[i]);
+        pb[i] = _mm512_fmadd_ps(o1, _mm512_set1_ps(xk[2 * MB + 2 * i + 1]), pb[i]);
+      }
+    }
+    if (kk < l1) { /* an odd last line (x is staged that far only; the next line is padding) */
+      const uint8_t *p = wp + (size_t)kk * 32;
+      const float *xk = xs + (size_t)kk * 2 * MB;
+      fp8_f16_words(p, buf);
+      const __m512 e0 = cvtph_mem(buf), o0 = cvtph_mem(buf + 32);
+#pragma GCC unroll 8
+      for (int i = 0; i < MB; i++) {
+        pa[i] = _mm512_fmadd_ps(e0, _mm512_set1_ps(xk[2 * i]), pa[i]);
+        pa[i] = _mm512_fmadd_ps(o0, _mm512_set1_ps(xk[2 * i + 1]), pa[i]);
+      }
+    }
+    const __m512 s = _mm512_set1_ps(*sc * 256.0f);
+#pragma GCC unroll 8
+    for (int i = 0; i < MB; i++) tot[i] = _mm512_fmadd_ps(_mm512_add_ps(pa[i], pb[i]), s, tot[i]);
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < MB; i++) _mm512_storeu_ps(out + 16 * i, tot[i]);
+}
+
+static void fp8_pass_w_n(const uint8_t *wp, int nl, int lb, const float *sc, const float *xs, int mb, float *out) {
+  switch (mb) {
+#define F(n) case n: fp8_pass_w(wp, nl, lb, sc, xs, n, out); break;
+    F(1) F(2) F(3) F(4) F(5) F(6) F(7) F(8)
+#undef F
+  default: DSI_ASSERT(0);
+  }
+}
+
 /* ---- INT8 (weights quantized at load) ----
  * A line is 32 bytes, 16 rows x 2 columns, as FP8: each half widens
  * exactly (vpmovsxbd, vcvtdq2ps) into the pair layout. A 128-column block
@@ -314,6 +405,7 @@ static void panel_run(const plan *pl, int p, float *t) {
     if (w->dtype == DSI_DTYPE_BF16) bf16_pass_n(wp, pl->nl, xs, mb, out);
     else if (w->dtype == DSI_DTYPE_F32) f32_pass_n((const float *)wp, pl->nl, xs, mb, out);
     else if (w->dtype == DSI_DTYPE_I8) i8_pass_n(wp, pl->nl, w->block / 2, sc, xs, mb, out);
+    else if (pl->mbmax == MB_FP8_W) fp8_pass_w_n(wp, pl->nl, w->block / 2, sc, xs, mb, out);
     else fp8_pass_n(wp, pl->nl, w->block / 2, sc, xs, mb, out);
   }
 }
@@ -334,6 +426,10 @@ void dsi_gemm_avx512(const dsi_gemm *g, int r0, int r1, void *scratch) {
 
   plan pl = {.g = g, .nl = (w->cols + 1) / 2};
   pl.mbmax = w->dtype == DSI_DTYPE_BF16 ? MB_BF16 : w->dtype == DSI_DTYPE_F32 ? MB_F32 : w->dtype == DSI_DTYPE_I8 ? MB_I8 : MB_FP8;
+  /* FP8 decode and small batches: the word-order route (fp8_pass_w), one
+   * pass; taller batches keep the route above, which takes 16 rows a pass
+   * and so widens each panel half as often */
+  if (w->dtype == DSI_DTYPE_F8_E4M3 && g->m <= MB_FP8_W) pl.mbmax = MB_FP8_W;
 
   /* scratch, DSI_GEMM_SCRATCH(cols) = (cols + 64) * 64 floats, holds GROUP
    * rows of x: two result tiles ([GROUP][16] each) and the staged rows
