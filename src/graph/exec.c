@@ -37,7 +37,13 @@ static void run_op(exec_job *j, int i, int tid, int lo, int hi, int helper) {
                  .st = &r->st[i], .open = j->help ? &r->open_op : NULL, .op = i};
   double t0 = j->prof ? dsi_now() : 0;
   dsi_op_fns[op->kind](r, op, &tm);
-  if (j->prof) dsi_prof_span(j->prof, j->pids[i], tid, t0, dsi_now());
+  if (!j->prof) return;
+  dsi_prof_span(j->prof, j->pids[i], tid, t0, dsi_now());
+  if (tm.ith == 0 && !helper) { /* its inputs (the routing, say) live until it is complete */
+    double fl, wb, ab;
+    dsi_op_cost(r, op, &fl, &wb, &ab);
+    dsi_prof_op_cost(j->prof, j->pids[i], fl, wb, ab);
+  }
 }
 
 /* claim units of the other team's open matmul; 1 if there were any */
@@ -89,7 +95,7 @@ static void op_task(void *ctx, int tid, int nth) {
   if (tid >= lo && tid < hi) run_op(j, j->op, tid, lo, hi, 0);
 }
 
-/* the profile's ops for this step, in plan order */
+/* the profile's ops for this step, in plan order (costs once each has run) */
 static int *prof_ops(const dsi_xrun *r, dsi_prof *prof) {
   if (!prof) return NULL;
   const dsi_graph *g = r->g;
@@ -98,9 +104,7 @@ static int *prof_ops(const dsi_xrun *r, dsi_prof *prof) {
     const dsi_op *op = &g->ops[i];
     pids[i] = -1;
     if (op->dead) continue;
-    double fl, wb, ab;
-    dsi_op_cost(r, op, &fl, &wb, &ab);
-    pids[i] = dsi_prof_op(prof, op->name, (dsi_prof_cat)op->cat, op->layer, op->team, fl, wb, ab);
+    pids[i] = dsi_prof_op(prof, op->name, (dsi_prof_cat)op->cat, op->layer, op->team, 0, 0, 0);
   }
   return pids;
 }

@@ -87,6 +87,13 @@ void dsi_prof_reset(dsi_prof *p) {
   atomic_store(&p->full, 0);
 }
 
+void dsi_prof_op_cost(dsi_prof *p, int op, double flops, double weight_bytes, double act_bytes) {
+  if (op < 0) return;
+  p->ops[op].flops = flops;
+  p->ops[op].wbytes = weight_bytes;
+  p->ops[op].abytes = act_bytes;
+}
+
 int dsi_prof_op(dsi_prof *p, const char *name, dsi_prof_cat cat, int layer, int team, double flops,
                 double weight_bytes, double act_bytes) {
   if (p->n_ops == p->max_ops) {

@@ -30,6 +30,8 @@ void dsi_prof_reset(dsi_prof *p);  /* forget everything recorded (between steps)
  * returns its id for dsi_prof_span, -1 when the buffers are full. */
 int dsi_prof_op(dsi_prof *p, const char *name, dsi_prof_cat cat, int layer, int team, double flops,
                 double weight_bytes, double act_bytes);
+/* op's FLOPs and bytes, once known (from any one thread) */
+void dsi_prof_op_cost(dsi_prof *p, int op, double flops, double weight_bytes, double act_bytes);
 /* thread ith worked on op [t0, t1) (dsi_now's clock); callable from any thread */
 void dsi_prof_span(dsi_prof *p, int op, int ith, double t0, double t1);
 /* an engine step: begin before it, end after it (prefill: some sequence was

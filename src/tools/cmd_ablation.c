@@ -40,50 +40,101 @@ static void spread(const double *v, int n, double *lo, double *hi) {
   }
 }
 
-static int run_stage(const stage *s, dsi_model *m, int vocab, const dsi_bench_ablation_opts *o, const dsi_peaks *pk,
-                     stage_result *r) {
+static dsi_engine *open_stage(const stage *s, dsi_model *m, const dsi_bench_ablation_opts *o) {
   dsi_err err = {0};
   dsi_engine *e;
-  dsi_reset_peak_rss();
   dsi_engine_opts eo = {.n_threads = o->threads, .max_tokens = 512, .max_context = o->P + o->G + 1,
                         .act_precision = o->act, .kv_blocks = (o->P + o->G + 64) / 64 * o->B + o->B, .profile = 1,
                         .exec = s->exec, .streams = s->streams};
   if (dsi_engine_open(&e, m, &eo, &err)) {
     fprintf(stderr, "dsinfer bench: %s: %s\n", s->name, err.msg);
+    return NULL;
+  }
+  return e;
+}
+
+static int load(const char *dir, int op_opt, int threads, dsi_model **m, int *vocab) {
+  dsi_err err = {0};
+  dsi_load_opts lo = {.n_threads = threads, .op_opt_off = !op_opt};
+  if (dsi_model_open(m, dir, &lo, &err)) {
+    fprintf(stderr, "dsinfer bench: %s\n", err.msg);
     return 1;
   }
-  dsi_bench_result warm, rr;
-  int rc = dsi_bench_run(e, vocab, o->P < 16 ? o->P : 16, o->G < 2 ? o->G : 2, o->B, 99, &warm);
-  dsi_engine_profile_reset(e);
-  double pre[MAX_REPS], dec[MAX_REPS], ms[MAX_REPS];
-  for (int i = 0; i < o->reps && !rc; i++) {
-    rc = dsi_bench_run(e, vocab, o->P, o->G, o->B, (uint64_t)i + 1, &rr);
-    pre[i] = rr.prefill_tps;
-    dec[i] = rr.decode_tps;
-    ms[i] = rr.ms_per_token;
-  }
-  if (rc) {
-    fprintf(stderr, "dsinfer bench: %s: %s\n", s->name, dsi_engine_error(e)->msg);
-    dsi_engine_free(e);
-    return 1;
-  }
-  spread(pre, o->reps, &r->pre_lo, &r->pre_hi);
-  spread(dec, o->reps, &r->dec_lo, &r->dec_hi);
-  r->pre = dsi_median(pre, o->reps);
-  r->dec = dsi_median(dec, o->reps);
-  r->ms = dsi_median(ms, o->reps);
-  r->rss = dsi_peak_rss();
-  dsi_phase_stats ps, ds;
-  dsi_engine_profile_stats(e, 1, &ps);
-  dsi_engine_profile_stats(e, 0, &ds);
-  r->disp_pre = ps.dispatch_share;
-  r->disp_dec = ds.dispatch_share;
-  r->compute_util = pk->amx_bf16_gflops > 0 && ps.wall_s > 0 ? ps.flops / ps.wall_s / (pk->amx_bf16_gflops * 1e9) : NAN;
-  r->bw_util = ds.wall_s > 0 ? (ds.weight_bytes + ds.act_bytes) / ds.wall_s / (pk->read_gbs * 1e9) : NAN;
-  memset(&r->plan_dec, 0, sizeof r->plan_dec);
-  if (s->exec == DSI_EXEC_GRAPH) dsi_engine_plan_info(e, o->B, &r->plan_dec);
-  dsi_engine_free(e);
+  dsi_model_info info;
+  dsi_model_get_info(*m, &info);
+  *vocab = info.vocab_size;
   return 0;
+}
+
+/* pass 1, one stage at a time: its peak RSS (its weights, one engine) */
+static int measure_rss(const dsi_bench_ablation_opts *o, stage_result *res) {
+  dsi_model *m = NULL;
+  int loaded = -1, vocab = 0, rc = 0;
+  for (int i = 0; i < N_STAGES && !rc; i++) {
+    const stage *s = &k_stages[i];
+    if (s->op_opt != loaded) {
+      dsi_model_free(m);
+      m = NULL;
+      dsi_reset_peak_rss();
+      if (load(o->model, s->op_opt, o->threads, &m, &vocab)) return 1;
+      loaded = s->op_opt;
+    }
+    dsi_engine *e = open_stage(s, m, o);
+    dsi_bench_result r;
+    if (!e || dsi_bench_run(e, vocab, o->P, o->G < 2 ? o->G : 2, o->B, 99, &r)) rc = 1;
+    res[i].rss = dsi_peak_rss();
+    dsi_engine_free(e);
+  }
+  dsi_model_free(m);
+  return rc;
+}
+
+/* pass 2: every stage's engine open at once, repetitions taken in turn, so
+ * a noisy moment of the machine falls on all stages alike */
+static int measure_speed(const dsi_bench_ablation_opts *o, const dsi_peaks *pk, stage_result *res) {
+  dsi_model *m[2] = {NULL, NULL};
+  dsi_engine *e[N_STAGES] = {NULL};
+  int vocab = 0, rc = 0;
+  for (int i = 0; i < N_STAGES && !rc; i++) {
+    int k = k_stages[i].op_opt;
+    if (!m[k] && load(o->model, k, o->threads, &m[k], &vocab)) rc = 1;
+    if (!rc && !(e[i] = open_stage(&k_stages[i], m[k], o))) rc = 1;
+  }
+  dsi_bench_result rr;
+  for (int i = 0; i < N_STAGES && !rc; i++) { /* warm-up: pages, caches, plans */
+    rc = dsi_bench_run(e[i], vocab, o->P, o->G < 2 ? o->G : 2, o->B, 99, &rr);
+    dsi_engine_profile_reset(e[i]);
+  }
+  double pre[N_STAGES][MAX_REPS], dec[N_STAGES][MAX_REPS], ms[N_STAGES][MAX_REPS];
+  for (int r = 0; r < o->reps && !rc; r++)
+    for (int i = 0; i < N_STAGES && !rc; i++) {
+      if ((rc = dsi_bench_run(e[i], vocab, o->P, o->G, o->B, (uint64_t)r + 1, &rr)))
+        fprintf(stderr, "dsinfer bench: %s: %s\n", k_stages[i].name, dsi_engine_error(e[i])->msg);
+      pre[i][r] = rr.prefill_tps;
+      dec[i][r] = rr.decode_tps;
+      ms[i][r] = rr.ms_per_token;
+    }
+  for (int i = 0; i < N_STAGES && !rc; i++) {
+    stage_result *x = &res[i];
+    spread(pre[i], o->reps, &x->pre_lo, &x->pre_hi);
+    spread(dec[i], o->reps, &x->dec_lo, &x->dec_hi);
+    x->pre = dsi_median(pre[i], o->reps);
+    x->dec = dsi_median(dec[i], o->reps);
+    x->ms = dsi_median(ms[i], o->reps);
+    dsi_phase_stats ps, ds;
+    dsi_engine_profile_stats(e[i], 1, &ps);
+    dsi_engine_profile_stats(e[i], 0, &ds);
+    x->disp_pre = ps.dispatch_share;
+    x->disp_dec = ds.dispatch_share;
+    x->compute_util = pk->amx_bf16_gflops > 0 && ps.wall_s > 0 ? ps.flops / ps.wall_s / (pk->amx_bf16_gflops * 1e9) : NAN;
+    x->bw_util = ds.wall_s > 0 ? (ds.weight_bytes + ds.act_bytes) / ds.wall_s / (pk->read_gbs * 1e9) : NAN;
+    memset(&x->plan_dec, 0, sizeof x->plan_dec);
+    if (k_stages[i].exec == DSI_EXEC_GRAPH) dsi_engine_plan_info(e[i], o->B, &x->plan_dec);
+  }
+  for (int i = 0; i < N_STAGES; i++) dsi_engine_free(e[i]);
+  dsi_model_free(m[0]);
+  dsi_model_free(m[1]);
+  return rc;
 }
 
 static void json_num(const char *key, double v, int last) {
@@ -95,29 +146,10 @@ int dsi_bench_ablation(const dsi_bench_ablation_opts *o) {
   dsi_peaks pk;
   dsi_measure_peaks(o->threads, &pk);
   stage_result res[N_STAGES];
-  dsi_model *m = NULL;
-  int loaded_op_opt = -1, rc = 0, vocab = 0;
-  for (int i = 0; i < N_STAGES && !rc; i++) {
-    const stage *s = &k_stages[i];
-    if (s->op_opt != loaded_op_opt) { /* the op-level stage packs the weights at load */
-      dsi_model_free(m);
-      m = NULL;
-      dsi_err err = {0};
-      dsi_load_opts lo = {.n_threads = o->threads, .op_opt_off = !s->op_opt};
-      if (dsi_model_open(&m, o->model, &lo, &err)) {
-        fprintf(stderr, "dsinfer bench: %s\n", err.msg);
-        return 1;
-      }
-      dsi_model_info info;
-      dsi_model_get_info(m, &info);
-      vocab = info.vocab_size;
-      loaded_op_opt = s->op_opt;
-    }
-    if (!o->json) fprintf(stderr, "stage %s ...\n", s->name);
-    rc = run_stage(s, m, vocab, o, &pk, &res[i]);
-  }
-  dsi_model_free(m);
-  if (rc) return 1;
+  if (!o->json) fprintf(stderr, "peak RSS, stage by stage ...\n");
+  if (measure_rss(o, res)) return 1;
+  if (!o->json) fprintf(stderr, "speed, every stage in turn, %d repetitions ...\n", o->reps);
+  if (measure_speed(o, &pk, res)) return 1;
   if (o->json) {
     printf("[");
     for (int i = 0; i < N_STAGES; i++) {
@@ -145,7 +177,8 @@ int dsi_bench_ablation(const dsi_bench_ablation_opts *o) {
     printf("]\n");
     return 0;
   }
-  printf("ablation: %s, %d sequence(s) x %d prompt tokens, %d decode steps, %d threads; median of %d runs (min..max)\n",
+  printf("ablation: %s, %d sequence(s) x %d prompt tokens, %d decode steps, %d threads; median of %d runs (min..max),\n"
+         "the stages' runs taken in turn\n",
          o->model, o->B, o->P, o->G, pk.threads, o->reps);
   printf("peaks: read %.1f GB/s, AMX BF16 %.0f GFLOP/s\n", pk.read_gbs, pk.amx_bf16_gflops);
   printf("%-8s %22s %22s %9s %8s %9s %9s %8s %8s %13s\n", "stage", "prefill tok/s", "decode tok/s", "ms/token",
