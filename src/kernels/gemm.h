@@ -49,8 +49,10 @@ typedef struct dsi_gemm {
  * Threads given disjoint row ranges never write the same bytes of y. */
 typedef void (*dsi_gemm_fn)(const dsi_gemm *g, int r0, int r1, void *scratch);
 
-/* scratch one thread needs for any kernel on w */
-#define DSI_GEMM_SCRATCH(cols) ((size_t)(cols + 64) * 64 * 4)
+/* scratch one thread needs for any kernel on w: the AVX-512 kernel's
+ * per-column state, and 1 MiB more for the AMX kernel's C blocks between
+ * K chunks, which are sized by the L2 and not by the width */
+#define DSI_GEMM_SCRATCH(cols) ((size_t)(cols + 64) * 64 * 4 + ((size_t)1 << 20))
 
 /* scalar reference (any layout, any dtype) — the oracle */
 void dsi_gemm_ref(const dsi_gemm *g, int r0, int r1, void *scratch);

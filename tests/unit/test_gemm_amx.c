@@ -212,11 +212,15 @@ int main(void) {
             one_case(dts[d], (dsi_epilogue)epi, rows, cols, m, &rng);
           }
   /* K long enough to be cut into chunks; M cut into chunks (600); several
-   * groups of panel pairs with an odd panel last (300) */
+   * groups of panel pairs with an odd panel last (300); chunks of K that
+   * are not all of one length (1568: 49 steps) under M chunks whose last
+   * ends in a block of at most 16 rows (556 = 512 + 32 + 12), where the
+   * prefetches of the next A chunk cross into the next M chunk */
   for (int d = 0; d < 2; d++)
     for (int epi = 0; epi < 3; epi++) {
       one_case(dts[d], (dsi_epilogue)epi, 80, 2100, 600, &rng);
       one_case(dts[d], (dsi_epilogue)epi, 300, 2100, 40, &rng);
+      one_case(dts[d], (dsi_epilogue)epi, 112, 1568, 556, &rng);
     }
   dsi_pool_free(g_pool);
   printf("worst normalized error: bf16 %.2e, fp8 %.2e\n", g_worst[0], g_worst[1]);

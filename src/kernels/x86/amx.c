@@ -17,16 +17,30 @@
 /* Blocking, chosen by measurement on this project's 2-core Sapphire Rapids
  * machines (L1 48 KiB, L2 2 MiB per core); see the driver's comment */
 #define KC_STEPS 16 /* K chunk: a pair's B chunk is 32 KiB and stays in L1 */
-#define KC_WHOLE 64 /* up to this many K steps (K <= 2048), no K chunks */
 #define MC_ROWS 256 /* M chunk: B reuse against the L2 footprint */
 #define MAX_GROUP 8 /* panel pairs sharing one pass over an A chunk */
 
 /* ---- inner kernel: nm x nn C tiles over ks K steps ---- */
+/* What one M block prefetches into L2 while its tiles multiply: a share of
+ * the next pair's B chunk (lines of two panels) and a share of the next A
+ * chunk (lines of rows of xb), spread evenly over its K steps. */
+typedef struct {
+  const uint8_t *b0, *b1; /* next B: this block's first line in each panel */
+  int nb;                 /* B lines per panel per step */
+  const uint8_t *a;       /* next A chunk: its first row, at its first K step */
+  size_t lda;
+  int aks;                /* lines per row of the next A chunk */
+  int l0, l1;             /* this block's lines of it: line l is row l / aks, step l % aks */
+  int na;                 /* A lines per step */
+} prefetch;
+
 /* a: 16 or 32 rows of bf16 activations, row stride lda bytes; b0/b1: the K
  * steps of two panels, 1 KiB apart. nm, nn are constants after inlining. */
 static inline __attribute__((always_inline)) void tiles_mac(const uint8_t *a, size_t lda, const uint8_t *b0,
-                                                            const uint8_t *b1, int ks, int nm, int nn) {
+                                                            const uint8_t *b1, int ks, int nm, int nn,
+                                                            const prefetch *pf) {
   const uint8_t *a1 = a + 16 * lda;
+  int l = pf->l0;
   for (int s = 0; s < ks; s++) {
     _tile_loadd(T_B0, b0 + (size_t)s * KSTEP_BYTES, 64);
     _tile_loadd(T_A0, a + (size_t)s * 64, lda);
@@ -40,6 +54,12 @@ static inline __attribute__((always_inline)) void tiles_mac(const uint8_t *a, si
       _tile_dpbf16ps(T_C01, T_A0, T_B1);
       if (nm == 2) _tile_dpbf16ps(T_C11, T_A1, T_B1);
     }
+    for (int j = 0; j < pf->nb; j++) {
+      _mm_prefetch((const char *)pf->b0 + (size_t)(s * pf->nb + j) * 64, _MM_HINT_T1);
+      _mm_prefetch((const char *)pf->b1 + (size_t)(s * pf->nb + j) * 64, _MM_HINT_T1);
+    }
+    for (int j = 0; j < pf->na && l < pf->l1; j++, l++)
+      _mm_prefetch((const char *)pf->a + (size_t)(l / pf->aks) * pf->lda + (size_t)(l % pf->aks) * 64, _MM_HINT_T1);
   }
 }
 
@@ -68,23 +88,23 @@ static inline __attribute__((always_inline)) void tiles_end(float *out, size_t l
 }
 
 static void block_mac(const uint8_t *a, size_t lda, const uint8_t *b0, const uint8_t *b1, int ks, int nm, int nn,
-                      const float *acc_in, float *out, size_t ldo) {
+                      const prefetch *pf, const float *acc_in, float *out, size_t ldo) {
   /* the four shapes as separate loops, so tile numbers stay constants */
   if (nm == 2 && nn == 2) {
     tiles_begin(acc_in, 2, 2);
-    tiles_mac(a, lda, b0, b1, ks, 2, 2);
+    tiles_mac(a, lda, b0, b1, ks, 2, 2, pf);
     tiles_end(out, ldo, 2, 2);
   } else if (nm == 2) {
     tiles_begin(acc_in, 2, 1);
-    tiles_mac(a, lda, b0, b1, ks, 2, 1);
+    tiles_mac(a, lda, b0, b1, ks, 2, 1, pf);
     tiles_end(out, ldo, 2, 1);
   } else if (nn == 2) {
     tiles_begin(acc_in, 1, 2);
-    tiles_mac(a, lda, b0, b1, ks, 1, 2);
+    tiles_mac(a, lda, b0, b1, ks, 1, 2, pf);
     tiles_end(out, ldo, 1, 2);
   } else {
     tiles_begin(acc_in, 1, 1);
-    tiles_mac(a, lda, b0, b1, ks, 1, 1);
+    tiles_mac(a, lda, b0, b1, ks, 1, 1, pf);
     tiles_end(out, ldo, 1, 1);
   }
 }
@@ -115,15 +135,24 @@ static void fp8_steps_to_bf16(const uint8_t *src, const float *scale, int step0,
 
 /* ---- the driver ---- */
 
+/* One work item: a pair of panels (nn of them) over one K chunk. */
+typedef struct {
+  int q, k0, ks, nn;
+} item;
+
 /* Loops: M chunk > group of panel pairs > K chunk > pair > 32-row M block.
- * A pair's chunk of B (for FP8, widened into scratch once per M chunk) stays
- * in L1 while every M block of the M chunk passes over it; the A chunk (mc
- * rows x kc steps, 256 KiB) stays in L2 while the group's pairs pass over
- * it, so A is read from beyond L2 once per group and B once per M chunk.
- * The group's C blocks wait in scratch between K chunks (a tile store and
- * load per block and chunk: why chunks are not shorter). Measured on this
- * machine: software prefetch of the next B chunk or A chunk, staging B
- * through scratch, and longer K chunks with B from L2 were all slower. */
+ * A pair's chunk of B stays in L1 while every M block of the M chunk
+ * passes over it; the A chunk (mc rows x kc steps) stays in L2 while the
+ * group's pairs pass over it, so A is read from beyond L2 once per group
+ * and B once per M chunk. Neither is waited for: while its tiles multiply,
+ * each M block prefetches into L2 a share of the next pair's B chunk and
+ * a share of the next A chunk (for FP8 B, it widens a share of the next
+ * chunk into the other of two buffers instead). Tile loads from beyond L2
+ * have few misses in flight, and stalled every pass here before. The
+ * group's C blocks wait in scratch between K chunks (a tile store and load
+ * per block and chunk). K is always cut into chunks: a whole panel pair of
+ * V3's shortest K (1536) is 96 KiB, past L1. Packing A chunks as tiles was
+ * slower: the copy costs more than the strided tile loads lose. */
 void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch) {
   const dsi_mat *w = g->w;
   DSI_ASSERT(w->layout == DSI_LAYOUT_TILES && g->xb);
@@ -138,6 +167,7 @@ void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch) {
   const int p0 = r0 / DSI_TILE_N, p1 = DSI_CEIL_DIV(r1, DSI_TILE_N);
   const size_t lda = (size_t)kpad * 2, es = fp8 ? 1 : 2;
   const size_t panel_bytes = (size_t)DSI_TILE_N * kpad * es;
+  const uint8_t *xb = (const uint8_t *)g->xb;
   int spb = 0; /* K steps per FP8 scale block */
   if (fp8) {
     DSI_ASSERT(w->block % DSI_TILE_K == 0);
@@ -145,36 +175,32 @@ void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch) {
   }
   if (g->epi == DSI_EPI_SILU_PAIRS) DSI_ASSERT(p0 % 2 == 0 && (p1 - p0) % 2 == 0);
 
-  /* scratch: C staging, the zero-padded last M block, FP8 B, C between K chunks */
+  /* equal K chunks of about KC_STEPS */
+  const int nk = DSI_CEIL_DIV(ksteps, KC_STEPS), kc = DSI_CEIL_DIV(ksteps, nk);
+  /* scratch: C staging, the zero-padded last M block, FP8 B (two
+   * buffers), C between K chunks */
   const size_t budget = DSI_GEMM_SCRATCH(w->cols);
   uint8_t *sp = scratch;
   float *cst = (float *)sp;
   sp += 4096;
   const int mfull = m - m % 32;
   const uint8_t *atail = stage_m_tail(g->xb, lda, m, &sp);
-
-  int kc = ksteps;
-  if (ksteps > KC_WHOLE) { /* equal chunks of about KC_STEPS */
-    int nk = DSI_CEIL_DIV(ksteps, KC_STEPS);
-    kc = DSI_CEIL_DIV(ksteps, nk);
-  }
-  uint16_t *bw = NULL;
+  uint16_t *bw[2] = {NULL, NULL};
   if (fp8) {
-    bw = (uint16_t *)sp;
-    sp += (size_t)2 * kc * KSTEP_BYTES;
+    bw[0] = (uint16_t *)sp;
+    bw[1] = (uint16_t *)(sp + (size_t)2 * kc * KSTEP_BYTES);
+    sp += (size_t)4 * kc * KSTEP_BYTES;
   }
   size_t used = (size_t)(sp - (uint8_t *)scratch);
   DSI_ASSERT(used <= budget);
   int mc = DSI_MIN(DSI_CEIL_DIV(m, 32) * 32, MC_ROWS), grp = MAX_GROUP;
   float *acc = NULL;
-  if (kc < ksteps) {
+  if (nk > 1) {
     size_t room = (budget - used) / 4096; /* C blocks of 4 KiB */
     while ((size_t)grp * (mc / 32) > room && grp > 1) grp /= 2;
     while ((size_t)grp * (mc / 32) > room) mc -= 32;
     DSI_ASSERT(mc >= 32);
     acc = (float *)sp;
-  } else {
-    grp = 1;
   }
 
   const int direct = g->epi == DSI_EPI_STORE;
@@ -182,42 +208,87 @@ void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch) {
   for (int i0 = 0; i0 < m; i0 += mc) {
     const int mcn = DSI_MIN(mc, m - i0), nmb = DSI_CEIL_DIV(mcn, 32);
     for (int q0 = p0; q0 < p1; q0 += 2 * grp) {
-      const int q1 = DSI_MIN(p1, q0 + 2 * grp);
-      for (int k0 = 0; k0 < ksteps; k0 += kc) {
-        const int ks = DSI_MIN(kc, ksteps - k0), first = k0 == 0, last = k0 + ks >= ksteps;
-        for (int q = q0; q < q1; q += 2) {
-          const int nn = DSI_MIN(2, q1 - q);
-          const uint8_t *b0, *b1;
-          if (fp8) {
-            const uint8_t *src = (const uint8_t *)w->data + (size_t)q * panel_bytes;
-            const float *sc = w->scale + (size_t)q * w->scale_cols;
-            fp8_steps_to_bf16(src, sc, k0, spb, ks, bw);
-            if (nn == 2) fp8_steps_to_bf16(src + panel_bytes, sc + w->scale_cols, k0, spb, ks, bw + (size_t)ks * 512);
-            b0 = (const uint8_t *)bw;
-            b1 = b0 + (size_t)ks * KSTEP_BYTES;
-          } else {
-            b0 = (const uint8_t *)w->data + (size_t)q * panel_bytes + (size_t)k0 * KSTEP_BYTES;
-            b1 = b0 + panel_bytes;
+      const int q1 = DSI_MIN(p1, q0 + 2 * grp), npairs = DSI_CEIL_DIV(q1 - q0, 2), nitems = nk * npairs;
+      /* item it: K chunk it / npairs, pair it % npairs */
+#define ITEM(it)                                                                                  \
+  ((item){q0 + 2 * ((it) % npairs), (it) / npairs * kc, DSI_MIN(kc, ksteps - (it) / npairs * kc), \
+          DSI_MIN(2, q1 - (q0 + 2 * ((it) % npairs)))})
+      if (fp8) { /* the group's first chunk: nothing to overlap with */
+        const item f = ITEM(0);
+        const uint8_t *src = (const uint8_t *)w->data + (size_t)f.q * panel_bytes;
+        const float *sc = w->scale + (size_t)f.q * w->scale_cols;
+        fp8_steps_to_bf16(src, sc, f.k0, spb, f.ks, bw[0]);
+        if (f.nn == 2) fp8_steps_to_bf16(src + panel_bytes, sc + w->scale_cols, f.k0, spb, f.ks, bw[0] + (size_t)f.ks * 512);
+      }
+      for (int it = 0; it < nitems; it++) {
+        const item c = ITEM(it);
+        const int first = c.k0 == 0, last = c.k0 + c.ks >= ksteps, kci = it / npairs, j = it % npairs;
+        const uint8_t *b0, *b1;
+        if (fp8) {
+          b0 = (const uint8_t *)bw[it & 1];
+          b1 = b0 + (size_t)c.ks * KSTEP_BYTES;
+        } else {
+          b0 = (const uint8_t *)w->data + (size_t)c.q * panel_bytes + (size_t)c.k0 * KSTEP_BYTES;
+          b1 = b0 + panel_bytes;
+        }
+        /* the next item, whose B this item's blocks prefetch or widen */
+        const int has_next = it + 1 < nitems;
+        const item n = has_next ? ITEM(it + 1) : c;
+        /* the next A chunk (rows [ia, ia + na), steps [ka, ka + aks)): the
+         * next K chunk, else the next group's first, else the next M chunk's */
+        int ia = i0, na = mcn, ka = 0, aks = DSI_MIN(kc, ksteps);
+        if (kci + 1 < nk) {
+          ka = (kci + 1) * kc;
+          aks = DSI_MIN(kc, ksteps - ka);
+        } else if (q1 >= p1) {
+          ia = i0 + mc;
+          na = DSI_MAX(0, DSI_MIN(mc, m - ia));
+        }
+        const int la = na * aks, nu = npairs * nmb;
+        float *qacc = acc ? acc + (size_t)j * nmb * 1024 : NULL;
+        for (int mb = 0; mb < nmb; mb++) {
+          const int ib = i0 + mb * 32, nrows = DSI_MIN(32, m - ib), nm = nrows > 16 ? 2 : 1;
+          const uint8_t *a = ib >= mfull ? atail : xb + (size_t)ib * lda;
+          a += (size_t)c.k0 * 64;
+          float *bacc = qacc ? qacc + (size_t)mb * 1024 : NULL;
+          /* this block's shares: B steps [s0, s1) of each panel, A lines [l0, l1) */
+          const int s0 = has_next ? n.ks * mb / nmb : 0, s1 = has_next ? n.ks * (mb + 1) / nmb : 0;
+          const int u = j * nmb + mb;
+          prefetch pf = {.b0 = (const uint8_t *)cst, .b1 = (const uint8_t *)cst, .a = xb, .lda = lda, .aks = 1};
+          if (!fp8 && s1 > s0) {
+            pf.b0 = (const uint8_t *)w->data + (size_t)n.q * panel_bytes + (size_t)(n.k0 + s0) * KSTEP_BYTES;
+            pf.b1 = n.nn == 2 ? pf.b0 + panel_bytes : pf.b0;
+            pf.nb = DSI_CEIL_DIV((s1 - s0) * 16, c.ks);
           }
-          float *qacc = acc ? acc + (size_t)((q - q0) / 2) * nmb * 1024 : NULL;
-          for (int mb = 0; mb < nmb; mb++) {
-            const int ib = i0 + mb * 32, nrows = DSI_MIN(32, m - ib), nm = nrows > 16 ? 2 : 1;
-            const uint8_t *a = ib >= mfull ? atail : (const uint8_t *)(g->xb + (size_t)ib * kpad);
-            a += (size_t)k0 * 64;
-            float *bacc = qacc ? qacc + (size_t)mb * 1024 : NULL;
-            if (!last) {
-              block_mac(a, lda, b0, b1, ks, nm, nn, first ? NULL : bacc, bacc, 32);
-            } else if (direct && nrows == 32 && nn == 2 && (q + 2) * DSI_TILE_N <= w->rows) {
-              /* a whole block of a plain store: tiles straight into y */
-              float *y = g->y + (size_t)ib * g->ldy + (size_t)q * DSI_TILE_N;
-              block_mac(a, lda, b0, b1, ks, nm, nn, first ? NULL : bacc, y, (size_t)g->ldy);
-            } else {
-              block_mac(a, lda, b0, b1, ks, nm, nn, first ? NULL : bacc, cst, 32);
-              epilogue(g, cst, NULL, ib, nrows, q, nn);
-            }
+          if (la > 0) {
+            pf.a = xb + (size_t)ia * lda + (size_t)ka * 64;
+            pf.aks = aks;
+            pf.l0 = (int)((long)la * u / nu);
+            pf.l1 = (int)((long)la * (u + 1) / nu);
+            pf.na = DSI_CEIL_DIV(pf.l1 - pf.l0, c.ks);
+          }
+          if (!last) {
+            block_mac(a, lda, b0, b1, c.ks, nm, c.nn, &pf, first ? NULL : bacc, bacc, 32);
+          } else if (direct && nrows == 32 && c.nn == 2 && (c.q + 2) * DSI_TILE_N <= w->rows) {
+            /* a whole block of a plain store: tiles straight into y */
+            float *y = g->y + (size_t)ib * g->ldy + (size_t)c.q * DSI_TILE_N;
+            block_mac(a, lda, b0, b1, c.ks, nm, c.nn, &pf, first ? NULL : bacc, y, (size_t)g->ldy);
+          } else {
+            block_mac(a, lda, b0, b1, c.ks, nm, c.nn, &pf, first ? NULL : bacc, cst, 32);
+            epilogue(g, cst, NULL, ib, nrows, c.q, c.nn);
+          }
+          if (fp8 && s1 > s0) {
+            const uint8_t *src = (const uint8_t *)w->data + (size_t)n.q * panel_bytes;
+            const float *sc = w->scale + (size_t)n.q * w->scale_cols;
+            uint16_t *dst = bw[(it + 1) & 1];
+            fp8_steps_to_bf16(src, sc, n.k0 + s0, spb, s1 - s0, dst + (size_t)s0 * 512);
+            if (n.nn == 2)
+              fp8_steps_to_bf16(src + panel_bytes, sc + w->scale_cols, n.k0 + s0, spb, s1 - s0,
+                                dst + (size_t)(n.ks + s0) * 512);
           }
         }
       }
+#undef ITEM
     }
   }
   _tile_release();
