@@ -4,6 +4,7 @@
  * forward allocates nothing. */
 #include "graph/forward.h"
 #include "graph/gemm_run.h"
+#include "graph/mla_prefill.h"
 #include "graph/prof.h"
 #include "kernels/vec.h"
 
@@ -48,6 +49,8 @@ struct dsi_fwd {
   int32_t *att_slots;   /* [max_context] cache slot of each position */
   uint8_t *att_skip;    /* [attn_chunk] tokens the segment path did */
   float *o_lat;         /* [attn_chunk, H, kv_lora] attention output in latent space */
+  dsi_mla_prefill *mla_pf; /* prefill segments in the non-absorbed form, where cheaper */
+  uint8_t *att_done;    /* [max_tokens] tokens it did */
   float *h_pairs;       /* [T * top_k, moe_inter'] routed experts' hidden rows, by pair */
   dsi_gemm_ctx gc;      /* matmuls on the pool: prepared activations, kernels */
   dsi_gemm *gemms;      /* [max(H, n_experts)] one batched call's matmuls */
@@ -381,23 +384,30 @@ static void mla_absorbed_packed(dsi_fwd *f, const dsi_layer_weights *w, const ds
     uk[h] = dsi_mat_panels(&w->w_uk_t, h * kvl / DSI_TILE_N, kvl);
     uv[h] = dsi_mat_panels(&w->w_uv, h * vd / DSI_TILE_N, vd);
   }
-  uint8_t *skip = f->att_skip;
+  uint8_t *skip = f->att_skip, *done = f->att_done;
+  /* prefill segments the cost model gives to the non-absorbed form, whole */
+  if (dsi_mla_prefill_batch(f->mla_pf, &f->gc, w, b, cache, layer, f->q, f->attn, done, f->prof) == b->n_tokens)
+    return;
   for (int t0 = 0; t0 < b->n_tokens; t0 += f->attn_chunk) {
     int n = DSI_MIN(f->attn_chunk, b->n_tokens - t0);
-    PROF_OP(f, "w_uk", DSI_PROF_ATTN, H * MM_FLOPS(&uk[0], n), mat_bytes(&w->w_uk_t), H * MM_ACT(&uk[0], n));
-    for (int h = 0; h < H; h++)
-      f->gemms[h] = (dsi_gemm){.w = &uk[h], .x = f->q + ((size_t)t0 * H + h) * qk, .ldx = H * qk, .m = n,
-                               .y = f->q_lat + (size_t)h * row, .ldy = H * row, .epi = DSI_EPI_STORE};
-    dsi_gemm_batch(&f->gc, f->gemms, H, kvl, DSI_TILE_N);
+    for (int a = 0, e; a < n; a = e) { /* runs [a, e) of the chunk's tokens left to this form */
+      for (e = a + 1; e < n && done[t0 + e] == done[t0 + a]; e++) {}
+      if (done[t0 + a]) continue;
+      PROF_OP(f, "w_uk", DSI_PROF_ATTN, H * MM_FLOPS(&uk[0], e - a), mat_bytes(&w->w_uk_t), H * MM_ACT(&uk[0], e - a));
+      for (int h = 0; h < H; h++)
+        f->gemms[h] = (dsi_gemm){.w = &uk[h], .x = f->q + ((size_t)(t0 + a) * H + h) * qk, .ldx = H * qk, .m = e - a,
+                                 .y = f->q_lat + ((size_t)a * H + h) * row, .ldy = H * row, .epi = DSI_EPI_STORE};
+      dsi_gemm_batch(&f->gc, f->gemms, H, kvl, DSI_TILE_N);
+    }
     PROF_OP(f, "q_pe_copy", DSI_PROF_ATTN, 0, 0, 8.0 * n * H * rope);
     qpe_job qj = {f, t0, n};
     dsi_pool_run(f->pool, qpe_copy_task, &qj);
     /* segments: runs of consecutive positions of one sequence */
-    memset(skip, 0, n);
+    memcpy(skip, done + t0, n);
     for (int s = t0; s < t0 + n;) {
       int e = s + 1;
       while (e < t0 + n && b->seq[e] == b->seq[s] && b->pos[e] == b->pos[e - 1] + 1) e++;
-      if (e - s >= ATTN_GEMM_MIN) {
+      if (e - s >= ATTN_GEMM_MIN && !done[s]) {
         attn_segment(f, b, cache, layer, t0, s, e - s);
         memset(skip + (s - t0), 1, e - s);
       }
@@ -406,11 +416,15 @@ static void mla_absorbed_packed(dsi_fwd *f, const dsi_layer_weights *w, const ds
     prof_attn_core(f, b, t0, n, skip, 0, 0, DSI_CEIL_DIV(H, ATTN_HEAD_GROUP));
     core_job cj = {f, b, cache, layer, t0, n, skip, 0};
     dsi_pool_run(f->pool, attn_core_task, &cj);
-    PROF_OP(f, "w_uv", DSI_PROF_ATTN, H * MM_FLOPS(&uv[0], n), mat_bytes(&w->w_uv), H * MM_ACT(&uv[0], n));
-    for (int h = 0; h < H; h++)
-      f->gemms[h] = (dsi_gemm){.w = &uv[h], .x = f->o_lat + (size_t)h * kvl, .ldx = H * kvl, .m = n,
-                               .y = f->attn + ((size_t)t0 * H + h) * vd, .ldy = H * vd, .epi = DSI_EPI_STORE};
-    dsi_gemm_batch(&f->gc, f->gemms, H, vd, DSI_TILE_N);
+    for (int a = 0, e; a < n; a = e) {
+      for (e = a + 1; e < n && done[t0 + e] == done[t0 + a]; e++) {}
+      if (done[t0 + a]) continue;
+      PROF_OP(f, "w_uv", DSI_PROF_ATTN, H * MM_FLOPS(&uv[0], e - a), mat_bytes(&w->w_uv), H * MM_ACT(&uv[0], e - a));
+      for (int h = 0; h < H; h++)
+        f->gemms[h] = (dsi_gemm){.w = &uv[h], .x = f->o_lat + ((size_t)a * H + h) * kvl, .ldx = H * kvl, .m = e - a,
+                                 .y = f->attn + ((size_t)(t0 + a) * H + h) * vd, .ldy = H * vd, .epi = DSI_EPI_STORE};
+      dsi_gemm_batch(&f->gc, f->gemms, H, vd, DSI_TILE_N);
+    }
   }
 }
 
@@ -756,6 +770,8 @@ int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, int max_token
     ALLOC(f->att_s, f->att_s_len);
     ALLOC(f->att_slots, max_context);
     ALLOC(f->att_skip, f->attn_chunk);
+    ALLOC(f->att_done, T);
+    if (m->layers[0].w_uk.data && !(f->mla_pf = dsi_mla_prefill_new(c, T, max_context, f->nth))) ok = 0;
     f->att_k = dsi_alloc_aligned(ctx_rows * row_pad * sizeof(float));
     f->att_vt = dsi_alloc_aligned((size_t)DSI_CEIL_DIV(kvl, DSI_TILE_N) * DSI_TILE_N * ctx_pad * sizeof(float));
     if (!f->att_k || !f->att_vt) ok = 0;
@@ -803,6 +819,8 @@ void dsi_fwd_free(dsi_fwd *f) {
   dsi_free_aligned(f->exp_tok);
   dsi_free_aligned(f->att_slots);
   dsi_free_aligned(f->att_skip);
+  dsi_free_aligned(f->att_done);
+  dsi_mla_prefill_free(f->mla_pf);
   dsi_free_aligned(f->gc.xr);
   free(f->gemms);
   free(f->gc.fns);

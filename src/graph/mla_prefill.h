@@ -1,0 +1,75 @@
+/* graph: MLA attention of prefill segments in the non-absorbed ("naive")
+ * form of inference/model.py — the segment's context latents expanded to
+ * per-head keys and values through W_UK and W_UV, then per head
+ * softmax(q k^T) v with an online softmax over context blocks — and the
+ * cost model that picks, per segment, this form or the absorbed one. */
+#ifndef DSI_MLA_PREFILL_H
+#define DSI_MLA_PREFILL_H
+
+#include "graph/forward.h"
+#include "graph/gemm_run.h"
+#include "graph/prof.h"
+
+/* Which form a prefill segment's attention takes. */
+typedef enum {
+  DSI_MLA_AUTO,   /* the cost model decides, per segment */
+  DSI_MLA_ABSORB, /* queries in latent space (decode's form) */
+  DSI_MLA_NAIVE,  /* keys and values expanded per head */
+} dsi_mla_form;
+
+/* Segments shorter than this always go the absorbed way (token by token
+ * or, from ATTN_GEMM_MIN, as the absorbed matmuls): the same bound as
+ * forward.c's, so the two agree on what a segment is. */
+#define DSI_MLA_SEGMENT_MIN 16
+
+typedef struct dsi_mla_prefill dsi_mla_prefill;
+
+/* Buffers for segments of up to max_tokens tokens over up to max_context
+ * positions; the form comes from DSINFER_MLA (absorb | naive | auto, the
+ * default). NULL when the allocation fails. */
+dsi_mla_prefill *dsi_mla_prefill_new(const dsi_config *c, int max_tokens, int max_context, int n_threads);
+void dsi_mla_prefill_free(dsi_mla_prefill *p);
+/* force a form (tests, measurements); DSI_MLA_AUTO restores the cost model */
+void dsi_mla_prefill_set_form(dsi_mla_prefill *p, dsi_mla_form form);
+/* tests: smaller context blocks (a multiple of 32), query passes (a
+ * multiple of 16) and head groups than planned, so small shapes cross
+ * their edges; values <= 0 or larger than planned keep the plan */
+void dsi_mla_prefill_set_blocks(dsi_mla_prefill *p, int ctx_block, int q_block, int heads);
+
+/* The form a segment of L tokens at positions p0 .. p0+L-1 takes: the
+ * forced one, or the cheaper by the cost model (never DSI_MLA_AUTO). */
+dsi_mla_form dsi_mla_prefill_pick(const dsi_mla_prefill *p, int L, int p0);
+
+/* Both forms' estimated cost of such a segment, in FLOP-equivalents (for
+ * tools and the report; the pick compares them). */
+void dsi_mla_prefill_cost(const dsi_mla_prefill *p, int L, int p0, double *absorb, double *naive);
+
+/* One segment in the non-absorbed form: tokens at positions p0 .. p0+L-1
+ * of one sequence whose latents (and those of positions < p0) are in the
+ * cache. q: [L rows of ldq] each [H, nope + rope] with q_pe rotated; out:
+ * [L rows of ldo] each [H, v] (written, not accumulated). w must hold
+ * w_uk and w_uv (packed model). gc gives the pool and the activation
+ * precision; its buffers are not used. */
+typedef struct dsi_mla_segment {
+  const float *q;
+  int ldq;
+  const float *cache;    /* [n_slots, kv_lora + rope]: this layer's latent cache */
+  const int32_t *table;  /* the sequence's block table */
+  int block_size;
+  int p0, L;
+  float *out;
+  int ldo;
+} dsi_mla_segment;
+void dsi_mla_prefill_naive(dsi_mla_prefill *p, const dsi_gemm_ctx *gc, const dsi_layer_weights *w,
+                           const dsi_mla_segment *seg, dsi_prof *prof, int layer);
+
+/* Every segment of the batch (DSI_MLA_SEGMENT_MIN or more consecutive
+ * positions of one sequence) that the pick gives to the non-absorbed form:
+ * run it, writing attn rows [t, H*v] from q rows [t, H*(nope+rope)], and
+ * set done[t] = 1 for its tokens (0 for the others). Returns how many
+ * tokens were done. */
+int dsi_mla_prefill_batch(dsi_mla_prefill *p, const dsi_gemm_ctx *gc, const dsi_layer_weights *w,
+                          const dsi_fwd_batch *b, const dsi_fwd_cache *cache, int layer, const float *q,
+                          float *attn, uint8_t *done, dsi_prof *prof);
+
+#endif
