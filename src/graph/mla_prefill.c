@@ -156,24 +156,47 @@ void dsi_mla_prefill_set_blocks(dsi_mla_prefill *p, int ctx_block, int q_block, 
 }
 
 /* ---- the cost model ----
- * FLOPs of each form's matmuls for the segment, as the two code paths
- * run them (keys rounded to 16-row panels, the causal triangle cut at
- * each pass's last query), plus the elements each packs, weighted by
- * what packing one costs in matmul FLOPs on this machine.
+ * (W_UK^T is kept exact: F32 when the checkpoint is FP8, which AMX does
+ * not take — so in FP8 models q_lat runs on AVX-512 at a third of the
+ * rate, measured on the v3slice preset; uk_f32 below.)
+ * Time of each form's work for the segment, as the two code paths run it
+ * (keys rounded to 16-row panels, the causal triangle cut at each pass's
+ * last query, the context in blocks of cb for the naive form): FLOPs of
+ * each matmul over the rate that matmul reaches, plus the elements each
+ * packs and the scores each softmax takes, at their cost per element.
  *   absorbed: q_lat = W_UK^T q_nope and out = W_UV o_lat for every token
- *             (2 L H kvl (nope + v)), then per (token, head) and visible
- *             key 2 (kvl + rope) + 2 kvl; packs the context once,
- *             ctx (kvl + rope + kvl) elements.
+ *             (2 L H kvl nope, 2 L H kvl v), then per (token, head) and
+ *             visible key 2 (kvl + rope) for the score and 2 kvl for P V;
+ *             packs the context once, ctx (kvl + rope + kvl) elements.
  *   naive:    k_nope and v for every context position and head
  *             (2 ctx H kvl (nope + v)), then per (token, head) and key
  *             2 (nope + rope) + 2 v; packs H ctx (nope + rope + v).
- * So a fresh prompt (ctx = L) costs the same projections either way and
- * the naive core is (nope + rope + v) / (2 kvl + rope) ~ 0.29 of the
- * absorbed one at V3's dims; a short chunk over a long context makes the
- * naive form expand the whole context for a few queries. */
-#define ABSORB_PASS 64   /* forward.c's attn_segment: tokens per pass at most */
-/* packing an element ~ this many matmul FLOPs (measured, see the report) */
-#define PACK_FLOPS 64.0
+ * A fresh prompt (ctx = L) has the same projection FLOPs either way and a
+ * naive core (nope + rope + v) / (2 kvl + rope) ~ 0.29 of the absorbed one
+ * at V3's dims; a short chunk over a long context makes the naive form
+ * expand the whole context for a few queries.
+ * The rates are GFLOP/s (= FLOP per ns) and ns per element, measured with
+ * `dsinfer profile` on the bench preset (bf16, 512-token prompt, 2
+ * Sapphire Rapids cores, AMX); only their ratios matter for the pick.
+ * Each matmul's rate follows its shape: the absorbed projections have
+ * short rows (K = nope) or few of them per head, the expansion is one
+ * long matmul, the per-head naive core has m = one pass of queries. */
+#define ABSORB_PASS 64 /* forward.c's attn_segment: tokens per pass at most */
+static const struct {
+  double uk, uk_f32, uv, scores, pv; /* GFLOP/s */
+  double pack;                       /* ns per packed element (serial in forward.c) */
+} k_absorb = {540, 120, 660, 1720, 1030, 1.9};
+static const struct {
+  double expand, scores, pv; /* GFLOP/s */
+  double pack;               /* ns per packed element */
+} k_naive = {1590, 1290, 900, 0.68};
+#define SOFTMAX_NS 1.7 /* per score, either form (scalar expf), from cache */
+/* forward.c's attn_segment holds a pass's scores for all heads, up to 8M
+ * floats: with many heads (V3's 128) that is 32 MB streamed through memory
+ * and its softmax ran 2.4x slower per score on v3slice; the naive form's
+ * per-group scores stay in cache */
+#define ABSORB_SCORES_CAP (8u << 20)
+#define SOFTMAX_DRAM 2.4
 
 /* sum over queries of the keys a pass multiplies: passes of `per` queries,
  * each over keys [block start, its last query], rounded to 16 rows, the
@@ -191,18 +214,24 @@ static double keys_multiplied(int L, int p0, int per, int cb) {
   return k;
 }
 
-void dsi_mla_prefill_cost(const dsi_mla_prefill *p, int L, int p0, double *absorb, double *naive) {
+void dsi_mla_prefill_cost(const dsi_mla_prefill *p, int L, int p0, dsi_dtype uk_t, double *absorb, double *naive) {
   double H = p->H, kvl = p->kvl, ctx = p0 + L;
-  double proj = 2.0 * kvl * (p->nope + p->vd);
-  double ka = keys_multiplied(L, p0, ABSORB_PASS, 0), kn = keys_multiplied(L, p0, p->qb_step, p->cb_step);
-  *absorb = L * H * proj + H * ka * (2.0 * p->row + 2.0 * kvl) + PACK_FLOPS * ctx * (p->row + kvl);
-  *naive = ctx * H * proj + H * kn * (2.0 * p->qk + 2.0 * p->vd) + PACK_FLOPS * H * ctx * (p->qk + p->vd);
+  double ctx_pad = (double)round_up((size_t)(p0 + L), DSI_TILE_K);
+  int per = (int)DSI_MAX(1, DSI_MIN((double)ABSORB_PASS, ABSORB_SCORES_CAP / (H * ctx_pad)));
+  double pass_bytes = 4.0 * DSI_MIN(per, L) * H * ctx_pad;
+  double sm_absorb = SOFTMAX_NS * (pass_bytes > (16u << 20) ? SOFTMAX_DRAM : 1.0);
+  double ka = H * keys_multiplied(L, p0, per, 0), kn = H * keys_multiplied(L, p0, p->qb_step, p->cb_step);
+  *absorb = 2.0 * L * H * kvl * p->nope / (uk_t == DSI_DTYPE_F32 ? k_absorb.uk_f32 : k_absorb.uk) + 2.0 * L * H * kvl * p->vd / k_absorb.uv +
+            2.0 * ka * p->row / k_absorb.scores + 2.0 * ka * kvl / k_absorb.pv +
+            k_absorb.pack * ctx * (p->row + kvl) + sm_absorb * ka;
+  *naive = 2.0 * ctx * H * kvl * (p->nope + p->vd) / k_naive.expand + 2.0 * kn * p->qk / k_naive.scores +
+           2.0 * kn * p->vd / k_naive.pv + k_naive.pack * H * ctx * (p->qk + p->vd) + SOFTMAX_NS * kn;
 }
 
-dsi_mla_form dsi_mla_prefill_pick(const dsi_mla_prefill *p, int L, int p0) {
+dsi_mla_form dsi_mla_prefill_pick(const dsi_mla_prefill *p, int L, int p0, dsi_dtype uk_t) {
   if (p->form != DSI_MLA_AUTO) return p->form;
   double a, n;
-  dsi_mla_prefill_cost(p, L, p0, &a, &n);
+  dsi_mla_prefill_cost(p, L, p0, uk_t, &a, &n);
   return n < a ? DSI_MLA_NAIVE : DSI_MLA_ABSORB;
 }
 
@@ -454,7 +483,7 @@ int dsi_mla_prefill_batch(dsi_mla_prefill *p, const dsi_gemm_ctx *gc, const dsi_
   for (int s = 0; s < T;) {
     int e = s + 1;
     while (e < T && b->seq[e] == b->seq[s] && b->pos[e] == b->pos[e - 1] + 1) e++;
-    if (e - s >= DSI_MLA_SEGMENT_MIN && dsi_mla_prefill_pick(p, e - s, b->pos[s]) == DSI_MLA_NAIVE) {
+    if (e - s >= DSI_MLA_SEGMENT_MIN && dsi_mla_prefill_pick(p, e - s, b->pos[s], w->w_uk_t.dtype) == DSI_MLA_NAIVE) {
       dsi_mla_segment seg = {.q = q + (size_t)s * ldq, .ldq = ldq, .cache = cache->layer[layer],
                              .table = b->block_tables[b->seq[s]], .block_size = cache->block_size,
                              .p0 = b->pos[s], .L = e - s, .out = attn + (size_t)s * ldo, .ldo = ldo};

@@ -37,12 +37,14 @@ void dsi_mla_prefill_set_form(dsi_mla_prefill *p, dsi_mla_form form);
 void dsi_mla_prefill_set_blocks(dsi_mla_prefill *p, int ctx_block, int q_block, int heads);
 
 /* The form a segment of L tokens at positions p0 .. p0+L-1 takes: the
- * forced one, or the cheaper by the cost model (never DSI_MLA_AUTO). */
-dsi_mla_form dsi_mla_prefill_pick(const dsi_mla_prefill *p, int L, int p0);
+ * forced one, or the cheaper by the cost model (never DSI_MLA_AUTO).
+ * uk_t: the dtype W_UK^T is held in (w_uk_t.dtype; F32 for FP8 models),
+ * which sets the absorbed form's q_lat rate. */
+dsi_mla_form dsi_mla_prefill_pick(const dsi_mla_prefill *p, int L, int p0, dsi_dtype uk_t);
 
-/* Both forms' estimated cost of such a segment, in FLOP-equivalents (for
- * tools and the report; the pick compares them). */
-void dsi_mla_prefill_cost(const dsi_mla_prefill *p, int L, int p0, double *absorb, double *naive);
+/* Both forms' estimated time for such a segment, in ns on the machine
+ * the rates were measured on (the pick compares them; tools print them). */
+void dsi_mla_prefill_cost(const dsi_mla_prefill *p, int L, int p0, dsi_dtype uk_t, double *absorb, double *naive);
 
 /* One segment in the non-absorbed form: tokens at positions p0 .. p0+L-1
  * of one sequence whose latents (and those of positions < p0) are in the

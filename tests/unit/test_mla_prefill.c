@@ -145,14 +145,14 @@ int main(void) {
   p = dsi_mla_prefill_new(&v3, 1024, 8192, 1);
   DSI_ASSERT(p);
   double a, n;
-  dsi_mla_prefill_cost(p, 512, 0, &a, &n);
+  dsi_mla_prefill_cost(p, 512, 0, DSI_DTYPE_BF16, &a, &n);
   printf("V3 dims, 512-token prompt: cost absorbed %.3g, naive %.3g\n", a, n);
-  CHECK(dsi_mla_prefill_pick(p, 512, 0) == DSI_MLA_NAIVE);   /* a fresh prompt: naive */
-  CHECK(dsi_mla_prefill_pick(p, 16, 4000) == DSI_MLA_ABSORB); /* a short chunk on a long context */
+  CHECK(dsi_mla_prefill_pick(p, 512, 0, DSI_DTYPE_BF16) == DSI_MLA_NAIVE);   /* a fresh prompt: naive */
+  CHECK(dsi_mla_prefill_pick(p, 16, 4000, DSI_DTYPE_BF16) == DSI_MLA_ABSORB); /* a short chunk on a long context */
   dsi_mla_prefill_set_form(p, DSI_MLA_ABSORB);
-  CHECK(dsi_mla_prefill_pick(p, 512, 0) == DSI_MLA_ABSORB);
+  CHECK(dsi_mla_prefill_pick(p, 512, 0, DSI_DTYPE_BF16) == DSI_MLA_ABSORB);
   dsi_mla_prefill_set_form(p, DSI_MLA_NAIVE);
-  CHECK(dsi_mla_prefill_pick(p, 16, 4000) == DSI_MLA_NAIVE);
+  CHECK(dsi_mla_prefill_pick(p, 16, 4000, DSI_DTYPE_BF16) == DSI_MLA_NAIVE);
   dsi_mla_prefill_free(p);
   dsi_pool_free(pool);
   dsi_free_aligned((void *)w.w_uk.data);
