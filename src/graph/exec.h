@@ -25,6 +25,7 @@ typedef struct dsi_fctx {
   float **scratch;       /* [nth][scratch_len] */
   size_t scratch_len;
   dsi_mat *uk, *uv;      /* [layers * H] per-head panels of W_UK^T and W_UV */
+  struct dsi_mla_prefill *mla; /* the non-absorbed prefill form (packed models), or NULL */
   int max_calls;         /* most matmuls in one batched call */
   dsi_gemm **gl;         /* [nth][max_calls] each thread's matmul list */
   dsi_gemm_fn **gfn;     /* [nth][max_calls] */
@@ -49,6 +50,8 @@ typedef struct dsi_xrun {
   int T;
   uint8_t **ptr;        /* [n_ts] each tensor's memory this step */
   dsi_opstate *st;      /* [n_ops] */
+  const uint8_t *naive; /* [T] token of a segment taking the non-absorbed form */
+  int n_naive;
   atomic_int open_op;   /* the latest op whose units were opened to helpers, -1 none */
 } dsi_xrun;
 

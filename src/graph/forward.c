@@ -6,6 +6,7 @@
  * set-up. */
 #include "graph/forward.h"
 #include "graph/exec.h"
+#include "graph/mla_prefill.h"
 #include "graph/prof.h"
 
 #include <math.h>
@@ -158,6 +159,13 @@ static int mla(builder *bd, const dsi_layer_weights *w, int xn, int layer) {
       op->in[0] = o_lat;
       op->out[0] = attn;
       op->out[1] = tensor(bd, "prep", dsi_prep_bytes((long)chunk * H, kvl, w->w_uv.kpad));
+    }
+    if (f->mla && seg) { /* prefill segments the cost model gives to the non-absorbed form */
+      op = dsi_graph_op(g, DSI_OP_ATTN_NAIVE, "attn_naive", DSI_PROF_ATTN);
+      op->lw = w;
+      op->in[0] = q;
+      op->in[1] = kv_cache;
+      op->out[0] = attn;
     }
   }
   (void)layer;
@@ -316,6 +324,7 @@ struct dsi_fwd {
   int ptr_cap;
   dsi_opstate *st;
   int st_cap;
+  uint8_t *naive; /* [max_tokens] this step's tokens in non-absorbed segments */
 };
 
 int dsi_fwd_bucket(const dsi_fwd *fw, int T) {
@@ -393,7 +402,8 @@ int dsi_fwd_run(dsi_fwd *fw, const dsi_fwd_batch *b, const dsi_fwd_cache *cache,
                  : x->kind == DSI_T_LOGITS ? (uint8_t *)logits
                  : eager ? NULL : fw->arena + x->off;
   }
-  dsi_xrun r = {.f = &fw->f, .g = g, .b = b, .cache = cache, .T = T, .ptr = fw->ptr, .st = fw->st};
+  dsi_xrun r = {.f = &fw->f, .g = g, .b = b, .cache = cache, .T = T, .ptr = fw->ptr, .st = fw->st, .naive = fw->naive};
+  if (fw->f.mla) r.n_naive = dsi_mla_prefill_plan(fw->f.mla, b, fw->f.m->layers[0].w_uk_t.dtype, fw->naive);
   int rc = DSI_OK;
   if (eager) {
     rc = dsi_exec_eager(&r, fw->pool, fw->prof, err);
@@ -474,7 +484,7 @@ int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, int max_token
   f->scratch_len = DSI_MAX(f->scratch_len, (size_t)2 * DSI_MAX(E, 1));
   f->scratch_len = DSI_MAX(f->scratch_len, (size_t)8 * max_context);
   f->scratch_len = DSI_MAX(f->scratch_len, DSI_GEMM_SCRATCH(DSI_MAX(kpad_max, (long)max_context + DSI_TILE_K)) / sizeof(float));
-  f->max_calls = DSI_MAX(H, E) + 1;
+  f->max_calls = DSI_MAX(H, E) + 2;
   f->scratch = dsi_xcalloc(f->nth, sizeof(float *));
   f->gl = dsi_xcalloc(f->nth, sizeof(dsi_gemm *));
   f->gfn = dsi_xcalloc(f->nth, sizeof(dsi_gemm_fn *));
@@ -493,6 +503,11 @@ int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, int max_token
     return dsi_errf(err, DSI_E_NOMEM, "cannot allocate the forward's tables for %d positions", max_context);
   }
   dsi_rope_tables(c, max_context, f->rope_cos, f->rope_sin);
+  fw->naive = dsi_xcalloc(max_tokens, 1);
+  if (m->layers[0].w_uk.data && !(f->mla = dsi_mla_prefill_new(c, max_tokens, max_context))) {
+    dsi_fwd_free(fw);
+    return dsi_errf(err, DSI_E_NOMEM, "cannot allocate the non-absorbed prefill's buffers");
+  }
   /* per-head panels of the absorbed factors, once */
   int NL = c->num_hidden_layers;
   f->uk = dsi_xcalloc((size_t)NL * H, sizeof(dsi_mat));
@@ -532,6 +547,8 @@ void dsi_fwd_free(dsi_fwd *fw) {
   dsi_free_aligned(f->rope_sin);
   free(f->uk);
   free(f->uv);
+  dsi_mla_prefill_free(f->mla);
+  free(fw->naive);
   dsi_free_aligned(fw->arena);
   free(fw->ptr);
   dsi_free_aligned(fw->st);

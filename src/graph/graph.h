@@ -23,6 +23,7 @@ typedef enum {
   DSI_OP_ATTN_CORE,     /* chunk: out0 = attention of q_lat over the latent cache */
   DSI_OP_ATTN_OUT,      /* chunk: out0 = per-head W_UV o_lat */
   DSI_OP_ATTN_ROWMAJOR, /* out0 = absorbed attention with row-major kv_b_proj */
+  DSI_OP_ATTN_NAIVE,    /* out0 rows of the prefill segments picked for the non-absorbed form */
   DSI_OP_ROUTER_TOPK,   /* out0 ids, out1 weights <- scores in0 */
   DSI_OP_MOE_SORT,      /* pairs grouped by expert: out0 exp_start, out1 exp_tok, out2 exp_w; zero out3 */
   DSI_OP_MOE_GATE_UP,   /* out0[pair] = silu-mul of each expert's gate/up on its tokens */

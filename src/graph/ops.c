@@ -4,6 +4,7 @@
  * each op's cost for the profile. Ops never allocate: their tensors and
  * workspaces come from the executor. */
 #include "graph/exec.h"
+#include "graph/mla_prefill.h"
 #include "graph/prof.h"
 #include "kernels/vec.h"
 
@@ -245,25 +246,40 @@ static void op_kv_write(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
 /* tokens of the chunk at op->t0 */
 static int chunk_len(const dsi_xrun *r, const dsi_op *op) { return DSI_MAX(0, DSI_MIN(r->f->attn_chunk, r->T - op->t0)); }
 
+/* the chunk's tokens [*lo, *hi) the absorbed form computes: all of them
+ * but the non-absorbed segments at its ends (those inside are computed and
+ * overwritten by the naive op, which runs after); 0 if none */
+static int absorbed_range(const dsi_xrun *r, const dsi_op *op, int *lo, int *hi) {
+  int a = op->t0, e = op->t0 + chunk_len(r, op);
+  if (r->n_naive) {
+    while (a < e && r->naive[a]) a++;
+    while (e > a && r->naive[e - 1]) e--;
+  }
+  *lo = a;
+  *hi = e;
+  return e - a;
+}
+
 /* q_lat = W_UK^T q_nope per head (one batched matmul), each head's rotated
  * q_pe appended */
 static void op_attn_qlat(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
   const dsi_config *c = r->f->c;
   int H = c->num_attention_heads, nope = c->qk_nope_head_dim, rope = c->qk_rope_head_dim;
-  int kvl = c->kv_lora_rank, qk = nope + rope, row = kvl + rope, n = chunk_len(r, op);
+  int kvl = c->kv_lora_rank, qk = nope + rope, row = kvl + rope, lo, hi;
+  int n = absorbed_range(r, op, &lo, &hi), tc = lo - op->t0;
   if (n == 0) return;
   const float *q = XT(r, op->in[0]);
-  float *q_lat = XT(r, op->out[0]);
+  float *q_lat = (float *)XT(r, op->out[0]) + (size_t)tc * H * row;
   if (!tm->helper) {
     long a, e;
     dsi_split((long)n * H, tm->ith, tm->nth, &a, &e);
     for (long i = a; i < e; i++)
-      memcpy(q_lat + (size_t)i * row + kvl, q + ((size_t)op->t0 * H + i) * qk + nope, rope * sizeof(float));
+      memcpy(q_lat + (size_t)i * row + kvl, q + ((size_t)lo * H + i) * qk + nope, rope * sizeof(float));
   }
   const dsi_mat *uk = r->f->uk + (size_t)op->layer * H;
   dsi_gemm *gs = GL(r, tm);
   for (int h = 0; h < H; h++)
-    gs[h] = (dsi_gemm){.w = &uk[h], .x = q + ((size_t)op->t0 * H + h) * qk, .ldx = H * qk, .m = n,
+    gs[h] = (dsi_gemm){.w = &uk[h], .x = q + ((size_t)lo * H + h) * qk, .ldx = H * qk, .m = n,
                        .y = q_lat + (size_t)h * row, .ldy = H * row, .epi = DSI_EPI_STORE};
   dsi_gemm_team(tm, r->f, gs, GFN(r, tm), H, kvl, DSI_TILE_N, XT(r, op->out[1]), r->g->ts[op->out[1]].bytes, 1, 0,
                 NULL);
@@ -272,15 +288,16 @@ static void op_attn_qlat(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
 /* attn = W_UV o_lat per head */
 static void op_attn_out(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
   const dsi_config *c = r->f->c;
-  int H = c->num_attention_heads, vd = c->v_head_dim, kvl = c->kv_lora_rank, n = chunk_len(r, op);
+  int H = c->num_attention_heads, vd = c->v_head_dim, kvl = c->kv_lora_rank, lo, hi;
+  int n = absorbed_range(r, op, &lo, &hi);
   if (n == 0) return;
-  const float *o_lat = XT(r, op->in[0]);
+  const float *o_lat = (const float *)XT(r, op->in[0]) + (size_t)(lo - op->t0) * H * kvl;
   float *attn = XT(r, op->out[0]);
   const dsi_mat *uv = r->f->uv + (size_t)op->layer * H;
   dsi_gemm *gs = GL(r, tm);
   for (int h = 0; h < H; h++)
     gs[h] = (dsi_gemm){.w = &uv[h], .x = o_lat + (size_t)h * kvl, .ldx = H * kvl, .m = n,
-                       .y = attn + ((size_t)op->t0 * H + h) * vd, .ldy = H * vd, .epi = DSI_EPI_STORE};
+                       .y = attn + ((size_t)lo * H + h) * vd, .ldy = H * vd, .epi = DSI_EPI_STORE};
   dsi_gemm_team(tm, r->f, gs, GFN(r, tm), H, vd, DSI_TILE_N, XT(r, op->out[1]), r->g->ts[op->out[1]].bytes, 1, 0,
                 NULL);
 }
@@ -395,13 +412,14 @@ static void op_attn_core(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
                   XT(r, op->out[4]), XT(r, op->out[5]), XT(r, op->in[1])};
   const dsi_fwd_batch *b = r->b;
   int t_end = op->t0 + n;
-  /* segments: runs of consecutive positions of one sequence; every thread
-   * finds the same ones */
+  /* segments: runs of consecutive positions of one sequence (not taken by
+   * the non-absorbed form); every thread finds the same ones */
   for (int s = op->t0; s < t_end;) {
-    int e = s + 1;
-    while (e < t_end && b->seq[e] == b->seq[s] && b->pos[e] == b->pos[e - 1] + 1) e++;
-    int seg = e - s >= ATTN_GEMM_MIN;
-    if (tm->ith == 0) memset(cb.skip + (s - op->t0), seg, e - s);
+    int e = s + 1, naive = r->n_naive && r->naive[s];
+    while (e < t_end && b->seq[e] == b->seq[s] && b->pos[e] == b->pos[e - 1] + 1 && (r->n_naive && r->naive[e]) == naive)
+      e++;
+    int seg = !naive && e - s >= ATTN_GEMM_MIN;
+    if (tm->ith == 0) memset(cb.skip + (s - op->t0), seg || naive, e - s);
     if (seg) core_segment(r, op, tm, &cb, s, e - s);
     s = e;
   }
@@ -443,6 +461,28 @@ static void op_attn_rowmajor(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
       dsi_k_axpy(o_lat, kv, score[u], kvl);
     }
     dsi_k_matmul_rows(kv_b, kb + nope, kb + nope + vd, o_lat, kvl, attn + ((size_t)t * H + h) * vd, vd, 1, wrow);
+  }
+}
+
+/* The prefill segments the cost model gave to the non-absorbed form (see
+ * mla_prefill.h), one after another, each on the whole team. */
+static void op_attn_naive(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
+  if (!r->n_naive) return;
+  const dsi_config *c = r->f->c;
+  const dsi_fwd_batch *b = r->b;
+  int H = c->num_attention_heads, ldq = H * (c->qk_nope_head_dim + c->qk_rope_head_dim), ldo = H * c->v_head_dim;
+  const float *q = XT(r, op->in[0]), *cache = XT(r, op->in[1]);
+  float *attn = XT(r, op->out[0]);
+  for (int s = 0; s < r->T;) {
+    int e = s + 1;
+    while (e < r->T && r->naive[s] && r->naive[e] && b->seq[e] == b->seq[s] && b->pos[e] == b->pos[e - 1] + 1) e++;
+    if (r->naive[s]) {
+      dsi_mla_segment seg = {.q = q + (size_t)s * ldq, .ldq = ldq, .cache = cache, .table = b->block_tables[b->seq[s]],
+                             .block_size = r->cache->block_size, .p0 = b->pos[s], .L = e - s,
+                             .out = attn + (size_t)s * ldo, .ldo = ldo};
+      dsi_mla_prefill_naive(r->f->mla, tm, r->f, op->lw, &seg);
+    }
+    s = e;
   }
 }
 
@@ -573,7 +613,7 @@ const dsi_op_fn dsi_op_fns[DSI_OP_COUNT] = {
   [DSI_OP_EMBED] = op_embed, [DSI_OP_RMSNORM] = op_rmsnorm, [DSI_OP_ADD] = op_add,
   [DSI_OP_MATMUL] = op_matmul, [DSI_OP_SILU_MUL] = op_silu_mul, [DSI_OP_ROPE_Q] = op_rope_q,
   [DSI_OP_KV_WRITE] = op_kv_write, [DSI_OP_ATTN_QLAT] = op_attn_qlat, [DSI_OP_ATTN_CORE] = op_attn_core,
-  [DSI_OP_ATTN_OUT] = op_attn_out, [DSI_OP_ATTN_ROWMAJOR] = op_attn_rowmajor,
+  [DSI_OP_ATTN_OUT] = op_attn_out, [DSI_OP_ATTN_ROWMAJOR] = op_attn_rowmajor, [DSI_OP_ATTN_NAIVE] = op_attn_naive,
   [DSI_OP_ROUTER_TOPK] = op_router_topk, [DSI_OP_MOE_SORT] = op_moe_sort, [DSI_OP_MOE_GATE_UP] = op_moe_gate_up,
   [DSI_OP_MOE_DOWN] = op_moe_down, [DSI_OP_MOE_ROWMAJOR] = op_moe_rowmajor,
 };
@@ -592,9 +632,10 @@ static double mat_bytes(const dsi_mat *w) { return (double)w->rows * w->cols * d
 static void attn_cost(const dsi_xrun *r, int t0, int n, double head_flops, int passes, double *fl, double *ab) {
   const dsi_config *c = r->f->c;
   int H = c->num_attention_heads, kvl = c->kv_lora_rank, row = kvl + c->qk_rope_head_dim;
-  double ctx = 0;
-  for (int t = t0; t < t0 + n; t++) ctx += r->b->pos[t] + 1;
-  *fl = H * (2.0 * ctx * (row + kvl) + n * head_flops);
+  double ctx = 0, toks = 0;
+  for (int t = t0; t < t0 + n; t++)
+    if (!r->n_naive || !r->naive[t]) ctx += r->b->pos[t] + 1, toks++;
+  *fl = H * (2.0 * ctx * (row + kvl) + toks * head_flops);
   *ab = 4.0 * ctx * row * passes;
 }
 
@@ -622,10 +663,25 @@ void dsi_op_cost(const dsi_xrun *r, const dsi_op *op, double *flops, double *wby
   }
   case DSI_OP_ROPE_Q: fl = 3.0 * T * H * c->qk_rope_head_dim; ab = 8.0 * T * H * c->qk_rope_head_dim; break;
   case DSI_OP_KV_WRITE: fl = 4.0 * T * (kvl + c->qk_rope_head_dim); ab = 8.0 * T * (kvl + c->qk_rope_head_dim); break;
+  case DSI_OP_ATTN_NAIVE: {
+    /* per segment: the context expanded per head, then scores and P V per (token, head, key) */
+    int nope = c->qk_nope_head_dim, vd = c->v_head_dim, qk = nope + c->qk_rope_head_dim;
+    for (int t = 0; t < T && r->n_naive; t++) {
+      if (!r->naive[t]) continue;
+      int first = t == 0 || !r->naive[t - 1] || r->b->seq[t - 1] != r->b->seq[t];
+      if (first) {
+        fl += 2.0 * (r->b->pos[t] + 1) * H * kvl * (nope + vd); /* roughly: the context up to the segment */
+        wb += mat_bytes(&op->lw->w_uk) + mat_bytes(&op->lw->w_uv);
+      }
+      fl += 2.0 * H * (r->b->pos[t] + 1) * (qk + vd);
+      ab += 4.0 * H * (qk + vd);
+    }
+    break;
+  }
   case DSI_OP_ATTN_QLAT:
   case DSI_OP_ATTN_OUT: {
     const dsi_mat *w = op->kind == DSI_OP_ATTN_QLAT ? &op->lw->w_uk_t : &op->lw->w_uv;
-    int n = chunk_len(r, op);
+    int lo, hi, n = absorbed_range(r, op, &lo, &hi);
     fl = MM_FLOPS(w, n);
     wb = n ? mat_bytes(w) : 0;
     ab = MM_ACT(w, n);

@@ -33,13 +33,13 @@ struct spec {
   spec_store store;
   int pair;                  /* gate: index of its up spec, else -1 */
   dsi_mat *gu_dst;           /* gate: where the packed gate/up pair goes */
-  int mla;                   /* kv_b_proj: split into w_uk_t / w_uv when packed */
-  dsi_mat *uk_dst, *uv_dst;
+  int mla;                   /* kv_b_proj: split into w_uk_t / w_uv / w_uk when packed */
+  dsi_mat *uk_dst, *uv_dst, *ukr_dst;
   int exact;                 /* never quantized (the MoE router: its logits pick experts) */
   int quant;                 /* packed as INT8 (decided with the storage) */
   dsi_mat src;               /* the row-major view of the file's tensor */
   float *src_scale;          /* FP8 scales widened to f32 (temporary) */
-  size_t off2;               /* STORE_MLA: w_uv's offset */
+  size_t off2, off3;         /* STORE_MLA: w_uv's and w_uk's offsets */
 };
 
 typedef struct {
@@ -99,6 +99,7 @@ static void plan_tensors(dsi_model *m, spec_list *l) {
     kvb->mla = 1;
     kvb->uk_dst = &w->w_uk_t;
     kvb->uv_dst = &w->w_uv;
+    kvb->ukr_dst = &w->w_uk;
     add_spec(l, SPEC_MAT, D, H * c->v_head_dim, &w->o_proj, NULL, P "self_attn.o_proj.weight", L);
     w->is_moe = dsi_config_is_moe_layer(c, L);
     if (!w->is_moe) {
@@ -235,6 +236,15 @@ static dsi_mat uv_shape(const dsi_config *c, const dsi_mat *src) {
   s.rows = c->num_attention_heads * c->v_head_dim;
   return s;
 }
+/* W_UK in row form [H*nope, kv_lora], as stored and never quantized: the
+ * keys the non-absorbed prefill expands are compared with exact queries.
+ * Its rows are whole 128-row FP8 blocks of kv_b_proj in V3 (nope = 128),
+ * so FP8 stays FP8 with the source's scales. */
+static dsi_mat ukr_shape(const dsi_config *c, const dsi_mat *src) {
+  dsi_mat s = *src;
+  s.rows = c->num_attention_heads * c->qk_nope_head_dim;
+  return s;
+}
 
 /* the shape a quantized weight is packed in */
 static dsi_mat i8_shape(const dsi_mat *src) {
@@ -279,6 +289,9 @@ static size_t plan_storage(dsi_model *m, spec_list *l) {
       off += align64(dsi_pack_bytes(&uk));
       s->off2 = off;
       off += align64(dsi_pack_bytes(&uv));
+      dsi_mat ukr = ukr_shape(&m->cfg, &s->src);
+      s->off3 = off;
+      off += align64(dsi_pack_bytes(&ukr));
     } else {
       s->store = STORE_TILES;
       s->off = off;
@@ -329,16 +342,31 @@ static void describe_no_scales(const dsi_mat *shape, dsi_mat *dst, void *mem) {
     dst->scale = (float *)((uint8_t *)mem + align64((size_t)DSI_CEIL_DIV(shape->rows, DSI_TILE_N) * DSI_TILE_N * dst->kpad));
 }
 
-/* kv_b_proj -> W_UK^T and W_UV, one head at a time */
+/* rows [r, r + n) of row-major src (whole 16-row panels) into panels from
+ * p of TILES dst, FP8 scales copied panel by panel */
+static void pack_panels(const dsi_mat *src, int r, int n, const dsi_mat *dst, int p) {
+  dsi_mat vsrc = *src;
+  vsrc.rows = n;
+  vsrc.data = (const uint8_t *)src->data + (size_t)r * src->cols * dsi_dtype_size(src->dtype);
+  dsi_mat vdst = dsi_mat_panels(dst, p, n);
+  dsi_pack_rows(&vsrc, &vdst, 0, n);
+  if (dst->scale)
+    for (int q = 0; q < n / DSI_TILE_N; q++)
+      memcpy((float *)dst->scale + (size_t)(p + q) * dst->scale_cols,
+             src->scale + (size_t)((r + q * DSI_TILE_N) / src->block) * src->scale_cols,
+             src->scale_cols * sizeof(float));
+}
+
+/* kv_b_proj -> W_UK^T, W_UV and W_UK, one head at a time */
 static void pack_mla(dsi_model *m, spec *s) {
   const dsi_config *c = &m->cfg;
   int H = c->num_attention_heads, nope = c->qk_nope_head_dim, vd = c->v_head_dim, kvl = c->kv_lora_rank;
-  dsi_mat ush = uk_shape(c, &s->src), vsh = uv_shape(c, &s->src);
-  dsi_mat *uk = s->uk_dst, *uv = s->uv_dst;
+  dsi_mat ush = uk_shape(c, &s->src), vsh = uv_shape(c, &s->src), ksh = ukr_shape(c, &s->src);
+  dsi_mat *uk = s->uk_dst, *uv = s->uv_dst, *ukr = s->ukr_dst;
   dsi_pack_describe(&ush, uk, m->mem + s->off);
   if (s->quant) dsi_pack_describe_i8(&vsh, uv, m->mem + s->off2);
   else describe_no_scales(&vsh, uv, m->mem + s->off2);
-  size_t es = dsi_dtype_size(s->src.dtype);
+  describe_no_scales(&ksh, ukr, m->mem + s->off3);
   float *rows = dsi_xmalloc((size_t)nope * kvl * sizeof(float));
   float *work = s->quant ? dsi_xmalloc((size_t)DSI_TILE_N * kvl * sizeof(float)) : NULL;
   float *tf = dsi_xmalloc((size_t)kvl * nope * sizeof(float));
@@ -357,21 +385,13 @@ static void pack_mla(dsi_model *m, spec *s) {
     hsrc.data = ush.dtype == DSI_DTYPE_BF16 ? (const void *)tb : (const void *)tf;
     dsi_mat hdst = dsi_mat_panels(uk, h * kvl / DSI_TILE_N, kvl);
     dsi_pack_rows(&hsrc, &hdst, 0, kvl);
+    pack_panels(&s->src, base, nope, ukr, h * nope / DSI_TILE_N);
     if (s->quant) {
       for (int q = 0; q < vd / DSI_TILE_N; q++)
         dsi_quant_panel_i8(&s->src, base + nope + q * DSI_TILE_N, uv, h * vd / DSI_TILE_N + q, work);
       continue;
     }
-    dsi_mat vsrc = s->src;
-    vsrc.rows = vd;
-    vsrc.data = (const uint8_t *)s->src.data + (size_t)(base + nope) * kvl * es;
-    dsi_mat vdst = dsi_mat_panels(uv, h * vd / DSI_TILE_N, vd);
-    dsi_pack_rows(&vsrc, &vdst, 0, vd);
-    if (uv->scale)
-      for (int q = 0; q < vd / DSI_TILE_N; q++)
-        memcpy((float *)uv->scale + (size_t)(h * vd / DSI_TILE_N + q) * uv->scale_cols,
-               s->src.scale + (size_t)((base + nope + q * DSI_TILE_N) / s->src.block) * s->src.scale_cols,
-               s->src.scale_cols * sizeof(float));
+    pack_panels(&s->src, base + nope, vd, uv, h * vd / DSI_TILE_N);
   }
   free(rows);
   free(tf);

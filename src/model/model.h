@@ -23,6 +23,8 @@ typedef struct dsi_layer_weights {
   /* packed layout: kv_b_proj split into the two absorbed factors */
   dsi_mat w_uk_t;                  /* [H*kv_lora, nope]: W_UK per head, transposed */
   dsi_mat w_uv;                    /* [H*v, kv_lora]: W_UV per head */
+  dsi_mat w_uk;                    /* [H*nope, kv_lora]: W_UK per head, row form: the
+                                      non-absorbed prefill expands cached latents to keys */
   dsi_mat o_proj;                  /* [hidden, H*v] */
   /* dense MLP, or the MoE's shared experts */
   int is_moe;

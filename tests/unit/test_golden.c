@@ -110,19 +110,24 @@ static void run_mode(const golden *g, const char *mode, int chunk, int n_other, 
   int32_t *bt = malloc(cap * sizeof(int32_t)), *bs = malloc(cap * sizeof(int32_t));
   int done = 0, step_no = 0;
   while (done < g->n) {
-    int n = 0;
-    /* other sequences: a mix — some prefill 3 tokens, some decode 1 */
-    for (int k = 0; k < n_other; k++) {
+    int n = 0, first = 0, take = DSI_MIN(chunk, g->n - done);
+    /* other sequences: a mix — some prefill 3 tokens, some decode 1; the
+     * golden sequence's tokens sit after the first other one, so its
+     * segment has other tokens on both sides */
+    for (int k = 0; k <= n_other; k++) {
+      if (k == DSI_MIN(1, n_other)) {
+        first = n;
+        for (int i = 0; i < take; i++) {
+          bt[n] = g->tokens[done + i];
+          bs[n++] = seq;
+        }
+      }
+      if (k == n_other) break;
       int cnt = (k + step_no) % 3 == 0 ? 3 : 1;
       for (int i = 0; i < cnt; i++) {
         bt[n] = (g->tokens[(done + i + 7 * k) % g->n] + 13 * k) % V;
         bs[n++] = others[k];
       }
-    }
-    int first = n, take = DSI_MIN(chunk, g->n - done);
-    for (int i = 0; i < take; i++) {
-      bt[n] = g->tokens[done + i];
-      bs[n++] = seq;
     }
     dsi_batch b = {.n_tokens = n, .tokens = bt, .seq = bs};
     if (dsi_engine_forward(e, &b, step)) { CHECKF(0, "%s", dsi_engine_error(e)->msg); break; }
@@ -153,6 +158,7 @@ int main(void) {
       run_mode(&g, "decode", 1, 0, 2);
       run_mode(&g, "chunk5", 5, 0, 1);
       run_mode(&g, "batched", 4, 5, 2);
+      run_mode(&g, "prefill+others", g.n, 3, 2);
     }
     /* the reference's prefix and prefill arrays agree with its decode rows */
     char path[256];

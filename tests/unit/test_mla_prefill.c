@@ -1,0 +1,208 @@
+/* tests: the non-absorbed MLA prefill (graph/mla_prefill.c) against a
+ * double-precision reference of inference/model.py's "naive" attention —
+ * keys and values expanded from the paged latent cache through kv_b_proj,
+ * causal softmax, P v — on segments that start mid-sequence, cross
+ * context blocks, query passes and head groups, with nope != v; and the
+ * pick between the two forms. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "base/pool.h"
+#include "check.h"
+#include "graph/mla_prefill.h"
+
+enum { H = 6, NOPE = 32, ROPE = 16, VD = 48, KVL = 64, QK = NOPE + ROPE, ROW = KVL + ROPE, BS = 8, N_BLOCKS = 40 };
+
+static float kv_b[H * (NOPE + VD)][KVL]; /* kv_b_proj: per head [k_nope rows | v rows] */
+static float cache[N_BLOCKS * BS][ROW];  /* [c_kv | k_pe] per slot */
+static int32_t table[N_BLOCKS];
+
+/* ref[t, h, v] for tokens at positions p0 .. p0+L-1 */
+static void reference(const float *q, int p0, int L, float scale, double *ref) {
+  int ctx = p0 + L;
+  double *k = malloc((size_t)ctx * NOPE * sizeof(double)), *v = malloc((size_t)ctx * VD * sizeof(double));
+  double *s = malloc((size_t)ctx * sizeof(double));
+  for (int h = 0; h < H; h++) {
+    for (int u = 0; u < ctx; u++) {
+      const float *c = cache[table[u / BS] * BS + u % BS];
+      for (int d = 0; d < NOPE + VD; d++) {
+        double acc = 0;
+        for (int i = 0; i < KVL; i++) acc += (double)kv_b[h * (NOPE + VD) + d][i] * c[i];
+        if (d < NOPE) k[(size_t)u * NOPE + d] = acc;
+        else v[(size_t)u * VD + d - NOPE] = acc;
+      }
+    }
+    for (int t = 0; t < L; t++) {
+      const float *qt = q + ((size_t)t * H + h) * QK;
+      int n = p0 + t + 1;
+      double mx = -INFINITY, sum = 0;
+      for (int u = 0; u < n; u++) {
+        const float *pe = cache[table[u / BS] * BS + u % BS] + KVL;
+        double a = 0;
+        for (int d = 0; d < NOPE; d++) a += qt[d] * k[(size_t)u * NOPE + d];
+        for (int d = 0; d < ROPE; d++) a += (double)qt[NOPE + d] * pe[d];
+        s[u] = a * scale;
+        mx = fmax(mx, s[u]);
+      }
+      for (int u = 0; u < n; u++) sum += (s[u] = exp(s[u] - mx));
+      for (int d = 0; d < VD; d++) {
+        double o = 0;
+        for (int u = 0; u < n; u++) o += s[u] * v[(size_t)u * VD + d];
+        ref[((size_t)t * H + h) * VD + d] = o / sum;
+      }
+    }
+  }
+  free(k);
+  free(v);
+  free(s);
+}
+
+/* pack rows [r0, r0 + n) of kv_b of every head into a TILES matrix [H*n, KVL] */
+static void pack_heads(int r0, int n, dsi_mat *dst) {
+  float *rows = malloc((size_t)H * n * KVL * sizeof(float));
+  for (int h = 0; h < H; h++) memcpy(rows + (size_t)h * n * KVL, kv_b[h * (NOPE + VD) + r0], (size_t)n * KVL * sizeof(float));
+  dsi_mat src = {.dtype = DSI_DTYPE_F32, .rows = H * n, .cols = KVL, .data = rows, .layout = DSI_LAYOUT_ROWS};
+  dsi_pack_describe(&src, dst, dsi_alloc_aligned(dsi_pack_bytes(&src)));
+  dsi_pack_rows(&src, dst, 0, src.rows);
+  free(rows);
+}
+
+/* the forward's per-thread context, enough for the naive form, and a
+ * team of the pool's threads to run it on */
+typedef struct {
+  dsi_mla_prefill *p;
+  dsi_fctx *f;
+  const dsi_layer_weights *w;
+  const dsi_mla_segment *seg;
+  dsi_barrier bar;
+} team_job;
+
+static void team_task(void *ctx, int ith, int nth) {
+  team_job *j = ctx;
+  dsi_team tm = {.ith = ith, .nth = nth, .tid = ith, .bar = &j->bar};
+  dsi_mla_prefill_naive(j->p, &tm, j->f, j->w, j->seg);
+}
+
+static void fctx_init(dsi_fctx *f, int nth) {
+  memset(f, 0, sizeof *f);
+  f->nth = nth;
+  f->max_calls = H + 2;
+  f->scratch = calloc(nth, sizeof(float *));
+  f->gl = calloc(nth, sizeof(dsi_gemm *));
+  f->gfn = calloc(nth, sizeof(dsi_gemm_fn *));
+  for (int i = 0; i < nth; i++) {
+    f->scratch[i] = dsi_alloc_aligned(DSI_GEMM_SCRATCH(1024));
+    f->gl[i] = calloc(f->max_calls, sizeof(dsi_gemm));
+    f->gfn[i] = calloc(f->max_calls, sizeof(dsi_gemm_fn));
+  }
+}
+
+static void fctx_free(dsi_fctx *f) {
+  for (int i = 0; i < f->nth; i++) {
+    dsi_free_aligned(f->scratch[i]);
+    free(f->gl[i]);
+    free(f->gfn[i]);
+  }
+  free(f->scratch);
+  free(f->gl);
+  free(f->gfn);
+}
+
+static dsi_pool *g_pool;
+
+static void run_case(dsi_mla_prefill *p, dsi_fctx *f, const dsi_layer_weights *w, int p0, int L, float scale,
+                     double tol, const char *what) {
+  dsi_rng r;
+  dsi_rng_seed(&r, 1000 + p0 + L);
+  float *q = malloc((size_t)L * H * QK * sizeof(float)), *out = malloc((size_t)L * (H * VD + 3) * sizeof(float));
+  double *ref = malloc((size_t)L * H * VD * sizeof(double));
+  for (size_t i = 0; i < (size_t)L * H * QK; i++) q[i] = dsi_rng_normal(&r);
+  for (size_t i = 0; i < (size_t)L * (H * VD + 3); i++) out[i] = NAN; /* every output is written */
+  int ldo = H * VD + 3; /* a row stride of its own: out is not assumed packed */
+  dsi_mla_segment seg = {.q = q, .ldq = H * QK, .cache = &cache[0][0], .table = table, .block_size = BS,
+                         .p0 = p0, .L = L, .out = out, .ldo = ldo};
+  team_job j = {.p = p, .f = f, .w = w, .seg = &seg};
+  dsi_barrier_init(&j.bar, dsi_pool_size(g_pool));
+  dsi_pool_run(g_pool, team_task, &j);
+  reference(q, p0, L, scale, ref);
+  double md = 0, mr = 0;
+  for (int t = 0; t < L; t++)
+    for (int i = 0; i < H * VD; i++) {
+      double d = fabs(out[(size_t)t * ldo + i] - ref[(size_t)t * H * VD + i]);
+      md = isnan(d) || d > md ? (isnan(d) ? INFINITY : d) : md;
+      mr = fmax(mr, fabs(ref[(size_t)t * H * VD + i]));
+    }
+  CHECKF(md / mr <= tol, "%s: p0 %d L %d: relative error %.3g > %.1g", what, p0, L, md / mr, tol);
+  printf("  %-28s p0 %4d L %3d  relative error %.2e\n", what, p0, L, md / mr);
+  free(q);
+  free(out);
+  free(ref);
+}
+
+int main(void) {
+  setvbuf(stdout, NULL, _IONBF, 0);
+  dsi_rng r;
+  dsi_rng_seed(&r, 42);
+  for (int i = 0; i < H * (NOPE + VD); i++)
+    for (int j = 0; j < KVL; j++) kv_b[i][j] = 0.15f * dsi_rng_normal(&r);
+  for (int s = 0; s < N_BLOCKS * BS; s++)
+    for (int j = 0; j < ROW; j++) cache[s][j] = dsi_rng_normal(&r);
+  for (int b = 0; b < N_BLOCKS; b++) table[b] = (b * 17 + 5) % N_BLOCKS; /* blocks out of order */
+
+  dsi_config c = {0};
+  c.num_attention_heads = H;
+  c.qk_nope_head_dim = NOPE;
+  c.qk_rope_head_dim = ROPE;
+  c.v_head_dim = VD;
+  c.kv_lora_rank = KVL;
+  float scale = dsi_config_softmax_scale(&c);
+  dsi_layer_weights w = {0};
+  pack_heads(0, NOPE, &w.w_uk);
+  pack_heads(NOPE, VD, &w.w_uv);
+
+  g_pool = dsi_pool_new(2);
+  dsi_fctx f;
+  fctx_init(&f, 2);
+  dsi_mla_prefill *p = dsi_mla_prefill_new(&c, 128, N_BLOCKS * BS);
+  DSI_ASSERT(p);
+  printf("f32 activations:\n");
+  run_case(p, &f, &w, 0, 37, scale, 1e-5, "planned blocks");
+  run_case(p, &f, &w, 150, 70, scale, 1e-5, "planned blocks");
+  /* 64-position blocks, 16-query passes, groups of 4 heads: a segment
+   * that starts mid-block and crosses every edge */
+  dsi_mla_prefill_set_blocks(p, 64, 16, 4);
+  run_case(p, &f, &w, 0, 37, scale, 1e-5, "small blocks");
+  run_case(p, &f, &w, 150, 70, scale, 1e-5, "small blocks");
+  run_case(p, &f, &w, 277, 16, scale, 1e-5, "small blocks");
+  printf("bf16 activations:\n");
+  f.act_bf16 = 1; /* keys, values, queries and probabilities rounded to bf16 */
+  run_case(p, &f, &w, 150, 70, scale, 2e-2, "small blocks");
+  dsi_mla_prefill_free(p);
+
+  /* the pick: V3's attention dims */
+  dsi_config v3 = c;
+  v3.num_attention_heads = 128;
+  v3.qk_nope_head_dim = 128;
+  v3.qk_rope_head_dim = 64;
+  v3.v_head_dim = 128;
+  v3.kv_lora_rank = 512;
+  p = dsi_mla_prefill_new(&v3, 1024, 8192);
+  DSI_ASSERT(p);
+  double a, n;
+  dsi_mla_prefill_cost(p, 512, 0, DSI_DTYPE_BF16, &a, &n);
+  printf("V3 dims, 512-token prompt: cost absorbed %.3g, naive %.3g\n", a, n);
+  CHECK(dsi_mla_prefill_pick(p, 512, 0, DSI_DTYPE_BF16) == DSI_MLA_NAIVE);   /* a fresh prompt: naive */
+  CHECK(dsi_mla_prefill_pick(p, 16, 4000, DSI_DTYPE_BF16) == DSI_MLA_ABSORB); /* a short chunk on a long context */
+  dsi_mla_prefill_set_form(p, DSI_MLA_ABSORB);
+  CHECK(dsi_mla_prefill_pick(p, 512, 0, DSI_DTYPE_BF16) == DSI_MLA_ABSORB);
+  dsi_mla_prefill_set_form(p, DSI_MLA_NAIVE);
+  CHECK(dsi_mla_prefill_pick(p, 16, 4000, DSI_DTYPE_BF16) == DSI_MLA_NAIVE);
+  dsi_mla_prefill_free(p);
+  dsi_pool_free(g_pool);
+  fctx_free(&f);
+  dsi_free_aligned((void *)w.w_uk.data);
+  dsi_free_aligned((void *)w.w_uv.data);
+  return check_done();
+}
