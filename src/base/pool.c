@@ -11,6 +11,9 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+/* how long an idle worker stays awake (yielding) before it sleeps */
+#define DSI_POOL_KEEPALIVE_S 2e-3
+
 struct dsi_pool {
   int n;
   pthread_t *threads;
@@ -34,11 +37,20 @@ static void *worker_main(void *arg) {
   for (;;) {
     unsigned g;
     int spins = 0;
+    double idle_since = 0;
     while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen && !atomic_load(&p->stop)) {
-      if (++spins < 4000) { /* ~0.2 ms of pause: the next op's job usually comes sooner */
+      if (++spins < 4000) { /* a few thousand pauses: the next job usually comes sooner */
 #if defined(__x86_64__)
         __builtin_ia32_pause();
 #endif
+        continue;
+      }
+      /* then, for a while, offer the core to anyone else but stay awake:
+       * between two forward steps (sampling, bookkeeping) a sleeping
+       * worker costs tens of microseconds to wake */
+      if (idle_since == 0) idle_since = dsi_now();
+      if (dsi_now() - idle_since < DSI_POOL_KEEPALIVE_S) {
+        sched_yield();
         continue;
       }
       pthread_mutex_lock(&p->mu);

@@ -78,8 +78,6 @@ int dsi_exec_eager(dsi_xrun *r, dsi_pool *pool, dsi_prof *prof, dsi_err *err);
 
 typedef void (*dsi_op_fn)(dsi_xrun *r, const dsi_op *op, dsi_team *tm);
 extern const dsi_op_fn dsi_op_fns[DSI_OP_COUNT];
-/* ops whose work is matmul units another team's idle workers may claim */
-extern const uint8_t dsi_op_helpable[DSI_OP_COUNT];
 /* an op's FLOPs and bytes this step (for the profile) */
 void dsi_op_cost(const dsi_xrun *r, const dsi_op *op, double *flops, double *wbytes, double *abytes);
 /* bytes of prepared activations for m rows of a weight with cols / kpad */

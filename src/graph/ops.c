@@ -30,6 +30,42 @@ static void run_units(const dsi_gemm *gs, const dsi_gemm_fn *fns, int n, int row
     if (gs[i].m > 0) fns[i](&gs[i], r0, r1, scratch);
 }
 
+/* Work of units claimed in chunks from the op's counter by the team and by
+ * helpers; the team's threads return when every unit is finished. */
+typedef void (*units_fn)(void *ctx, long u0, long u1, float *scratch);
+
+static void claim_units(dsi_team *tm, const dsi_fctx *f, long units, units_fn run, void *ctx) {
+  dsi_opstate *st = tm->st;
+  if (tm->helper && !atomic_load_explicit(&st->ready, memory_order_acquire)) return;
+  if (!tm->helper && tm->ith == 0) {
+    atomic_store_explicit(&st->units, units, memory_order_relaxed);
+    atomic_store_explicit(&st->ready, 1, memory_order_release);
+    if (tm->open) atomic_store_explicit(tm->open, tm->op, memory_order_release);
+  }
+  long chunk = claim_chunk(units, f->nth);
+  float *scratch = f->scratch[tm->tid];
+  for (;;) {
+    long u0 = atomic_fetch_add_explicit(&st->next, chunk, memory_order_relaxed);
+    if (u0 >= units) break;
+    long u1 = DSI_MIN(units, u0 + chunk);
+    run(ctx, u0, u1, scratch);
+    atomic_fetch_add_explicit(&st->finished, u1 - u0, memory_order_release);
+  }
+  if (tm->helper) return;
+  for (int spins = 0; atomic_load_explicit(&st->finished, memory_order_acquire) < units;) dsi_spin_pause(&spins);
+}
+
+typedef struct {
+  const dsi_gemm *gs;
+  const dsi_gemm_fn *fns;
+  int n, rows, unit;
+} gemm_units;
+
+static void gemm_units_run(void *ctx, long u0, long u1, float *scratch) {
+  gemm_units *g = ctx;
+  run_units(g->gs, g->fns, g->n, g->rows, g->unit, u0, u1, scratch);
+}
+
 void dsi_gemm_team(dsi_team *tm, const dsi_fctx *f, dsi_gemm *gs, dsi_gemm_fn *fns, int n, int rows, int unit,
                    void *ws, size_t ws_bytes, int claim, int x_ready, const uint16_t *xb_ready) {
   /* every thread lays out the same plan: kernel, and where its prepared rows go */
@@ -106,34 +142,16 @@ void dsi_gemm_team(dsi_team *tm, const dsi_fctx *f, dsi_gemm *gs, dsi_gemm_fn *f
     }
     if (!tm->helper) dsi_barrier_wait(tm->bar);
   }
-  float *scratch = f->scratch[tm->tid];
   long units = DSI_CEIL_DIV(rows, unit);
   if (!claim) {
     long u0, u1;
     dsi_split(units, tm->ith, tm->nth, &u0, &u1);
-    run_units(gs, fns, n, rows, unit, u0, u1, scratch);
+    run_units(gs, fns, n, rows, unit, u0, u1, f->scratch[tm->tid]);
     return;
   }
-  dsi_opstate *st = tm->st;
-  if (tm->helper && !atomic_load_explicit(&st->ready, memory_order_acquire)) return;
-  if (!tm->helper && tm->ith == 0) {
-    atomic_store_explicit(&st->units, units, memory_order_relaxed);
-    atomic_store_explicit(&st->ready, 1, memory_order_release);
-    if (tm->open) atomic_store_explicit(tm->open, tm->op, memory_order_release);
-  }
-  long chunk = claim_chunk(units, f->nth);
-  for (;;) {
-    long u0 = atomic_fetch_add_explicit(&st->next, chunk, memory_order_relaxed);
-    if (u0 >= units) break;
-    long u1 = DSI_MIN(units, u0 + chunk);
-    run_units(gs, fns, n, rows, unit, u0, u1, scratch);
-    atomic_fetch_add_explicit(&st->finished, u1 - u0, memory_order_release);
-  }
-  if (tm->helper) return;
-  /* the op is done when every unit is, helpers' included */
-  for (int spins = 0; atomic_load_explicit(&st->finished, memory_order_acquire) < units;) dsi_spin_pause(&spins);
+  gemm_units gu = {gs, fns, n, rows, unit};
+  claim_units(tm, f, units, gemm_units_run, &gu);
 }
-
 /* this thread's matmul list */
 #define GL(r, tm) ((r)->f->gl[(tm)->tid])
 #define GFN(r, tm) ((r)->f->gfn[(tm)->tid])
@@ -184,15 +202,28 @@ static void op_add(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
 }
 
 /* ---- matmuls ---- */
+typedef struct {
+  const dsi_mat *w;
+  const float *x;
+  float *y;
+  int ldy, m;
+} rowmajor_units;
+
+static void rowmajor_run(void *ctx, long u0, long u1, float *scratch) {
+  rowmajor_units *u = ctx;
+  int r0 = (int)(u0 * DSI_TILE_N), r1 = (int)DSI_MIN(u1 * DSI_TILE_N, (long)u->w->rows);
+  dsi_k_matmul_rows(u->w, r0, r1, u->x, u->w->cols, u->y + r0, u->ldy, u->m, scratch);
+}
+
 static void op_matmul(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
   const dsi_mat *w = op->w;
   int m = (op->flags & DSI_ROWS_LOGITS) ? r->b->n_logits : r->T;
   const float *x = XT(r, op->in[0]);
   float *y = XT(r, op->out[0]);
   int ldy = op->epi == DSI_EPI_SILU_PAIRS ? w->rows / 2 : w->rows;
-  if (w->layout != DSI_LAYOUT_TILES) {
-    if (tm->helper) return;
-    dsi_k_matmul(w, x, w->cols, y, ldy, m, r->f->scratch[tm->tid], tm->ith, tm->nth);
+  if (w->layout != DSI_LAYOUT_TILES) { /* rows claimed 16 at a time, as the packed kernels' */
+    rowmajor_units ru = {w, x, y, ldy, m};
+    claim_units(tm, r->f, DSI_CEIL_DIV(w->rows, DSI_TILE_N), rowmajor_run, &ru);
     return;
   }
   dsi_gemm *gs = GL(r, tm);
@@ -324,14 +355,17 @@ static void core_tokens(dsi_xrun *r, const dsi_op *op, dsi_team *tm, const core_
   const dsi_fctx *f = r->f;
   const dsi_config *c = f->c;
   int H = c->num_attention_heads, kvl = c->kv_lora_rank, row = kvl + c->qk_rope_head_dim;
-  int bs = r->cache->block_size, G = DSI_CEIL_DIV(H, ATTN_HEAD_GROUP);
+  /* heads per item: up to ATTN_HEAD_GROUP, fewer when the chunk has too few
+   * (token, group) items to keep every worker busy (decode) */
+  int hg = (int)DSI_MAX(1, DSI_MIN(ATTN_HEAD_GROUP, (long)H * n / (4l * f->nth)));
+  int bs = r->cache->block_size, G = DSI_CEIL_DIV(H, hg);
   float *score = f->scratch[tm->tid]; /* [ATTN_HEAD_GROUP][max_context] */
   const dsi_vec_ops *v = dsi_vec();
   /* items one at a time: their cost grows with the position */
   for (long it; (it = atomic_fetch_add(&tm->st->next, 1)) < (long)n * G;) {
-    int tc = (int)(it / G), t = op->t0 + tc, h0 = (int)(it % G) * ATTN_HEAD_GROUP;
+    int tc = (int)(it / G), t = op->t0 + tc, h0 = (int)(it % G) * hg;
     if (cb->skip[tc]) continue; /* done by the segment path */
-    int nh = DSI_MIN(ATTN_HEAD_GROUP, H - h0), pos = r->b->pos[t];
+    int nh = DSI_MIN(hg, H - h0), pos = r->b->pos[t];
     const int32_t *table = r->b->block_tables[r->b->seq[t]];
     const float *ql = cb->q_lat + ((size_t)tc * H + h0) * row; /* [q_lat | q_pe] per head */
     for (int u = 0; u <= pos; u++) {
@@ -441,9 +475,8 @@ static void op_attn_rowmajor(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
   float *attn = XT(r, op->out[0]);
   float *s = f->scratch[tm->tid];
   float *q_lat = s, *o_lat = q_lat + kvl, *wrow = o_lat + kvl, *score = wrow + kvl;
-  long p0, p1;
-  dsi_split((long)r->T * H, tm->ith, tm->nth, &p0, &p1);
-  for (long p = p0; p < p1; p++) {
+  /* (token, head) items one at a time: their cost grows with the position */
+  for (long p; (p = atomic_fetch_add(&tm->st->next, 1)) < (long)r->T * H;) {
     int t = (int)(p / H), h = (int)(p % H);
     const float *q = qall + ((size_t)t * H + h) * qk;
     int pos = r->b->pos[t];
@@ -616,10 +649,6 @@ const dsi_op_fn dsi_op_fns[DSI_OP_COUNT] = {
   [DSI_OP_ATTN_OUT] = op_attn_out, [DSI_OP_ATTN_ROWMAJOR] = op_attn_rowmajor, [DSI_OP_ATTN_NAIVE] = op_attn_naive,
   [DSI_OP_ROUTER_TOPK] = op_router_topk, [DSI_OP_MOE_SORT] = op_moe_sort, [DSI_OP_MOE_GATE_UP] = op_moe_gate_up,
   [DSI_OP_MOE_DOWN] = op_moe_down, [DSI_OP_MOE_ROWMAJOR] = op_moe_rowmajor,
-};
-
-const uint8_t dsi_op_helpable[DSI_OP_COUNT] = {
-  [DSI_OP_MATMUL] = 1, [DSI_OP_ATTN_QLAT] = 1, [DSI_OP_ATTN_OUT] = 1, [DSI_OP_MOE_GATE_UP] = 1, [DSI_OP_MOE_DOWN] = 1,
 };
 
 /* ---- costs, for the profile ---- */
