@@ -52,6 +52,22 @@ python3 -m json.tool "$scratch/gen.json" > /dev/null
 "$bin" bench --model "$model" --prompt-len 8 --gen-len 2 --reps 1 --profile "$scratch/bench.json" > /dev/null 2>&1
 python3 -m json.tool "$scratch/bench.json" > /dev/null
 grep -q '"name":"attn_core"' "$scratch/bench.json"
+# the ablation: one JSON object per stage, in the study's order, with the fields
+"$bin" bench --model "$model" --ablation --prompt-len 20 --gen-len 2 --reps 1 --threads 2 --json > "$scratch/abl.json" 2>/dev/null
+node -e '
+const a = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+const fail = m => { console.error(m); process.exit(1); };
+if (!Array.isArray(a) || a.map(s => s.stage).join() !== "eager,graph,streams,op-opt") fail("stages: " + JSON.stringify(a));
+for (const s of a) {
+  for (const k of ["prefill_tokens_per_s", "decode_tokens_per_s", "ms_per_token", "peak_rss_bytes", "dispatch_share",
+                   "compute_util", "bandwidth_util"])
+    if (!(k in s)) fail(s.stage + " lacks " + k);
+  if (!(s.prefill_tokens_per_s > 0 && s.decode_tokens_per_s > 0 && s.peak_rss_bytes > 0)) fail(s.stage + ": " + JSON.stringify(s));
+  if (!(s.dispatch_share >= 0 && s.dispatch_share < 1)) fail(s.stage + " dispatch share " + s.dispatch_share);
+}
+' "$scratch/abl.json"
+"$bin" bench --model "$model" --ablation --prompt-len 8 --gen-len 1 --reps 1 --threads 2 > "$scratch/abl.txt" 2>/dev/null
+grep -q "graph plan at batch 1" "$scratch/abl.txt"
 # a trace that cannot be written is an error that names the file
 if "$bin" profile --model "$model" --prompt-len 4 --gen-len 1 --no-peaks --out /nonexistent/t.json > /dev/null 2> "$scratch/err.txt"; then
   echo "profile into a missing folder succeeded"; exit 1
