@@ -82,7 +82,8 @@ typedef struct dsi_engine_opts {
   int profile;       /* 1: record where each step's time goes (dsi_engine_profile_*) */
   int exec;          /* DSI_EXEC_*: how the forward runs (0 = graph) */
   int streams;       /* 1, or 2: independent branches (shared expert beside the routed
-                        experts, q beside kv projections) on two teams of workers (0 = 1) */
+                        experts, q beside kv projections) on two teams of workers, where
+                        each team gets >= 2 workers ($DSINFER_STREAM_TEAM_MIN) (0 = 1) */
   int poison;        /* graph only, for tests: op by op, every freed tensor filled with NaN */
 } dsi_engine_opts;
 
@@ -254,6 +255,7 @@ typedef struct dsi_plan_info {
   int bucket;
   size_t arena_bytes, intermediates_bytes;
   int n_ops, n_fused, n_waits;
+  int n_forks, n_split; /* fork regions, and those split into two teams (streams) */
   long captures;
 } dsi_plan_info;
 int dsi_engine_plan_info(dsi_engine *e, int n_tokens, dsi_plan_info *out);

@@ -222,7 +222,8 @@ int dsi_engine_plan_info(dsi_engine *e, int n_tokens, dsi_plan_info *out) {
   dsi_fwd_stats s;
   int rc = dsi_fwd_plan_stats(e->fwd, n_tokens, &s, &e->err);
   if (rc) return rc;
-  *out = (dsi_plan_info){s.bucket, s.arena_bytes, s.sum_bytes, s.n_ops, s.n_fused, s.n_waits, s.captures};
+  *out = (dsi_plan_info){s.bucket, s.arena_bytes, s.sum_bytes, s.n_ops, s.n_fused, s.n_waits, s.n_regions, s.n_split,
+                         s.captures};
   return DSI_OK;
 }
 

@@ -125,12 +125,12 @@ void dsi_exec_graph(dsi_xrun *r, dsi_pool *pool, dsi_prof *prof, int poison, uin
   padded_barrier *bars = dsi_xmalloc((1 + 2 * (size_t)g->n_regions) * sizeof *bars);
   dsi_barrier_init(&bars[0].b, nth);
   for (int k = 0; k < g->n_regions; k++) {
-    int a = g->streams >= 2 && nth >= 2 ? g->team_a[k] : nth;
+    int a = g->team_a[k];
     dsi_barrier_init(&bars[1 + 2 * k].b, a);
     dsi_barrier_init(&bars[2 + 2 * k].b, nth - a);
   }
   reset_states(r);
-  exec_job j = {r, prof, prof_ops(r, prof), bars, 0, g->streams >= 2 && nth >= 2};
+  exec_job j = {r, prof, prof_ops(r, prof), bars, 0, g->n_split > 0};
   if (!poison) {
     dsi_pool_run(pool, graph_task, &j);
   } else {

@@ -335,7 +335,7 @@ int dsi_fwd_bucket(const dsi_fwd *fw, int T) {
 
 static dsi_plan_opts plan_opts(const dsi_fwd *fw) {
   return (dsi_plan_opts){.fuse = fw->x.fuse, .act_bf16 = fw->f.act_bf16, .streams = fw->x.streams,
-                         .n_threads = fw->f.nth};
+                         .n_threads = fw->f.nth, .min_team = fw->x.min_team};
 }
 
 /* the plan for T's bucket, captured on first use */
@@ -427,6 +427,8 @@ int dsi_fwd_plan_stats(dsi_fwd *fw, int T, dsi_fwd_stats *s, dsi_err *err) {
     s->n_waits += g->ops[i].dead ? 0 : g->ops[i].n_deps;
   }
   s->captures = fw->captures;
+  s->n_regions = g->n_regions;
+  s->n_split = g->n_split;
   return DSI_OK;
 }
 
@@ -452,6 +454,9 @@ static void drop_plans(dsi_fwd *fw) {
 void dsi_fwd_set_exec(dsi_fwd *fw, const dsi_fwd_exec_opts *x) {
   fw->x = *x;
   if (fw->x.streams < 1) fw->x.streams = 1;
+  /* for measurements and tests: split forks into teams of fewer workers */
+  const char *mt = getenv("DSINFER_STREAM_TEAM_MIN");
+  if (!fw->x.min_team && mt && atoi(mt) > 0) fw->x.min_team = atoi(mt);
   drop_plans(fw);
 }
 

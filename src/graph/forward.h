@@ -41,6 +41,7 @@ typedef struct dsi_fwd_exec_opts {
   int streams; /* 1, or 2: independent branches on two teams of workers */
   int fuse;    /* graph: fuse chains of ops (1 by default) */
   int poison;  /* graph: run op by op, freed tensors filled with NaN (a test of the memory plan) */
+  int min_team;/* streams: workers each team needs for a fork to be split (0 = 2) */
 } dsi_fwd_exec_opts;
 
 int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, int max_tokens, int max_context,
@@ -66,6 +67,7 @@ typedef struct dsi_fwd_stats {
   size_t arena_bytes; /* planned peak of the intermediates */
   size_t sum_bytes;   /* all intermediates, each with its own memory */
   int n_ops, n_fused, n_waits;
+  int n_regions, n_split; /* forks, and those split into two teams */
   long captures;      /* plans captured so far */
 } dsi_fwd_stats;
 int dsi_fwd_plan_stats(dsi_fwd *f, int T, dsi_fwd_stats *s, dsi_err *err);

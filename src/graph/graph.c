@@ -180,28 +180,36 @@ static void fuse(dsi_graph *g, const dsi_plan_opts *o) {
 }
 
 /* ---- pass 2: teams ---- */
+/* A fork is split only when each branch's team would have at least
+ * min_team workers: a team of one runs every phase of its ops that is not
+ * a matmul unit (preparing activations, norms, routing) on one worker,
+ * which on 2 cores cost more than the overlap gained (see README). */
 static void assign_teams(dsi_graph *g, const dsi_plan_opts *o) {
   free(g->team_a);
   g->team_a = dsi_xcalloc(DSI_MAX(g->n_regions, 1), sizeof(int));
-  int split = o->streams >= 2 && o->n_threads >= 2;
+  int min_team = o->min_team > 0 ? o->min_team : 2, n = o->n_threads;
+  int *has = dsi_xcalloc(2 * (size_t)DSI_MAX(g->n_regions, 1), sizeof(int));
+  for (int i = 0; i < g->n_ops; i++)
+    if (g->ops[i].region >= 0 && !g->ops[i].dead) has[2 * g->ops[i].region + g->ops[i].stream] = 1;
+  g->n_split = 0;
   for (int r = 0; r < g->n_regions; r++) {
-    /* threads in proportion to the branches' weight bytes, each >= 1 */
+    g->team_a[r] = n;
+    /* a region with one branch only (no shared experts, say) is not split */
+    if (o->streams < 2 || !has[2 * r] || !has[2 * r + 1] || n < 2 * min_team) continue;
+    /* threads in proportion to the branches' weight bytes */
     double cost[2] = {0, 0};
     for (int i = 0; i < g->n_ops; i++)
       if (g->ops[i].region == r && !g->ops[i].dead && g->ops[i].w && g->ops[i].kind != DSI_OP_RMSNORM)
         cost[g->ops[i].stream] += (double)g->ops[i].w->rows * g->ops[i].w->cols;
-    int nb = cost[0] + cost[1] > 0 ? (int)(o->n_threads * cost[1] / (cost[0] + cost[1]) + 0.5) : 1;
-    nb = DSI_MAX(1, DSI_MIN(nb, o->n_threads - 1));
-    g->team_a[r] = o->n_threads - nb;
+    int nb = cost[0] + cost[1] > 0 ? (int)(n * cost[1] / (cost[0] + cost[1]) + 0.5) : 1;
+    nb = DSI_MAX(min_team, DSI_MIN(nb, n - min_team));
+    g->team_a[r] = n - nb;
+    g->n_split++;
   }
-  /* a region with one branch only (no shared experts, say) is not split */
-  int *has = dsi_xcalloc(2 * (size_t)DSI_MAX(g->n_regions, 1), sizeof(int));
-  for (int i = 0; i < g->n_ops; i++)
-    if (g->ops[i].region >= 0 && !g->ops[i].dead) has[2 * g->ops[i].region + g->ops[i].stream] = 1;
   for (int i = 0; i < g->n_ops; i++) {
     dsi_op *op = &g->ops[i];
-    int two = op->region >= 0 && has[2 * op->region] && has[2 * op->region + 1];
-    op->team = split && two ? (op->stream ? DSI_TEAM_B : DSI_TEAM_A) : DSI_TEAM_ALL;
+    int split = op->region >= 0 && g->team_a[op->region] < n;
+    op->team = split ? (op->stream ? DSI_TEAM_B : DSI_TEAM_A) : DSI_TEAM_ALL;
   }
   free(has);
 }

@@ -97,7 +97,8 @@ typedef struct dsi_graph {
   int cur_layer, cur_region, cur_stream;
   /* plan */
   int planned, fused, streams;
-  int *team_a;      /* [n_regions] threads of team A in each region */
+  int *team_a;      /* [n_regions] threads of team A in each region (all: not split) */
+  int n_split;      /* regions split into two teams */
   size_t arena_bytes; /* planned peak */
   size_t sum_bytes;   /* every intermediate with its own memory */
 } dsi_graph;
@@ -120,6 +121,7 @@ typedef struct dsi_plan_opts {
   int act_bf16;  /* matmuls multiply bf16-rounded activations (norm + quantize needs it) */
   int streams;   /* 1 or 2 */
   int n_threads; /* workers the plan runs on */
+  int min_team;  /* streams: split a fork only if each team gets this many workers (0 = 2) */
 } dsi_plan_opts;
 
 void dsi_graph_plan(dsi_graph *g, const dsi_plan_opts *o);

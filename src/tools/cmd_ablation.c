@@ -198,5 +198,7 @@ int dsi_bench_ablation(const dsi_bench_ablation_opts *o) {
   printf("graph plan at batch %d: bucket %d, %d ops (%d fused away), %d waits; activation arena %.2f MB "
          "planned vs %.2f MB for every intermediate on its own\n",
          o->B, pl->bucket, pl->n_ops, pl->n_fused, pl->n_waits, pl->arena_bytes / 1e6, pl->intermediates_bytes / 1e6);
+  printf("streams: %d of %d forks split into two teams (a team needs >= 2 workers, or $DSINFER_STREAM_TEAM_MIN)\n",
+         pl->n_split, pl->n_forks);
   return 0;
 }

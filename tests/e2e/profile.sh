@@ -35,7 +35,8 @@ for (const k of ["layer", "flops", "bytes", "phase"]) if (!(k in o.args)) fail("
 if (!(o.args.flops > 0)) fail("o_proj has no FLOPs");
 ' "$scratch/trace.json"
 # with two streams, the side branch's ops have tracks of their own
-"$bin" profile --model "$model" --prompt-len 20 --gen-len 3 --threads 2 --streams 2 --no-peaks --out "$scratch/s2.json" > /dev/null
+DSINFER_STREAM_TEAM_MIN=1 "$bin" profile --model "$model" --prompt-len 20 --gen-len 3 --threads 2 --streams 2 --no-peaks \
+  --out "$scratch/s2.json" > /dev/null
 node -e '
 const t = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
 const named = t.traceEvents.filter(e => e.ph === "M" && e.name === "thread_name" && /stream B/.test(e.args.name));

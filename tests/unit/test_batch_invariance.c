@@ -15,10 +15,13 @@
 
 typedef struct {
   const char *name;
-  int exec, streams;
+  int exec, streams, threads, team_min;
 } exec_cfg;
 static const exec_cfg k_execs[] = {
-  {"graph", DSI_EXEC_GRAPH, 1}, {"graph-streams2", DSI_EXEC_GRAPH, 2}, {"eager", DSI_EXEC_EAGER, 1},
+  {"graph", DSI_EXEC_GRAPH, 1, 2, 0},
+  {"graph-streams2", DSI_EXEC_GRAPH, 2, 4, 0},      /* teams of 2 */
+  {"graph-streams2-1+1", DSI_EXEC_GRAPH, 2, 2, 1}, /* teams of 1 */
+  {"eager", DSI_EXEC_EAGER, 1, 2, 0},
 };
 static const exec_cfg *g_exec = &k_execs[0];
 
@@ -33,7 +36,9 @@ static int argmax_f(const float *x, int n) {
 static void alone(dsi_model *m, const int32_t *prompt, int np, int V, int32_t *gen, float *lg) {
   dsi_engine *e;
   dsi_err err;
-  dsi_engine_opts o = {.n_threads = 2, .kv_block_size = 4, .exec = g_exec->exec, .streams = g_exec->streams};
+  if (g_exec->team_min) setenv("DSINFER_STREAM_TEAM_MIN", "1", 1);
+  else unsetenv("DSINFER_STREAM_TEAM_MIN");
+  dsi_engine_opts o = {.n_threads = g_exec->threads, .kv_block_size = 4, .exec = g_exec->exec, .streams = g_exec->streams};
   DSI_ASSERT(dsi_engine_open(&e, m, &o, &err) == 0);
   int s = dsi_seq_new(e);
   int32_t seqv[64];
@@ -104,7 +109,9 @@ static void run_case(int quant) {
   /* all 8 together: sequence s starts s steps late and prefills in chunks
    * of 2, so every step mixes prefill chunks with decode tokens */
   dsi_engine *e;
-  dsi_engine_opts o = {.n_threads = 2, .kv_block_size = 4, .exec = g_exec->exec, .streams = g_exec->streams};
+  if (g_exec->team_min) setenv("DSINFER_STREAM_TEAM_MIN", "1", 1);
+  else unsetenv("DSINFER_STREAM_TEAM_MIN");
+  dsi_engine_opts o = {.n_threads = g_exec->threads, .kv_block_size = 4, .exec = g_exec->exec, .streams = g_exec->streams};
   DSI_ASSERT(dsi_engine_open(&e, m, &o, &err) == 0);
   int ids[N_SEQ], fed[N_SEQ] = {0}, ngen[N_SEQ] = {0};
   int32_t next[N_SEQ], gen0[N_GEN];

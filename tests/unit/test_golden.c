@@ -73,12 +73,15 @@ static double row_err(const float *a, const float *ref, int V) {
 typedef struct {
   const char *name;
   int exec, streams, poison;
+  int threads;   /* 0: the mode's; else this many (a fork splits only into teams of >= 2) */
+  int team_min;  /* DSINFER_STREAM_TEAM_MIN, 0 unset */
 } exec_cfg;
 static const exec_cfg k_execs[] = {
-  {"graph", DSI_EXEC_GRAPH, 1, 0},
-  {"graph-streams2", DSI_EXEC_GRAPH, 2, 0},
-  {"eager", DSI_EXEC_EAGER, 1, 0},
-  {"graph-poisoned", DSI_EXEC_GRAPH, 2, 1},
+  {"graph", DSI_EXEC_GRAPH, 1, 0, 0, 0},
+  {"graph-streams2", DSI_EXEC_GRAPH, 2, 0, 4, 0},      /* teams of 2 */
+  {"graph-streams2-1+1", DSI_EXEC_GRAPH, 2, 0, 2, 1}, /* teams of 1 */
+  {"eager", DSI_EXEC_EAGER, 1, 0, 0, 0},
+  {"graph-poisoned", DSI_EXEC_GRAPH, 2, 1, 4, 0},
 };
 static const exec_cfg *g_exec = &k_execs[0];
 
@@ -90,7 +93,7 @@ static void check_rows(const golden *g, const char *mode, const float *out, int 
     if (!(e <= worst)) worst = e;
   }
   CHECKF(worst <= TOL, "%s %s %s: worst row error %.3g > %.1g", g->name, g_exec->name, mode, worst, TOL);
-  printf("  %-18s %-14s %-10s worst relative error %.2e\n", g->name, g_exec->name, mode, worst);
+  printf("  %-18s %-18s %-14s worst relative error %.2e\n", g->name, g_exec->name, mode, worst);
 }
 
 /* Feed the golden sequence in steps of `chunk` tokens (n = one prefill),
@@ -98,6 +101,9 @@ static void check_rows(const golden *g, const char *mode, const float *out, int 
 static void run_mode(const golden *g, const char *mode, int chunk, int n_other, int threads) {
   dsi_engine *e;
   dsi_err err = {0};
+  if (g_exec->threads && threads > 1) threads = g_exec->threads;
+  if (g_exec->team_min) setenv("DSINFER_STREAM_TEAM_MIN", "1", 1);
+  else unsetenv("DSINFER_STREAM_TEAM_MIN");
   dsi_engine_opts eo = {.n_threads = threads, .kv_block_size = 8, .max_tokens = 64, .act_precision = DSI_ACT_F32,
                         .exec = g_exec->exec, .streams = g_exec->streams, .poison = g_exec->poison};
   if (dsi_engine_open(&e, g->m, &eo, &err)) { CHECKF(0, "%s", err.msg); return; }

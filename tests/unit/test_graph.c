@@ -24,9 +24,10 @@ static void check_model_plans(const char *dir, int op_opt_off) {
     dsi_fwd *f;
     if (!CHECK(dsi_fwd_new(&f, m, pool, 64, 128, &err) == 0)) break;
     for (int bf16 = 0; bf16 <= 1; bf16++)
-      for (int streams = 1; streams <= 2; streams++) {
+      for (int streams = 1; streams <= 3; streams++) { /* 3: two streams, teams of one worker */
         dsi_fwd_set_act_bf16(f, bf16);
-        dsi_fwd_exec_opts x = {.exec = DSI_EXEC_GRAPH, .streams = streams, .fuse = 1};
+        dsi_fwd_exec_opts x = {.exec = DSI_EXEC_GRAPH, .streams = streams > 1 ? 2 : 1, .fuse = 1,
+                               .min_team = streams == 3 ? 1 : 0};
         dsi_fwd_set_exec(f, &x);
         for (int T = 1; T <= 64; T *= 2) {
           char why[256] = "";
@@ -39,6 +40,10 @@ static void check_model_plans(const char *dir, int op_opt_off) {
                  s.arena_bytes, s.sum_bytes);
           /* fusion removes ops only where activations are bf16 (norm + quantize) or always (add + norm) */
           CHECK(s.n_fused > 0);
+          /* forks split only into teams of at least min_team workers */
+          int want_split = streams == 3 || (streams == 2 && nth >= 4);
+          CHECKF((s.n_split > 0) == want_split && s.n_split <= s.n_regions, "%d threads, streams %d: %d of %d forks split",
+                 nth, streams, s.n_split, s.n_regions);
           if (nth == 2 && T == 1 && !op_opt_off)
             printf("%s bf16 %d streams %d: %d ops, %d fused away, %d waits, arena %.1f KB vs %.1f KB\n", dir, bf16,
                    streams, s.n_ops, s.n_fused, s.n_waits, s.arena_bytes / 1e3, s.sum_bytes / 1e3);
