@@ -487,7 +487,7 @@ int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, int max_token
   size_t widest = DSI_MAX(DSI_MAX(D, inter), DSI_MAX(H * c->v_head_dim, DSI_MAX(c->q_lora_rank, kvl)));
   f->scratch_len = DSI_MAX(widest, (size_t)3 * kvl + max_context);
   f->scratch_len = DSI_MAX(f->scratch_len, (size_t)2 * DSI_MAX(E, 1));
-  f->scratch_len = DSI_MAX(f->scratch_len, (size_t)8 * max_context);
+  f->scratch_len = DSI_MAX(f->scratch_len, (size_t)(8 + 2) * max_context); /* head group's scores, row pointers */
   f->scratch_len = DSI_MAX(f->scratch_len, DSI_GEMM_SCRATCH(DSI_MAX(kpad_max, (long)max_context + DSI_TILE_K)) / sizeof(float));
   f->max_calls = DSI_MAX(H, E) + 2;
   f->scratch = dsi_xcalloc(f->nth, sizeof(float *));

@@ -355,11 +355,13 @@ static void core_tokens(dsi_xrun *r, const dsi_op *op, dsi_team *tm, const core_
   const dsi_fctx *f = r->f;
   const dsi_config *c = f->c;
   int H = c->num_attention_heads, kvl = c->kv_lora_rank, row = kvl + c->qk_rope_head_dim;
-  /* heads per item: up to ATTN_HEAD_GROUP, fewer when the chunk has too few
-   * (token, group) items to keep every worker busy (decode) */
-  int hg = (int)DSI_MAX(1, DSI_MIN(ATTN_HEAD_GROUP, (long)H * n / (4l * f->nth)));
+  /* heads per item: up to ATTN_HEAD_GROUP, fewer when the chunk has fewer
+   * (token, group) items than workers (decode); each item reads the
+   * token's cache once, so no smaller than that */
+  int hg = (int)DSI_MAX(1, DSI_MIN(ATTN_HEAD_GROUP, (long)H * n / f->nth));
   int bs = r->cache->block_size, G = DSI_CEIL_DIV(H, hg);
-  float *score = f->scratch[tm->tid]; /* [ATTN_HEAD_GROUP][max_context] */
+  float *score = f->scratch[tm->tid]; /* [ATTN_HEAD_GROUP][max_context], then each position's cache row */
+  const float **rows = (const float **)(score + (size_t)ATTN_HEAD_GROUP * f->max_context);
   const dsi_vec_ops *v = dsi_vec();
   /* items one at a time: their cost grows with the position */
   for (long it; (it = atomic_fetch_add(&tm->st->next, 1)) < (long)n * G;) {
@@ -368,20 +370,14 @@ static void core_tokens(dsi_xrun *r, const dsi_op *op, dsi_team *tm, const core_
     int nh = DSI_MIN(hg, H - h0), pos = r->b->pos[t];
     const int32_t *table = r->b->block_tables[r->b->seq[t]];
     const float *ql = cb->q_lat + ((size_t)tc * H + h0) * row; /* [q_lat | q_pe] per head */
-    for (int u = 0; u <= pos; u++) {
-      const float *kv = cb->cache + ((size_t)table[u / bs] * bs + u % bs) * row;
-      for (int h = 0; h < nh; h++)
-        score[(size_t)h * f->max_context + u] = v->dot(ql + (size_t)h * row, kv, row) * f->softmax_scale;
-    }
+    for (int u = 0; u <= pos; u++) rows[u] = cb->cache + ((size_t)table[u / bs] * bs + u % bs) * row;
+    v->attn_qk(score, f->max_context, ql, row, nh, rows, pos + 1, row, f->softmax_scale);
     float *ol = cb->o_lat + ((size_t)tc * H + h0) * kvl;
     for (int h = 0; h < nh; h++) {
       dsi_k_softmax(score + (size_t)h * f->max_context, pos + 1);
       memset(ol + (size_t)h * kvl, 0, kvl * sizeof(float));
     }
-    for (int u = 0; u <= pos; u++) {
-      const float *kv = cb->cache + ((size_t)table[u / bs] * bs + u % bs) * row;
-      for (int h = 0; h < nh; h++) v->axpy(ol + (size_t)h * kvl, kv, score[(size_t)h * f->max_context + u], kvl);
-    }
+    v->attn_pv(ol, kvl, score, f->max_context, nh, rows, pos + 1, kvl);
   }
 }
 

@@ -70,7 +70,64 @@ static float VEC_FN(vec_to_i8_)(const float *restrict x, int8_t *restrict out, i
   return amax / 127.0f;
 }
 
+/* o[h][c] += sum over u, in order, of p[h][u] * rows[u][c]: each row is
+ * read once for every head, and a 32-column block of all heads' sums stays
+ * in registers while the rows stream past (the attention's P V) */
+#define PV_COLS 32
+#define PV_HEADS 8
+static void VEC_FN(vec_attn_pv_)(float *restrict o, int ldo, const float *restrict p, int ldp, int nh,
+                                 const float *const *rows, int nu, int n) {
+  int c0 = 0;
+  if (nh == PV_HEADS)
+    for (; c0 + PV_COLS <= n; c0 += PV_COLS) {
+      float acc[PV_HEADS][PV_COLS];
+      for (int h = 0; h < PV_HEADS; h++)
+        for (int j = 0; j < PV_COLS; j++) acc[h][j] = o[(size_t)h * ldo + c0 + j];
+      for (int u = 0; u < nu; u++) {
+        const float *x = rows[u] + c0;
+        for (int h = 0; h < PV_HEADS; h++) {
+          float a = p[(size_t)h * ldp + u];
+          for (int j = 0; j < PV_COLS; j++) acc[h][j] += a * x[j];
+        }
+      }
+      for (int h = 0; h < PV_HEADS; h++)
+        for (int j = 0; j < PV_COLS; j++) o[(size_t)h * ldo + c0 + j] = acc[h][j];
+    }
+  for (int h = 0; h < nh; h++) /* the rest: fewer heads, or the last columns */
+    for (int u = 0; u < nu; u++) {
+      float a = p[(size_t)h * ldp + u];
+      const float *x = rows[u];
+      for (int c = c0; c < n; c++) o[(size_t)h * ldo + c] += a * x[c];
+    }
+}
+
+/* s[h*lds + u] = scale * dot(q + h*ldq, rows[u], n) for h < nh, u < nu:
+ * each row is read once for all heads; every dot is summed exactly as
+ * vec_dot sums it */
+static void VEC_FN(vec_attn_qk_)(float *restrict s, int lds, const float *restrict q, int ldq, int nh,
+                                 const float *const *rows, int nu, int n, float scale) {
+  if (nh != PV_HEADS) {
+    for (int u = 0; u < nu; u++)
+      for (int h = 0; h < nh; h++) s[(size_t)h * lds + u] = VEC_FN(vec_dot_)(q + (size_t)h * ldq, rows[u], n) * scale;
+    return;
+  }
+  int nb = n / 16 * 16;
+  for (int u = 0; u < nu; u++) {
+    const float *x = rows[u];
+    float acc[PV_HEADS][16] = {{0}};
+    for (int i = 0; i < nb; i += 16)
+      for (int h = 0; h < PV_HEADS; h++)
+        for (int j = 0; j < 16; j++) acc[h][j] += q[(size_t)h * ldq + i + j] * x[i + j];
+    for (int h = 0; h < PV_HEADS; h++) {
+      for (int i = nb; i < n; i++) acc[h][i & 15] += q[(size_t)h * ldq + i] * x[i];
+      for (int w = 8; w > 0; w /= 2)
+        for (int j = 0; j < w; j++) acc[h][j] += acc[h][j + w];
+      s[(size_t)h * lds + u] = acc[h][0] * scale;
+    }
+  }
+}
+
 const dsi_vec_ops VEC_FN(dsi_vec_ops_) = {
   VEC_NAME, VEC_FN(vec_dot_), VEC_FN(vec_axpy_), VEC_FN(vec_add_), VEC_FN(vec_rmsnorm_),
-  VEC_FN(vec_to_bf16_), VEC_FN(vec_round_bf16_), VEC_FN(vec_to_i8_),
+  VEC_FN(vec_to_bf16_), VEC_FN(vec_round_bf16_), VEC_FN(vec_to_i8_), VEC_FN(vec_attn_pv_), VEC_FN(vec_attn_qk_),
 };
