@@ -224,12 +224,44 @@ static void src_view(const dsi_model *m, spec *s) {
 
 /* the absorbed factors of kv_b_proj: W_UK^T [H*kv_lora, nope] kept exact
  * (BF16 stays BF16; FP8 is widened to F32), W_UV [H*v, kv_lora] as stored */
+/* W_UK^T per head, [H*kv_lora, nope]: exact in the source's dtype. FP8
+ * stays FP8 when each head's k rows are whole scale blocks (V3: nope = 128
+ * = block), since a transposed 128x128 block keeps its one scale (a
+ * quarter of f32's bytes for decode to read); else f32 (bf16 for bf16). */
+static int uk_fp8(const dsi_config *c, const dsi_mat *src) {
+  int b = src->block, nope = c->qk_nope_head_dim, vd = c->v_head_dim;
+  return src->dtype == DSI_DTYPE_F8_E4M3 && b > 0 && nope % b == 0 && (nope + vd) % b == 0 &&
+         c->kv_lora_rank % DSI_TILE_N == 0 && b % DSI_TILE_N == 0;
+}
 static dsi_mat uk_shape(const dsi_config *c, const dsi_mat *src) {
   dsi_mat s = {0};
-  s.dtype = src->dtype == DSI_DTYPE_BF16 ? DSI_DTYPE_BF16 : DSI_DTYPE_F32;
+  s.dtype = src->dtype == DSI_DTYPE_BF16 ? DSI_DTYPE_BF16 : uk_fp8(c, src) ? DSI_DTYPE_F8_E4M3 : DSI_DTYPE_F32;
   s.rows = c->num_attention_heads * c->kv_lora_rank;
   s.cols = c->qk_nope_head_dim;
+  if (s.dtype == DSI_DTYPE_F8_E4M3) {
+    s.block = src->block;
+    s.scale_cols = (int)DSI_CEIL_DIV(s.cols, s.block);
+  }
   return s;
+}
+
+/* head h's W_UK^T as FP8, transposed byte for byte, into its panels of uk */
+static void pack_uk_fp8(const dsi_config *c, const dsi_mat *src, int h, const dsi_mat *uk, uint8_t *tq) {
+  int nope = c->qk_nope_head_dim, vd = c->v_head_dim, kvl = c->kv_lora_rank, b = src->block;
+  int base = h * (nope + vd);
+  const uint8_t *q = src->data;
+  for (int cc = 0; cc < kvl; cc++)
+    for (int d = 0; d < nope; d++) tq[(size_t)cc * nope + d] = q[(size_t)(base + d) * src->cols + cc];
+  dsi_mat hsrc = {.dtype = DSI_DTYPE_F8_E4M3, .rows = kvl, .cols = nope, .data = tq, .layout = DSI_LAYOUT_ROWS,
+                  .block = b, .scale_cols = uk->scale_cols};
+  dsi_mat hdst = dsi_mat_panels(uk, h * kvl / DSI_TILE_N, kvl);
+  dsi_pack_rows(&hsrc, &hdst, 0, kvl);
+  /* panel p (rows 16p.. of the transpose = columns of the source) and
+   * block column cb (source rows base + b cb ..) */
+  for (int p = 0; p < kvl / DSI_TILE_N; p++)
+    for (int cb = 0; cb < uk->scale_cols; cb++)
+      ((float *)hdst.scale)[(size_t)p * uk->scale_cols + cb] =
+          src->scale[(size_t)((base + cb * b) / b) * src->scale_cols + p * DSI_TILE_N / b];
 }
 static dsi_mat uv_shape(const dsi_config *c, const dsi_mat *src) {
   dsi_mat s = *src;
@@ -363,7 +395,8 @@ static void pack_mla(dsi_model *m, spec *s) {
   int H = c->num_attention_heads, nope = c->qk_nope_head_dim, vd = c->v_head_dim, kvl = c->kv_lora_rank;
   dsi_mat ush = uk_shape(c, &s->src), vsh = uv_shape(c, &s->src), ksh = ukr_shape(c, &s->src);
   dsi_mat *uk = s->uk_dst, *uv = s->uv_dst, *ukr = s->ukr_dst;
-  dsi_pack_describe(&ush, uk, m->mem + s->off);
+  if (ush.dtype == DSI_DTYPE_F8_E4M3) describe_no_scales(&ush, uk, m->mem + s->off);
+  else dsi_pack_describe(&ush, uk, m->mem + s->off);
   if (s->quant) dsi_pack_describe_i8(&vsh, uv, m->mem + s->off2);
   else describe_no_scales(&vsh, uv, m->mem + s->off2);
   describe_no_scales(&ksh, ukr, m->mem + s->off3);
@@ -371,8 +404,13 @@ static void pack_mla(dsi_model *m, spec *s) {
   float *work = s->quant ? dsi_xmalloc((size_t)DSI_TILE_N * kvl * sizeof(float)) : NULL;
   float *tf = dsi_xmalloc((size_t)kvl * nope * sizeof(float));
   uint16_t *tb = dsi_xmalloc((size_t)kvl * nope * sizeof(uint16_t));
+  uint8_t *tq = ush.dtype == DSI_DTYPE_F8_E4M3 ? dsi_xmalloc((size_t)kvl * nope) : NULL;
   for (int h = 0; h < H; h++) {
     int base = h * (nope + vd);
+    if (tq) {
+      pack_uk_fp8(c, &s->src, h, uk, tq);
+      goto uk_done;
+    }
     for (int d = 0; d < nope; d++) dsi_k_row_f32(&s->src, base + d, 0, kvl, rows + (size_t)d * kvl);
     for (int cc = 0; cc < kvl; cc++)
       for (int d = 0; d < nope; d++) {
@@ -385,6 +423,7 @@ static void pack_mla(dsi_model *m, spec *s) {
     hsrc.data = ush.dtype == DSI_DTYPE_BF16 ? (const void *)tb : (const void *)tf;
     dsi_mat hdst = dsi_mat_panels(uk, h * kvl / DSI_TILE_N, kvl);
     dsi_pack_rows(&hsrc, &hdst, 0, kvl);
+  uk_done:
     pack_panels(&s->src, base, nope, ukr, h * nope / DSI_TILE_N);
     if (s->quant) {
       for (int q = 0; q < vd / DSI_TILE_N; q++)
@@ -396,6 +435,7 @@ static void pack_mla(dsi_model *m, spec *s) {
   free(rows);
   free(tf);
   free(tb);
+  free(tq);
   free(work);
 }
 

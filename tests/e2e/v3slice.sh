@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # e2e: a checkpoint with DeepSeek-V3's exact per-layer shapes (mkmodel
 # --preset v3slice, FP8, sharded: ~5 GB) loads and runs a decode step
-# within this machine's 24 GB, its peak RSS close to its size. Skipped in
-# the sanitizer build (shadow memory makes RSS meaningless and it is slow).
+# within this machine's 24 GB, its peak RSS close to its size; and its
+# logits with the packed kernels (FP8 W_UK^T, the non-absorbed prefill at
+# 128 heads) match the row-major reference path's. Skipped in the
+# sanitizer build (shadow memory makes RSS meaningless and it is slow).
 set -euo pipefail
 bin=$1 scratch=$2
 if [ -n "${DSINFER_SANITIZED:-}" ]; then echo "v3slice: skipped under the sanitizers"; exit 0; fi
@@ -21,4 +23,13 @@ awk -v r="$rss" -v c="$ckpt" -v d="$dec" 'BEGIN {
   if (r > 1.25 * c) { print "FAIL: peak RSS " r " is over 1.25x the checkpoint (" c ")"; ok = 0 }
   if (!(d > 0)) { print "FAIL: no decode step ran"; ok = 0 }
   exit ok ? 0 : 1 }'
-echo "1 passed, 0 failed"
+# f32 activations: the packed FP8 path against the scalar row-major one, as
+# one 20-token prefill (its segment takes the non-absorbed form) and token
+# by token (the absorbed form)
+toks=$(seq -s, 11 30)
+"$bin" logits --model "$scratch/v3slice" --tokens "$toks" --precision f32 --op-opt off --out "$scratch/rows.f32" 2> /dev/null
+"$bin" logits --model "$scratch/v3slice" --tokens "$toks" --precision f32 --out "$scratch/packed.f32" 2> /dev/null
+"$3" "$scratch/packed.f32" "$scratch/rows.f32" 129280 1e-4
+"$bin" logits --model "$scratch/v3slice" --tokens "$toks" --precision f32 --decode --out "$scratch/decode.f32" 2> /dev/null
+"$3" "$scratch/decode.f32" "$scratch/rows.f32" 129280 1e-4
+echo "3 passed, 0 failed"
