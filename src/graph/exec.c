@@ -99,7 +99,7 @@ static void op_task(void *ctx, int tid, int nth) {
 static int *prof_ops(const dsi_xrun *r, dsi_prof *prof) {
   if (!prof) return NULL;
   const dsi_graph *g = r->g;
-  int *pids = dsi_xmalloc(DSI_MAX(g->n_ops, 1) * sizeof(int));
+  int *pids = r->pids;
   for (int i = 0; i < g->n_ops; i++) {
     const dsi_op *op = &g->ops[i];
     pids[i] = -1;
@@ -119,10 +119,12 @@ static void fill_nan(void *p, size_t bytes) {
   for (size_t i = 0; i < bytes / sizeof(float); i++) f[i] = NAN;
 }
 
+size_t dsi_exec_bars_bytes(int n_regions) { return (1 + 2 * (size_t)n_regions) * sizeof(padded_barrier); }
+
 void dsi_exec_graph(dsi_xrun *r, dsi_pool *pool, dsi_prof *prof, int poison, uint8_t *arena) {
   const dsi_graph *g = r->g;
   int nth = dsi_pool_size(pool);
-  padded_barrier *bars = dsi_xmalloc((1 + 2 * (size_t)g->n_regions) * sizeof *bars);
+  padded_barrier *bars = r->bars; /* the caller's: nothing is allocated while running */
   dsi_barrier_init(&bars[0].b, nth);
   for (int k = 0; k < g->n_regions; k++) {
     int a = g->team_a[k];
@@ -146,8 +148,6 @@ void dsi_exec_graph(dsi_xrun *r, dsi_pool *pool, dsi_prof *prof, int poison, uin
         if (g->ts[t].kind == DSI_T_ARENA && g->ts[t].last == i) fill_nan(r->ptr[t], g->ts[t].bytes);
     }
   }
-  free((void *)j.pids);
-  free(bars);
 }
 
 int dsi_exec_eager(dsi_xrun *r, dsi_pool *pool, dsi_prof *prof, dsi_err *err) {
@@ -177,6 +177,5 @@ int dsi_exec_eager(dsi_xrun *r, dsi_pool *pool, dsi_prof *prof, dsi_err *err) {
       dsi_free_aligned(r->ptr[t]);
       r->ptr[t] = NULL;
     }
-  free((void *)j.pids);
   return rc;
 }

@@ -52,6 +52,8 @@ typedef struct dsi_xrun {
   dsi_opstate *st;      /* [n_ops] */
   const uint8_t *naive; /* [T] token of a segment taking the non-absorbed form */
   int n_naive;
+  void *bars;           /* dsi_exec_bars_bytes(g->n_regions): the teams' barriers */
+  int *pids;            /* [n_ops] the profile's op ids */
   atomic_int open_op;   /* the latest op whose units were opened to helpers, -1 none */
 } dsi_xrun;
 
@@ -71,6 +73,7 @@ typedef struct dsi_team {
  * filled with NaN and every tensor poisoned after its last use). Eager:
  * one dispatch per op, each op's outputs allocated as it is issued. */
 typedef struct dsi_prof dsi_prof;
+size_t dsi_exec_bars_bytes(int n_regions);
 void dsi_exec_graph(dsi_xrun *r, dsi_pool *pool, dsi_prof *prof, int poison, uint8_t *arena);
 int dsi_exec_eager(dsi_xrun *r, dsi_pool *pool, dsi_prof *prof, dsi_err *err);
 

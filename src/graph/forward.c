@@ -324,6 +324,9 @@ struct dsi_fwd {
   int ptr_cap;
   dsi_opstate *st;
   int st_cap;
+  void *bars;   /* the executor's barriers, for the largest plan yet */
+  size_t bars_cap;
+  int *pids;    /* [st_cap] */
   uint8_t *naive; /* [max_tokens] this step's tokens in non-absorbed segments */
 };
 
@@ -380,7 +383,14 @@ static void grow_run_state(dsi_fwd *fw, const dsi_graph *g) {
     fw->st_cap = g->n_ops;
     dsi_free_aligned(fw->st);
     fw->st = dsi_alloc_aligned((size_t)fw->st_cap * sizeof *fw->st);
+    fw->pids = dsi_xrealloc(fw->pids, (size_t)fw->st_cap * sizeof(int));
     DSI_ASSERT(fw->st);
+  }
+  if (dsi_exec_bars_bytes(g->n_regions) > fw->bars_cap) {
+    fw->bars_cap = dsi_exec_bars_bytes(g->n_regions);
+    dsi_free_aligned(fw->bars);
+    fw->bars = dsi_alloc_aligned(fw->bars_cap);
+    DSI_ASSERT(fw->bars);
   }
 }
 
@@ -402,7 +412,8 @@ int dsi_fwd_run(dsi_fwd *fw, const dsi_fwd_batch *b, const dsi_fwd_cache *cache,
                  : x->kind == DSI_T_LOGITS ? (uint8_t *)logits
                  : eager ? NULL : fw->arena + x->off;
   }
-  dsi_xrun r = {.f = &fw->f, .g = g, .b = b, .cache = cache, .T = T, .ptr = fw->ptr, .st = fw->st, .naive = fw->naive};
+  dsi_xrun r = {.f = &fw->f, .g = g, .b = b, .cache = cache, .T = T, .ptr = fw->ptr, .st = fw->st, .naive = fw->naive,
+                .bars = fw->bars, .pids = fw->pids};
   if (fw->f.mla) r.n_naive = dsi_mla_prefill_plan(fw->f.mla, b, fw->f.m->layers[0].w_uk_t.dtype, fw->naive);
   int rc = DSI_OK;
   if (eager) {
@@ -557,5 +568,7 @@ void dsi_fwd_free(dsi_fwd *fw) {
   dsi_free_aligned(fw->arena);
   free(fw->ptr);
   dsi_free_aligned(fw->st);
+  dsi_free_aligned(fw->bars);
+  free(fw->pids);
   free(fw);
 }
