@@ -39,6 +39,14 @@ expect 1 "context limit" -- "$bin" generate --model $good --tokens "$long" -n 1
 expect 2 "--quant must be none or int8" -- "$bin" generate --model $good --tokens 1 --quant int4
 expect 2 "--quant must be none or int8" -- "$bin" bench --model $good --quant fp4
 expect 1 "cannot be combined with --op-opt off" -- "$bin" generate --model $good --tokens 1 -n 1 --quant int8 --op-opt off
+expect 2 "--exec must be graph or eager" -- "$bin" generate --model $good --tokens 1 --exec lazy
+expect 2 "--streams must be 1 or 2" -- "$bin" generate --model $good --tokens 1 --streams 3
+expect 2 "--exec must be graph or eager" -- "$bin" bench --model $good --exec lazy
+expect 2 "--ablation sets" -- "$bin" bench --model $good --ablation --op-opt off
+# the executors give the same tokens
+e=$("$bin" generate --model $good --tokens 3,1,4 -n 6 --exec eager 2>/dev/null)
+g=$("$bin" generate --model $good --tokens 3,1,4 -n 6 --exec graph --streams 2 2>/dev/null)
+[ -n "$e" ] && [ "$e" = "$g" ] && ok || bad "eager ($e) and graph ($g) generate differently"
 "$bin" generate --model $good --tokens 5,6,7 -n 3 --quant int8 2>/dev/null | grep -qE '^[0-9]+(,[0-9]+){2}$' && ok || bad "generate --quant int8"
 
 mk() { rm -rf "$scratch/$1"; cp -r $good "$scratch/$1"; chmod -R u+w "$scratch/$1"; }
