@@ -4,7 +4,7 @@
 #define _GNU_SOURCE
 #include "base/base.h"
 #include "base/pool.h"
-#include "graph/gemm_run.h"
+#include "graph/exec.h"
 #include "kernels/cpu.h"
 #include "kernels/vec.h"
 
@@ -200,16 +200,15 @@ static void bench_grouped(FILE *out, const dsi_peaks *pk, int nth, int reps, dsi
       wt[at] = 1.0f / G_K;
     }
   dsi_pool *pool = dsi_pool_new(nth);
-  dsi_gemm_ctx gc = {.pool = pool, .max_calls = G_E, .act_bf16 = dsi_cpu_get()->level >= DSI_ISA_AMX};
-  gc.fns = dsi_xcalloc(G_E, sizeof(dsi_gemm_fn));
-  gc.scratch = dsi_xcalloc(nth, sizeof(float *));
-  for (int i = 0; i < nth; i++) gc.scratch[i] = dsi_alloc_aligned(DSI_GEMM_SCRATCH(G_D + 64));
-  gc.xr_len = (size_t)P * (G_D + 64) + 64;
-  gc.xr = dsi_alloc_aligned(gc.xr_len * sizeof(float));
+  /* the forward's machinery: per-worker lists and scratch, prepared rows in ws */
+  dsi_fctx f = {.act_bf16 = dsi_cpu_get()->level >= DSI_ISA_AMX};
+  if (dsi_fctx_workers(&f, nth, G_E, DSI_GEMM_SCRATCH(G_D + 64) / sizeof(float))) ok = 0;
+  size_t ws_bytes = dsi_prep_bytes(P, G_D, G_D);
+  void *ws = dsi_alloc_aligned(ws_bytes);
   float *x = dsi_alloc_aligned((size_t)P * G_D * sizeof(float)), *h = dsi_alloc_aligned((size_t)P * G_I * sizeof(float));
   float *y = dsi_alloc_aligned((size_t)P * G_D * sizeof(float));
   dsi_gemm *gs = dsi_xcalloc(G_E, sizeof(dsi_gemm));
-  if (!ok || !x || !h || !y || !gc.xr) {
+  if (!ok || !x || !h || !y || !ws) {
     fprintf(out, "grouped: not enough memory\n");
     goto done;
   }
@@ -225,19 +224,19 @@ static void bench_grouped(FILE *out, const dsi_peaks *pk, int nth, int reps, dsi
       if (cnt[e])
         gs[ng++] = (dsi_gemm){.w = &gu[e], .x = x, .ldx = G_D, .x_rows = tok + start[e], .m = cnt[e],
                               .y = h + (size_t)start[e] * G_I, .ldy = G_I, .epi = DSI_EPI_SILU_PAIRS};
-    dsi_gemm_batch(&gc, gs, ng, 2 * G_I, 2 * DSI_TILE_N);
+    dsi_gemm_run(pool, &f, gs, ng, 2 * G_I, 2 * DSI_TILE_N, ws, ws_bytes, NULL);
     memset(y, 0, (size_t)G_T * G_D * sizeof(float));
     ng = 0;
     for (int e = 0; e < G_E; e++)
       if (cnt[e])
         gs[ng++] = (dsi_gemm){.w = &dn[e], .x = h + (size_t)start[e] * G_I, .ldx = G_I, .m = cnt[e], .y = y, .ldy = G_D,
                               .epi = DSI_EPI_SCATTER_ADD, .y_rows = tok + start[e], .y_scale = wt + start[e]};
-    dsi_gemm_batch(&gc, gs, ng, G_D, DSI_TILE_N);
+    dsi_gemm_run(pool, &f, gs, ng, G_D, DSI_TILE_N, ws, ws_bytes, NULL);
     double t1 = dsi_now();
     gs[0] = (dsi_gemm){.w = &gu[0], .x = x, .ldx = G_D, .m = P, .y = h, .ldy = G_I, .epi = DSI_EPI_SILU_PAIRS};
-    dsi_gemm_batch(&gc, gs, 1, 2 * G_I, 2 * DSI_TILE_N);
+    dsi_gemm_run(pool, &f, gs, 1, 2 * G_I, 2 * DSI_TILE_N, ws, ws_bytes, NULL);
     gs[0] = (dsi_gemm){.w = &dn[0], .x = h, .ldx = G_I, .m = P, .y = y, .ldy = G_D, .epi = DSI_EPI_STORE};
-    dsi_gemm_batch(&gc, gs, 1, G_D, DSI_TILE_N);
+    dsi_gemm_run(pool, &f, gs, 1, G_D, DSI_TILE_N, ws, ws_bytes, NULL);
     double t2 = dsi_now();
     if (rep > 0) tg[n] = t1 - t0, tp[n++] = t2 - t1;
   }
@@ -263,14 +262,12 @@ static void bench_grouped(FILE *out, const dsi_peaks *pk, int nth, int reps, dsi
   }
 done:
   for (int i = 0; i < 2 * made; i++) dsi_free_big(mem[i], bytes[i]);
-  for (int i = 0; i < nth; i++) dsi_free_aligned(gc.scratch[i]);
-  free(gc.scratch);
-  free(gc.fns);
+  dsi_fctx_workers_free(&f);
   free(gs);
   free(tok);
   free(pick);
   free(wt);
-  dsi_free_aligned(gc.xr);
+  dsi_free_aligned(ws);
   dsi_free_aligned(x);
   dsi_free_aligned(h);
   dsi_free_aligned(y);
@@ -306,15 +303,17 @@ int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) 
   fprintf(out, "%-12s %6s %6s %-5s %5s %9s %8s %6s %9s %6s %10s %7s\n", "shape", "rows", "cols", "dtype", "M", "ms",
           "GB/s", "%bw", "GFLOP/s", "%amx", "blas GF/s", "x blas");
   dsi_pool *pool = dsi_pool_new(nth);
-  dsi_gemm_ctx gc = {.pool = pool, .max_calls = 1};
-  gc.fns = dsi_xcalloc(1, sizeof(dsi_gemm_fn));
-  gc.scratch = dsi_xcalloc(nth, sizeof(float *));
   size_t kmax = 16384 + 64;
-  for (int i = 0; i < nth; i++) gc.scratch[i] = dsi_alloc_aligned(DSI_GEMM_SCRATCH(kmax));
-  gc.xr_len = (size_t)max_m * kmax + 64;
-  gc.xr = dsi_alloc_aligned(gc.xr_len * sizeof(float));
-  gc.act_bf16 = cpu->level >= DSI_ISA_AMX;
+  dsi_fctx f = {.act_bf16 = cpu->level >= DSI_ISA_AMX};
+  int ok = dsi_fctx_workers(&f, nth, 1, DSI_GEMM_SCRATCH(kmax) / sizeof(float)) == DSI_OK;
+  size_t ws_bytes = dsi_prep_bytes(max_m, (int)kmax, (int)kmax);
+  void *ws = dsi_alloc_aligned(ws_bytes);
+  dsi_gemm_fn picked = NULL;
   float *x = dsi_alloc_aligned((size_t)max_m * kmax * sizeof(float));
+  if (!ok || !ws || !x) {
+    ok = 0;
+    goto done;
+  }
   dsi_rng r;
   dsi_rng_seed(&r, 1);
   for (size_t i = 0; i < (size_t)max_m * kmax; i++) x[i] = dsi_rng_uniform(&r) - 0.5f;
@@ -350,7 +349,7 @@ int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) 
         for (int rep = 0; rep < reps + 1 && n < 64; rep++) {
           g = (dsi_gemm){.w = &w, .x = x, .ldx = cols, .m = m, .y = y, .ldy = rows, .epi = DSI_EPI_STORE};
           double t0 = dsi_now();
-          dsi_gemm_batch(&gc, &g, 1, rows, DSI_TILE_N);
+          dsi_gemm_run(pool, &f, &g, 1, rows, DSI_TILE_N, ws, ws_bytes, &picked);
           double el = dsi_now() - t0;
           spent += el;
           if (rep > 0) t[n++] = el; /* the first run warms caches and pages */
@@ -380,7 +379,7 @@ int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) 
         }
         fprintf(out, "%-12s %6d %6d %-5s %5d %9.3f %8.1f %5.0f%% %9.1f %5.1f%% %10s %7s  (%s)\n", k_shapes[s].name,
                 rows, cols, k_dts[d].name, m, med * 1e3, gbs, 100 * gbs / pk.read_gbs, gf,
-                peak > 0 ? 100 * gf / peak : 0, bl, ratio, dsi_gemm_kernel_name(gc.fns[0]));
+                peak > 0 ? 100 * gf / peak : 0, bl, ratio, dsi_gemm_kernel_name(picked));
         fflush(out);
       }
       dsi_free_big(mem, bytes);
@@ -388,11 +387,10 @@ int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) 
     dsi_free_big(y, (size_t)max_m * rows * sizeof(float));
     dsi_free_big(wf, (size_t)rows * cols * sizeof(float));
   }
-  for (int i = 0; i < nth; i++) dsi_free_aligned(gc.scratch[i]);
-  free(gc.scratch);
-  free(gc.fns);
-  dsi_free_aligned(gc.xr);
+done:
+  dsi_fctx_workers_free(&f);
+  dsi_free_aligned(ws);
   dsi_free_aligned(x);
   dsi_pool_free(pool);
-  return DSI_OK;
+  return ok ? DSI_OK : dsi_errf(err, DSI_E_NOMEM, "bench kernels: not enough memory");
 }

@@ -119,6 +119,27 @@ static void fill_nan(void *p, size_t bytes) {
   for (size_t i = 0; i < bytes / sizeof(float); i++) f[i] = NAN;
 }
 
+/* the arena tensors op i touches last: fn(r, t) once each; only op i's
+ * operands need a look (eager plans have one team, so a lifetime ends at
+ * an op that touches the tensor) */
+static void for_dying(const dsi_graph *g, int i, dsi_xrun *r, void (*fn)(dsi_xrun *r, int t)) {
+  const dsi_op *op = &g->ops[i];
+  int seen[DSI_OP_IN + DSI_OP_OUT], n = 0;
+  for (int k = 0; k < DSI_OP_IN + DSI_OP_OUT; k++) {
+    int t = k < DSI_OP_IN ? op->in[k] : op->out[k - DSI_OP_IN], dup = 0;
+    if (t < 0 || g->ts[t].kind != DSI_T_ARENA || g->ts[t].last != i) continue;
+    for (int q = 0; q < n; q++) dup |= seen[q] == t;
+    if (dup) continue;
+    seen[n++] = t;
+    fn(r, t);
+  }
+}
+
+static void release(dsi_xrun *r, int t) {
+  dsi_free_aligned(r->ptr[t]);
+  r->ptr[t] = NULL;
+}
+
 size_t dsi_exec_bars_bytes(int n_regions) { return (1 + 2 * (size_t)n_regions) * sizeof(padded_barrier); }
 
 void dsi_exec_graph(dsi_xrun *r, dsi_pool *pool, dsi_prof *prof, int poison, uint8_t *arena) {
@@ -144,6 +165,8 @@ void dsi_exec_graph(dsi_xrun *r, dsi_pool *pool, dsi_prof *prof, int poison, uin
       if (g->ops[i].dead) continue;
       j.op = i;
       dsi_pool_run(pool, op_task, &j);
+      /* every tensor, not only op i's operands: in a split fork a lifetime
+       * ends at the region's last op */
       for (int t = 0; t < g->n_ts; t++)
         if (g->ts[t].kind == DSI_T_ARENA && g->ts[t].last == i) fill_nan(r->ptr[t], g->ts[t].bytes);
     }
@@ -158,19 +181,19 @@ int dsi_exec_eager(dsi_xrun *r, dsi_pool *pool, dsi_prof *prof, dsi_err *err) {
   exec_job j = {r, prof, prof_ops(r, prof), &bar, 0, 0};
   int rc = DSI_OK;
   for (int i = 0; i < g->n_ops && !rc; i++) {
-    if (g->ops[i].dead) continue;
-    for (int t = 0; t < g->n_ts && !rc; t++) /* outputs taken on the spot */
-      if (g->ts[t].kind == DSI_T_ARENA && g->ts[t].first == i && !(r->ptr[t] = dsi_alloc_aligned(g->ts[t].bytes)))
+    const dsi_op *op = &g->ops[i];
+    if (op->dead) continue;
+    for (int k = 0; k < DSI_OP_OUT && !rc; k++) { /* outputs taken on the spot */
+      int t = op->out[k];
+      if (t >= 0 && g->ts[t].kind == DSI_T_ARENA && g->ts[t].first == i &&
+          !(r->ptr[t] = dsi_alloc_aligned(g->ts[t].bytes)))
         rc = dsi_errf(err, DSI_E_NOMEM, "out of memory for %s of layer %d (%zu bytes)", g->ts[t].name, g->ts[t].layer,
                       g->ts[t].bytes);
+    }
     if (rc) break;
     j.op = i;
     dsi_pool_run(pool, op_task, &j);
-    for (int t = 0; t < g->n_ts; t++)
-      if (g->ts[t].kind == DSI_T_ARENA && g->ts[t].last == i) {
-        dsi_free_aligned(r->ptr[t]);
-        r->ptr[t] = NULL;
-      }
+    for_dying(g, i, r, release);
   }
   for (int t = 0; t < g->n_ts; t++) /* after a failure */
     if (g->ts[t].kind == DSI_T_ARENA && r->ptr[t]) {

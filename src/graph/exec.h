@@ -79,6 +79,12 @@ int dsi_exec_eager(dsi_xrun *r, dsi_pool *pool, dsi_prof *prof, dsi_err *err);
 
 #define XT(r, id) ((void *)(r)->ptr[id])
 
+/* f's per-worker state for nth workers: matmul lists of max_calls and
+ * scratch of scratch_floats; DSI_OK, or DSI_E_NOMEM (free what was made
+ * with dsi_fctx_workers_free) */
+int dsi_fctx_workers(dsi_fctx *f, int nth, int max_calls, size_t scratch_floats);
+void dsi_fctx_workers_free(dsi_fctx *f);
+
 typedef void (*dsi_op_fn)(dsi_xrun *r, const dsi_op *op, dsi_team *tm);
 extern const dsi_op_fn dsi_op_fns[DSI_OP_COUNT];
 /* an op's FLOPs and bytes this step (for the profile) */
@@ -94,5 +100,10 @@ size_t dsi_prep_bytes(long m, int cols, int kpad);
  * and xb_ready their bf16 rows (or NULL). */
 void dsi_gemm_team(dsi_team *tm, const dsi_fctx *f, dsi_gemm *gs, dsi_gemm_fn *fns, int n, int rows, int unit,
                    void *ws, size_t ws_bytes, int claim, int x_ready, const uint16_t *xb_ready);
+/* The same outside a graph (benchmarks): the n matmuls as one dispatch on
+ * all of pool's threads (f's workers), ws holding the prepared rows; the
+ * kernels picked go to fns_out when it is not NULL. */
+void dsi_gemm_run(dsi_pool *pool, const dsi_fctx *f, const dsi_gemm *gs, int n, int rows, int unit, void *ws,
+                  size_t ws_bytes, dsi_gemm_fn *fns_out);
 
 #endif

@@ -500,17 +500,7 @@ int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, int max_token
   f->scratch_len = DSI_MAX(f->scratch_len, (size_t)2 * DSI_MAX(E, 1));
   f->scratch_len = DSI_MAX(f->scratch_len, (size_t)(8 + 2) * max_context); /* head group's scores, row pointers */
   f->scratch_len = DSI_MAX(f->scratch_len, DSI_GEMM_SCRATCH(DSI_MAX(kpad_max, (long)max_context + DSI_TILE_K)) / sizeof(float));
-  f->max_calls = DSI_MAX(H, E) + 2;
-  f->scratch = dsi_xcalloc(f->nth, sizeof(float *));
-  f->gl = dsi_xcalloc(f->nth, sizeof(dsi_gemm *));
-  f->gfn = dsi_xcalloc(f->nth, sizeof(dsi_gemm_fn *));
-  int ok = 1;
-  for (int i = 0; i < f->nth; i++) {
-    f->scratch[i] = dsi_alloc_aligned(f->scratch_len * sizeof(float));
-    f->gl[i] = dsi_xcalloc(f->max_calls, sizeof(dsi_gemm));
-    f->gfn[i] = dsi_xcalloc(f->max_calls, sizeof(dsi_gemm_fn));
-    ok &= f->scratch[i] != NULL;
-  }
+  int ok = dsi_fctx_workers(f, f->nth, DSI_MAX(H, E) + 2, f->scratch_len) == DSI_OK;
   size_t half = c->qk_rope_head_dim / 2;
   f->rope_cos = dsi_alloc_aligned((size_t)max_context * half * sizeof(float));
   f->rope_sin = dsi_alloc_aligned((size_t)max_context * half * sizeof(float));
@@ -551,14 +541,7 @@ void dsi_fwd_free(dsi_fwd *fw) {
   if (!fw) return;
   dsi_fctx *f = &fw->f;
   drop_plans(fw);
-  for (int i = 0; f->scratch && i < f->nth; i++) {
-    dsi_free_aligned(f->scratch[i]);
-    free(f->gl[i]);
-    free(f->gfn[i]);
-  }
-  free(f->scratch);
-  free(f->gl);
-  free(f->gfn);
+  dsi_fctx_workers_free(f);
   dsi_free_aligned(f->rope_cos);
   dsi_free_aligned(f->rope_sin);
   free(f->uk);

@@ -302,14 +302,10 @@ static void plan_memory(dsi_graph *g) {
 /* ---- pass 5: waits. Op i waits for the latest earlier ops that touch its
  * bytes; waiting for op k covers every earlier op whose threads all belong
  * to k's team (they ran it before k). ---- */
-static void thread_range(const dsi_graph *g, const dsi_op *op, int n, int *lo, int *hi) {
-  dsi_graph_team_range(g, op, n, lo, hi);
-}
-
 static int covers(const dsi_graph *g, const dsi_op *k, const dsi_op *j, int n) {
   int kl, kh, jl, jh;
-  thread_range(g, k, n, &kl, &kh);
-  thread_range(g, j, n, &jl, &jh);
+  dsi_graph_team_range(g, k, n, &kl, &kh);
+  dsi_graph_team_range(g, j, n, &jl, &jh);
   return kl <= jl && jh <= kh;
 }
 

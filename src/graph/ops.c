@@ -9,6 +9,7 @@
 #include "kernels/vec.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- matmuls on a team ---- */
@@ -152,6 +153,63 @@ void dsi_gemm_team(dsi_team *tm, const dsi_fctx *f, dsi_gemm *gs, dsi_gemm_fn *f
   gemm_units gu = {gs, fns, n, rows, unit};
   claim_units(tm, f, units, gemm_units_run, &gu);
 }
+typedef struct {
+  const dsi_fctx *f;
+  const dsi_gemm *gs;
+  int n, rows, unit;
+  void *ws;
+  size_t ws_bytes;
+  dsi_gemm_fn *fns_out;
+  dsi_barrier bar;
+} gemm_run_job;
+
+static void gemm_run_task(void *ctx, int ith, int nth) {
+  gemm_run_job *j = ctx;
+  dsi_gemm *gs = j->f->gl[ith]; /* dsi_gemm_team fills in where each call's prepared rows are */
+  memcpy(gs, j->gs, (size_t)j->n * sizeof *gs);
+  dsi_team tm = {.ith = ith, .nth = nth, .tid = ith, .bar = &j->bar};
+  dsi_gemm_team(&tm, j->f, gs, j->f->gfn[ith], j->n, j->rows, j->unit, j->ws, j->ws_bytes, 0, 0, NULL);
+  if (ith == 0 && j->fns_out) memcpy(j->fns_out, j->f->gfn[0], (size_t)j->n * sizeof *j->fns_out);
+}
+
+void dsi_gemm_run(dsi_pool *pool, const dsi_fctx *f, const dsi_gemm *gs, int n, int rows, int unit, void *ws,
+                  size_t ws_bytes, dsi_gemm_fn *fns_out) {
+  DSI_ASSERT(n <= f->max_calls && dsi_pool_size(pool) <= f->nth);
+  gemm_run_job j = {f, gs, n, rows, unit, ws, ws_bytes, fns_out, {0}};
+  dsi_barrier_init(&j.bar, dsi_pool_size(pool));
+  dsi_pool_run(pool, gemm_run_task, &j);
+}
+
+int dsi_fctx_workers(dsi_fctx *f, int nth, int max_calls, size_t scratch_floats) {
+  f->nth = nth;
+  f->max_calls = max_calls;
+  f->scratch = dsi_xcalloc(nth, sizeof(float *));
+  f->gl = dsi_xcalloc(nth, sizeof(dsi_gemm *));
+  f->gfn = dsi_xcalloc(nth, sizeof(dsi_gemm_fn *));
+  int ok = 1;
+  for (int i = 0; i < nth; i++) {
+    f->scratch[i] = dsi_alloc_aligned(scratch_floats * sizeof(float));
+    f->gl[i] = dsi_xcalloc(max_calls, sizeof(dsi_gemm));
+    f->gfn[i] = dsi_xcalloc(max_calls, sizeof(dsi_gemm_fn));
+    ok &= f->scratch[i] != NULL;
+  }
+  return ok ? DSI_OK : DSI_E_NOMEM;
+}
+
+void dsi_fctx_workers_free(dsi_fctx *f) {
+  for (int i = 0; f->scratch && i < f->nth; i++) {
+    dsi_free_aligned(f->scratch[i]);
+    free(f->gl[i]);
+    free(f->gfn[i]);
+  }
+  free(f->scratch);
+  free(f->gl);
+  free(f->gfn);
+  f->scratch = NULL;
+  f->gl = NULL;
+  f->gfn = NULL;
+}
+
 /* this thread's matmul list */
 #define GL(r, tm) ((r)->f->gl[(tm)->tid])
 #define GFN(r, tm) ((r)->f->gfn[(tm)->tid])

@@ -69,8 +69,8 @@ static void pack_heads(int r0, int n, dsi_mat *dst) {
   free(rows);
 }
 
-/* the forward's per-thread context, enough for the naive form, and a
- * team of the pool's threads to run it on */
+/* a team of the pool's threads to run the naive form on, with the
+ * forward's per-worker state */
 typedef struct {
   dsi_mla_prefill *p;
   dsi_fctx *f;
@@ -83,31 +83,6 @@ static void team_task(void *ctx, int ith, int nth) {
   team_job *j = ctx;
   dsi_team tm = {.ith = ith, .nth = nth, .tid = ith, .bar = &j->bar};
   dsi_mla_prefill_naive(j->p, &tm, j->f, j->w, j->seg);
-}
-
-static void fctx_init(dsi_fctx *f, int nth) {
-  memset(f, 0, sizeof *f);
-  f->nth = nth;
-  f->max_calls = H + 2;
-  f->scratch = calloc(nth, sizeof(float *));
-  f->gl = calloc(nth, sizeof(dsi_gemm *));
-  f->gfn = calloc(nth, sizeof(dsi_gemm_fn *));
-  for (int i = 0; i < nth; i++) {
-    f->scratch[i] = dsi_alloc_aligned(DSI_GEMM_SCRATCH(1024));
-    f->gl[i] = calloc(f->max_calls, sizeof(dsi_gemm));
-    f->gfn[i] = calloc(f->max_calls, sizeof(dsi_gemm_fn));
-  }
-}
-
-static void fctx_free(dsi_fctx *f) {
-  for (int i = 0; i < f->nth; i++) {
-    dsi_free_aligned(f->scratch[i]);
-    free(f->gl[i]);
-    free(f->gfn[i]);
-  }
-  free(f->scratch);
-  free(f->gl);
-  free(f->gfn);
 }
 
 static dsi_pool *g_pool;
@@ -163,8 +138,8 @@ int main(void) {
   pack_heads(NOPE, VD, &w.w_uv);
 
   g_pool = dsi_pool_new(2);
-  dsi_fctx f;
-  fctx_init(&f, 2);
+  dsi_fctx f = {0};
+  DSI_ASSERT(dsi_fctx_workers(&f, 2, H + 2, DSI_GEMM_SCRATCH(1024) / sizeof(float)) == DSI_OK);
   dsi_mla_prefill *p = dsi_mla_prefill_new(&c, 128, N_BLOCKS * BS);
   DSI_ASSERT(p);
   printf("f32 activations:\n");
@@ -201,7 +176,7 @@ int main(void) {
   CHECK(dsi_mla_prefill_pick(p, 16, 4000, DSI_DTYPE_BF16) == DSI_MLA_NAIVE);
   dsi_mla_prefill_free(p);
   dsi_pool_free(g_pool);
-  fctx_free(&f);
+  dsi_fctx_workers_free(&f);
   dsi_free_aligned((void *)w.w_uk.data);
   dsi_free_aligned((void *)w.w_uv.data);
   return check_done();
