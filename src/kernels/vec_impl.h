@@ -70,6 +70,7 @@ static float VEC_FN(vec_to_i8_)(const float *restrict x, int8_t *restrict out, i
   return amax / 127.0f;
 }
 
+#ifndef VEC_ATTN_OWN /* the including file has its own attention primitives */
 /* o[h][c] += sum over u, in order, of p[h][u] * rows[u][c]: each row is
  * read once for every head, and a 32-column block of all heads' sums stays
  * in registers while the rows stream past (the attention's P V) */
@@ -126,6 +127,8 @@ static void VEC_FN(vec_attn_qk_)(float *restrict s, int lds, const float *restri
     }
   }
 }
+
+#endif
 
 const dsi_vec_ops VEC_FN(dsi_vec_ops_) = {
   VEC_NAME, VEC_FN(vec_dot_), VEC_FN(vec_axpy_), VEC_FN(vec_add_), VEC_FN(vec_rmsnorm_),

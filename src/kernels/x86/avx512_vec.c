@@ -1,6 +1,125 @@
-/* kernels: the vector primitives (vec_impl.h) compiled for AVX-512. */
+/* kernels: the vector primitives (vec_impl.h) compiled for AVX-512, with
+ * the decode attention's two loops (attn_qk, attn_pv) written out: the
+ * compiler's vectorization of vec_impl.h's versions kept the head sums in
+ * memory. Results are bitwise those of vec_impl.h's order: every dot is
+ * summed as vec_dot sums it (16 lanes over the columns, fused
+ * multiply-adds, the lanes folded 8, 4, 2, 1), every output of attn_pv in
+ * the order of the rows. */
 #include "kernels/vec.h"
+
+#include <immintrin.h>
+#include <stddef.h>
+
+#define PV_COLS 32
+#define PV_HEADS 8
+
+/* 8 heads' 16-lane sums -> the 8 dots, folded as vec_dot folds (lane j
+ * plus lane j + 8, then + 4, + 2, + 1), 8 heads at once: after each step
+ * a vector holds more heads' partial sums. Returns head h's dot in lane
+ * 4 (h % 4) + h / 4. */
+static inline __m512 fold8(const __m512 *a) {
+  __m512 v[4], w[2];
+  for (int k = 0; k < 4; k++) /* [a lanes j + (j+8) | b lanes j + (j+8)] */
+    v[k] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  for (int k = 0; k < 2; k++) /* quarter q: head (4k' + q) lanes j + (j+4) */
+    w[k] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+  /* heads in w[0] quarters: 0, 1, 2, 3 (pairs (0,1),(2,3) -> q0=h0,q1=h1,q2=h2,q3=h3);
+   * w[1]: 4, 5, 6, 7 */
+  __m512 x = _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                           _mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(3, 2, 3, 2)));
+  return _mm512_add_ps(_mm512_shuffle_ps(x, x, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(x, x, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+static void vec_attn_qk_avx512(float *restrict s, int lds, const float *restrict q, int ldq, int nh,
+                               const float *const *rows, int nu, int n, float scale);
+static void vec_attn_pv_avx512(float *restrict o, int ldo, const float *restrict p, int ldp, int nh,
+                               const float *const *rows, int nu, int n);
 
 #define VEC_SUFFIX avx512
 #define VEC_NAME "avx512"
+#define VEC_ATTN_OWN
 #include "kernels/vec_impl.h"
+
+/* two rows at a time, so each load of q serves two multiply-adds */
+static void vec_attn_qk_avx512(float *restrict s, int lds, const float *restrict q, int ldq, int nh,
+                               const float *const *rows, int nu, int n, float scale) {
+  if (nh != PV_HEADS) {
+    for (int u = 0; u < nu; u++)
+      for (int h = 0; h < nh; h++) s[(size_t)h * lds + u] = vec_dot_avx512(q + (size_t)h * ldq, rows[u], n) * scale;
+    return;
+  }
+  const int nb = n / 16 * 16;
+  const __mmask16 tail = (__mmask16)((1u << (n - nb)) - 1);
+  const __m512 sc = _mm512_set1_ps(scale);
+  int u = 0;
+  for (; u < nu; u += 2) {
+    const int two = u + 1 < nu;
+    const float *x0 = rows[u], *x1 = rows[two ? u + 1 : u];
+    __m512 a0[PV_HEADS], a1[PV_HEADS];
+    for (int h = 0; h < PV_HEADS; h++) a0[h] = a1[h] = _mm512_setzero_ps();
+    for (int i = 0; i < nb; i += 16) {
+      const __m512 v0 = _mm512_loadu_ps(x0 + i), v1 = _mm512_loadu_ps(x1 + i);
+#pragma GCC unroll 8
+      for (int h = 0; h < PV_HEADS; h++) {
+        const __m512 qh = _mm512_loadu_ps(q + (size_t)h * ldq + i);
+        a0[h] = _mm512_fmadd_ps(qh, v0, a0[h]);
+        a1[h] = _mm512_fmadd_ps(qh, v1, a1[h]);
+      }
+    }
+    if (tail) {
+      const __m512 v0 = _mm512_maskz_loadu_ps(tail, x0 + nb), v1 = _mm512_maskz_loadu_ps(tail, x1 + nb);
+      for (int h = 0; h < PV_HEADS; h++) {
+        const __m512 qh = _mm512_maskz_loadu_ps(tail, q + (size_t)h * ldq + nb);
+        a0[h] = _mm512_mask3_fmadd_ps(qh, v0, a0[h], tail);
+        a1[h] = _mm512_mask3_fmadd_ps(qh, v1, a1[h], tail);
+      }
+    }
+    float r[16];
+    _mm512_storeu_ps(r, _mm512_mul_ps(fold8(a0), sc));
+    for (int h = 0; h < PV_HEADS; h++) s[(size_t)h * lds + u] = r[4 * (h % 4) + h / 4];
+    if (two) {
+      _mm512_storeu_ps(r, _mm512_mul_ps(fold8(a1), sc));
+      for (int h = 0; h < PV_HEADS; h++) s[(size_t)h * lds + u + 1] = r[4 * (h % 4) + h / 4];
+    }
+  }
+}
+
+/* a block of 32 columns of 8 heads' sums in registers while the rows
+ * stream past; the last columns (n % 32) and other head counts one head
+ * at a time, 16 columns (masked at the end) per register */
+static void vec_attn_pv_avx512(float *restrict o, int ldo, const float *restrict p, int ldp, int nh,
+                               const float *const *rows, int nu, int n) {
+  int c0 = 0;
+  if (nh == PV_HEADS)
+    for (; c0 + PV_COLS <= n; c0 += PV_COLS) {
+      __m512 lo[PV_HEADS], hi[PV_HEADS];
+      for (int h = 0; h < PV_HEADS; h++) {
+        lo[h] = _mm512_loadu_ps(o + (size_t)h * ldo + c0);
+        hi[h] = _mm512_loadu_ps(o + (size_t)h * ldo + c0 + 16);
+      }
+      for (int u = 0; u < nu; u++) {
+        const __m512 xl = _mm512_loadu_ps(rows[u] + c0), xh = _mm512_loadu_ps(rows[u] + c0 + 16);
+#pragma GCC unroll 8
+        for (int h = 0; h < PV_HEADS; h++) {
+          const __m512 a = _mm512_set1_ps(p[(size_t)h * ldp + u]);
+          lo[h] = _mm512_fmadd_ps(a, xl, lo[h]);
+          hi[h] = _mm512_fmadd_ps(a, xh, hi[h]);
+        }
+      }
+      for (int h = 0; h < PV_HEADS; h++) {
+        _mm512_storeu_ps(o + (size_t)h * ldo + c0, lo[h]);
+        _mm512_storeu_ps(o + (size_t)h * ldo + c0 + 16, hi[h]);
+      }
+    }
+  for (int h = 0; h < nh; h++)
+    for (int c = c0; c < n; c += 16) {
+      const __mmask16 m = n - c >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - c)) - 1);
+      float *oh = o + (size_t)h * ldo + c;
+      __m512 acc = _mm512_maskz_loadu_ps(m, oh);
+      for (int u = 0; u < nu; u++)
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(p[(size_t)h * ldp + u]), _mm512_maskz_loadu_ps(m, rows[u] + c), acc);
+      _mm512_mask_storeu_ps(oh, m, acc);
+    }
+}
