@@ -203,7 +203,7 @@ static void bench_grouped(FILE *out, const dsi_peaks *pk, int nth, int reps, dsi
   /* the forward's machinery: per-worker lists and scratch, prepared rows in ws */
   dsi_fctx f = {.act_bf16 = dsi_cpu_get()->level >= DSI_ISA_AMX};
   if (dsi_fctx_workers(&f, nth, G_E, DSI_GEMM_SCRATCH(G_D + 64) / sizeof(float))) ok = 0;
-  size_t ws_bytes = dsi_prep_bytes(P, G_D, G_D);
+  size_t ws_bytes = dsi_prep_bytes(P, G_D, G_D, G_E);
   void *ws = dsi_alloc_aligned(ws_bytes);
   float *x = dsi_alloc_aligned((size_t)P * G_D * sizeof(float)), *h = dsi_alloc_aligned((size_t)P * G_I * sizeof(float));
   float *y = dsi_alloc_aligned((size_t)P * G_D * sizeof(float));
@@ -306,7 +306,7 @@ int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) 
   size_t kmax = 16384 + 64;
   dsi_fctx f = {.act_bf16 = cpu->level >= DSI_ISA_AMX};
   int ok = dsi_fctx_workers(&f, nth, 1, DSI_GEMM_SCRATCH(kmax) / sizeof(float)) == DSI_OK;
-  size_t ws_bytes = dsi_prep_bytes(max_m, (int)kmax, (int)kmax);
+  size_t ws_bytes = dsi_prep_bytes(max_m, (int)kmax, (int)kmax, 1);
   void *ws = dsi_alloc_aligned(ws_bytes);
   dsi_gemm_fn picked = NULL;
   float *x = dsi_alloc_aligned((size_t)max_m * kmax * sizeof(float));

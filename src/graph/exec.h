@@ -89,8 +89,9 @@ typedef void (*dsi_op_fn)(dsi_xrun *r, const dsi_op *op, dsi_team *tm);
 extern const dsi_op_fn dsi_op_fns[DSI_OP_COUNT];
 /* an op's FLOPs and bytes this step (for the profile) */
 void dsi_op_cost(const dsi_xrun *r, const dsi_op *op, double *flops, double *wbytes, double *abytes);
-/* bytes of prepared activations for m rows of a weight with cols / kpad */
-size_t dsi_prep_bytes(long m, int cols, int kpad);
+/* bytes of prepared activations for m rows in all, over at most `calls`
+ * matmuls of weights with cols / kpad */
+size_t dsi_prep_bytes(long m, int cols, int kpad, int calls);
 
 /* Run n matmuls of `rows` rows each on a team: each thread picks the
  * kernels and lays out the prepared activations (deterministically: every

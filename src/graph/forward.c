@@ -64,7 +64,7 @@ static int linear(builder *bd, const char *name, int cat, const dsi_mat *w, int 
   op->epi = epi;
   op->in[0] = x;
   op->out[0] = y;
-  if (w->layout == DSI_LAYOUT_TILES) op->out[1] = tensor(bd, "prep", dsi_prep_bytes(T, w->cols, w->kpad));
+  if (w->layout == DSI_LAYOUT_TILES) op->out[1] = tensor(bd, "prep", dsi_prep_bytes(T, w->cols, w->kpad, 1));
   return y;
 }
 
@@ -131,7 +131,7 @@ static int mla(builder *bd, const dsi_layer_weights *w, int xn, int layer) {
     size_t ctx_rows = DSI_CEIL_DIV(f->max_context, DSI_TILE_N) * DSI_TILE_N;
     size_t row_pad = DSI_CEIL_DIV(row, DSI_TILE_K) * DSI_TILE_K;
     size_t core_prep = DSI_MAX(7 * F32(f->att_s_len) + F32(64 * H) + 4096,
-                               dsi_prep_bytes((long)DSI_MIN(64, chunk) * H, row, (int)row_pad));
+                               dsi_prep_bytes((long)DSI_MIN(64, chunk) * H, row, (int)row_pad, 1));
     for (int t0 = 0; t0 < T; t0 += chunk) {
       int q_lat = tensor(bd, "q_lat", F32((size_t)chunk * H * row)); /* [chunk, H, kv_lora + rope] */
       op = dsi_graph_op(g, DSI_OP_ATTN_QLAT, "w_uk", DSI_PROF_ATTN);
@@ -139,7 +139,7 @@ static int mla(builder *bd, const dsi_layer_weights *w, int xn, int layer) {
       op->t0 = t0;
       op->in[0] = q;
       op->out[0] = q_lat;
-      op->out[1] = tensor(bd, "prep", dsi_prep_bytes((long)chunk * H, nope, w->w_uk_t.kpad));
+      op->out[1] = tensor(bd, "prep", dsi_prep_bytes((long)chunk * H, nope, w->w_uk_t.kpad, H));
       int o_lat = tensor(bd, "o_lat", F32((size_t)chunk * H * kvl)); /* [chunk, H, kv_lora] */
       op = dsi_graph_op(g, DSI_OP_ATTN_CORE, "attn_core", DSI_PROF_ATTN);
       op->lw = w;
@@ -158,7 +158,7 @@ static int mla(builder *bd, const dsi_layer_weights *w, int xn, int layer) {
       op->t0 = t0;
       op->in[0] = o_lat;
       op->out[0] = attn;
-      op->out[1] = tensor(bd, "prep", dsi_prep_bytes((long)chunk * H, kvl, w->w_uv.kpad));
+      op->out[1] = tensor(bd, "prep", dsi_prep_bytes((long)chunk * H, kvl, w->w_uv.kpad, H));
     }
     if (f->mla && seg) { /* prefill segments the cost model gives to the non-absorbed form */
       op = dsi_graph_op(g, DSI_OP_ATTN_NAIVE, "attn_naive", DSI_PROF_ATTN);
@@ -235,7 +235,7 @@ static int moe(builder *bd, const dsi_layer_weights *w, int xn) {
     op->in[1] = start;
     op->in[2] = tok;
     op->out[0] = h;
-    op->out[1] = tensor(bd, "prep", dsi_prep_bytes((long)T * K, gu->cols, gu->kpad));
+    op->out[1] = tensor(bd, "prep", dsi_prep_bytes((long)T * K, gu->cols, gu->kpad, E));
     op = dsi_graph_op(g, DSI_OP_MOE_DOWN, "moe_down", DSI_PROF_MOE);
     op->lw = w;
     op->in[0] = h;
@@ -243,7 +243,7 @@ static int moe(builder *bd, const dsi_layer_weights *w, int xn) {
     op->in[2] = tok;
     op->in[3] = pw;
     op->out[0] = routed;
-    op->out[1] = tensor(bd, "prep", dsi_prep_bytes((long)T * K, dn->cols, dn->kpad));
+    op->out[1] = tensor(bd, "prep", dsi_prep_bytes((long)T * K, dn->cols, dn->kpad, E));
   } else {
     int I = c->moe_intermediate_size;
     op = dsi_graph_op(g, DSI_OP_MOE_ROWMAJOR, "moe_experts", DSI_PROF_MOE);
@@ -293,7 +293,7 @@ static dsi_graph *build(const dsi_fctx *f, int T) {
   op->in[0] = xf;
   op->out[0] = logits;
   if (m->lm_head.layout == DSI_LAYOUT_TILES)
-    op->out[1] = tensor(&bd, "prep", dsi_prep_bytes(T, m->lm_head.cols, m->lm_head.kpad));
+    op->out[1] = tensor(&bd, "prep", dsi_prep_bytes(T, m->lm_head.cols, m->lm_head.kpad, 1));
   return g;
 }
 

@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "graph/graph.h"
 #include "base/base.h"
+#include "kernels/gemm.h"
 
 #include <assert.h>
 #include <stdio.h>
@@ -162,7 +163,7 @@ static void fuse(dsi_graph *g, const dsi_plan_opts *o) {
     if (w) {
       int save = g->cur_layer;
       g->cur_layer = norm->layer;
-      norm->out[1] = dsi_graph_tensor(g, "xn_bf16", DSI_T_ARENA, (size_t)g->T * w->kpad * sizeof(uint16_t));
+      norm->out[1] = dsi_graph_tensor(g, "xn_bf16", DSI_T_ARENA, DSI_XB_ROWS(g->T) * w->kpad * sizeof(uint16_t));
       g->cur_layer = save;
       norm->w = w;
     }

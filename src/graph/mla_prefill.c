@@ -100,7 +100,7 @@ dsi_mla_prefill *dsi_mla_prefill_new(const dsi_config *c, int max_tokens, int ma
   /* rows of f32, bf16 and int8 for every call (dsi_prep_bytes), in floats */
   size_t rows = DSI_MAX(2 * (size_t)p->cb, (size_t)p->hg * p->qb);
   size_t kp_max = DSI_MAX(DSI_MAX(kvl_pad, (size_t)p->kpad_k), (size_t)p->cb);
-  p->xr_len = dsi_prep_bytes((long)rows, (int)kp_max, (int)kp_max) / sizeof(float) + 256;
+  p->xr_len = dsi_prep_bytes((long)rows, (int)kp_max, (int)kp_max, DSI_MAX(2, p->hg)) / sizeof(float) + 256;
   ALLOC(p->xr, p->xr_len);
   p->K = dsi_xcalloc(p->hg, sizeof(dsi_mat));
   p->Vt = dsi_xcalloc(p->hg, sizeof(dsi_mat));

@@ -15,8 +15,11 @@
 /* ---- matmuls on a team ---- */
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
-size_t dsi_prep_bytes(long m, int cols, int kpad) {
-  return align64((size_t)m * cols * sizeof(float)) + align64((size_t)m * kpad * sizeof(uint16_t)) +
+size_t dsi_prep_bytes(long m, int cols, int kpad, int calls) {
+  /* bf16 rows: each call's rounded up to a 16-row block; AMX takes calls
+   * of 16 rows and more only, so no more than m + 15 per call up to m */
+  size_t xb_rows = (size_t)m + 15 * (size_t)DSI_MIN(calls, m / 16 + 1);
+  return align64((size_t)m * cols * sizeof(float)) + align64(xb_rows * kpad * sizeof(uint16_t)) +
          align64((size_t)m * DSI_XQ_LD(kpad)) + align64((size_t)m * sizeof(float)) + 64;
 }
 
@@ -86,7 +89,7 @@ void dsi_gemm_team(dsi_team *tm, const dsi_fctx *f, dsi_gemm *gs, dsi_gemm_fn *f
       gs[i].xb = xb_ready;
       prep[i] = P_NONE;
     } else if (wants == DSI_PREP_BF16) {
-      prep[i] = P_BF16, slot[i] = n_b, n_b += gs[i].m;
+      prep[i] = P_BF16, slot[i] = n_b, n_b += DSI_XB_ROWS(gs[i].m);
     } else if (wants == DSI_PREP_I8) {
       prep[i] = P_I8, slot[i] = n_q, n_q += gs[i].m;
     } else if (f->act_bf16 && !x_ready) {
@@ -123,7 +126,8 @@ void dsi_gemm_team(dsi_team *tm, const dsi_fctx *f, dsi_gemm *gs, dsi_gemm_fn *f
         const int32_t *xr_rows = g->x_rows ? g->x_rows + (s0 - lo) : NULL;
         size_t r = slot[i] + (size_t)(s0 - lo);
         int nr = (int)(s1 - s0);
-        if (prep[i] == P_BF16) dsi_rows_to_bf16(x, g->ldx, xr_rows, nr, cols, kpad, xb + r * kpad);
+        if (prep[i] == P_BF16)
+          dsi_rows_to_bf16_tiles(x, g->ldx, xr_rows, nr, cols, kpad, (int)(s0 - lo), g->m, xb + slot[i] * kpad);
         else if (prep[i] == P_I8) dsi_rows_to_i8(x, g->ldx, xr_rows, nr, cols, ldq, xq + r * ldq, xq_scale + r);
         else if (g->w->dtype == DSI_DTYPE_I8) dsi_rows_round_i8(x, g->ldx, xr_rows, nr, cols, xr + r * cols);
         else dsi_rows_round_bf16(x, g->ldx, xr_rows, nr, cols, xr + r * cols);
@@ -246,7 +250,7 @@ static void op_rmsnorm(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
     dsi_k_rmsnorm(src + row * D, op->vec, D, r->f->c->rms_norm_eps, dst + i * D);
     if (quant) {
       dsi_rows_round_bf16(dst + i * D, D, NULL, 1, D, dst + i * D);
-      if (bf16_rows) dsi_rows_to_bf16(dst + i * D, D, NULL, 1, D, op->w->kpad, (uint16_t *)XT(r, op->out[1]) + i * op->w->kpad);
+      if (bf16_rows) dsi_rows_to_bf16_tiles(dst + i * D, D, NULL, 1, D, op->w->kpad, (int)i, n, (uint16_t *)XT(r, op->out[1]));
     }
   }
 }

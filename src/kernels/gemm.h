@@ -27,8 +27,9 @@ typedef struct dsi_gemm {
   const float *x;        /* f32 [*, ldx] */
   int ldx;
   const int32_t *x_rows; /* gather (grouped experts) or NULL */
-  /* the same rows in bf16, already gathered, [m, kpad] zero-padded past
-   * w->cols, for kernels that want them (AMX); NULL when not prepared */
+  /* the same rows in bf16, already gathered, in AMX tile order (see
+   * dsi_rows_to_bf16_tiles), for kernels that want them (AMX); NULL when
+   * not prepared */
   const uint16_t *xb;
   /* the same rows quantized to int8 (x ~ xq * xq_scale, one scale per row),
    * [m, DSI_XQ_LD(kpad)] zero-padded, for kernels that want them (AMX
@@ -102,8 +103,18 @@ void dsi_pack_f32_cols(dsi_dtype dt, const float *src, int ld, const int32_t *id
  * INT8 kernel multiplies), kept in f32 */
 void dsi_rows_round_i8(const float *x, int ldx, const int32_t *rows, int m, int cols, float *out);
 void dsi_rows_round_bf16(const float *x, int ldx, const int32_t *rows, int m, int cols, float *out);
-/* x f32 rows (gathered by rows when non-NULL) -> bf16 [m, kpad], zero pad */
-void dsi_rows_to_bf16(const float *x, int ldx, const int32_t *rows, int m, int cols, int kpad, uint16_t *out);
+/* bf16 activations in AMX tile order: 16-row blocks, each block its K
+ * steps' 16x32 tiles one after another ([ceil(m/16)][kpad/32][16][32]), so
+ * every A tile is 1 KiB of contiguous memory (rows kpad * 2 bytes apart
+ * would fall into two L1 sets). Columns past cols and the rows of the last
+ * block past m are zero. DSI_XB_ROWS(m) rows are stored. */
+#define DSI_XB_ROWS(m) (((size_t)(m) + 15) / 16 * 16)
+/* rows [row0, row0 + n) of such a buffer of m_total rows at out, from x f32
+ * rows (gathered by rows when non-NULL); the call whose rows end at m_total
+ * also zeroes the last block's padding rows. Threads may fill disjoint row
+ * ranges of one buffer. */
+void dsi_rows_to_bf16_tiles(const float *x, int ldx, const int32_t *rows, int n, int cols, int kpad, int row0,
+                            int m_total, uint16_t *out);
 /* x f32 rows (gathered by rows when non-NULL) -> int8 [m, ld], zero pad,
  * and scale[m]: symmetric per row, scale = amax / 127, q = round(x / scale) */
 void dsi_rows_to_i8(const float *x, int ldx, const int32_t *rows, int m, int cols, int ld, int8_t *out, float *scale);

@@ -88,14 +88,24 @@ void dsi_pack_gate_up(const dsi_mat *gate, const dsi_mat *up, dsi_mat *dst, void
 }
 
 /* ---- activations to bf16 ---- */
-void dsi_rows_to_bf16(const float *x, int ldx, const int32_t *rows, int m, int cols, int kpad, uint16_t *out) {
+void dsi_rows_to_bf16_tiles(const float *x, int ldx, const int32_t *rows, int n, int cols, int kpad, int row0,
+                            int m_total, uint16_t *out) {
   const dsi_vec_ops *v = dsi_vec();
-  for (int i = 0; i < m; i++) {
+  const size_t steps = (size_t)kpad / DSI_TILE_K;
+  for (int i = 0; i < n; i++) {
     const float *r = x + (size_t)(rows ? rows[i] : i) * ldx;
-    uint16_t *o = out + (size_t)i * kpad;
-    v->to_bf16(r, o, cols);
-    for (int c = cols; c < kpad; c++) o[c] = 0;
+    size_t row = (size_t)row0 + i;
+    uint16_t *o = out + (row / 16) * steps * 512 + (row % 16) * DSI_TILE_K;
+    for (int c = 0; c < kpad; c += DSI_TILE_K, o += 512) {
+      int nc = DSI_MAX(0, DSI_MIN(DSI_TILE_K, cols - c));
+      v->to_bf16(r + c, o, nc);
+      memset(o + nc, 0, (size_t)(DSI_TILE_K - nc) * sizeof(uint16_t));
+    }
   }
+  if (row0 + n == m_total) /* the last block's rows past m_total */
+    for (size_t row = (size_t)m_total; row < DSI_XB_ROWS(m_total); row++)
+      for (size_t s = 0; s < steps; s++)
+        memset(out + ((row / 16) * steps + s) * 512 + (row % 16) * DSI_TILE_K, 0, DSI_TILE_K * sizeof(uint16_t));
 }
 
 void dsi_rows_to_i8(const float *x, int ldx, const int32_t *rows, int m, int cols, int ld, int8_t *out, float *scale) {

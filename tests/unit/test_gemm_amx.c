@@ -111,8 +111,16 @@ static void one_case(dsi_dtype dt, dsi_epilogue epi, int rows, int cols, int m, 
   for (size_t i = 0; i < (size_t)nx * ldx; i++) x[i] = bf16_round(dsi_rng_normal(rng));
   int32_t *x_rows = malloc(m * sizeof(int32_t));
   for (int i = 0; i < m; i++) x_rows[i] = (int32_t)(dsi_rng_u64(rng) % nx);
-  uint16_t *xb = dsi_alloc_aligned((size_t)m * kpad * 2);
-  dsi_rows_to_bf16(x, ldx, x_rows, m, cols, kpad, xb);
+  /* tile-ordered bf16 rows, filled in two ranges as two threads would; the
+   * padding rows start as garbage, which the last range must zero */
+  size_t xb_bytes = DSI_XB_ROWS(m) * kpad * 2;
+  uint16_t *xb = dsi_alloc_aligned(xb_bytes);
+  memset(xb, 0x7f, xb_bytes);
+  dsi_rows_to_bf16_tiles(x, ldx, x_rows, m / 2, cols, kpad, 0, m, xb);
+  dsi_rows_to_bf16_tiles(x, ldx, x_rows + m / 2, m - m / 2, cols, kpad, m / 2, m, xb);
+  for (size_t r = m; r < DSI_XB_ROWS(m); r++)
+    for (int s = 0; s < kpad / 32; s++)
+      for (int c = 0; c < 32; c++) CHECK(xb[((r / 16) * (kpad / 32) + s) * 512 + (r % 16) * 32 + c] == 0);
 
   /* outputs: STORE/SILU [m, ldy]; SCATTER [ny, ldy] at distinct y_rows */
   int nout = epi == DSI_EPI_SILU_PAIRS ? pk.rows / 2 : rows;

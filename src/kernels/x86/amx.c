@@ -12,12 +12,13 @@
 #include <immintrin.h>
 #include <string.h>
 
-/* Tiles (amx_util.h): C f32 16x16, A bf16 16x32 from xb, B bf16 VNNI 16x32 from one panel. */
+/* Tiles (amx_util.h): C f32 16x16, A bf16 16x32 from xb (tile order: each
+ * A tile 1 KiB contiguous, gemm.h), B bf16 VNNI 16x32 from one panel. */
 #define KSTEP_BYTES 1024 /* one 16x32 bf16 B tile: one K step of a panel */
 /* Blocking, chosen by measurement on this project's 2-core Sapphire Rapids
  * machines (L1 48 KiB, L2 2 MiB per core); see the driver's comment */
-#define KC_STEPS 16 /* K chunk: a pair's B chunk is 32 KiB and stays in L1 */
-#define MC_ROWS 256 /* M chunk: B reuse against the L2 footprint */
+#define KC_STEPS 8  /* K chunk: a pair's B chunk (16 KiB) and an M block's A (16 KiB) share L1 */
+#define MC_ROWS 512 /* M chunk: B reuse against the L2 footprint */
 #define MAX_GROUP 8 /* panel pairs sharing one pass over an A chunk */
 
 /* ---- inner kernel: nm x nn C tiles over ks K steps ---- */
@@ -27,26 +28,27 @@
 typedef struct {
   const uint8_t *b0, *b1; /* next B: this block's first line in each panel */
   int nb;                 /* B lines per panel per step */
-  const uint8_t *a;       /* next A chunk: its first row, at its first K step */
-  size_t lda;
-  int aks;                /* lines per row of the next A chunk */
-  int l0, l1;             /* this block's lines of it: line l is row l / aks, step l % aks */
+  const uint8_t *a;       /* next A chunk: its first 16-row block, at its first K step */
+  size_t lda;             /* bytes from one 16-row block to the next */
+  int aks;                /* K steps of the next A chunk */
+  int l0, l1;             /* this block's lines of it: line l is in block l / (16 aks), at l % (16 aks) */
   int na;                 /* A lines per step */
 } prefetch;
 
-/* a: 16 or 32 rows of bf16 activations, row stride lda bytes; b0/b1: the K
- * steps of two panels, 1 KiB apart. nm, nn are constants after inlining. */
+/* a: the K steps of a 16-row block of activations' tiles, 1 KiB apart, and
+ * lda bytes on those of the next 16 rows; b0/b1: the K steps of two
+ * panels, 1 KiB apart. nm, nn are constants after inlining. */
 static inline __attribute__((always_inline)) void tiles_mac(const uint8_t *a, size_t lda, const uint8_t *b0,
                                                             const uint8_t *b1, int ks, int nm, int nn,
                                                             const prefetch *pf) {
-  const uint8_t *a1 = a + 16 * lda;
+  const uint8_t *a1 = a + lda;
   int l = pf->l0;
   for (int s = 0; s < ks; s++) {
     _tile_loadd(T_B0, b0 + (size_t)s * KSTEP_BYTES, 64);
-    _tile_loadd(T_A0, a + (size_t)s * 64, lda);
+    _tile_loadd(T_A0, a + (size_t)s * KSTEP_BYTES, 64);
     _tile_dpbf16ps(T_C00, T_A0, T_B0);
     if (nm == 2) {
-      _tile_loadd(T_A1, a1 + (size_t)s * 64, lda);
+      _tile_loadd(T_A1, a1 + (size_t)s * KSTEP_BYTES, 64);
       _tile_dpbf16ps(T_C10, T_A1, T_B0);
     }
     if (nn == 2) {
@@ -59,7 +61,8 @@ static inline __attribute__((always_inline)) void tiles_mac(const uint8_t *a, si
       _mm_prefetch((const char *)pf->b1 + (size_t)(s * pf->nb + j) * 64, _MM_HINT_T1);
     }
     for (int j = 0; j < pf->na && l < pf->l1; j++, l++)
-      _mm_prefetch((const char *)pf->a + (size_t)(l / pf->aks) * pf->lda + (size_t)(l % pf->aks) * 64, _MM_HINT_T1);
+      _mm_prefetch((const char *)pf->a + (size_t)(l / (16 * pf->aks)) * pf->lda + (size_t)(l % (16 * pf->aks)) * 64,
+                   _MM_HINT_T1);
   }
 }
 
@@ -151,8 +154,13 @@ typedef struct {
  * have few misses in flight, and stalled every pass here before. The
  * group's C blocks wait in scratch between K chunks (a tile store and load
  * per block and chunk). K is always cut into chunks: a whole panel pair of
- * V3's shortest K (1536) is 96 KiB, past L1. Packing A chunks as tiles was
- * slower: the copy costs more than the strided tile loads lose. */
+ * V3's shortest K (1536) is 96 KiB, past L1. The activations come in tile
+ * order (gemm.h), prepared so by whoever rounds them to bf16, so an A tile
+ * is 1 KiB of contiguous lines: with rows kpad * 2 bytes apart (14 KiB for
+ * V3's hidden size) a tile's 16 lines fell into two L1 sets. With that,
+ * 8-step K chunks and 512-row M chunks measured best (1.1-1.35x over
+ * row-ordered A with 16-step chunks and 256-row M chunks, bitwise equal):
+ * a pair's B chunk and an M block's A chunk then fit L1 together. */
 void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch) {
   const dsi_mat *w = g->w;
   DSI_ASSERT(w->layout == DSI_LAYOUT_TILES && g->xb);
@@ -165,7 +173,7 @@ void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch) {
    * the layout's kpad (attention's V^T over a shorter context) */
   const int kpad = w->kpad, ksteps = DSI_CEIL_DIV(w->cols, DSI_TILE_K), m = g->m;
   const int p0 = r0 / DSI_TILE_N, p1 = DSI_CEIL_DIV(r1, DSI_TILE_N);
-  const size_t lda = (size_t)kpad * 2, es = fp8 ? 1 : 2;
+  const size_t lda = (size_t)(kpad / DSI_TILE_K) * KSTEP_BYTES, es = fp8 ? 1 : 2; /* A: 16-row blocks */
   const size_t panel_bytes = (size_t)DSI_TILE_N * kpad * es;
   const uint8_t *xb = (const uint8_t *)g->xb;
   int spb = 0; /* K steps per FP8 scale block */
@@ -177,14 +185,11 @@ void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch) {
 
   /* equal K chunks of about KC_STEPS */
   const int nk = DSI_CEIL_DIV(ksteps, KC_STEPS), kc = DSI_CEIL_DIV(ksteps, nk);
-  /* scratch: C staging, the zero-padded last M block, FP8 B (two
-   * buffers), C between K chunks */
+  /* scratch: C staging, FP8 B (two buffers), C between K chunks */
   const size_t budget = DSI_GEMM_SCRATCH(w->cols);
   uint8_t *sp = scratch;
   float *cst = (float *)sp;
   sp += 4096;
-  const int mfull = m - m % 32;
-  const uint8_t *atail = stage_m_tail(g->xb, lda, m, &sp);
   uint16_t *bw[2] = {NULL, NULL};
   if (fp8) {
     bw[0] = (uint16_t *)sp;
@@ -244,12 +249,11 @@ void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch) {
           ia = i0 + mc;
           na = DSI_MAX(0, DSI_MIN(mc, m - ia));
         }
-        const int la = na * aks, nu = npairs * nmb;
+        const int la = (int)DSI_XB_ROWS(na) * aks, nu = npairs * nmb;
         float *qacc = acc ? acc + (size_t)j * nmb * 1024 : NULL;
         for (int mb = 0; mb < nmb; mb++) {
           const int ib = i0 + mb * 32, nrows = DSI_MIN(32, m - ib), nm = nrows > 16 ? 2 : 1;
-          const uint8_t *a = ib >= mfull ? atail : xb + (size_t)ib * lda;
-          a += (size_t)c.k0 * 64;
+          const uint8_t *a = xb + (size_t)(ib / 16) * lda + (size_t)c.k0 * KSTEP_BYTES;
           float *bacc = qacc ? qacc + (size_t)mb * 1024 : NULL;
           /* this block's shares: B steps [s0, s1) of each panel, A lines [l0, l1) */
           const int s0 = has_next ? n.ks * mb / nmb : 0, s1 = has_next ? n.ks * (mb + 1) / nmb : 0;
@@ -261,7 +265,7 @@ void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch) {
             pf.nb = DSI_CEIL_DIV((s1 - s0) * 16, c.ks);
           }
           if (la > 0) {
-            pf.a = xb + (size_t)ia * lda + (size_t)ka * 64;
+            pf.a = xb + (size_t)(ia / 16) * lda + (size_t)ka * KSTEP_BYTES;
             pf.aks = aks;
             pf.l0 = (int)((long)la * u / nu);
             pf.l1 = (int)((long)la * (u + 1) / nu);
