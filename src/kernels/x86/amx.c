@@ -263,6 +263,19 @@ void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch) {
             pf.b0 = (const uint8_t *)w->data + (size_t)n.q * panel_bytes + (size_t)(n.k0 + s0) * KSTEP_BYTES;
             pf.b1 = n.nn == 2 ? pf.b0 + panel_bytes : pf.b0;
             pf.nb = DSI_CEIL_DIV((s1 - s0) * 16, c.ks);
+          } else if (fp8 && it + 2 < nitems) {
+            /* FP8: the next item is widened, not prefetched; this block
+             * prefetches its share of the FP8 bytes of the one after, which
+             * its widening will read (4 KiB runs a panel apart start no
+             * hardware stream, and with few rows there is little work to
+             * hide the widening's misses behind: grouped experts) */
+            const item f = ITEM(it + 2);
+            const int t0 = f.ks * mb / nmb, t1 = f.ks * (mb + 1) / nmb;
+            if (t1 > t0) {
+              pf.b0 = (const uint8_t *)w->data + (size_t)f.q * panel_bytes + (size_t)(f.k0 + t0) * 512;
+              pf.b1 = f.nn == 2 ? pf.b0 + panel_bytes : pf.b0;
+              pf.nb = DSI_CEIL_DIV((t1 - t0) * 8, c.ks);
+            }
           }
           if (la > 0) {
             pf.a = xb + (size_t)(ia / 16) * lda + (size_t)ka * KSTEP_BYTES;
