@@ -59,9 +59,9 @@ typedef void (*dsi_gemm_fn)(const dsi_gemm *g, int r0, int r1, void *scratch);
 void dsi_gemm_ref(const dsi_gemm *g, int r0, int r1, void *scratch);
 /* AVX-512 (any m; TILES layout, F32 / BF16 / FP8) — x86/avx512.c */
 void dsi_gemm_avx512(const dsi_gemm *g, int r0, int r1, void *scratch);
-/* AMX BF16 tiles (m >= 16 worthwhile; TILES layout, BF16 / FP8; needs xb) — x86/amx.c */
+/* AMX BF16 tiles (m >= 8 worthwhile; TILES layout, BF16 / FP8; needs xb) — x86/amx.c */
 void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch);
-/* AMX INT8 tiles (m >= 16 worthwhile; TILES layout, INT8; needs xq) — x86/amx_int8.c */
+/* AMX INT8 tiles (m >= 8 worthwhile; TILES layout, INT8; needs xq) — x86/amx_int8.c */
 void dsi_gemm_amx_int8(const dsi_gemm *g, int r0, int r1, void *scratch);
 
 /* AVX2 + FMA (any m; TILES layout, F32 / BF16 / FP8 / INT8) — x86/avx2.c */
