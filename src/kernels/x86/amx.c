@@ -18,6 +18,7 @@
 /* Blocking, chosen by measurement on this project's 2-core Sapphire Rapids
  * machines (L1 48 KiB, L2 2 MiB per core); see the driver's comment */
 #define KC_STEPS 8  /* K chunk: a pair's B chunk (16 KiB) and an M block's A (16 KiB) share L1 */
+#define KC_STEPS_1 32 /* K chunk when the rows are one 32-row M block */
 #define MC_ROWS 512 /* M chunk: B reuse against the L2 footprint */
 #define MAX_GROUP 8 /* panel pairs sharing one pass over an A chunk */
 
@@ -184,7 +185,11 @@ void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch) {
   if (g->epi == DSI_EPI_SILU_PAIRS) DSI_ASSERT(p0 % 2 == 0 && (p1 - p0) % 2 == 0);
 
   /* equal K chunks of about KC_STEPS */
-  const int nk = DSI_CEIL_DIV(ksteps, KC_STEPS), kc = DSI_CEIL_DIV(ksteps, nk);
+  /* one 32-row M block (grouped experts' few tokens): there is no reuse
+   * of a B chunk across M blocks to keep in L1, so longer chunks, fewer C
+   * tile spills (grouped experts 1.1-1.15x) */
+  const int kcx = m <= 32 ? KC_STEPS_1 : KC_STEPS;
+  const int nk = DSI_CEIL_DIV(ksteps, kcx), kc = DSI_CEIL_DIV(ksteps, nk);
   /* scratch: C staging, FP8 B (two buffers), C between K chunks */
   const size_t budget = DSI_GEMM_SCRATCH(w->cols);
   uint8_t *sp = scratch;
