@@ -26,8 +26,22 @@ size_t dsi_prep_bytes(long m, int cols, int kpad, int calls) {
 /* claim units in chunks: a few per thread of the pool keeps teams balanced */
 static long claim_chunk(long units, int nth) { return DSI_MAX(1, units / (4l * nth)); }
 
-static void run_units(const dsi_gemm *gs, const dsi_gemm_fn *fns, int n, int rows, int unit, long u0, long u1,
-                      void *scratch) {
+/* Units of a batch of n matmuls: row-major, unit u is rows [u unit, (u + 1)
+ * unit) of every call (the routed experts' scatter-add, where calls add
+ * into the same outputs and one thread must own an output row in every
+ * call); or call-major (flat), unit u is a row range of call u / upc alone,
+ * so a claimed range runs as a few long kernel calls instead of n short
+ * ones (W_UK, W_UV: 16 heads of 128 KiB, cut into 16 KiB calls before). */
+static void run_units(const dsi_gemm *gs, const dsi_gemm_fn *fns, int n, int rows, int unit, int flat, long u0,
+                      long u1, void *scratch) {
+  if (flat) {
+    const long upc = DSI_CEIL_DIV(rows, unit);
+    for (long i = u0 / upc; i < n && i * upc < u1; i++) {
+      long a = DSI_MAX(u0, i * upc) - i * upc, b = DSI_MIN(u1, (i + 1) * upc) - i * upc;
+      if (gs[i].m > 0 && a < b) fns[i](&gs[i], (int)(a * unit), (int)DSI_MIN(b * unit, (long)rows), scratch);
+    }
+    return;
+  }
   int r0 = (int)(u0 * unit), r1 = (int)DSI_MIN(u1 * unit, (long)rows);
   if (r0 >= r1) return;
   for (int i = 0; i < n; i++)
@@ -62,12 +76,12 @@ static void claim_units(dsi_team *tm, const dsi_fctx *f, long units, units_fn ru
 typedef struct {
   const dsi_gemm *gs;
   const dsi_gemm_fn *fns;
-  int n, rows, unit;
+  int n, rows, unit, flat;
 } gemm_units;
 
 static void gemm_units_run(void *ctx, long u0, long u1, float *scratch) {
   gemm_units *g = ctx;
-  run_units(g->gs, g->fns, g->n, g->rows, g->unit, u0, u1, scratch);
+  run_units(g->gs, g->fns, g->n, g->rows, g->unit, g->flat, u0, u1, scratch);
 }
 
 void dsi_gemm_team(dsi_team *tm, const dsi_fctx *f, dsi_gemm *gs, dsi_gemm_fn *fns, int n, int rows, int unit,
@@ -147,14 +161,16 @@ void dsi_gemm_team(dsi_team *tm, const dsi_fctx *f, dsi_gemm *gs, dsi_gemm_fn *f
     }
     if (!tm->helper) dsi_barrier_wait(tm->bar);
   }
-  long units = DSI_CEIL_DIV(rows, unit);
+  int flat = n > 1;
+  for (int i = 0; i < n; i++) flat &= gs[i].epi != DSI_EPI_SCATTER_ADD;
+  long units = DSI_CEIL_DIV(rows, unit) * (flat ? n : 1);
   if (!claim) {
     long u0, u1;
     dsi_split(units, tm->ith, tm->nth, &u0, &u1);
-    run_units(gs, fns, n, rows, unit, u0, u1, f->scratch[tm->tid]);
+    run_units(gs, fns, n, rows, unit, flat, u0, u1, f->scratch[tm->tid]);
     return;
   }
-  gemm_units gu = {gs, fns, n, rows, unit};
+  gemm_units gu = {gs, fns, n, rows, unit, flat};
   claim_units(tm, f, units, gemm_units_run, &gu);
 }
 typedef struct {
