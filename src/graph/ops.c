@@ -452,7 +452,7 @@ static void core_tokens(dsi_xrun *r, const dsi_op *op, dsi_team *tm, const core_
     v->attn_qk(score, f->max_context, ql, row, nh, rows, pos + 1, row, f->softmax_scale);
     float *ol = cb->o_lat + ((size_t)tc * H + h0) * kvl;
     for (int h = 0; h < nh; h++) {
-      dsi_k_softmax(score + (size_t)h * f->max_context, pos + 1);
+      v->softmax(score + (size_t)h * f->max_context, pos + 1);
       memset(ol + (size_t)h * kvl, 0, kvl * sizeof(float));
     }
     v->attn_pv(ol, kvl, score, f->max_context, nh, rows, pos + 1, kvl);
@@ -502,7 +502,7 @@ static void core_segment(dsi_xrun *r, const dsi_op *op, dsi_team *tm, const core
       float *s = cb->att_s + (size_t)q * ctx_pad;
       int cnt = r->b->pos[ts + l0 + q / H] + 1;
       for (int u = 0; u < cnt; u++) s[u] *= f->softmax_scale;
-      dsi_k_softmax(s, cnt);
+      dsi_vec()->softmax(s, cnt);
       memset(s + cnt, 0, (size_t)(ctx_pad - cnt) * sizeof(float));
     }
     dsi_barrier_wait(tm->bar);

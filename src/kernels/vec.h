@@ -23,6 +23,9 @@ typedef struct dsi_vec_ops {
   /* s[h*lds + u] = scale * dot(q + h*ldq, rows[u], n), summed as dot sums */
   void (*attn_qk)(float *s, int lds, const float *q, int ldq, int nh, const float *const *rows, int nu, int n,
                   float scale);
+  /* x = softmax(x) in place, n >= 1 (the attention's; the router keeps
+   * dsi_k_softmax's libm exp) */
+  void (*softmax)(float *x, int n);
 } dsi_vec_ops;
 
 const dsi_vec_ops *dsi_vec(void);

@@ -1,4 +1,5 @@
-/* tests: the decode attention's primitives (vec.h attn_qk, attn_pv) of
+/* tests: the decode attention's primitives (vec.h attn_qk, attn_pv,
+ * softmax) of
  * every ISA built for this CPU against a scalar model of their documented
  * order — each dot summed in 16 lanes with fused multiply-adds and folded
  * 8, 4, 2, 1; each output of P V summed over the rows in order — bitwise,
@@ -55,6 +56,25 @@ static void run(const char *isa, int nh, int nu, int n, dsi_rng *rng) {
   free(q), free(cache), free(rows), free(s), free(sm), free(o), free(om);
 }
 
+/* softmax against double precision: each probability within 1e-5
+ * relative (f32 rounds x - max, the exp adds 1-2 ulp, the f32 sum of a few
+ * thousand terms ~1e-6), and summing to 1 */
+static void run_softmax(const char *isa, int n, double spread, dsi_rng *rng) {
+  float *x = dsi_xmalloc((size_t)n * sizeof(float));
+  double *ref = dsi_xmalloc((size_t)n * sizeof(double)), mx = -1e300, sum = 0;
+  for (int i = 0; i < n; i++) x[i] = (float)(dsi_rng_normal(rng) * spread), mx = fmax(mx, x[i]);
+  for (int i = 0; i < n; i++) sum += (ref[i] = exp((double)x[i] - mx));
+  dsi_vec()->softmax(x, n);
+  double worst = 0, tot = 0;
+  for (int i = 0; i < n; i++) {
+    worst = fmax(worst, fabs(x[i] - ref[i] / sum) / (ref[i] / sum + 1e-30));
+    tot += x[i];
+  }
+  CHECKF(worst <= 1e-5 && fabs(tot - 1) <= 1e-5, "%s softmax n %d spread %g: relative error %.3g, sum %.9f", isa, n, spread,
+         worst, tot);
+  free(x), free(ref);
+}
+
 int main(void) {
   dsi_rng rng;
   dsi_rng_seed(&rng, 99);
@@ -70,6 +90,9 @@ int main(void) {
       for (size_t b = 0; b < DSI_ARRAY_LEN(heads); b++)
         for (size_t c = 0; c < DSI_ARRAY_LEN(nus); c++, n++) run(dsi_vec()->name, heads[b], nus[c], widths[a], &rng);
     printf("%s: %d attention cases bitwise equal to the documented order\n", dsi_vec()->name, n);
+    static const int sn[] = {1, 7, 16, 33, 544, 4099};
+    for (size_t a = 0; a < DSI_ARRAY_LEN(sn); a++)
+      for (double spread = 0.5; spread <= 20; spread *= 4) run_softmax(dsi_vec()->name, sn[a], spread, &rng);
   }
   return check_done();
 }

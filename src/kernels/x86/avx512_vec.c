@@ -7,7 +7,10 @@
  * the order of the rows. */
 #include "kernels/vec.h"
 
+#include "kernels/x86/avx512_math.h"
+
 #include <immintrin.h>
+#include <math.h>
 #include <stddef.h>
 
 #define PV_COLS 32
@@ -36,6 +39,7 @@ static void vec_attn_qk_avx512(float *restrict s, int lds, const float *restrict
                                const float *const *rows, int nu, int n, float scale);
 static void vec_attn_pv_avx512(float *restrict o, int ldo, const float *restrict p, int ldp, int nh,
                                const float *const *rows, int nu, int n);
+static void vec_softmax_avx512(float *x, int n);
 
 #define VEC_SUFFIX avx512
 #define VEC_NAME "avx512"
@@ -122,4 +126,30 @@ static void vec_attn_pv_avx512(float *restrict o, int ldo, const float *restrict
         acc = _mm512_fmadd_ps(_mm512_set1_ps(p[(size_t)h * ldp + u]), _mm512_maskz_loadu_ps(m, rows[u] + c), acc);
       _mm512_mask_storeu_ps(oh, m, acc);
     }
+}
+
+/* exp512 (1-2 ulp) 16 lanes at a time, the sum in 16 lanes folded at the
+ * end: ~6x the scalar libm loop, which was a fifth of a decode step's
+ * attention */
+static void vec_softmax_avx512(float *x, int n) {
+  const int nb = n / 16 * 16;
+  const __mmask16 tail = (__mmask16)((1u << (n - nb)) - 1);
+  __m512 mv = _mm512_set1_ps(-INFINITY);
+  for (int i = 0; i < nb; i += 16) mv = _mm512_max_ps(mv, _mm512_loadu_ps(x + i));
+  if (tail) mv = _mm512_mask_max_ps(mv, tail, mv, _mm512_maskz_loadu_ps(tail, x + nb));
+  const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mv));
+  __m512 s = _mm512_setzero_ps();
+  for (int i = 0; i < nb; i += 16) {
+    const __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(x + i), m));
+    _mm512_storeu_ps(x + i, e);
+    s = _mm512_add_ps(s, e);
+  }
+  if (tail) {
+    const __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, x + nb), m));
+    _mm512_mask_storeu_ps(x + nb, tail, e);
+    s = _mm512_mask_add_ps(s, tail, s, e);
+  }
+  const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(s));
+  for (int i = 0; i < nb; i += 16) _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), inv));
+  if (tail) _mm512_mask_storeu_ps(x + nb, tail, _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, x + nb), inv));
 }
