@@ -17,8 +17,9 @@ static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 size_t dsi_prep_bytes(long m, int cols, int kpad, int calls) {
   /* bf16 rows: each call's rounded up to a 16-row block; AMX takes calls
-   * of 16 rows and more only, so no more than m + 15 per call up to m */
-  size_t xb_rows = (size_t)m + 15 * (size_t)DSI_MIN(calls, m / 16 + 1);
+   * of DSI_AMX_MIN_ROWS rows and more only, so at most m / DSI_AMX_MIN_ROWS
+   * calls add up to 15 rows each */
+  size_t xb_rows = (size_t)m + 15 * (size_t)DSI_MIN(calls, m / DSI_AMX_MIN_ROWS + 1);
   return align64((size_t)m * cols * sizeof(float)) + align64(xb_rows * kpad * sizeof(uint16_t)) +
          align64((size_t)m * DSI_XQ_LD(kpad)) + align64((size_t)m * sizeof(float)) + 64;
 }

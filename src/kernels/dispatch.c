@@ -3,14 +3,6 @@
 #include "kernels/cpu.h"
 #include "kernels/gemm.h"
 
-/* AMX pays for its tile set-up, the bf16 conversion of activations and
- * (FP8) the widening of each B tile from about this many rows of
- * activations on. Measured on V3's shapes: below it the AVX-512 kernel
- * streams the weights at the memory bandwidth; from 8 rows on it turns
- * compute-bound (FP8 widening, f32 multiply-adds), while AMX, padding the
- * rows to a 16-row block, costs about what 16 rows cost: 1.5-2x faster at
- * 8-12 rows, and batch-8 decode 1.05-1.1x end to end. */
-#define DSI_AMX_MIN_M 8
 
 dsi_gemm_fn dsi_gemm_pick(const dsi_mat *w, int m, int act_bf16, int *prep) {
   const dsi_cpu *cpu = dsi_cpu_get();
@@ -23,11 +15,11 @@ dsi_gemm_fn dsi_gemm_pick(const dsi_mat *w, int m, int act_bf16, int *prep) {
   (void)act_bf16;
 #if DSI_HAVE_AMX
   /* int8 activations are a reduced-precision mode like bf16: only with it */
-  if (act_bf16 && cpu->level >= DSI_ISA_AMX && cpu->amx_int8 && m >= DSI_AMX_MIN_M && w->dtype == DSI_DTYPE_I8) {
+  if (act_bf16 && cpu->level >= DSI_ISA_AMX && cpu->amx_int8 && m >= DSI_AMX_MIN_ROWS && w->dtype == DSI_DTYPE_I8) {
     *prep = DSI_PREP_I8;
     return dsi_gemm_amx_int8;
   }
-  if (act_bf16 && cpu->level >= DSI_ISA_AMX && m >= DSI_AMX_MIN_M &&
+  if (act_bf16 && cpu->level >= DSI_ISA_AMX && m >= DSI_AMX_MIN_ROWS &&
       (w->dtype == DSI_DTYPE_BF16 || w->dtype == DSI_DTYPE_F8_E4M3)) {
     *prep = DSI_PREP_BF16;
     return dsi_gemm_amx;
@@ -44,7 +36,7 @@ dsi_gemm_fn dsi_gemm_pick(const dsi_mat *w, int m, int act_bf16, int *prep) {
 
 int dsi_gemm_amx_rows(int m, int act_bf16) {
 #if DSI_HAVE_AMX
-  return act_bf16 && dsi_cpu_get()->level >= DSI_ISA_AMX && m >= DSI_AMX_MIN_M;
+  return act_bf16 && dsi_cpu_get()->level >= DSI_ISA_AMX && m >= DSI_AMX_MIN_ROWS;
 #else
   (void)m;
   (void)act_bf16;

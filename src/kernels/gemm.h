@@ -72,6 +72,15 @@ enum { DSI_PREP_NONE, DSI_PREP_BF16 /* g->xb */, DSI_PREP_I8 /* g->xq, g->xq_sca
 /* row stride of int8 activations: the AMX INT8 kernel steps K 64 at a time */
 #define DSI_XQ_LD(kpad) (((kpad) + 63) / 64 * 64)
 
+/* AMX pays for its tile set-up, the bf16 conversion of activations and
+ * (FP8) the widening of each B tile from about this many rows of
+ * activations on. Measured on V3's shapes: below it the AVX-512 kernel
+ * streams the weights at the memory bandwidth; from 8 rows on it turns
+ * compute-bound (FP8 widening, f32 multiply-adds), while AMX, padding the
+ * rows to a 16-row block, costs about what 16 rows cost: 1.5-2x faster at
+ * 8-12 rows, and batch-8 decode 1.05-1.1x end to end. */
+#define DSI_AMX_MIN_ROWS 8
+
 /* The kernel for w at batch size m on this CPU; kernels that multiply
  * reduced-precision activations (AMX: bf16, or int8 for INT8 weights) only
  * when act_bf16 allows it. *prep says what the kernel reads (DSI_PREP_*). */

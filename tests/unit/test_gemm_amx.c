@@ -8,6 +8,7 @@
 #include "base/pool.h"
 #include "kernels/cpu.h"
 #include "kernels/gemm.h"
+#include "graph/exec.h"
 
 #if defined(DSI_HAVE_AMX)
 
@@ -196,6 +197,65 @@ static void one_case(dsi_dtype dt, dsi_epilogue epi, int rows, int cols, int m, 
   if (epi == DSI_EPI_SILU_PAIRS) weight_free(&up);
 }
 
+/* A batch of matmuls as the forward runs them (dsi_gemm_run: kernels
+ * picked per call, activations prepared into dsi_prep_bytes' workspace,
+ * call-major units over two workers): many calls of 8-16 rows, the ones
+ * whose tile-ordered bf16 rows pad the most, beside AVX-512 calls of a
+ * few rows and some of none; each call against the scalar oracle. */
+static void batch_case(dsi_dtype dt, dsi_rng *rng) {
+  enum { E = 48, ROWS = 64, COLS = 96 };
+  const double tol = dt == DSI_DTYPE_BF16 ? 1e-3 : 1e-2;
+  static const int ms[] = {8, 8, 9, 15, 16, 8, 1, 3, 0, 24, 8, 12};
+  weight w[E];
+  dsi_mat pk[E];
+  void *mem[E];
+  dsi_gemm gs[E];
+  int start[E + 1];
+  start[0] = 0;
+  for (int e = 0; e < E; e++) start[e + 1] = start[e] + ms[e % DSI_ARRAY_LEN(ms)];
+  const int total = start[E], nx = total + 5;
+  float *x = malloc((size_t)nx * COLS * sizeof(float));
+  for (int i = 0; i < nx * COLS; i++) x[i] = bf16_round(dsi_rng_normal(rng));
+  int32_t *x_rows = malloc((size_t)(total + 1) * sizeof(int32_t));
+  for (int i = 0; i < total; i++) x_rows[i] = (int32_t)(dsi_rng_u64(rng) % nx);
+  float *y = malloc((size_t)(total + 1) * ROWS * sizeof(float)), *yref = malloc((size_t)(total + 1) * ROWS * sizeof(float));
+  float *scr = malloc((size_t)COLS * 2 * sizeof(float));
+  for (int e = 0; e < E; e++) {
+    weight_make(&w[e], dt, ROWS, COLS, rng);
+    mem[e] = dsi_alloc_aligned(dsi_pack_bytes(&w[e].m));
+    dsi_pack_describe(&w[e].m, &pk[e], mem[e]);
+    dsi_pack_rows(&w[e].m, &pk[e], 0, ROWS);
+    int m = start[e + 1] - start[e];
+    gs[e] = (dsi_gemm){.w = &pk[e], .x = x, .ldx = COLS, .x_rows = x_rows + start[e], .m = m,
+                       .y = y + (size_t)start[e] * ROWS, .ldy = ROWS, .epi = DSI_EPI_STORE};
+    dsi_gemm r = {.w = &w[e].m, .x = x, .ldx = COLS, .x_rows = x_rows + start[e], .m = m,
+                  .y = yref + (size_t)start[e] * ROWS, .ldy = ROWS, .epi = DSI_EPI_STORE};
+    if (m) dsi_gemm_ref(&r, 0, ROWS, scr);
+  }
+  dsi_fctx f = {.act_bf16 = 1};
+  DSI_ASSERT(dsi_fctx_workers(&f, 2, E, DSI_GEMM_SCRATCH(COLS + 64) / sizeof(float)) == DSI_OK);
+  size_t ws_bytes = dsi_prep_bytes(total, COLS, pk[0].kpad, E);
+  void *ws = dsi_alloc_aligned(ws_bytes);
+  dsi_gemm_fn fns[E];
+  dsi_gemm_run(g_pool, &f, gs, E, ROWS, DSI_TILE_N, ws, ws_bytes, fns);
+  int n_amx = 0;
+  for (int e = 0; e < E; e++) {
+    int m = start[e + 1] - start[e];
+    n_amx += fns[e] == dsi_gemm_amx && m > 0;
+    double err = norm_err(y + (size_t)start[e] * ROWS, yref + (size_t)start[e] * ROWS, NULL, m, ROWS, ROWS);
+    CHECKF(err <= tol, "%s batch call %d (%d rows, %s): normalized error %.3g", dt == DSI_DTYPE_BF16 ? "bf16" : "fp8", e, m,
+           dsi_gemm_kernel_name(fns[e]), err);
+  }
+  CHECKF(n_amx >= E / 2, "only %d of %d calls ran on AMX", n_amx, E);
+  dsi_free_aligned(ws);
+  dsi_fctx_workers_free(&f);
+  for (int e = 0; e < E; e++) {
+    dsi_free_aligned(mem[e]);
+    weight_free(&w[e]);
+  }
+  free(x), free(x_rows), free(y), free(yref), free(scr);
+}
+
 int main(void) {
   if (!dsi_cpu_get()->amx_bf16) {
     printf("skipped: no AMX-BF16 on this CPU (or tile data not granted)\n");
@@ -230,6 +290,8 @@ int main(void) {
       one_case(dts[d], (dsi_epilogue)epi, 300, 2100, 40, &rng);
       one_case(dts[d], (dsi_epilogue)epi, 112, 1568, 556, &rng);
     }
+  batch_case(DSI_DTYPE_BF16, &rng);
+  batch_case(DSI_DTYPE_F8_E4M3, &rng);
   dsi_pool_free(g_pool);
   printf("worst normalized error: bf16 %.2e, fp8 %.2e\n", g_worst[0], g_worst[1]);
   return check_done();
