@@ -144,6 +144,15 @@ typedef struct {
   int q, k0, ks, nn;
 } item;
 
+/* Steps [s0, s1) of an item's K chunk, of each of its panels, widened into
+ * dst: the chunk of panel j at dst + j * ks steps */
+static void widen_item(const dsi_mat *w, item c, size_t panel_bytes, int spb, int s0, int s1, uint16_t *dst) {
+  for (int j = 0; j < c.nn; j++)
+    fp8_steps_to_bf16((const uint8_t *)w->data + (size_t)(c.q + j) * panel_bytes,
+                      w->scale + (size_t)(c.q + j) * w->scale_cols, c.k0 + s0, spb, s1 - s0,
+                      dst + (size_t)(j * c.ks + s0) * 512);
+}
+
 /* Loops: M chunk > group of panel pairs > K chunk > pair > 32-row M block.
  * A pair's chunk of B stays in L1 while every M block of the M chunk
  * passes over it; the A chunk (mc rows x kc steps) stays in L2 while the
@@ -184,10 +193,10 @@ void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch) {
   }
   if (g->epi == DSI_EPI_SILU_PAIRS) DSI_ASSERT(p0 % 2 == 0 && (p1 - p0) % 2 == 0);
 
-  /* equal K chunks of about KC_STEPS */
-  /* one 32-row M block (grouped experts' few tokens): there is no reuse
-   * of a B chunk across M blocks to keep in L1, so longer chunks, fewer C
-   * tile spills (grouped experts 1.1-1.15x) */
+  /* equal K chunks of about KC_STEPS; KC_STEPS_1 when the rows are one
+   * 32-row M block (grouped experts' few tokens): no B chunk is reused
+   * across M blocks, so it need not stay in L1, and longer chunks spill C
+   * less often (grouped experts 1.1-1.15x) */
   const int kcx = m <= 32 ? KC_STEPS_1 : KC_STEPS;
   const int nk = DSI_CEIL_DIV(ksteps, kcx), kc = DSI_CEIL_DIV(ksteps, nk);
   /* scratch: C staging, FP8 B (two buffers), C between K chunks */
@@ -223,13 +232,8 @@ void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch) {
 #define ITEM(it)                                                                                  \
   ((item){q0 + 2 * ((it) % npairs), (it) / npairs * kc, DSI_MIN(kc, ksteps - (it) / npairs * kc), \
           DSI_MIN(2, q1 - (q0 + 2 * ((it) % npairs)))})
-      if (fp8) { /* the group's first chunk: nothing to overlap with */
-        const item f = ITEM(0);
-        const uint8_t *src = (const uint8_t *)w->data + (size_t)f.q * panel_bytes;
-        const float *sc = w->scale + (size_t)f.q * w->scale_cols;
-        fp8_steps_to_bf16(src, sc, f.k0, spb, f.ks, bw[0]);
-        if (f.nn == 2) fp8_steps_to_bf16(src + panel_bytes, sc + w->scale_cols, f.k0, spb, f.ks, bw[0] + (size_t)f.ks * 512);
-      }
+      if (fp8) /* the group's first chunk: nothing to overlap with */
+        widen_item(w, ITEM(0), panel_bytes, spb, 0, ITEM(0).ks, bw[0]);
       for (int it = 0; it < nitems; it++) {
         const item c = ITEM(it);
         const int first = c.k0 == 0, last = c.k0 + c.ks >= ksteps, kci = it / npairs, j = it % npairs;
@@ -299,15 +303,7 @@ void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch) {
             block_mac(a, lda, b0, b1, c.ks, nm, c.nn, &pf, first ? NULL : bacc, cst, 32);
             epilogue(g, cst, NULL, ib, nrows, c.q, c.nn);
           }
-          if (fp8 && s1 > s0) {
-            const uint8_t *src = (const uint8_t *)w->data + (size_t)n.q * panel_bytes;
-            const float *sc = w->scale + (size_t)n.q * w->scale_cols;
-            uint16_t *dst = bw[(it + 1) & 1];
-            fp8_steps_to_bf16(src, sc, n.k0 + s0, spb, s1 - s0, dst + (size_t)s0 * 512);
-            if (n.nn == 2)
-              fp8_steps_to_bf16(src + panel_bytes, sc + w->scale_cols, n.k0 + s0, spb, s1 - s0,
-                                dst + (size_t)(n.ks + s0) * 512);
-          }
+          if (fp8 && s1 > s0) widen_item(w, n, panel_bytes, spb, s0, s1, bw[(it + 1) & 1]);
         }
       }
 #undef ITEM

@@ -289,15 +289,6 @@ ALWAYS_INLINE void fp8_pass_w(const uint8_t *wp, int nl, int lb, const float *sc
   for (int i = 0; i < MB; i++) _mm512_storeu_ps(out + 16 * i, tot[i]);
 }
 
-static void fp8_pass_w_n(const uint8_t *wp, int nl, int lb, const float *sc, const float *xs, int mb, float *out) {
-  switch (mb) {
-#define F(n) case n: fp8_pass_w(wp, nl, lb, sc, xs, n, out); break;
-    F(1) F(2) F(3) F(4) F(5) F(6) F(7) F(8)
-#undef F
-  default: DSI_ASSERT(0);
-  }
-}
-
 /* ---- INT8 (weights quantized at load) ----
  * A line is 32 bytes, 16 rows x 2 columns, as FP8: each half widens
  * exactly (vpmovsxbd, vcvtdq2ps) into the pair layout. A 128-column block
@@ -341,15 +332,6 @@ ALWAYS_INLINE void i8_pass(const uint8_t *wp, int nl, int lb, const float *sc, c
   for (int i = 0; i < MB; i++) _mm512_storeu_ps(out + 16 * i, acc[i]);
 }
 
-static void i8_pass_n(const uint8_t *wp, int nl, int lb, const float *sc, const float *xs, int mb, float *out) {
-  switch (mb) {
-#define F(n) case n: i8_pass(wp, nl, lb, sc, xs, n, out); break;
-    F(1) F(2) F(3) F(4) F(5) F(6) F(7) F(8)
-#undef F
-  default: DSI_ASSERT(0);
-  }
-}
-
 /* One function per pass height, so every accumulator is a register. */
 #define CASES_8(F) F(1) F(2) F(3) F(4) F(5) F(6) F(7) F(8)
 #define CASES_12(F) CASES_8(F) F(9) F(10) F(11) F(12)
@@ -380,6 +362,24 @@ static void fp8_pass_n(const uint8_t *wp, int nl, int lb, const float *sc, const
 #undef F
 #define F(n) case n: fp8_pass_eo(wp, nl, lb, sc, xs, n, out); break;
     F(9) F(10) F(11) F(12) F(13) F(14) F(15) F(16)
+#undef F
+  default: DSI_ASSERT(0);
+  }
+}
+
+static void fp8_pass_w_n(const uint8_t *wp, int nl, int lb, const float *sc, const float *xs, int mb, float *out) {
+  switch (mb) {
+#define F(n) case n: fp8_pass_w(wp, nl, lb, sc, xs, n, out); break;
+    CASES_8(F)
+#undef F
+  default: DSI_ASSERT(0);
+  }
+}
+
+static void i8_pass_n(const uint8_t *wp, int nl, int lb, const float *sc, const float *xs, int mb, float *out) {
+  switch (mb) {
+#define F(n) case n: i8_pass(wp, nl, lb, sc, xs, n, out); break;
+    CASES_8(F)
 #undef F
   default: DSI_ASSERT(0);
   }
