@@ -172,6 +172,8 @@ typedef struct dsi_bench_kernels_opts {
   int n_ms;
   int grouped;         /* instead: the grouped expert matmul (256 tokens, top-6 of 64
                           experts at V3 dims) vs plain matmuls of the same FLOPs */
+  int attention;       /* instead: a decode token's latent attention at V3 widths, f32 vector
+                          primitives vs bf16 pair rows on AMX, contexts 512 / 4096 / 16384 */
 } dsi_bench_kernels_opts;
 /* Print the machine's peaks and every matmul kernel on DeepSeek-V3's
  * shapes (GB/s and GFLOP/s as fractions of them), beside OpenBLAS. */

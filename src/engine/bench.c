@@ -1,10 +1,12 @@
 /* engine: benchmarks that need the engine's insides — this machine's peaks
- * (memory bandwidth, AMX BF16 compute) and every matmul kernel on
- * DeepSeek-V3's real shapes, beside OpenBLAS when it is installed. */
+ * (memory bandwidth, AMX BF16 compute), every matmul kernel on
+ * DeepSeek-V3's real shapes beside OpenBLAS when it is installed, the
+ * grouped experts, and a decode token's latent attention. */
 #define _GNU_SOURCE
 #include "base/base.h"
 #include "base/pool.h"
 #include "graph/exec.h"
+#include "kernels/attn.h"
 #include "kernels/cpu.h"
 #include "kernels/vec.h"
 
@@ -274,6 +276,115 @@ done:
   dsi_pool_free(pool);
 }
 
+/* A decode token's absorbed attention at V3's widths (128 heads, latent
+ * 512 + 64) over one sequence's paged cache, head groups dealt to the
+ * threads as the forward deals them: the f32 rows through the vector
+ * primitives (groups of 8), and the bf16 pair rows through AMX (groups of
+ * 16, kernels/attn.h). */
+typedef struct {
+  int ctx, pairs;
+  const float *cache, *q;
+  const uint16_t *pc;
+  const int32_t *table;
+  float **ws; /* per thread: scores, then probabilities / row pointers, then the kernel's */
+} attn_job;
+
+enum { A_H = 128, A_G = 8, A_GP = DSI_ATTN_PAIR_HEADS, A_KVL = 512, A_ROW = 576, A_BS = 64 };
+
+static void attn_task(void *ctx, int ith, int nth) {
+  attn_job *j = ctx;
+  const dsi_vec_ops *v = dsi_vec();
+  int lds = DSI_CEIL_DIV(j->ctx, 32) * 32;
+  float *s = j->ws[ith], o[A_GP * A_KVL];
+  int hg = j->pairs ? A_GP : A_G;
+  for (int g = ith; g < A_H / hg; g += nth) {
+    const float *q = j->q + (size_t)g * hg * A_ROW;
+    if (j->pairs) {
+      dsi_attn_pairs a = {.cache = j->pc, .table = j->table, .block_size = A_BS, .row = A_ROW, .kvl = A_KVL, .nh = hg,
+                          .n = j->ctx};
+      uint16_t *p = (uint16_t *)(s + (size_t)hg * lds);
+      dsi_attn_pairs_qk_amx(&a, q, A_ROW, 0.07f, s, lds, p + (size_t)hg * lds);
+      for (int h = 0; h < hg; h++) {
+        v->softmax(s + (size_t)h * lds, j->ctx);
+        v->to_bf16(s + (size_t)h * lds, p + (size_t)h * lds, j->ctx);
+        memset(p + (size_t)h * lds + j->ctx, 0, (size_t)(lds - j->ctx) * sizeof(uint16_t));
+      }
+      dsi_attn_pairs_pv_amx(&a, p, lds, o, A_KVL);
+    } else {
+      const float **rows = (const float **)(s + (size_t)A_G * lds);
+      for (int u = 0; u < j->ctx; u++) rows[u] = j->cache + ((size_t)j->table[u / A_BS] * A_BS + u % A_BS) * A_ROW;
+      v->attn_qk(s, lds, q, A_ROW, A_G, rows, j->ctx, A_ROW, 0.07f);
+      for (int h = 0; h < A_G; h++) v->softmax(s + (size_t)h * lds, j->ctx);
+      memset(o, 0, sizeof o);
+      v->attn_pv(o, A_KVL, s, lds, A_G, rows, j->ctx, A_KVL);
+    }
+  }
+}
+
+static void bench_attention(FILE *out, int nth, int reps) {
+  static const int ctxs[] = {512, 4096, 16384};
+  int amx = dsi_attn_pairs_amx_ok(), max_ctx = ctxs[DSI_ARRAY_LEN(ctxs) - 1], nb = max_ctx / A_BS;
+  dsi_rng r;
+  dsi_rng_seed(&r, 3);
+  float *cache = dsi_alloc_big((size_t)nb * A_BS * A_ROW * sizeof(float));
+  uint16_t *pc = dsi_alloc_big((size_t)nb * A_BS * A_ROW * sizeof(uint16_t));
+  float *q = dsi_alloc_aligned((size_t)A_H * A_ROW * sizeof(float));
+  int32_t *table = dsi_xmalloc(nb * sizeof(int32_t));
+  float **ws = dsi_xcalloc(nth, sizeof(float *));
+  size_t ws_bytes = (size_t)A_GP * max_ctx * 6 + (size_t)max_ctx * 8 + DSI_ATTN_PAIRS_WS(A_ROW);
+  int ok = cache && pc && q;
+  for (int i = 0; i < nth; i++) ok &= (ws[i] = dsi_alloc_aligned(ws_bytes)) != NULL;
+  dsi_pool *pool = dsi_pool_new(nth);
+  if (!ok) {
+    fprintf(out, "attention: not enough memory\n");
+    goto done;
+  }
+  for (int b = 0; b < nb; b++) table[b] = (b * 7 + 1) % nb; /* paged, out of order */
+  for (size_t i = 0; i < (size_t)A_H * A_ROW; i++) q[i] = dsi_rng_normal(&r) * 0.1f;
+  for (size_t sl = 0; sl < (size_t)nb * A_BS; sl++)
+    for (int c = 0; c < A_ROW; c++) {
+      float x = dsi_rng_normal(&r);
+      cache[sl * A_ROW + c] = x;
+      pc[dsi_kv_pair_at(A_ROW, (int32_t)sl) + 2 * (size_t)c] = dsi_f32_to_bf16(x);
+    }
+  fprintf(out, "decode attention, one token over one sequence's paged latent cache: %d heads (groups of %d on f32 "
+               "rows, %d on bf16 pairs), latent %d + rope %d, %d threads\n", A_H, A_G, A_GP, A_KVL, A_ROW - A_KVL, nth);
+  fprintf(out, "%8s  %14s %9s  %14s %9s  %7s\n", "context", "f32 vec (us)", "GB/s", "bf16 amx (us)", "GB/s", "amx/vec");
+  for (size_t c = 0; c < DSI_ARRAY_LEN(ctxs); c++) {
+    double med[2] = {0, 0};
+    for (int pairs = 0; pairs <= amx; pairs++) {
+      attn_job j = {ctxs[c], pairs, cache, q, pc, table, ws};
+      double t[32];
+      int n = 0;
+      for (int rep = 0; rep <= reps && n < 32; rep++) {
+        double t0 = dsi_now();
+        dsi_pool_run(pool, attn_task, &j);
+        if (rep > 0) t[n++] = dsi_now() - t0;
+      }
+      med[pairs] = dsi_median(t, n);
+    }
+    /* each group reads the sequence's cache: q K^T the whole rows, P V the latent part */
+    double f32b = (double)A_H / A_G * ctxs[c] * (A_ROW + A_KVL) * 4, bfb = (double)A_H / A_GP * ctxs[c] * (A_ROW + A_KVL) * 2;
+    char am[32] = "-", ag[32] = "-", ratio[32] = "-";
+    if (amx) {
+      snprintf(am, sizeof am, "%.1f", med[1] * 1e6);
+      snprintf(ag, sizeof ag, "%.1f", bfb / med[1] * 1e-9);
+      snprintf(ratio, sizeof ratio, "%.1fx", med[0] / med[1]);
+    }
+    fprintf(out, "%8d  %14.1f %9.1f  %14s %9s  %7s\n", ctxs[c], med[0] * 1e6, f32b / med[0] * 1e-9, am, ag, ratio);
+    fflush(out);
+  }
+  if (!amx) fprintf(out, "(no AMX here: the bf16 pair path does not run)\n");
+done:
+  for (int i = 0; i < nth; i++) dsi_free_aligned(ws[i]);
+  free(ws);
+  dsi_free_big(cache, (size_t)nb * A_BS * A_ROW * sizeof(float));
+  dsi_free_big(pc, (size_t)nb * A_BS * A_ROW * sizeof(uint16_t));
+  dsi_free_aligned(q);
+  free(table);
+  dsi_pool_free(pool);
+}
+
 int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) {
   int nth = o->n_threads > 0 ? o->n_threads : dsi_default_threads();
   int reps = o->reps > 0 ? o->reps : 5;
@@ -295,6 +406,10 @@ int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) 
 #endif
   if (strstr(o->dtypes ? o->dtypes : "", "int8"))
     fprintf(out, "int8: GFLOP/s counts int8 multiply-adds as 2 ops; %%amx is of twice the BF16 peak (tdpbssd's rate)\n");
+  if (o->attention) {
+    bench_attention(out, nth, reps);
+    return DSI_OK;
+  }
   if (o->grouped) {
     if (strstr(o->dtypes ? o->dtypes : "bf16", "bf16")) bench_grouped(out, &pk, nth, reps, DSI_DTYPE_BF16);
     if (strstr(o->dtypes ? o->dtypes : "fp8", "fp8")) bench_grouped(out, &pk, nth, reps, DSI_DTYPE_F8_E4M3);

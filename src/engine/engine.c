@@ -6,6 +6,7 @@
 #include "graph/prof.h"
 #include "kernels/cpu.h"
 #include "kv/kv.h"
+#include "kernels/attn.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -49,13 +50,17 @@ int dsi_engine_open(dsi_engine **out, dsi_model *m, const dsi_engine_opts *o, ds
   int nb = o->kv_blocks > 0 ? o->kv_blocks : DSI_CEIL_DIV(e->max_context, bs) * 8;
   int rc;
   e->pool = dsi_pool_new(o->n_threads > 0 ? o->n_threads : dsi_default_threads());
-  if ((rc = dsi_kv_init(&e->kv, c->num_hidden_layers, c->kv_lora_rank + c->qk_rope_head_dim, bs, nb, err)) ||
+  int bf16 = o->act_precision == DSI_ACT_BF16 ||
+             (o->act_precision == DSI_ACT_AUTO && m->packed && dsi_cpu_get()->level >= DSI_ISA_AMX);
+  int row = c->kv_lora_rank + c->qk_rope_head_dim;
+  /* the bf16 pair rows, for the AMX decode attention (kernels/attn.h) */
+  int pairs = bf16 && dsi_attn_pairs_amx_ok() && bs % DSI_ATTN_PAIR_CHUNK == 0 && c->kv_lora_rank % 16 == 0 &&
+              row % 16 == 0;
+  if ((rc = dsi_kv_init(&e->kv, c->num_hidden_layers, row, bs, nb, pairs, err)) ||
       (rc = dsi_fwd_new(&e->fwd, m, e->pool, e->max_tokens, e->max_context, err))) {
     dsi_engine_free(e);
     return rc;
   }
-  int bf16 = o->act_precision == DSI_ACT_BF16 ||
-             (o->act_precision == DSI_ACT_AUTO && m->packed && dsi_cpu_get()->level >= DSI_ISA_AMX);
   dsi_fwd_set_act_bf16(e->fwd, bf16);
   dsi_fwd_exec_opts xo = {.exec = o->exec, .streams = o->streams > 0 ? o->streams : 1, .fuse = 1, .poison = o->poison};
   dsi_fwd_set_exec(e->fwd, &xo);
@@ -171,7 +176,7 @@ static int forward_window(dsi_engine *e, const dsi_batch *b, int t0, int n, floa
     .n_tokens = n, .tokens = b->tokens + t0, .pos = e->pos, .seq = b->seq + t0, .slot = e->slot,
     .block_tables = e->tables, .logit_rows = e->logit_rows, .n_logits = logits ? nl : 0,
   };
-  dsi_fwd_cache cache = {e->kv.layer, e->kv.block_size, e->kv.n_blocks * e->kv.block_size};
+  dsi_fwd_cache cache = {e->kv.layer, e->kv.pair, e->kv.block_size, e->kv.n_blocks * e->kv.block_size};
   int rc = dsi_fwd_run(e->fwd, &fb, &cache, logits, &e->err);
   if (rc) return rc; /* nothing ran: the sequences stay as they were */
   for (int s = 0; s < e->n_seqs_cap; s++) e->seqs[s].len += e->seq_count[s];

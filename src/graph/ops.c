@@ -6,6 +6,7 @@
 #include "graph/exec.h"
 #include "graph/mla_prefill.h"
 #include "graph/prof.h"
+#include "kernels/attn.h"
 #include "kernels/vec.h"
 
 #include <math.h>
@@ -341,6 +342,7 @@ static void op_kv_write(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
   int kvl = c->kv_lora_rank, rope = c->qk_rope_head_dim, row = kvl + rope;
   const float *kva = XT(r, op->in[0]);
   float *cache = XT(r, op->out[0]);
+  uint16_t *pairs = r->cache->pair ? r->cache->pair[op->layer] : NULL;
   long a, e;
   dsi_split(r->T, tm->ith, tm->nth, &a, &e);
   for (long t = a; t < e; t++) {
@@ -350,6 +352,10 @@ static void op_kv_write(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
     memcpy(dst + kvl, kv + kvl, rope * sizeof(float));
     size_t p = (size_t)r->b->pos[t] * (rope / 2);
     dsi_k_rope(dst + kvl, rope, r->f->rope_cos + p, r->f->rope_sin + p);
+    if (pairs) { /* the same row in bf16, every other element of its pair row */
+      uint16_t *pr = pairs + dsi_kv_pair_at(row, r->b->slot[t]);
+      for (int j = 0; j < row; j++) pr[2 * j] = dsi_f32_to_bf16(dst[j]);
+    }
   }
 }
 
@@ -430,18 +436,33 @@ typedef struct {
   const float *cache;
 } core_bufs;
 
+/* the layer's bf16 pair rows when the token path runs on them (AMX) */
+static const uint16_t *core_pairs(const dsi_xrun *r, const dsi_op *op) {
+  return r->f->act_bf16 && r->cache->pair && dsi_attn_pairs_amx_ok() ? r->cache->pair[op->layer] : NULL;
+}
+
 static void core_tokens(dsi_xrun *r, const dsi_op *op, dsi_team *tm, const core_bufs *cb, int n) {
   const dsi_fctx *f = r->f;
   const dsi_config *c = f->c;
   int H = c->num_attention_heads, kvl = c->kv_lora_rank, row = kvl + c->qk_rope_head_dim;
-  /* heads per item: up to ATTN_HEAD_GROUP, fewer when the chunk has fewer
-   * (token, group) items than workers (decode); each item reads the
-   * token's cache once, so no smaller than that */
-  int hg = (int)DSI_MAX(1, DSI_MIN(ATTN_HEAD_GROUP, (long)H * n / f->nth));
+  /* AMX over the bf16 pair rows, or the vector primitives over the f32 rows */
+  const uint16_t *pairs = core_pairs(r, op);
+  /* heads per item: up to ATTN_HEAD_GROUP (DSI_ATTN_PAIR_HEADS on AMX),
+   * fewer when the chunk has fewer (token, group) items than workers
+   * (decode); each item reads the token's cache once, so no smaller than
+   * that */
+  int hmax = pairs ? DSI_ATTN_PAIR_HEADS : ATTN_HEAD_GROUP;
+  int hg = (int)DSI_MAX(1, DSI_MIN(hmax, (long)H * n / f->nth));
   int bs = r->cache->block_size, G = DSI_CEIL_DIV(H, hg);
-  float *score = f->scratch[tm->tid]; /* [ATTN_HEAD_GROUP][max_context], then each position's cache row */
-  const float **rows = (const float **)(score + (size_t)ATTN_HEAD_GROUP * f->max_context);
   const dsi_vec_ops *v = dsi_vec();
+  /* f32: scores [ATTN_HEAD_GROUP][max_context], then each position's cache
+   * row; pairs: scores [group][lds], the bf16 probabilities [group][lds],
+   * the kernel's workspace */
+  float *score = f->scratch[tm->tid];
+  const float **rows = (const float **)(score + (size_t)ATTN_HEAD_GROUP * f->max_context);
+  int lds = DSI_CEIL_DIV(f->max_context, DSI_ATTN_PAIR_CHUNK) * DSI_ATTN_PAIR_CHUNK;
+  uint16_t *prob = (uint16_t *)(score + (size_t)DSI_ATTN_PAIR_HEADS * lds);
+  void *ws = prob + (size_t)DSI_ATTN_PAIR_HEADS * lds;
   /* items one at a time: their cost grows with the position */
   for (long it; (it = atomic_fetch_add(&tm->st->next, 1)) < (long)n * G;) {
     int tc = (int)(it / G), t = op->t0 + tc, h0 = (int)(it % G) * hg;
@@ -449,9 +470,23 @@ static void core_tokens(dsi_xrun *r, const dsi_op *op, dsi_team *tm, const core_
     int nh = DSI_MIN(hg, H - h0), pos = r->b->pos[t];
     const int32_t *table = r->b->block_tables[r->b->seq[t]];
     const float *ql = cb->q_lat + ((size_t)tc * H + h0) * row; /* [q_lat | q_pe] per head */
+    float *ol = cb->o_lat + ((size_t)tc * H + h0) * kvl;
+    if (pairs) {
+      dsi_attn_pairs a = {.cache = pairs, .table = table, .block_size = bs, .row = row, .kvl = kvl, .nh = nh,
+                          .n = pos + 1};
+      int npad = DSI_CEIL_DIV(pos + 1, DSI_ATTN_PAIR_CHUNK) * DSI_ATTN_PAIR_CHUNK;
+      dsi_attn_pairs_qk_amx(&a, ql, row, f->softmax_scale, score, lds, ws);
+      for (int h = 0; h < nh; h++) {
+        float *s = score + (size_t)h * lds;
+        v->softmax(s, pos + 1);
+        v->to_bf16(s, prob + (size_t)h * lds, pos + 1);
+        memset(prob + (size_t)h * lds + pos + 1, 0, (size_t)(npad - pos - 1) * sizeof(uint16_t));
+      }
+      dsi_attn_pairs_pv_amx(&a, prob, lds, ol, kvl);
+      continue;
+    }
     for (int u = 0; u <= pos; u++) rows[u] = cb->cache + ((size_t)table[u / bs] * bs + u % bs) * row;
     v->attn_qk(score, f->max_context, ql, row, nh, rows, pos + 1, row, f->softmax_scale);
-    float *ol = cb->o_lat + ((size_t)tc * H + h0) * kvl;
     for (int h = 0; h < nh; h++) {
       v->softmax(score + (size_t)h * f->max_context, pos + 1);
       memset(ol + (size_t)h * kvl, 0, kvl * sizeof(float));
@@ -733,14 +768,16 @@ static double mat_bytes(const dsi_mat *w) { return (double)w->rows * w->cols * d
 
 /* attention core over the chunk: per (token, head) the scores and weighted
  * sum over its context; the cache rows are read once per head group */
-static void attn_cost(const dsi_xrun *r, int t0, int n, double head_flops, int passes, double *fl, double *ab) {
+/* elt: bytes per cached element read */
+static void attn_cost(const dsi_xrun *r, int t0, int n, double head_flops, int passes, int elt, double *fl,
+                      double *ab) {
   const dsi_config *c = r->f->c;
   int H = c->num_attention_heads, kvl = c->kv_lora_rank, row = kvl + c->qk_rope_head_dim;
   double ctx = 0, toks = 0;
   for (int t = t0; t < t0 + n; t++)
     if (!r->n_naive || !r->naive[t]) ctx += r->b->pos[t] + 1, toks++;
   *fl = H * (2.0 * ctx * (row + kvl) + toks * head_flops);
-  *ab = 4.0 * ctx * row * passes;
+  *ab = (double)elt * ctx * row * passes;
 }
 
 void dsi_op_cost(const dsi_xrun *r, const dsi_op *op, double *flops, double *wbytes, double *abytes) {
@@ -791,9 +828,12 @@ void dsi_op_cost(const dsi_xrun *r, const dsi_op *op, double *flops, double *wby
     ab = MM_ACT(w, n);
     break;
   }
-  case DSI_OP_ATTN_CORE: attn_cost(r, op->t0, chunk_len(r, op), 0, DSI_CEIL_DIV(H, ATTN_HEAD_GROUP), &fl, &ab); break;
+  case DSI_OP_ATTN_CORE:
+    if (core_pairs(r, op)) attn_cost(r, op->t0, chunk_len(r, op), 0, DSI_CEIL_DIV(H, DSI_ATTN_PAIR_HEADS), 2, &fl, &ab);
+    else attn_cost(r, op->t0, chunk_len(r, op), 0, DSI_CEIL_DIV(H, ATTN_HEAD_GROUP), 4, &fl, &ab);
+    break;
   case DSI_OP_ATTN_ROWMAJOR:
-    attn_cost(r, 0, T, 2.0 * kvl * (c->qk_nope_head_dim + c->v_head_dim), H, &fl, &ab);
+    attn_cost(r, 0, T, 2.0 * kvl * (c->qk_nope_head_dim + c->v_head_dim), H, 4, &fl, &ab);
     wb = mat_bytes(&op->lw->kv_b_proj);
     break;
   case DSI_OP_ROUTER_TOPK: ab = 4.0 * T * E; break;

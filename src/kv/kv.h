@@ -1,7 +1,13 @@
 /* kv: the paged latent KV cache of MLA. Per token per layer it holds only
  * the normed c_kv (kv_lora_rank) and the rotated k_pe (qk_rope_head_dim).
  * Fixed-size blocks come from one pool; each sequence has a block table;
- * a sequence's blocks go back to the pool when it ends. */
+ * a sequence's blocks go back to the pool when it ends.
+ *
+ * Where the AMX decode attention runs, each layer also keeps the same rows
+ * in bf16, in position pairs (kernels/attn.h): what the decode steps read.
+ * Blocks are zeroed when handed out, so a pair's second position holds a
+ * finite value before it is written. The f32 rows serve everything else
+ * (prefill, the f32 precision mode). */
 #ifndef DSI_KV_H
 #define DSI_KV_H
 
@@ -11,6 +17,7 @@ typedef struct dsi_kv {
   int n_layers, row;      /* row = kv_lora_rank + qk_rope_head_dim floats */
   int block_size, n_blocks;
   float **layer;          /* [n_layers] -> [n_blocks * block_size, row] */
+  uint16_t **pair;        /* NULL, or [n_layers] -> [n_blocks * block_size / 2, 2 * row] bf16 */
   int32_t *free_list;     /* stack of free block ids */
   int n_free;
 } dsi_kv;
@@ -21,7 +28,8 @@ typedef struct dsi_kv_seq {
   int len;                /* tokens stored */
 } dsi_kv_seq;
 
-int dsi_kv_init(dsi_kv *kv, int n_layers, int row, int block_size, int n_blocks, dsi_err *err);
+/* pairs: keep the bf16 pair rows too (block_size a multiple of 32) */
+int dsi_kv_init(dsi_kv *kv, int n_layers, int row, int block_size, int n_blocks, int pairs, dsi_err *err);
 void dsi_kv_free(dsi_kv *kv);
 /* Make room for seq to hold n_tokens in total; DSI_E_CAPACITY when the pool
  * is out of blocks (nothing is taken then). */

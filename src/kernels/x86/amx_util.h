@@ -26,19 +26,25 @@
 #define T_B0 6
 #define T_B1 7
 
-/* Every tile 16 rows of 64 bytes (palette 1): the one shape all our tile
- * products use (BF16 16x32, INT8 16x64, f32 / int32 C 16x16). GCC 12's
+/* Tiles of 64-byte rows (palette 1), tile t with rows[t] rows. GCC 12's
  * _tile_loadconfig claims to read 8 bytes, so -O3 may drop the stores that
  * fill the rest: load it with an asm whose operand is all 64. */
-static inline void tiles_configure(void) {
+static inline void tiles_configure_rows(const uint8_t rows[8]) {
   _Alignas(64) uint8_t cfg[64];
   memset(cfg, 0, sizeof cfg);
   cfg[0] = 1; /* palette */
   for (int t = 0; t < 8; t++) {
     cfg[16 + 2 * t] = 64; /* bytes per row */
-    cfg[48 + t] = 16;     /* rows */
+    cfg[48 + t] = rows[t];
   }
   __asm__ volatile("ldtilecfg %0" ::"m"(*(const struct { uint8_t b[64]; } *)cfg));
+}
+
+/* Every tile 16 rows: the one shape the matmuls use (BF16 16x32, INT8
+ * 16x64, f32 / int32 C 16x16). */
+static inline void tiles_configure(void) {
+  static const uint8_t all16[8] = {16, 16, 16, 16, 16, 16, 16, 16};
+  tiles_configure_rows(all16);
 }
 
 /* The last, partial M block of activations (m % 32 rows of a, row stride
