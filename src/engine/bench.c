@@ -277,47 +277,41 @@ done:
 }
 
 /* A decode token's absorbed attention at V3's widths (128 heads, latent
- * 512 + 64) over one sequence's paged cache, head groups dealt to the
- * threads as the forward deals them: the f32 rows through the vector
- * primitives (groups of 8), and the bf16 pair rows through AMX (groups of
- * 16, kernels/attn.h). */
+ * 512 + 64) over one sequence's paged cache, the heads dealt to the threads
+ * as the forward deals them: the f32 rows through the vector primitives in
+ * groups of 8 heads (each group reads the cache twice), the bf16 pair rows
+ * through AMX with every thread's heads in one pass (kernels/attn.h). */
 typedef struct {
   int ctx, pairs;
   const float *cache, *q;
   const uint16_t *pc;
   const int32_t *table;
-  float **ws; /* per thread: scores, then probabilities / row pointers, then the kernel's */
+  float **ws; /* per thread: scores, then row pointers; or the AMX workspace */
+  float **out; /* per thread: [A_H][A_KVL] */
 } attn_job;
 
-enum { A_H = 128, A_G = 8, A_GP = DSI_ATTN_PAIR_HEADS, A_KVL = 512, A_ROW = 576, A_BS = 64 };
+enum { A_H = 128, A_G = 8, A_KVL = 512, A_ROW = 576, A_BS = 64 };
 
 static void attn_task(void *ctx, int ith, int nth) {
   attn_job *j = ctx;
   const dsi_vec_ops *v = dsi_vec();
-  int lds = DSI_CEIL_DIV(j->ctx, 32) * 32;
-  float *s = j->ws[ith], o[A_GP * A_KVL];
-  int hg = j->pairs ? A_GP : A_G;
-  for (int g = ith; g < A_H / hg; g += nth) {
-    const float *q = j->q + (size_t)g * hg * A_ROW;
-    if (j->pairs) {
-      dsi_attn_pairs a = {.cache = j->pc, .table = j->table, .block_size = A_BS, .row = A_ROW, .kvl = A_KVL, .nh = hg,
-                          .n = j->ctx};
-      uint16_t *p = (uint16_t *)(s + (size_t)hg * lds);
-      dsi_attn_pairs_qk_amx(&a, q, A_ROW, 0.07f, s, lds, p + (size_t)hg * lds);
-      for (int h = 0; h < hg; h++) {
-        v->softmax(s + (size_t)h * lds, j->ctx);
-        v->to_bf16(s + (size_t)h * lds, p + (size_t)h * lds, j->ctx);
-        memset(p + (size_t)h * lds + j->ctx, 0, (size_t)(lds - j->ctx) * sizeof(uint16_t));
-      }
-      dsi_attn_pairs_pv_amx(&a, p, lds, o, A_KVL);
-    } else {
-      const float **rows = (const float **)(s + (size_t)A_G * lds);
-      for (int u = 0; u < j->ctx; u++) rows[u] = j->cache + ((size_t)j->table[u / A_BS] * A_BS + u % A_BS) * A_ROW;
-      v->attn_qk(s, lds, q, A_ROW, A_G, rows, j->ctx, A_ROW, 0.07f);
-      for (int h = 0; h < A_G; h++) v->softmax(s + (size_t)h * lds, j->ctx);
-      memset(o, 0, sizeof o);
-      v->attn_pv(o, A_KVL, s, lds, A_G, rows, j->ctx, A_KVL);
+  float *s = j->ws[ith], *o = j->out[ith];
+  if (j->pairs) {
+    int hpi = DSI_CEIL_DIV(A_H, DSI_MIN(nth, A_H / 8));
+    for (int h0 = ith * hpi; h0 < A_H; h0 += nth * hpi) {
+      dsi_attn_pairs a = {.cache = j->pc, .table = j->table, .block_size = A_BS, .row = A_ROW, .kvl = A_KVL,
+                          .nh = DSI_MIN(hpi, A_H - h0), .n = j->ctx};
+      dsi_attn_pairs_amx(&a, j->q + (size_t)h0 * A_ROW, A_ROW, 0.07f, o, A_KVL, s);
     }
+    return;
+  }
+  for (int g = ith; g < A_H / A_G; g += nth) {
+    const float **rows = (const float **)(s + (size_t)A_G * j->ctx);
+    for (int u = 0; u < j->ctx; u++) rows[u] = j->cache + ((size_t)j->table[u / A_BS] * A_BS + u % A_BS) * A_ROW;
+    v->attn_qk(s, j->ctx, j->q + (size_t)g * A_G * A_ROW, A_ROW, A_G, rows, j->ctx, A_ROW, 0.07f);
+    for (int h = 0; h < A_G; h++) v->softmax(s + (size_t)h * j->ctx, j->ctx);
+    memset(o, 0, (size_t)A_G * A_KVL * sizeof(float));
+    v->attn_pv(o, A_KVL, s, j->ctx, A_G, rows, j->ctx, A_KVL);
   }
 }
 
@@ -330,10 +324,13 @@ static void bench_attention(FILE *out, int nth, int reps) {
   uint16_t *pc = dsi_alloc_big((size_t)nb * A_BS * A_ROW * sizeof(uint16_t));
   float *q = dsi_alloc_aligned((size_t)A_H * A_ROW * sizeof(float));
   int32_t *table = dsi_xmalloc(nb * sizeof(int32_t));
-  float **ws = dsi_xcalloc(nth, sizeof(float *));
-  size_t ws_bytes = (size_t)A_GP * max_ctx * 6 + (size_t)max_ctx * 8 + DSI_ATTN_PAIRS_WS(A_ROW);
+  float **ws = dsi_xcalloc(nth, sizeof(float *)), **outs = dsi_xcalloc(nth, sizeof(float *));
+  size_t ws_bytes = DSI_MAX((size_t)A_G * max_ctx * 4 + (size_t)max_ctx * 8, DSI_ATTN_PAIRS_WS(A_H, A_ROW));
   int ok = cache && pc && q;
-  for (int i = 0; i < nth; i++) ok &= (ws[i] = dsi_alloc_aligned(ws_bytes)) != NULL;
+  for (int i = 0; i < nth; i++) {
+    ok &= (ws[i] = dsi_alloc_aligned(ws_bytes)) != NULL;
+    ok &= (outs[i] = dsi_alloc_aligned((size_t)A_H * A_KVL * sizeof(float))) != NULL;
+  }
   dsi_pool *pool = dsi_pool_new(nth);
   if (!ok) {
     fprintf(out, "attention: not enough memory\n");
@@ -347,13 +344,14 @@ static void bench_attention(FILE *out, int nth, int reps) {
       cache[sl * A_ROW + c] = x;
       pc[dsi_kv_pair_at(A_ROW, (int32_t)sl) + 2 * (size_t)c] = dsi_f32_to_bf16(x);
     }
-  fprintf(out, "decode attention, one token over one sequence's paged latent cache: %d heads (groups of %d on f32 "
-               "rows, %d on bf16 pairs), latent %d + rope %d, %d threads\n", A_H, A_G, A_GP, A_KVL, A_ROW - A_KVL, nth);
+  fprintf(out, "decode attention, one token over one sequence's paged latent cache: %d heads, latent %d + rope %d, "
+               "%d threads; f32 rows: groups of %d heads, two passes each; bf16 pairs: a thread's heads in one pass\n",
+          A_H, A_KVL, A_ROW - A_KVL, nth, A_G);
   fprintf(out, "%8s  %14s %9s  %14s %9s  %7s\n", "context", "f32 vec (us)", "GB/s", "bf16 amx (us)", "GB/s", "amx/vec");
   for (size_t c = 0; c < DSI_ARRAY_LEN(ctxs); c++) {
     double med[2] = {0, 0};
     for (int pairs = 0; pairs <= amx; pairs++) {
-      attn_job j = {ctxs[c], pairs, cache, q, pc, table, ws};
+      attn_job j = {ctxs[c], pairs, cache, q, pc, table, ws, outs};
       double t[32];
       int n = 0;
       for (int rep = 0; rep <= reps && n < 32; rep++) {
@@ -363,8 +361,9 @@ static void bench_attention(FILE *out, int nth, int reps) {
       }
       med[pairs] = dsi_median(t, n);
     }
-    /* each group reads the sequence's cache: q K^T the whole rows, P V the latent part */
-    double f32b = (double)A_H / A_G * ctxs[c] * (A_ROW + A_KVL) * 4, bfb = (double)A_H / A_GP * ctxs[c] * (A_ROW + A_KVL) * 2;
+    /* bytes of the cache each reads: per group q K^T the whole rows and P V
+     * the latent part (f32); per thread one pass over the whole rows (pairs) */
+    double f32b = (double)A_H / A_G * ctxs[c] * (A_ROW + A_KVL) * 4, bfb = (double)DSI_MIN(nth, A_H / 8) * ctxs[c] * A_ROW * 2;
     char am[32] = "-", ag[32] = "-", ratio[32] = "-";
     if (amx) {
       snprintf(am, sizeof am, "%.1f", med[1] * 1e6);
@@ -376,8 +375,9 @@ static void bench_attention(FILE *out, int nth, int reps) {
   }
   if (!amx) fprintf(out, "(no AMX here: the bf16 pair path does not run)\n");
 done:
-  for (int i = 0; i < nth; i++) dsi_free_aligned(ws[i]);
+  for (int i = 0; i < nth; i++) dsi_free_aligned(ws[i]), dsi_free_aligned(outs[i]);
   free(ws);
+  free(outs);
   dsi_free_big(cache, (size_t)nb * A_BS * A_ROW * sizeof(float));
   dsi_free_big(pc, (size_t)nb * A_BS * A_ROW * sizeof(uint16_t));
   dsi_free_aligned(q);

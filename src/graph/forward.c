@@ -500,10 +500,8 @@ int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, int max_token
   f->scratch_len = DSI_MAX(widest, (size_t)3 * kvl + max_context);
   f->scratch_len = DSI_MAX(f->scratch_len, (size_t)2 * DSI_MAX(E, 1));
   f->scratch_len = DSI_MAX(f->scratch_len, (size_t)(8 + 2) * max_context); /* head group's scores, row pointers */
-  /* or, over the bf16 pair rows, scores and bf16 probabilities padded to
-   * 32 positions and the AMX kernel's workspace (ops.c core_tokens) */
-  f->scratch_len = DSI_MAX(f->scratch_len, (size_t)DSI_ATTN_PAIR_HEADS * 3 / 2 * ctx_pad +
-                                               DSI_ATTN_PAIRS_WS(kvl + c->qk_rope_head_dim) / 4);
+  /* or the pair rows' AMX attention's workspace for every head (ops.c core_tokens) */
+  f->scratch_len = DSI_MAX(f->scratch_len, DSI_ATTN_PAIRS_WS(H, kvl + c->qk_rope_head_dim) / sizeof(float));
   f->scratch_len = DSI_MAX(f->scratch_len, DSI_GEMM_SCRATCH(DSI_MAX(kpad_max, (long)max_context + DSI_TILE_K)) / sizeof(float));
   int ok = dsi_fctx_workers(f, f->nth, DSI_MAX(H, E) + 2, f->scratch_len) == DSI_OK;
   size_t half = c->qk_rope_head_dim / 2;

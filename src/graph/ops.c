@@ -436,6 +436,13 @@ typedef struct {
   const float *cache;
 } core_bufs;
 
+/* heads per item of the token path on the pair rows: all H, split (in
+ * multiples of 8) only as far as it takes to give each worker one */
+static int pair_heads(int H, int n, int nth) {
+  int per_token = (int)DSI_MAX(1, DSI_MIN(DSI_CEIL_DIV(H, 8), nth / DSI_MAX(n, 1)));
+  return DSI_CEIL_DIV(DSI_CEIL_DIV(H, per_token), 8) * 8;
+}
+
 /* the layer's bf16 pair rows when the token path runs on them (AMX) */
 static const uint16_t *core_pairs(const dsi_xrun *r, const dsi_op *op) {
   return r->f->act_bf16 && r->cache->pair && dsi_attn_pairs_amx_ok() ? r->cache->pair[op->layer] : NULL;
@@ -445,24 +452,17 @@ static void core_tokens(dsi_xrun *r, const dsi_op *op, dsi_team *tm, const core_
   const dsi_fctx *f = r->f;
   const dsi_config *c = f->c;
   int H = c->num_attention_heads, kvl = c->kv_lora_rank, row = kvl + c->qk_rope_head_dim;
-  /* AMX over the bf16 pair rows, or the vector primitives over the f32 rows */
   const uint16_t *pairs = core_pairs(r, op);
-  /* heads per item: up to ATTN_HEAD_GROUP (DSI_ATTN_PAIR_HEADS on AMX),
-   * fewer when the chunk has fewer (token, group) items than workers
-   * (decode); each item reads the token's cache once, so no smaller than
-   * that */
-  int hmax = pairs ? DSI_ATTN_PAIR_HEADS : ATTN_HEAD_GROUP;
-  int hg = (int)DSI_MAX(1, DSI_MIN(hmax, (long)H * n / f->nth));
+  /* heads per item: up to ATTN_HEAD_GROUP on the f32 rows, fewer when the
+   * chunk has fewer (token, group) items than workers (decode); each item
+   * reads the token's cache once, so no smaller than that. On the pair
+   * rows an item takes every head it can (one pass over the cache serves
+   * them all) and splits only to give each worker one. */
+  int hg = pairs ? pair_heads(H, n, f->nth) : (int)DSI_MAX(1, DSI_MIN(ATTN_HEAD_GROUP, (long)H * n / f->nth));
   int bs = r->cache->block_size, G = DSI_CEIL_DIV(H, hg);
-  const dsi_vec_ops *v = dsi_vec();
-  /* f32: scores [ATTN_HEAD_GROUP][max_context], then each position's cache
-   * row; pairs: scores [group][lds], the bf16 probabilities [group][lds],
-   * the kernel's workspace */
-  float *score = f->scratch[tm->tid];
+  float *score = f->scratch[tm->tid]; /* [ATTN_HEAD_GROUP][max_context], then each position's cache row */
   const float **rows = (const float **)(score + (size_t)ATTN_HEAD_GROUP * f->max_context);
-  int lds = DSI_CEIL_DIV(f->max_context, DSI_ATTN_PAIR_CHUNK) * DSI_ATTN_PAIR_CHUNK;
-  uint16_t *prob = (uint16_t *)(score + (size_t)DSI_ATTN_PAIR_HEADS * lds);
-  void *ws = prob + (size_t)DSI_ATTN_PAIR_HEADS * lds;
+  const dsi_vec_ops *v = dsi_vec();
   /* items one at a time: their cost grows with the position */
   for (long it; (it = atomic_fetch_add(&tm->st->next, 1)) < (long)n * G;) {
     int tc = (int)(it / G), t = op->t0 + tc, h0 = (int)(it % G) * hg;
@@ -474,15 +474,7 @@ static void core_tokens(dsi_xrun *r, const dsi_op *op, dsi_team *tm, const core_
     if (pairs) {
       dsi_attn_pairs a = {.cache = pairs, .table = table, .block_size = bs, .row = row, .kvl = kvl, .nh = nh,
                           .n = pos + 1};
-      int npad = DSI_CEIL_DIV(pos + 1, DSI_ATTN_PAIR_CHUNK) * DSI_ATTN_PAIR_CHUNK;
-      dsi_attn_pairs_qk_amx(&a, ql, row, f->softmax_scale, score, lds, ws);
-      for (int h = 0; h < nh; h++) {
-        float *s = score + (size_t)h * lds;
-        v->softmax(s, pos + 1);
-        v->to_bf16(s, prob + (size_t)h * lds, pos + 1);
-        memset(prob + (size_t)h * lds + pos + 1, 0, (size_t)(npad - pos - 1) * sizeof(uint16_t));
-      }
-      dsi_attn_pairs_pv_amx(&a, prob, lds, ol, kvl);
+      dsi_attn_pairs_amx(&a, ql, row, f->softmax_scale, ol, kvl, score);
       continue;
     }
     for (int u = 0; u <= pos; u++) rows[u] = cb->cache + ((size_t)table[u / bs] * bs + u % bs) * row;
@@ -829,7 +821,8 @@ void dsi_op_cost(const dsi_xrun *r, const dsi_op *op, double *flops, double *wby
     break;
   }
   case DSI_OP_ATTN_CORE:
-    if (core_pairs(r, op)) attn_cost(r, op->t0, chunk_len(r, op), 0, DSI_CEIL_DIV(H, DSI_ATTN_PAIR_HEADS), 2, &fl, &ab);
+    if (core_pairs(r, op))
+      attn_cost(r, op->t0, chunk_len(r, op), 0, DSI_CEIL_DIV(H, pair_heads(H, chunk_len(r, op), r->f->nth)), 2, &fl, &ab);
     else attn_cost(r, op->t0, chunk_len(r, op), 0, DSI_CEIL_DIV(H, ATTN_HEAD_GROUP), 4, &fl, &ab);
     break;
   case DSI_OP_ATTN_ROWMAJOR:

@@ -1,13 +1,15 @@
-/* tests: the pair-layout attention (kernels/attn.h). The scalar oracle
- * against double-precision sums (it computes attention), then the AMX
- * version against the same sums — scores and P V — for every head count,
- * context lengths around the 32-position chunks and the 4-chunk groups, a
- * paged cache with blocks out of order, and the V3 widths as well as
- * narrower ones; and each head's bits the same alone as in any group,
- * because a token's attention must not depend on how its heads were
- * grouped (that follows the batch and the thread count). Last, the KV
- * layer's pair rows: zero when a block is handed out, and past the length
- * after a truncation, while what is kept stays. */
+/* tests: the pair-layout attention (kernels/attn.h). The scalar oracle and
+ * the AMX version each against attention computed in double precision
+ * from the same bf16 q and cache (a true softmax, no blocks), for head
+ * counts around the 8- and 16-head tiles and groups, context lengths
+ * around the 32-position chunks and the 128-position online-softmax
+ * blocks, a paged cache with blocks out of order, and the V3 widths as
+ * well as narrower ones; the output's row-stride gaps untouched; and each
+ * head's bits the same alone as in any group, because a token's attention
+ * must not depend on how its heads were grouped (that follows the batch
+ * and the thread count). Last, the KV layer's pair rows: zero when a block
+ * is handed out, and past the length after a truncation, while what is
+ * kept stays. */
 #include "kernels/attn.h"
 #include "kv/kv.h"
 #include "kernels/cpu.h"
@@ -26,13 +28,12 @@ typedef struct {
   dsi_attn_pairs a;
   uint16_t *cache;
   int32_t table[N_BLOCKS];
-  float *q, *s_ref, *s_amx, *o_ref, *o_amx;
-  uint16_t *p;
-  int ldq, lds, ldo;
+  float *q, *o, *o1;
+  int ldq, ldo;
   void *ws;
 } fixture;
 
-static void setup(fixture *f, int nh, int n, int kvl, int rope, dsi_rng *rng) {
+static void setup(fixture *f, int nh, int n, int kvl, int rope, double spread, dsi_rng *rng) {
   memset(f, 0, sizeof *f);
   int row = kvl + rope;
   f->cache = dsi_alloc_aligned((size_t)N_BLOCKS * BS * row * sizeof(uint16_t));
@@ -40,102 +41,70 @@ static void setup(fixture *f, int nh, int n, int kvl, int rope, dsi_rng *rng) {
   for (int b = 0; b < N_BLOCKS; b++) f->table[b] = (b * 5 + 3) % N_BLOCKS; /* out of order */
   f->a = (dsi_attn_pairs){.cache = f->cache, .table = f->table, .block_size = BS, .row = row, .kvl = kvl, .nh = nh, .n = n};
   f->ldq = row + 3;
-  f->lds = (n + 31) / 32 * 32 + 8;
   f->ldo = kvl + 5;
   f->q = dsi_xmalloc((size_t)nh * f->ldq * sizeof(float));
-  for (size_t i = 0; i < (size_t)nh * f->ldq; i++) f->q[i] = (float)dsi_rng_normal(rng);
-  f->s_ref = dsi_xcalloc((size_t)nh * f->lds, sizeof(float));
-  f->s_amx = dsi_xcalloc((size_t)nh * f->lds, sizeof(float));
-  f->o_ref = dsi_xcalloc((size_t)nh * f->ldo, sizeof(float));
-  f->o_amx = dsi_xcalloc((size_t)nh * f->ldo, sizeof(float));
-  f->p = dsi_xcalloc((size_t)nh * f->lds, sizeof(uint16_t));
-  for (int h = 0; h < nh; h++) /* probabilities-like weights, zero past n */
-    for (int u = 0; u < n; u++) f->p[(size_t)h * f->lds + u] = dsi_f32_to_bf16((float)(dsi_rng_uniform(rng) / n));
-  f->ws = dsi_alloc_aligned(DSI_ATTN_PAIRS_WS(row));
+  for (size_t i = 0; i < (size_t)nh * f->ldq; i++) f->q[i] = (float)(dsi_rng_normal(rng) * spread);
+  f->o = dsi_xmalloc((size_t)nh * f->ldo * sizeof(float));
+  f->o1 = dsi_xmalloc((size_t)nh * f->ldo * sizeof(float));
+  for (size_t i = 0; i < (size_t)nh * f->ldo; i++) f->o[i] = f->o1[i] = (float)i; /* the gaps must stay */
+  f->ws = dsi_alloc_aligned(DSI_ATTN_PAIRS_WS(nh, row));
 }
 
 static void teardown(fixture *f) {
   dsi_free_aligned(f->cache), dsi_free_aligned(f->ws);
-  free(f->q), free(f->s_ref), free(f->s_amx), free(f->o_ref), free(f->o_amx), free(f->p);
+  free(f->q), free(f->o), free(f->o1);
 }
 
-static float kv(const fixture *f, int u, int j) {
+static double kv(const fixture *f, int u, int j) {
   int32_t slot = f->table[u / BS] * BS + u % BS;
   return dsi_bf16_to_f32(f->cache[dsi_kv_pair_at(f->a.row, slot) + 2 * (size_t)j]);
 }
 
-/* worst error of s and o against double sums, relative to the sum of the
- * terms' magnitudes (f32 accumulation over a few hundred terms stays well
- * under 1e-5 of it, in any order) */
-static void errors(const fixture *f, const float *s, const float *o, float scale, double *ws, double *wo) {
-  int nh = f->a.nh, n = f->a.n, kvl = f->a.kvl;
-  *ws = *wo = 0;
-  for (int h = 0; h < nh; h++) {
+/* worst error of o against double-precision attention, relative to the
+ * largest |V| the head's weights average (P is rounded to bf16, so ~2^-9
+ * of it and a little more from the scores' f32 sums) */
+static double error(const fixture *f, float scale) {
+  int n = f->a.n;
+  double worst = 0, *s = dsi_xmalloc((size_t)n * sizeof(double));
+  for (int h = 0; h < f->a.nh; h++) {
+    double mx = -1e300, sum = 0;
     for (int u = 0; u < n; u++) {
-      double sum = 0, mag = 0;
-      for (int j = 0; j < f->a.row; j++) {
-        double t = (double)dsi_bf16_to_f32(dsi_f32_to_bf16(f->q[(size_t)h * f->ldq + j])) * kv(f, u, j);
-        sum += t, mag += fabs(t);
-      }
-      *ws = fmax(*ws, fabs(s[(size_t)h * f->lds + u] - sum * scale) / (mag * scale));
+      double d = 0;
+      for (int j = 0; j < f->a.row; j++)
+        d += (double)dsi_bf16_to_f32(dsi_f32_to_bf16(f->q[(size_t)h * f->ldq + j])) * kv(f, u, j);
+      s[u] = d * scale;
+      mx = fmax(mx, s[u]);
     }
-    for (int c = 0; c < kvl; c++) {
-      double sum = 0, mag = 0;
-      for (int u = 0; u < n; u++) {
-        double t = (double)dsi_bf16_to_f32(f->p[(size_t)h * f->lds + u]) * kv(f, u, c);
-        sum += t, mag += fabs(t);
-      }
-      *wo = fmax(*wo, fabs(o[(size_t)h * f->ldo + c] - sum) / (mag + 1e-30));
+    for (int u = 0; u < n; u++) sum += (s[u] = exp(s[u] - mx));
+    for (int c = 0; c < f->a.kvl; c++) {
+      double want = 0, vmax = 0;
+      for (int u = 0; u < n; u++) want += s[u] / sum * kv(f, u, c), vmax = fmax(vmax, fabs(kv(f, u, c)));
+      worst = fmax(worst, fabs(f->o[(size_t)h * f->ldo + c] - want) / vmax);
     }
   }
+  free(s);
+  return worst;
 }
 
-/* run one version on a fresh fixture (o's row-stride gaps preset to a
- * known pattern) and check it against double sums; the fixture stays */
-static void run_checked(fixture *f, const char *name, dsi_attn_qk_fn *qk, dsi_attn_pv_fn *pv, int nh, int n, int kvl,
-                        int rope, dsi_rng *rng) {
-  setup(f, nh, n, kvl, rope, rng);
-  float scale = 0.0723f;
-  double es, eo;
-  qk(&f->a, f->q, f->ldq, scale, f->s_amx, f->lds, f->ws);
-  for (size_t i = 0; i < (size_t)nh * f->ldo; i++) f->o_amx[i] = f->o_ref[i] = (float)i;
-  pv(&f->a, f->p, f->lds, f->o_amx, f->ldo);
-  errors(f, f->s_amx, f->o_amx, scale, &es, &eo);
-  CHECKF(es < 1e-5 && eo < 1e-5, "%s heads %d n %d width %d: relative error q K^T %.3g, P V %.3g", name, nh, n,
-         f->a.row, es, eo);
-}
-
-/* the oracle computes attention */
-static void oracle_case(int nh, int n, int kvl, int rope, dsi_rng *rng) {
+static void run(const char *name, dsi_attn_pairs_fn *fn, int nh, int n, int kvl, int rope, double spread,
+                dsi_rng *rng) {
   fixture f;
-  run_checked(&f, "oracle", dsi_attn_pairs_qk_ref, dsi_attn_pairs_pv_ref, nh, n, kvl, rope, rng);
-  teardown(&f);
-}
-
-/* AMX: as accurate as the oracle (the tile unit's internal summation order
- * is its own, so not bitwise), leaves the gaps of the output's row stride
- * alone, and gives every head the same bits alone as in its group */
-static void amx_case(int nh, int n, int kvl, int rope, dsi_rng *rng) {
-  fixture f;
+  setup(&f, nh, n, kvl, rope, spread, rng);
   float scale = 0.0723f;
-  run_checked(&f, "amx", dsi_attn_pairs_qk_amx, dsi_attn_pairs_pv_amx, nh, n, kvl, rope, rng);
+  fn(&f.a, f.q, f.ldq, scale, f.o, f.ldo, f.ws);
+  double e = error(&f, scale);
+  CHECKF(e < 4e-3, "%s heads %d n %d width %d spread %g: error %.3g of the largest value", name, nh, n, f.a.row,
+         spread, e);
   int gaps = 1;
   for (int h = 0; h < nh; h++)
-    for (int c = kvl; c < f.ldo; c++) gaps &= f.o_amx[(size_t)h * f.ldo + c] == f.o_ref[(size_t)h * f.ldo + c];
-  CHECKF(gaps, "amx P V heads %d n %d wrote past its %d columns", nh, n, kvl);
-  /* each head alone, and the heads in reverse order */
+    for (int c = kvl; c < f.ldo; c++) gaps &= f.o[(size_t)h * f.ldo + c] == (float)((size_t)h * f.ldo + c);
+  CHECKF(gaps, "%s heads %d n %d wrote past its %d columns", name, nh, n, kvl);
+  /* each head alone gives the same bits */
   dsi_attn_pairs one = f.a;
   one.nh = 1;
-  for (int h = 0; h < nh; h++) {
-    dsi_attn_pairs_qk_amx(&one, f.q + (size_t)h * f.ldq, f.ldq, scale, f.s_ref + (size_t)h * f.lds, f.lds, f.ws);
-    dsi_attn_pairs_pv_amx(&one, f.p + (size_t)h * f.lds, f.lds, f.o_ref + (size_t)h * f.ldo, f.ldo);
-  }
-  int same = 1;
-  for (int h = 0; h < nh; h++) {
-    same &= !memcmp(f.s_ref + (size_t)h * f.lds, f.s_amx + (size_t)h * f.lds, (size_t)n * sizeof(float));
-    same &= !memcmp(f.o_ref + (size_t)h * f.ldo, f.o_amx + (size_t)h * f.ldo, (size_t)kvl * sizeof(float));
-  }
-  CHECKF(same, "amx heads %d n %d width %d: a head alone differs from the same head in its group", nh, n, f.a.row);
+  for (int h = 0; h < nh; h++) fn(&one, f.q + (size_t)h * f.ldq, f.ldq, scale, f.o1 + (size_t)h * f.ldo, f.ldo, f.ws);
+  CHECKF(!memcmp(f.o, f.o1, (size_t)nh * f.ldo * sizeof(float)),
+         "%s heads %d n %d width %d: a head alone differs from the same head in its group", name, nh, n, f.a.row);
   teardown(&f);
 }
 
@@ -168,19 +137,22 @@ int main(void) {
   kv_pairs();
   dsi_rng rng;
   dsi_rng_seed(&rng, 7);
-  static const int ns[] = {1, 2, 31, 32, 33, 127, 128, 129, 300, 700};
-  for (size_t i = 0; i < DSI_ARRAY_LEN(ns); i += 3) oracle_case(3, ns[i], 64, 32, &rng);
-  oracle_case(8, 200, 512, 64, &rng);
+  static const int ns[] = {1, 2, 31, 33, 127, 128, 129, 300, 700};
+  static const int heads[] = {1, 3, 8, 9, 16, 17, 40};
+  int cases = 0;
+  for (size_t i = 0; i < DSI_ARRAY_LEN(ns); i += 2) run("oracle", dsi_attn_pairs_ref, 3, ns[i], 64, 32, 1, &rng);
+  run("oracle", dsi_attn_pairs_ref, 17, 300, 512, 64, 1, &rng);
   if (!dsi_attn_pairs_amx_ok()) {
     printf("AMX not available here: the oracle alone was checked\n");
     return check_done();
   }
-  int cases = 0;
-  for (int nh = 1; nh <= DSI_ATTN_PAIR_HEADS; nh++)
-    for (size_t i = 0; i < DSI_ARRAY_LEN(ns); i++, cases++) amx_case(nh, ns[i], 512, 64, &rng);
+  for (size_t h = 0; h < DSI_ARRAY_LEN(heads); h++)
+    for (size_t i = 0; i < DSI_ARRAY_LEN(ns); i++, cases++) run("amx", dsi_attn_pairs_amx, heads[h], ns[i], 512, 64, 1, &rng);
   static const int widths[][2] = {{64, 32}, {256, 32}, {16, 16}, {48, 16}};
   for (size_t w = 0; w < DSI_ARRAY_LEN(widths); w++)
-    for (size_t i = 0; i < DSI_ARRAY_LEN(ns); i += 2, cases++) amx_case(5, ns[i], widths[w][0], widths[w][1], &rng);
-  printf("amx: %d pair-attention cases within 1e-5 of double sums, each head the same alone\n", cases);
+    for (size_t i = 0; i < DSI_ARRAY_LEN(ns); i += 2, cases++) run("amx", dsi_attn_pairs_amx, 5, ns[i], widths[w][0], widths[w][1], 1, &rng);
+  /* peaked scores: the running max moves between blocks */
+  for (size_t i = 4; i < DSI_ARRAY_LEN(ns); i++, cases++) run("amx", dsi_attn_pairs_amx, 16, ns[i], 512, 64, 4, &rng);
+  printf("amx: %d pair-attention cases within 4e-3 of double-precision attention, each head the same alone\n", cases);
   return check_done();
 }

@@ -1,16 +1,20 @@
-/* kernels: the pair-layout attention (attn.h) on AMX BF16 tiles. q K^T
- * multiplies, per K step, up to four 32-position chunks against the q tile
- * of up to 8 heads, or two chunks against the two q tiles of up to 16
- * heads, so a cache tile loads once for all of them; P V holds four
- * 16-column accumulators of up to 16 heads and streams the chunks through
- * them. Each call configures the tiles and releases them. */
+/* kernels: the pair-layout attention (attn.h) on AMX BF16 tiles, one pass
+ * over the cache in blocks of positions. Each block stays in L2 while every
+ * group of up to 16 heads takes it: q K^T multiplies, per K step, two
+ * 32-position chunks against the two q tiles of the group (or four chunks
+ * against one, for up to 8 heads); the online softmax updates each head's
+ * max, sum and output; P V holds four 16-column accumulators, loaded from
+ * the output and stored back. Each call configures the tiles and releases
+ * them. */
 #include "kernels/attn.h"
 #include "kernels/x86/amx_util.h"
 
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #define CHUNK DSI_ATTN_PAIR_CHUNK
+#define BLOCK DSI_ATTN_PAIR_BLOCK
 
 /* bytes of the pair row holding position u of the sequence (u even) */
 static inline const uint8_t *pair_row(const dsi_attn_pairs *a, int u) {
@@ -19,8 +23,9 @@ static inline const uint8_t *pair_row(const dsi_attn_pairs *a, int u) {
 }
 
 /* q as B tiles, one per 16 latent columns: row k (column 16 ks + k) holds,
- * for head h, bf16(q[h]) at word 4h (against the even position of a pair)
- * and at word 4h + 3 (the odd one), zeros elsewhere and for absent heads */
+ * for head h < 8, bf16(q[h]) at word 4h (against the even position of a
+ * pair) and at word 4h + 3 (the odd one), zeros elsewhere and for absent
+ * heads */
 static void pack_q(const float *q, int ldq, int nh, int row, uint16_t *qb) {
   __m512i z[4];
   const __m512i base = _mm512_set_epi16(48, 0, 0, 48, 32, 0, 0, 32, 16, 0, 0, 16, 0, 0, 0, 0, /* words 16..31 */
@@ -43,15 +48,16 @@ static void pack_q(const float *q, int ldq, int nh, int row, uint16_t *qb) {
   }
 }
 
-/* s[h][u0 + 2p + par] = scale * c[p][2h + par]: the 64-bit column h of c */
-static void scatter_scores(const float *c, int nh, float scale, float *s, int lds, int u0) {
+/* s[h][2p + par] = scale * c[p][2h + par] for h < nh: the 64-bit column h
+ * of a 16x16 f32 tile, 32 positions */
+static void scatter_scores(const float *c, int nh, float scale, float *s) {
   const __m512i i0 = _mm512_set_epi64(56, 48, 40, 32, 24, 16, 8, 0), i1 = _mm512_add_epi64(i0, _mm512_set1_epi64(64));
   const __m512 sc = _mm512_set1_ps(scale);
   for (int h = 0; h < nh; h++) {
     const double *ch = (const double *)c + h;
     __m512 x0 = (__m512)_mm512_i64gather_pd(i0, ch, 8), x1 = (__m512)_mm512_i64gather_pd(i1, ch, 8);
-    _mm512_storeu_ps(s + (size_t)h * lds + u0, _mm512_mul_ps(x0, sc));
-    _mm512_storeu_ps(s + (size_t)h * lds + u0 + 16, _mm512_mul_ps(x1, sc));
+    _mm512_storeu_ps(s + (size_t)h * BLOCK, _mm512_mul_ps(x0, sc));
+    _mm512_storeu_ps(s + (size_t)h * BLOCK + 16, _mm512_mul_ps(x1, sc));
   }
 }
 
@@ -63,21 +69,16 @@ static inline void zero_c(void) {
   _tile_zero(3);
 }
 
-/* bytes of one q tile set (heads 8j .. 8j + 7) */
-static size_t q_set_bytes(int row) { return (size_t)row / 16 * 1024; }
-
-void dsi_attn_pairs_qk_amx(const dsi_attn_pairs *a, const float *q, int ldq, float scale, float *s, int lds,
-                           void *ws) {
-  const int nk = a->row / 16, nch = (a->n + CHUNK - 1) / CHUNK, two = a->nh > 8;
+/* scores of chunks [ch0, ch1) for nh <= 16 heads (q tiles qb0, qb1) into
+ * s[h][(ch - ch0) * 32 + i], row stride BLOCK; c: a 1 KiB staging tile.
+ * Tiles: all 16 rows. */
+static void qk_block(const dsi_attn_pairs *a, const uint16_t *qb0, const uint16_t *qb1, int nh, int ch0, int ch1,
+                     float scale, float *s, float *c) {
+  const int nk = a->row / 16;
   const size_t stride = (size_t)a->row * 4; /* one pair row */
-  uint16_t *qb0 = ws, *qb1 = (uint16_t *)((uint8_t *)ws + q_set_bytes(a->row));
-  float *c = (float *)((uint8_t *)ws + 2 * q_set_bytes(a->row));
-  pack_q(q, ldq, DSI_MIN(a->nh, 8), a->row, qb0);
-  if (two) pack_q(q + (size_t)8 * ldq, ldq, a->nh - 8, a->row, qb1);
-  tiles_configure();
-  if (!two) { /* C 0-3 one per chunk, A 4, 5, 7, q 6 */
-    for (int c0 = 0; c0 < nch; c0 += 4) {
-      const int g = DSI_MIN(4, nch - c0);
+  if (nh <= 8) { /* C 0-3 one per chunk, A 4, 5, 7, q 6 */
+    for (int c0 = ch0; c0 < ch1; c0 += 4) {
+      const int g = DSI_MIN(4, ch1 - c0);
       const uint8_t *b0 = pair_row(a, c0 * CHUNK), *b1 = b0, *b2 = b0, *b3 = b0;
       if (g > 1) b1 = pair_row(a, (c0 + 1) * CHUNK);
       if (g > 2) b2 = pair_row(a, (c0 + 2) * CHUNK);
@@ -100,66 +101,108 @@ void dsi_attn_pairs_qk_amx(const dsi_attn_pairs *a, const float *q, int ldq, flo
           _tile_dpbf16ps(3, 4, 6);
         }
       }
+      float *sc = s + (size_t)(c0 - ch0) * CHUNK;
       _tile_stored(0, c, 64);
-      scatter_scores(c, a->nh, scale, s, lds, c0 * CHUNK);
+      scatter_scores(c, nh, scale, sc);
       if (g > 1) {
         _tile_stored(1, c, 64);
-        scatter_scores(c, a->nh, scale, s, lds, (c0 + 1) * CHUNK);
+        scatter_scores(c, nh, scale, sc + CHUNK);
       }
       if (g > 2) {
         _tile_stored(2, c, 64);
-        scatter_scores(c, a->nh, scale, s, lds, (c0 + 2) * CHUNK);
+        scatter_scores(c, nh, scale, sc + 2 * CHUNK);
       }
       if (g > 3) {
         _tile_stored(3, c, 64);
-        scatter_scores(c, a->nh, scale, s, lds, (c0 + 3) * CHUNK);
+        scatter_scores(c, nh, scale, sc + 3 * CHUNK);
       }
     }
-  } else { /* C 2i + j for chunk i and heads 8j..; A 4, 5 per chunk; q 6, 7 per head set */
-    float *s1 = s + (size_t)8 * lds;
-    for (int c0 = 0; c0 < nch; c0 += 2) {
-      const int g = DSI_MIN(2, nch - c0);
-      const uint8_t *b0 = pair_row(a, c0 * CHUNK), *b1 = g > 1 ? pair_row(a, (c0 + 1) * CHUNK) : b0;
-      zero_c();
-      for (int ks = 0; ks < nk; ks++) {
-        _tile_loadd(6, qb0 + (size_t)ks * 512, 64);
-        _tile_loadd(7, qb1 + (size_t)ks * 512, 64);
-        _tile_loadd(4, b0 + (size_t)ks * 64, stride);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        if (g > 1) {
-          _tile_loadd(5, b1 + (size_t)ks * 64, stride);
-          _tile_dpbf16ps(2, 5, 6);
-          _tile_dpbf16ps(3, 5, 7);
-        }
-      }
-      _tile_stored(0, c, 64);
-      scatter_scores(c, 8, scale, s, lds, c0 * CHUNK);
-      _tile_stored(1, c, 64);
-      scatter_scores(c, a->nh - 8, scale, s1, lds, c0 * CHUNK);
+    return;
+  }
+  /* C 2i + j for chunk i and heads 8j..; A 4, 5 per chunk; q 6, 7 per head set */
+  for (int c0 = ch0; c0 < ch1; c0 += 2) {
+    const int g = DSI_MIN(2, ch1 - c0);
+    const uint8_t *b0 = pair_row(a, c0 * CHUNK), *b1 = g > 1 ? pair_row(a, (c0 + 1) * CHUNK) : b0;
+    zero_c();
+    for (int ks = 0; ks < nk; ks++) {
+      _tile_loadd(6, qb0 + (size_t)ks * 512, 64);
+      _tile_loadd(7, qb1 + (size_t)ks * 512, 64);
+      _tile_loadd(4, b0 + (size_t)ks * 64, stride);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
       if (g > 1) {
-        _tile_stored(2, c, 64);
-        scatter_scores(c, 8, scale, s, lds, (c0 + 1) * CHUNK);
-        _tile_stored(3, c, 64);
-        scatter_scores(c, a->nh - 8, scale, s1, lds, (c0 + 1) * CHUNK);
+        _tile_loadd(5, b1 + (size_t)ks * 64, stride);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
       }
+    }
+    float *sc = s + (size_t)(c0 - ch0) * CHUNK, *sc8 = sc + (size_t)8 * BLOCK;
+    _tile_stored(0, c, 64);
+    scatter_scores(c, 8, scale, sc);
+    _tile_stored(1, c, 64);
+    scatter_scores(c, nh - 8, scale, sc8);
+    if (g > 1) {
+      _tile_stored(2, c, 64);
+      scatter_scores(c, 8, scale, sc + CHUNK);
+      _tile_stored(3, c, 64);
+      scatter_scores(c, nh - 8, scale, sc8 + CHUNK);
     }
   }
-  _tile_release();
 }
 
-void dsi_attn_pairs_pv_amx(const dsi_attn_pairs *a, const uint16_t *p, int ldp, float *o, int ldo) {
-  const int nch = (a->n + CHUNK - 1) / CHUNK, nt = a->kvl / 16;
-  const size_t stride = (size_t)a->row * 4, ldpb = (size_t)ldp * 2, ldob = (size_t)ldo * 4;
-  const uint8_t nh = (uint8_t)a->nh, rows[8] = {nh, nh, nh, nh, nh, 16, 16, 16};
-  tiles_configure_rows(rows);
+/* The online softmax step of head rows s[h] (nb valid of npad): p =
+ * bf16(e^(s - m')) (zero past nb), l = a l + sum p, o = a o when earlier
+ * blocks wrote it, m = m'. */
+static void softmax_block(const float *s, uint16_t *p, int nh, int nb, int npad, float *m, float *l, float *o, int ldo,
+                          int kvl, int first) {
+  for (int h = 0; h < nh; h++) {
+    const float *sh = s + (size_t)h * BLOCK;
+    uint16_t *ph = p + (size_t)h * BLOCK;
+    __m512 vmx = _mm512_set1_ps(-INFINITY);
+    for (int i = 0; i < nb; i += 16) {
+      __mmask16 k = nb - i >= 16 ? 0xffff : (__mmask16)((1u << (nb - i)) - 1);
+      vmx = _mm512_mask_max_ps(vmx, k, vmx, _mm512_maskz_loadu_ps(k, sh + i));
+    }
+    float m2 = fmaxf(m[h], _mm512_reduce_max_ps(vmx)), alpha = expf(m[h] - m2);
+    __m512 vm = _mm512_set1_ps(m2), sum = _mm512_setzero_ps();
+    for (int i = 0; i < npad; i += 16) {
+      __mmask16 k = nb - i >= 16 ? 0xffff : nb > i ? (__mmask16)((1u << (nb - i)) - 1) : 0;
+      __m512 e = _mm512_maskz_mov_ps(k, exp512(_mm512_sub_ps(_mm512_loadu_ps(sh + i), vm)));
+      __m256i b = (__m256i)_mm512_cvtneps_pbh(e);
+      _mm256_storeu_si256((__m256i *)(ph + i), b);
+      sum = _mm512_add_ps(sum, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16)));
+    }
+    l[h] = l[h] * alpha + _mm512_reduce_add_ps(sum);
+    m[h] = m2;
+    if (!first && alpha != 1.0f) {
+      float *oh = o + (size_t)h * ldo;
+      __m512 va = _mm512_set1_ps(alpha);
+      for (int c = 0; c < kvl; c += 16) _mm512_storeu_ps(oh + c, _mm512_mul_ps(_mm512_loadu_ps(oh + c), va));
+    }
+  }
+}
+
+/* o[h][c] (+)= sum over chunks [ch0, ch1) of p[h][(ch - ch0) * 32 + i] V;
+ * first: o starts at zero, else from what it holds. Tiles: C and P nh
+ * rows. */
+static void pv_block(const dsi_attn_pairs *a, const uint16_t *p, int ch0, int ch1, float *o, int ldo, int first) {
+  const int nt = a->kvl / 16;
+  const size_t stride = (size_t)a->row * 4, ldob = (size_t)ldo * 4;
   /* tiles: C 0-3 (16 columns each), P 4, V 5-7 */
   for (int t0 = 0; t0 < nt; t0 += 4) {
     const int g = DSI_MIN(4, nt - t0);
-    zero_c();
-    for (int ch = 0; ch < nch; ch++) {
+    float *ot = o + (size_t)t0 * 16;
+    if (first) {
+      zero_c();
+    } else {
+      _tile_loadd(0, ot, ldob);
+      if (g > 1) _tile_loadd(1, ot + 16, ldob);
+      if (g > 2) _tile_loadd(2, ot + 32, ldob);
+      if (g > 3) _tile_loadd(3, ot + 48, ldob);
+    }
+    for (int ch = ch0; ch < ch1; ch++) {
       const uint8_t *v = pair_row(a, ch * CHUNK) + (size_t)t0 * 64;
-      _tile_loadd(4, p + (size_t)ch * CHUNK, ldpb);
+      _tile_loadd(4, p + (size_t)(ch - ch0) * CHUNK, BLOCK * 2);
       _tile_loadd(5, v, stride);
       _tile_dpbf16ps(0, 4, 5);
       if (g > 1) {
@@ -175,10 +218,47 @@ void dsi_attn_pairs_pv_amx(const dsi_attn_pairs *a, const uint16_t *p, int ldp, 
         _tile_dpbf16ps(3, 4, 5);
       }
     }
-    _tile_stored(0, o + (size_t)t0 * 16, ldob);
-    if (g > 1) _tile_stored(1, o + (size_t)(t0 + 1) * 16, ldob);
-    if (g > 2) _tile_stored(2, o + (size_t)(t0 + 2) * 16, ldob);
-    if (g > 3) _tile_stored(3, o + (size_t)(t0 + 3) * 16, ldob);
+    _tile_stored(0, ot, ldob);
+    if (g > 1) _tile_stored(1, ot + 16, ldob);
+    if (g > 2) _tile_stored(2, ot + 32, ldob);
+    if (g > 3) _tile_stored(3, ot + 48, ldob);
+  }
+}
+
+void dsi_attn_pairs_amx(const dsi_attn_pairs *a, const float *q, int ldq, float scale, float *o, int ldo, void *ws) {
+  const int nh = a->nh, ng = (nh + DSI_ATTN_PAIR_GROUP - 1) / DSI_ATTN_PAIR_GROUP;
+  const size_t qset = (size_t)a->row / 16 * 1024;
+  uint8_t *w = ws;
+  uint16_t *qt = (uint16_t *)w; /* [group][2 sets] q tiles */
+  float *s = (float *)(w + ng * 2 * qset);
+  uint16_t *p = (uint16_t *)(s + DSI_ATTN_PAIR_GROUP * BLOCK);
+  float *m = (float *)(p + DSI_ATTN_PAIR_GROUP * BLOCK), *l = m + nh;
+  float *c = (float *)((uint8_t *)m + ((size_t)nh * 8 + 63) / 64 * 64);
+  for (int g = 0; g < ng; g++) {
+    const int gh = DSI_MIN(DSI_ATTN_PAIR_GROUP, nh - g * DSI_ATTN_PAIR_GROUP);
+    uint16_t *qb = qt + (size_t)g * qset; /* two sets: qset bytes = qset / 2 words each */
+    pack_q(q + (size_t)g * DSI_ATTN_PAIR_GROUP * ldq, ldq, DSI_MIN(gh, 8), a->row, qb);
+    if (gh > 8) pack_q(q + ((size_t)g * DSI_ATTN_PAIR_GROUP + 8) * ldq, ldq, gh - 8, a->row, qb + qset / 2);
+  }
+  for (int h = 0; h < nh; h++) m[h] = -INFINITY, l[h] = 0;
+  for (int u0 = 0; u0 < a->n; u0 += BLOCK) {
+    const int nb = DSI_MIN(BLOCK, a->n - u0), ch0 = u0 / CHUNK, ch1 = (u0 + nb + CHUNK - 1) / CHUNK;
+    for (int g = 0; g < ng; g++) {
+      const int h0 = g * DSI_ATTN_PAIR_GROUP, gh = DSI_MIN(DSI_ATTN_PAIR_GROUP, nh - h0);
+      const uint16_t *qb = qt + (size_t)g * qset;
+      float *og = o + (size_t)h0 * ldo;
+      tiles_configure();
+      qk_block(a, qb, qb + qset / 2, gh, ch0, ch1, scale, s, c);
+      softmax_block(s, p, gh, nb, (ch1 - ch0) * CHUNK, m + h0, l + h0, og, ldo, a->kvl, u0 == 0);
+      const uint8_t r = (uint8_t)gh, rows[8] = {r, r, r, r, r, 16, 16, 16};
+      tiles_configure_rows(rows);
+      pv_block(a, p, ch0, ch1, og, ldo, u0 == 0);
+    }
   }
   _tile_release();
+  for (int h = 0; h < nh; h++) {
+    float *oh = o + (size_t)h * ldo;
+    __m512 vl = _mm512_set1_ps(l[h]);
+    for (int cc = 0; cc < a->kvl; cc += 16) _mm512_storeu_ps(oh + cc, _mm512_div_ps(_mm512_loadu_ps(oh + cc), vl));
+  }
 }
