@@ -53,9 +53,10 @@ int dsi_engine_open(dsi_engine **out, dsi_model *m, const dsi_engine_opts *o, ds
   int bf16 = o->act_precision == DSI_ACT_BF16 ||
              (o->act_precision == DSI_ACT_AUTO && m->packed && dsi_cpu_get()->level >= DSI_ISA_AMX);
   int row = c->kv_lora_rank + c->qk_rope_head_dim;
-  /* the bf16 pair rows, for the AMX decode attention (kernels/attn.h) */
-  int pairs = bf16 && dsi_attn_pairs_amx_ok() && bs % DSI_ATTN_PAIR_CHUNK == 0 && c->kv_lora_rank % 16 == 0 &&
-              row % 16 == 0;
+  /* the cache in bf16 pair rows (kernels/attn.h) where AMX runs the bf16
+   * forward of a packed model (the row-major attention reads f32 rows) */
+  int pairs = bf16 && m->packed && dsi_attn_pairs_amx_ok() && bs % DSI_ATTN_PAIR_CHUNK == 0 &&
+              c->kv_lora_rank % 16 == 0 && row % 16 == 0;
   if ((rc = dsi_kv_init(&e->kv, c->num_hidden_layers, row, bs, nb, pairs, err)) ||
       (rc = dsi_fwd_new(&e->fwd, m, e->pool, e->max_tokens, e->max_context, err))) {
     dsi_engine_free(e);

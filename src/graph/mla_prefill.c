@@ -5,7 +5,9 @@
  * batch's segments. Everything runs on the packed matmuls (AMX with bf16
  * activations, AVX-512 otherwise); buffers are sized once. */
 #include "graph/mla_prefill.h"
+#include "kernels/attn.h"
 #include "kernels/vec.h"
+#include "tensor/dtype.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -29,7 +31,7 @@ struct dsi_mla_prefill {
   int cb, qb, hg;        /* context block, query block, heads per group: the buffers' sizes */
   int cb_step, qb_step, hg_step; /* what the loops take: the same, or less in tests */
   int kpad_k;            /* packed key rows: nope + rope rounded to 32 */
-  int32_t *slots;        /* [cb] cache slot of each position of the block */
+  float *lat;            /* [cb, row] the block's latents, gathered from the cache */
   float *kx;             /* [cb, hg * nope] expanded keys of the group (k_nope) */
   float *vx;             /* [cb, hg * v] expanded values of the group */
   void *kp;              /* [hg] keys packed as a weight: [cb, nope + rope] each, k_pe appended */
@@ -83,7 +85,7 @@ dsi_mla_prefill *dsi_mla_prefill_new(const dsi_config *c, int max_tokens, int ma
   p->hg_step = p->hg;
   int ok = 1;
 #define ALLOC(ptr, n) do { if (!((ptr) = dsi_alloc_aligned((size_t)(n) * sizeof(*(ptr))))) ok = 0; } while (0)
-  ALLOC(p->slots, p->cb);
+  ALLOC(p->lat, (size_t)p->cb * p->row);
   ALLOC(p->kx, (size_t)p->cb * p->hg * p->nope);
   ALLOC(p->vx, (size_t)p->cb * p->hg * p->vd);
   ALLOC(p->s, (size_t)p->hg * p->qb * p->cb);
@@ -118,7 +120,7 @@ dsi_mla_prefill *dsi_mla_prefill_new(const dsi_config *c, int max_tokens, int ma
 
 void dsi_mla_prefill_free(dsi_mla_prefill *p) {
   if (!p) return;
-  dsi_free_aligned(p->slots);
+  dsi_free_aligned(p->lat);
   dsi_free_aligned(p->kx);
   dsi_free_aligned(p->vx);
   dsi_free_aligned(p->s);
@@ -247,7 +249,6 @@ typedef struct {
 static void pack_task(void *ctx, int ith, int nth) {
   naive_job *j = ctx;
   dsi_mla_prefill *p = j->p;
-  const dsi_mla_segment *g = j->seg;
   const dsi_vec_ops *vo = dsi_vec();
   int panels = (int)DSI_CEIL_DIV(j->nb, DSI_TILE_N), nope = p->nope, vd = p->vd, qk = p->qk;
   int vd16 = (int)round_up((size_t)vd, DSI_TILE_N), bf = j->dt == DSI_DTYPE_BF16;
@@ -267,7 +268,7 @@ static void pack_task(void *ctx, int ith, int nth) {
       if (i < nr) {
         int r = r0 + i;
         memcpy(row, p->kx + (size_t)r * p->hg * nope + (size_t)hh * nope, (size_t)nope * sizeof(float));
-        memcpy(row + nope, g->cache + (size_t)p->slots[r] * p->row + p->kvl, (size_t)(qk - nope) * sizeof(float));
+        memcpy(row + nope, p->lat + (size_t)r * p->row + p->kvl, (size_t)(qk - nope) * sizeof(float));
         memset(row + qk, 0, (size_t)(kp - qk) * sizeof(float));
       } else {
         memset(row, 0, (size_t)kp * sizeof(float));
@@ -395,10 +396,27 @@ static void team_gemm(dsi_mla_prefill *p, dsi_team *tm, const dsi_fctx *f, dsi_g
   dsi_barrier_wait(tm->bar);
 }
 
+/* this thread's share of the block's latents [c0, c0 + nb) as f32 rows */
+static void gather_latents(dsi_mla_prefill *p, const dsi_mla_segment *seg, int c0, int nb, int ith, int nth) {
+  long a, e;
+  dsi_split(nb, ith, nth, &a, &e);
+  int bs = seg->block_size;
+  for (long u = a; u < e; u++) {
+    int32_t slot = seg->table[(c0 + u) / bs] * bs + (c0 + u) % bs;
+    float *dst = p->lat + (size_t)u * p->row;
+    if (seg->pairs) {
+      const uint16_t *src = seg->pairs + dsi_kv_pair_at(p->row, slot);
+      for (int j = 0; j < p->row; j++) dst[j] = dsi_bf16_to_f32(src[2 * j]);
+    } else {
+      memcpy(dst, seg->cache + (size_t)slot * p->row, (size_t)p->row * sizeof(float));
+    }
+  }
+}
+
 void dsi_mla_prefill_naive(dsi_mla_prefill *p, dsi_team *tm, const dsi_fctx *f, const dsi_layer_weights *w,
                            const dsi_mla_segment *seg) {
   DSI_ASSERT(seg->L <= p->max_tokens && w->w_uk.data && w->w_uv.data);
-  int H = p->H, nope = p->nope, vd = p->vd, ctx = seg->p0 + seg->L, bs = seg->block_size;
+  int H = p->H, nope = p->nope, vd = p->vd, ctx = seg->p0 + seg->L;
   int ith = tm->ith, nth = tm->nth;
   dsi_dtype dt = f->act_bf16 ? DSI_DTYPE_BF16 : DSI_DTYPE_F32;
   dsi_gemm *gs = f->gl[tm->tid];
@@ -412,14 +430,14 @@ void dsi_mla_prefill_naive(dsi_mla_prefill *p, dsi_team *tm, const dsi_fctx *f, 
       int nb = DSI_MIN(p->cb_step, ctx - c0);
       j.nb = nb;
       j.c0 = c0;
-      if (ith == 0)
-        for (int u = 0; u < nb; u++) p->slots[u] = seg->table[(c0 + u) / bs] * bs + (c0 + u) % bs;
-      dsi_barrier_wait(tm->bar); /* slots; the group's init; the last block's P V done with the packs */
+      dsi_barrier_wait(tm->bar); /* the group's init; the last block's packs done with the latents */
+      gather_latents(p, seg, c0, nb, ith, nth);
+      dsi_barrier_wait(tm->bar); /* the latents */
       /* k_nope = c_kv W_UK^T and v = c_kv W_UV^T for the block's positions */
-      gs[0] = (dsi_gemm){.w = &wk, .x = seg->cache, .ldx = p->row, .x_rows = p->slots, .m = nb, .y = p->kx,
-                         .ldy = p->hg * nope, .epi = DSI_EPI_STORE};
-      gs[1] = (dsi_gemm){.w = &wv, .x = seg->cache, .ldx = p->row, .x_rows = p->slots, .m = nb, .y = p->vx,
-                         .ldy = p->hg * vd, .epi = DSI_EPI_STORE};
+      gs[0] = (dsi_gemm){.w = &wk, .x = p->lat, .ldx = p->row, .m = nb, .y = p->kx, .ldy = p->hg * nope,
+                         .epi = DSI_EPI_STORE};
+      gs[1] = (dsi_gemm){.w = &wv, .x = p->lat, .ldx = p->row, .m = nb, .y = p->vx, .ldy = p->hg * vd,
+                         .epi = DSI_EPI_STORE};
       if (wk.rows == wv.rows) {
         team_gemm(p, tm, f, gs, 2, wk.rows);
       } else {

@@ -54,7 +54,8 @@ void dsi_mla_prefill_cost(const dsi_mla_prefill *p, int L, int p0, dsi_dtype uk_
 typedef struct dsi_mla_segment {
   const float *q;
   int ldq;
-  const float *cache;    /* [n_slots, kv_lora + rope]: this layer's latent cache */
+  const float *cache;    /* [n_slots, kv_lora + rope]: this layer's latent cache, or */
+  const uint16_t *pairs; /* when not NULL: the same in bf16 position pairs (kernels/attn.h) */
   const int32_t *table;  /* the sequence's block table */
   int block_size;
   int p0, L;

@@ -336,23 +336,24 @@ static void op_rope_q(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
   }
 }
 
-/* normalize the latent, rotate k_pe, store both in each token's cache slot */
+/* normalize the latent, rotate k_pe, store both in each token's cache slot
+ * (f32, or bf16 in the pair rows) */
 static void op_kv_write(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
   const dsi_config *c = r->f->c;
   int kvl = c->kv_lora_rank, rope = c->qk_rope_head_dim, row = kvl + rope;
   const float *kva = XT(r, op->in[0]);
-  float *cache = XT(r, op->out[0]);
   uint16_t *pairs = r->cache->pair ? r->cache->pair[op->layer] : NULL;
+  float *cache = pairs ? NULL : XT(r, op->out[0]);
   long a, e;
   dsi_split(r->T, tm->ith, tm->nth, &a, &e);
   for (long t = a; t < e; t++) {
     const float *kv = kva + t * row;
-    float *dst = cache + (size_t)r->b->slot[t] * row;
+    float *dst = pairs ? r->f->scratch[tm->tid] : cache + (size_t)r->b->slot[t] * row;
     dsi_k_rmsnorm(kv, op->lw->kv_a_layernorm, kvl, c->rms_norm_eps, dst);
     memcpy(dst + kvl, kv + kvl, rope * sizeof(float));
     size_t p = (size_t)r->b->pos[t] * (rope / 2);
     dsi_k_rope(dst + kvl, rope, r->f->rope_cos + p, r->f->rope_sin + p);
-    if (pairs) { /* the same row in bf16, every other element of its pair row */
+    if (pairs) { /* every other element of the slot's pair row */
       uint16_t *pr = pairs + dsi_kv_pair_at(row, r->b->slot[t]);
       for (int j = 0; j < row; j++) pr[2 * j] = dsi_f32_to_bf16(dst[j]);
     }
@@ -434,6 +435,7 @@ typedef struct {
   int32_t *slots;
   uint8_t *skip;
   const float *cache;
+  const uint16_t *pairs; /* instead of cache, where the KV layer keeps bf16 pair rows */
 } core_bufs;
 
 /* heads per item of the token path on the pair rows: all H, split (in
@@ -443,9 +445,10 @@ static int pair_heads(int H, int n, int nth) {
   return DSI_CEIL_DIV(DSI_CEIL_DIV(H, per_token), 8) * 8;
 }
 
-/* the layer's bf16 pair rows when the token path runs on them (AMX) */
+/* the layer's bf16 pair rows, where the cache keeps them (then it keeps
+ * no f32 rows) */
 static const uint16_t *core_pairs(const dsi_xrun *r, const dsi_op *op) {
-  return r->f->act_bf16 && r->cache->pair && dsi_attn_pairs_amx_ok() ? r->cache->pair[op->layer] : NULL;
+  return r->cache->pair ? r->cache->pair[op->layer] : NULL;
 }
 
 static void core_tokens(dsi_xrun *r, const dsi_op *op, dsi_team *tm, const core_bufs *cb, int n) {
@@ -474,7 +477,8 @@ static void core_tokens(dsi_xrun *r, const dsi_op *op, dsi_team *tm, const core_
     if (pairs) {
       dsi_attn_pairs a = {.cache = pairs, .table = table, .block_size = bs, .row = row, .kvl = kvl, .nh = nh,
                           .n = pos + 1};
-      dsi_attn_pairs_amx(&a, ql, row, f->softmax_scale, ol, kvl, score);
+      /* the oracle only where the ISA was capped below AMX after the cache was laid out */
+      (dsi_attn_pairs_amx_ok() ? dsi_attn_pairs_amx : dsi_attn_pairs_ref)(&a, ql, row, f->softmax_scale, ol, kvl, score);
       continue;
     }
     for (int u = 0; u <= pos; u++) rows[u] = cb->cache + ((size_t)table[u / bs] * bs + u % bs) * row;
@@ -502,8 +506,13 @@ static void core_segment(dsi_xrun *r, const dsi_op *op, dsi_team *tm, const core
   dsi_mat K, Vt;
   if (tm->ith == 0) {
     for (int u = 0; u < ctx; u++) cb->slots[u] = table[u / bs] * bs + u % bs;
-    dsi_pack_f32_rows(dt, cb->cache, row, cb->slots, ctx, row, &K, cb->att_k);
-    dsi_pack_f32_cols(dt, cb->cache, row, cb->slots, ctx, kvl, &Vt, cb->att_vt);
+    if (cb->pairs) {
+      dsi_pack_pairs_rows(dt, cb->pairs, row, cb->slots, ctx, row, &K, cb->att_k);
+      dsi_pack_pairs_cols(dt, cb->pairs, row, cb->slots, ctx, kvl, &Vt, cb->att_vt);
+    } else {
+      dsi_pack_f32_rows(dt, cb->cache, row, cb->slots, ctx, row, &K, cb->att_k);
+      dsi_pack_f32_cols(dt, cb->cache, row, cb->slots, ctx, kvl, &Vt, cb->att_vt);
+    }
   } else { /* the same descriptions, without the packing */
     dsi_mat ks = {.dtype = dt, .rows = ctx, .cols = row}, vs = {.dtype = dt, .rows = kvl, .cols = ctx};
     dsi_pack_describe(&ks, &K, cb->att_k);
@@ -545,7 +554,7 @@ static void op_attn_core(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
   int n = chunk_len(r, op);
   if (n == 0) return;
   core_bufs cb = {XT(r, op->in[0]), XT(r, op->out[0]), XT(r, op->out[1]), XT(r, op->out[2]), XT(r, op->out[3]),
-                  XT(r, op->out[4]), XT(r, op->out[5]), XT(r, op->in[1])};
+                  XT(r, op->out[4]), XT(r, op->out[5]), XT(r, op->in[1]), core_pairs(r, op)};
   const dsi_fwd_batch *b = r->b;
   int t_end = op->t0 + n;
   /* segments: runs of consecutive positions of one sequence (not taken by
@@ -573,6 +582,7 @@ static void op_attn_rowmajor(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
   int H = c->num_attention_heads, nope = c->qk_nope_head_dim, rope = c->qk_rope_head_dim;
   int vd = c->v_head_dim, kvl = c->kv_lora_rank, qk = nope + rope, row = kvl + rope;
   int bs = r->cache->block_size;
+  DSI_ASSERT(!r->cache->pair); /* the engine keeps pair rows for packed models only */
   const float *qall = XT(r, op->in[0]), *cache = XT(r, op->in[1]);
   float *attn = XT(r, op->out[0]);
   float *s = f->scratch[tm->tid];
@@ -612,7 +622,8 @@ static void op_attn_naive(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
     int e = s + 1;
     while (e < r->T && r->naive[s] && r->naive[e] && b->seq[e] == b->seq[s] && b->pos[e] == b->pos[e - 1] + 1) e++;
     if (r->naive[s]) {
-      dsi_mla_segment seg = {.q = q + (size_t)s * ldq, .ldq = ldq, .cache = cache, .table = b->block_tables[b->seq[s]],
+      dsi_mla_segment seg = {.q = q + (size_t)s * ldq, .ldq = ldq, .cache = cache, .pairs = core_pairs(r, op),
+                             .table = b->block_tables[b->seq[s]],
                              .block_size = r->cache->block_size, .p0 = b->pos[s], .L = e - s,
                              .out = attn + (size_t)s * ldo, .ldo = ldo};
       dsi_mla_prefill_naive(r->f->mla, tm, r->f, op->lw, &seg);

@@ -105,6 +105,11 @@ void dsi_pack_f32_rows(dsi_dtype dt, const float *src, int ld, const int32_t *id
                        dsi_mat *dst, void *mem);
 void dsi_pack_f32_cols(dsi_dtype dt, const float *src, int ld, const int32_t *idx, int rows, int cols,
                        dsi_mat *dst, void *mem);
+/* the same from bf16 pair rows of width row (kernels/attn.h): idx are slots */
+void dsi_pack_pairs_rows(dsi_dtype dt, const uint16_t *pairs, int row, const int32_t *idx, int rows, int cols,
+                         dsi_mat *dst, void *mem);
+void dsi_pack_pairs_cols(dsi_dtype dt, const uint16_t *pairs, int row, const int32_t *idx, int rows, int cols,
+                         dsi_mat *dst, void *mem);
 
 /* x f32 rows (gathered by rows when non-NULL) -> bf16 values kept in f32,
  * [m, cols] (what an AMX kernel multiplies, for kernels that read f32) */

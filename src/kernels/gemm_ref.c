@@ -1,6 +1,7 @@
 /* kernels: the scalar reference of the matmul contract (gemm.h), the
  * gate/up panel packing, and f32 -> bf16 / int8 activation rows. */
 #include "kernels/gemm.h"
+#include "kernels/attn.h"
 #include "base/base.h"
 #include "kernels/vec.h"
 
@@ -135,8 +136,13 @@ void dsi_rows_round_bf16(const float *x, int ldx, const int32_t *rows, int m, in
 }
 
 /* ---- activations packed as a weight (attention's K and V) ---- */
-static void pack_f32_generic(dsi_dtype dt, const float *src, int ld, const int32_t *idx, int rows, int cols,
-                             int transpose, dsi_mat *dst, void *mem) {
+/* source element (r, c): f32 rows, or bf16 pair rows (kernels/attn.h) */
+static inline float src_at(const float *src, const uint16_t *pairs, int ld, int32_t r, int c) {
+  return pairs ? dsi_bf16_to_f32(pairs[dsi_kv_pair_at(ld, r) + 2 * (size_t)c]) : src[(size_t)r * ld + c];
+}
+
+static void pack_generic(dsi_dtype dt, const float *src, const uint16_t *pairs, int ld, const int32_t *idx, int rows,
+                         int cols, int transpose, dsi_mat *dst, void *mem) {
   dsi_mat shape = {.dtype = dt, .rows = transpose ? cols : rows, .cols = transpose ? rows : cols};
   dsi_pack_describe(&shape, dst, mem);
   int prow = (int)DSI_CEIL_DIV(shape.rows, DSI_TILE_N) * DSI_TILE_N;
@@ -146,7 +152,7 @@ static void pack_f32_generic(dsi_dtype dt, const float *src, int ld, const int32
       float v = 0;
       if (r < shape.rows && c < shape.cols) {
         int sr = transpose ? c : r, sc = transpose ? r : c;
-        v = src[(size_t)(idx ? idx[sr] : sr) * ld + sc];
+        v = src_at(src, pairs, ld, idx ? idx[sr] : sr, sc);
       }
       size_t at = (((size_t)(r / DSI_TILE_N) * kp2 + c / 2) * DSI_TILE_N + r % DSI_TILE_N) * 2 + (c & 1);
       if (dt == DSI_DTYPE_BF16) ((uint16_t *)mem)[at] = dsi_f32_to_bf16(v);
@@ -156,10 +162,20 @@ static void pack_f32_generic(dsi_dtype dt, const float *src, int ld, const int32
 
 void dsi_pack_f32_rows(dsi_dtype dt, const float *src, int ld, const int32_t *idx, int rows, int cols,
                        dsi_mat *dst, void *mem) {
-  pack_f32_generic(dt, src, ld, idx, rows, cols, 0, dst, mem);
+  pack_generic(dt, src, NULL, ld, idx, rows, cols, 0, dst, mem);
 }
 
 void dsi_pack_f32_cols(dsi_dtype dt, const float *src, int ld, const int32_t *idx, int rows, int cols,
                        dsi_mat *dst, void *mem) {
-  pack_f32_generic(dt, src, ld, idx, rows, cols, 1, dst, mem);
+  pack_generic(dt, src, NULL, ld, idx, rows, cols, 1, dst, mem);
+}
+
+void dsi_pack_pairs_rows(dsi_dtype dt, const uint16_t *pairs, int row, const int32_t *idx, int rows, int cols,
+                         dsi_mat *dst, void *mem) {
+  pack_generic(dt, NULL, pairs, row, idx, rows, cols, 0, dst, mem);
+}
+
+void dsi_pack_pairs_cols(dsi_dtype dt, const uint16_t *pairs, int row, const int32_t *idx, int rows, int cols,
+                         dsi_mat *dst, void *mem) {
+  pack_generic(dt, NULL, pairs, row, idx, rows, cols, 1, dst, mem);
 }

@@ -30,7 +30,7 @@ int dsi_kv_init(dsi_kv *kv, int n_layers, int row, int block_size, int n_blocks,
   kv->n_blocks = n_blocks;
   kv->layer = dsi_xcalloc(n_layers, sizeof(float *));
   size_t bytes = (size_t)n_blocks * block_size * row * sizeof(float);
-  for (int l = 0; l < n_layers; l++) {
+  for (int l = 0; !pairs && l < n_layers; l++) {
     kv->layer[l] = dsi_alloc_big(bytes);
     if (!kv->layer[l]) {
       dsi_kv_free(kv);

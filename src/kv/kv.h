@@ -3,11 +3,11 @@
  * Fixed-size blocks come from one pool; each sequence has a block table;
  * a sequence's blocks go back to the pool when it ends.
  *
- * Where the AMX decode attention runs, each layer also keeps the same rows
- * in bf16, in position pairs (kernels/attn.h): what the decode steps read.
- * Blocks are zeroed when handed out, so a pair's second position holds a
- * finite value before it is written. The f32 rows serve everything else
- * (prefill, the f32 precision mode). */
+ * Where AMX runs the bf16 forward, each layer keeps its rows in bf16
+ * instead, in position pairs (kernels/attn.h) — DeepSeek's own cache dtype,
+ * half the memory, and what the decode attention reads as tiles. Blocks
+ * are zeroed when handed out (and past the length after a truncation), so
+ * a pair's second position holds a finite value before it is written. */
 #ifndef DSI_KV_H
 #define DSI_KV_H
 
@@ -16,7 +16,7 @@
 typedef struct dsi_kv {
   int n_layers, row;      /* row = kv_lora_rank + qk_rope_head_dim floats */
   int block_size, n_blocks;
-  float **layer;          /* [n_layers] -> [n_blocks * block_size, row] */
+  float **layer;          /* [n_layers] -> [n_blocks * block_size, row]; entries NULL with pair */
   uint16_t **pair;        /* NULL, or [n_layers] -> [n_blocks * block_size / 2, 2 * row] bf16 */
   int32_t *free_list;     /* stack of free block ids */
   int n_free;
@@ -28,7 +28,7 @@ typedef struct dsi_kv_seq {
   int len;                /* tokens stored */
 } dsi_kv_seq;
 
-/* pairs: keep the bf16 pair rows too (block_size a multiple of 32) */
+/* pairs: keep bf16 pair rows instead of f32 rows (block_size a multiple of 32) */
 int dsi_kv_init(dsi_kv *kv, int n_layers, int row, int block_size, int n_blocks, int pairs, dsi_err *err);
 void dsi_kv_free(dsi_kv *kv);
 /* Make room for seq to hold n_tokens in total; DSI_E_CAPACITY when the pool
