@@ -506,13 +506,8 @@ static void core_segment(dsi_xrun *r, const dsi_op *op, dsi_team *tm, const core
   dsi_mat K, Vt;
   if (tm->ith == 0) {
     for (int u = 0; u < ctx; u++) cb->slots[u] = table[u / bs] * bs + u % bs;
-    if (cb->pairs) {
-      dsi_pack_pairs_rows(dt, cb->pairs, row, cb->slots, ctx, row, &K, cb->att_k);
-      dsi_pack_pairs_cols(dt, cb->pairs, row, cb->slots, ctx, kvl, &Vt, cb->att_vt);
-    } else {
-      dsi_pack_f32_rows(dt, cb->cache, row, cb->slots, ctx, row, &K, cb->att_k);
-      dsi_pack_f32_cols(dt, cb->cache, row, cb->slots, ctx, kvl, &Vt, cb->att_vt);
-    }
+    dsi_pack_latents(dt, cb->cache, cb->pairs, row, cb->slots, ctx, row, 0, &K, cb->att_k);
+    dsi_pack_latents(dt, cb->cache, cb->pairs, row, cb->slots, ctx, kvl, 1, &Vt, cb->att_vt);
   } else { /* the same descriptions, without the packing */
     dsi_mat ks = {.dtype = dt, .rows = ctx, .cols = row}, vs = {.dtype = dt, .rows = kvl, .cols = ctx};
     dsi_pack_describe(&ks, &K, cb->att_k);

@@ -97,19 +97,14 @@ const char *dsi_gemm_kernel_name(dsi_gemm_fn fn);
 size_t dsi_pack_gate_up_bytes(const dsi_mat *gate);
 void dsi_pack_gate_up(const dsi_mat *gate, const dsi_mat *up, dsi_mat *dst, void *mem);
 
-/* Pack f32 activations as a TILES weight of dtype dt (F32 or BF16): rows
- * r < rows are src[(idx ? idx[r] : r) * ld + c], c < cols. The _cols
- * variant packs the transpose ([cols, rows]). For attention: the cached
- * latents become K (scores = Q K^T) and V^T (out = P V). */
-void dsi_pack_f32_rows(dsi_dtype dt, const float *src, int ld, const int32_t *idx, int rows, int cols,
-                       dsi_mat *dst, void *mem);
-void dsi_pack_f32_cols(dsi_dtype dt, const float *src, int ld, const int32_t *idx, int rows, int cols,
-                       dsi_mat *dst, void *mem);
-/* the same from bf16 pair rows of width row (kernels/attn.h): idx are slots */
-void dsi_pack_pairs_rows(dsi_dtype dt, const uint16_t *pairs, int row, const int32_t *idx, int rows, int cols,
-                         dsi_mat *dst, void *mem);
-void dsi_pack_pairs_cols(dsi_dtype dt, const uint16_t *pairs, int row, const int32_t *idx, int rows, int cols,
-                         dsi_mat *dst, void *mem);
+/* Pack cached latents as a TILES weight of dtype dt (F32 or BF16): rows
+ * r < rows are source rows idx[r] (or r), columns c < cols; the source is
+ * f32 rows src[row * ld + c], or, where pairs is not NULL, bf16 pair rows
+ * of width ld (kernels/attn.h). transpose packs [cols, rows] instead. For
+ * attention: the cached latents become K (scores = Q K^T) and V^T (out =
+ * P V). */
+void dsi_pack_latents(dsi_dtype dt, const float *src, const uint16_t *pairs, int ld, const int32_t *idx, int rows,
+                      int cols, int transpose, dsi_mat *dst, void *mem);
 
 /* x f32 rows (gathered by rows when non-NULL) -> bf16 values kept in f32,
  * [m, cols] (what an AMX kernel multiplies, for kernels that read f32) */

@@ -141,8 +141,8 @@ static inline float src_at(const float *src, const uint16_t *pairs, int ld, int3
   return pairs ? dsi_bf16_to_f32(pairs[dsi_kv_pair_at(ld, r) + 2 * (size_t)c]) : src[(size_t)r * ld + c];
 }
 
-static void pack_generic(dsi_dtype dt, const float *src, const uint16_t *pairs, int ld, const int32_t *idx, int rows,
-                         int cols, int transpose, dsi_mat *dst, void *mem) {
+void dsi_pack_latents(dsi_dtype dt, const float *src, const uint16_t *pairs, int ld, const int32_t *idx, int rows,
+                      int cols, int transpose, dsi_mat *dst, void *mem) {
   dsi_mat shape = {.dtype = dt, .rows = transpose ? cols : rows, .cols = transpose ? rows : cols};
   dsi_pack_describe(&shape, dst, mem);
   int prow = (int)DSI_CEIL_DIV(shape.rows, DSI_TILE_N) * DSI_TILE_N;
@@ -158,24 +158,4 @@ static void pack_generic(dsi_dtype dt, const float *src, const uint16_t *pairs, 
       if (dt == DSI_DTYPE_BF16) ((uint16_t *)mem)[at] = dsi_f32_to_bf16(v);
       else ((float *)mem)[at] = v;
     }
-}
-
-void dsi_pack_f32_rows(dsi_dtype dt, const float *src, int ld, const int32_t *idx, int rows, int cols,
-                       dsi_mat *dst, void *mem) {
-  pack_generic(dt, src, NULL, ld, idx, rows, cols, 0, dst, mem);
-}
-
-void dsi_pack_f32_cols(dsi_dtype dt, const float *src, int ld, const int32_t *idx, int rows, int cols,
-                       dsi_mat *dst, void *mem) {
-  pack_generic(dt, src, NULL, ld, idx, rows, cols, 1, dst, mem);
-}
-
-void dsi_pack_pairs_rows(dsi_dtype dt, const uint16_t *pairs, int row, const int32_t *idx, int rows, int cols,
-                         dsi_mat *dst, void *mem) {
-  pack_generic(dt, NULL, pairs, row, idx, rows, cols, 0, dst, mem);
-}
-
-void dsi_pack_pairs_cols(dsi_dtype dt, const uint16_t *pairs, int row, const int32_t *idx, int rows, int cols,
-                         dsi_mat *dst, void *mem) {
-  pack_generic(dt, NULL, pairs, row, idx, rows, cols, 1, dst, mem);
 }
