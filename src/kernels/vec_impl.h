@@ -71,6 +71,15 @@ static float VEC_FN(vec_to_i8_)(const float *restrict x, int8_t *restrict out, i
 }
 
 #ifndef VEC_ATTN_OWN /* the including file has its own attention primitives */
+static float VEC_FN(vec_softmax_step_)(float *x, int n, float scale, float *m) {
+  float mx = x[0], s = 0;
+  for (int i = 1; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+  mx = fmaxf(*m, mx * scale);
+  for (int i = 0; i < n; i++) s += (x[i] = expf(x[i] * scale - mx));
+  *m = mx;
+  return s;
+}
+
 static void VEC_FN(vec_softmax_)(float *x, int n) {
   float mx = x[0], s = 0;
   for (int i = 1; i < n; i++) mx = x[i] > mx ? x[i] : mx;
@@ -141,5 +150,5 @@ static void VEC_FN(vec_attn_qk_)(float *restrict s, int lds, const float *restri
 const dsi_vec_ops VEC_FN(dsi_vec_ops_) = {
   VEC_NAME, VEC_FN(vec_dot_), VEC_FN(vec_axpy_), VEC_FN(vec_add_), VEC_FN(vec_rmsnorm_),
   VEC_FN(vec_to_bf16_), VEC_FN(vec_round_bf16_), VEC_FN(vec_to_i8_), VEC_FN(vec_attn_pv_), VEC_FN(vec_attn_qk_),
-  VEC_FN(vec_softmax_),
+  VEC_FN(vec_softmax_), VEC_FN(vec_softmax_step_),
 };

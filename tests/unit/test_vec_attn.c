@@ -1,5 +1,5 @@
-/* tests: the decode attention's primitives (vec.h attn_qk, attn_pv,
- * softmax) of
+/* tests: the attention's primitives (vec.h attn_qk, attn_pv, softmax,
+ * softmax_step) of
  * every ISA built for this CPU against a scalar model of their documented
  * order — each dot summed in 16 lanes with fused multiply-adds and folded
  * 8, 4, 2, 1; each output of P V summed over the rows in order — bitwise,
@@ -75,6 +75,24 @@ static void run_softmax(const char *isa, int n, double spread, dsi_rng *rng) {
   free(x), free(ref);
 }
 
+/* one online-softmax step against double precision: the running max
+ * moves to max(m, scale max x) (exactly: the max of rounded products),
+ * each weight e^(scale x - m') within 1e-5 relative, the sum of them too */
+static void run_softmax_step(const char *isa, int n, float m0, dsi_rng *rng) {
+  float *x = dsi_xmalloc((size_t)n * sizeof(float)), scale = 0.0883f, m = m0, mx = -INFINITY;
+  double *ref = dsi_xmalloc((size_t)n * sizeof(double)), sum = 0;
+  for (int i = 0; i < n; i++) x[i] = (float)(dsi_rng_normal(rng) * 20), mx = fmaxf(mx, x[i]);
+  float want_m = fmaxf(m0, mx * scale);
+  for (int i = 0; i < n; i++) sum += (ref[i] = exp((double)x[i] * scale - want_m));
+  float got = dsi_vec()->softmax_step(x, n, scale, &m);
+  double worst = 0;
+  for (int i = 0; i < n; i++) worst = fmax(worst, fabs(x[i] - ref[i]) / (ref[i] + 1e-30));
+  CHECKF(m == want_m && worst <= 1e-5 && fabs(got - sum) <= 1e-5 * sum,
+         "%s softmax_step n %d m0 %g: max %g (want %g), relative error %.3g, sum %.9g vs %.9g", isa, n, m0, m, want_m,
+         worst, got, sum);
+  free(x), free(ref);
+}
+
 int main(void) {
   dsi_rng rng;
   dsi_rng_seed(&rng, 99);
@@ -93,6 +111,10 @@ int main(void) {
     static const int sn[] = {1, 7, 16, 33, 544, 4099};
     for (size_t a = 0; a < DSI_ARRAY_LEN(sn); a++)
       for (double spread = 0.5; spread <= 20; spread *= 4) run_softmax(dsi_vec()->name, sn[a], spread, &rng);
+    for (size_t a = 0; a < DSI_ARRAY_LEN(sn); a++) {
+      run_softmax_step(dsi_vec()->name, sn[a], -INFINITY, &rng); /* a first block */
+      run_softmax_step(dsi_vec()->name, sn[a], 3.0f, &rng);      /* the running max may stay */
+    }
   }
   return check_done();
 }

@@ -40,6 +40,7 @@ static void vec_attn_qk_avx512(float *restrict s, int lds, const float *restrict
 static void vec_attn_pv_avx512(float *restrict o, int ldo, const float *restrict p, int ldp, int nh,
                                const float *const *rows, int nu, int n);
 static void vec_softmax_avx512(float *x, int n);
+static float vec_softmax_step_avx512(float *x, int n, float scale, float *m);
 
 #define VEC_SUFFIX avx512
 #define VEC_NAME "avx512"
@@ -152,4 +153,27 @@ static void vec_softmax_avx512(float *x, int n) {
   const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(s));
   for (int i = 0; i < nb; i += 16) _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), inv));
   if (tail) _mm512_mask_storeu_ps(x + nb, tail, _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, x + nb), inv));
+}
+
+static float vec_softmax_step_avx512(float *x, int n, float scale, float *m) {
+  const int nb = n / 16 * 16;
+  const __mmask16 tail = (__mmask16)((1u << (n - nb)) - 1);
+  __m512 mv = _mm512_set1_ps(-INFINITY);
+  for (int i = 0; i < nb; i += 16) mv = _mm512_max_ps(mv, _mm512_loadu_ps(x + i));
+  if (tail) mv = _mm512_mask_max_ps(mv, tail, mv, _mm512_maskz_loadu_ps(tail, x + nb));
+  const float mx = fmaxf(*m, _mm512_reduce_max_ps(mv) * scale);
+  const __m512 mm = _mm512_set1_ps(-mx), sc = _mm512_set1_ps(scale);
+  __m512 s = _mm512_setzero_ps();
+  for (int i = 0; i < nb; i += 16) {
+    const __m512 e = exp512(_mm512_fmadd_ps(_mm512_loadu_ps(x + i), sc, mm));
+    _mm512_storeu_ps(x + i, e);
+    s = _mm512_add_ps(s, e);
+  }
+  if (tail) {
+    const __m512 e = exp512(_mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, x + nb), sc, mm));
+    _mm512_mask_storeu_ps(x + nb, tail, e);
+    s = _mm512_mask_add_ps(s, tail, s, e);
+  }
+  *m = mx;
+  return _mm512_reduce_add_ps(s);
 }
