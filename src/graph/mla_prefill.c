@@ -175,8 +175,8 @@ void dsi_mla_prefill_set_blocks(dsi_mla_prefill *p, int ctx_block, int q_block, 
 #define ABSORB_PASS 64 /* forward.c's attn_segment: tokens per pass at most */
 static const struct {
   double uk, uk_f32, uv, scores, pv; /* GFLOP/s */
-  double pack;                       /* ns per packed element (serial in forward.c) */
-} k_absorb = {540, 120, 660, 1720, 1030, 1.9};
+  double pack;                       /* ns per packed element (the team of 2 packs from pair rows) */
+} k_absorb = {540, 120, 660, 1720, 1030, 0.12};
 static const struct {
   double expand, scores, pv; /* GFLOP/s */
   double pack;               /* ns per packed element */

@@ -511,15 +511,11 @@ static void core_segment(dsi_xrun *r, const dsi_op *op, dsi_team *tm, const core
   const int32_t *table = r->b->block_tables[r->b->seq[ts]];
   dsi_dtype dt = f->act_bf16 ? DSI_DTYPE_BF16 : DSI_DTYPE_F32;
   dsi_mat K, Vt;
-  if (tm->ith == 0) {
+  if (tm->ith == 0)
     for (int u = 0; u < ctx; u++) cb->slots[u] = table[u / bs] * bs + u % bs;
-    dsi_pack_latents(dt, cb->cache, cb->pairs, row, cb->slots, ctx, row, 0, &K, cb->att_k);
-    dsi_pack_latents(dt, cb->cache, cb->pairs, row, cb->slots, ctx, kvl, 1, &Vt, cb->att_vt);
-  } else { /* the same descriptions, without the packing */
-    dsi_mat ks = {.dtype = dt, .rows = ctx, .cols = row}, vs = {.dtype = dt, .rows = kvl, .cols = ctx};
-    dsi_pack_describe(&ks, &K, cb->att_k);
-    dsi_pack_describe(&vs, &Vt, cb->att_vt);
-  }
+  dsi_barrier_wait(tm->bar); /* the slots */
+  dsi_pack_latents(dt, cb->cache, cb->pairs, row, cb->slots, ctx, row, 0, &K, cb->att_k, tm->ith, tm->nth);
+  dsi_pack_latents(dt, cb->cache, cb->pairs, row, cb->slots, ctx, kvl, 1, &Vt, cb->att_vt, tm->ith, tm->nth);
   dsi_barrier_wait(tm->bar);
   int ctx_pad = Vt.kpad;
   int per = (int)DSI_MAX(1, DSI_MIN(f->att_s_len / ((size_t)H * ctx_pad), (size_t)64));

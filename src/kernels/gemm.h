@@ -102,9 +102,10 @@ void dsi_pack_gate_up(const dsi_mat *gate, const dsi_mat *up, dsi_mat *dst, void
  * f32 rows src[row * ld + c], or, where pairs is not NULL, bf16 pair rows
  * of width ld (kernels/attn.h). transpose packs [cols, rows] instead. For
  * attention: the cached latents become K (scores = Q K^T) and V^T (out =
- * P V). */
+ * P V). Every thread describes dst; thread ith of nth fills its share of
+ * the 16-row panels. */
 void dsi_pack_latents(dsi_dtype dt, const float *src, const uint16_t *pairs, int ld, const int32_t *idx, int rows,
-                      int cols, int transpose, dsi_mat *dst, void *mem);
+                      int cols, int transpose, dsi_mat *dst, void *mem, int ith, int nth);
 
 /* x f32 rows (gathered by rows when non-NULL) -> bf16 values kept in f32,
  * [m, cols] (what an AMX kernel multiplies, for kernels that read f32) */

@@ -3,6 +3,7 @@
 #include "kernels/gemm.h"
 #include "kernels/attn.h"
 #include "base/base.h"
+#include "base/pool.h"
 #include "kernels/vec.h"
 
 #include <math.h>
@@ -141,21 +142,76 @@ static inline float src_at(const float *src, const uint16_t *pairs, int ld, int3
   return pairs ? dsi_bf16_to_f32(pairs[dsi_kv_pair_at(ld, r) + 2 * (size_t)c]) : src[(size_t)r * ld + c];
 }
 
-void dsi_pack_latents(dsi_dtype dt, const float *src, const uint16_t *pairs, int ld, const int32_t *idx, int rows,
-                      int cols, int transpose, dsi_mat *dst, void *mem) {
-  dsi_mat shape = {.dtype = dt, .rows = transpose ? cols : rows, .cols = transpose ? rows : cols};
-  dsi_pack_describe(&shape, dst, mem);
-  int prow = (int)DSI_CEIL_DIV(shape.rows, DSI_TILE_N) * DSI_TILE_N;
-  size_t kp2 = dst->kpad / 2;
-  for (int r = 0; r < prow; r++)
-    for (int c = 0; c < dst->kpad; c++) {
+/* one 16-row panel, element by element */
+static void pack_panel_any(dsi_dtype dt, const float *src, const uint16_t *pairs, int ld, const int32_t *idx,
+                           const dsi_mat *shape, int transpose, size_t kp2, int kpad, int panel, void *mem) {
+  for (int r = panel * DSI_TILE_N; r < (panel + 1) * DSI_TILE_N; r++)
+    for (int c = 0; c < kpad; c++) {
       float v = 0;
-      if (r < shape.rows && c < shape.cols) {
+      if (r < shape->rows && c < shape->cols) {
         int sr = transpose ? c : r, sc = transpose ? r : c;
         v = src_at(src, pairs, ld, idx ? idx[sr] : sr, sc);
       }
-      size_t at = (((size_t)(r / DSI_TILE_N) * kp2 + c / 2) * DSI_TILE_N + r % DSI_TILE_N) * 2 + (c & 1);
+      size_t at = (((size_t)panel * kp2 + c / 2) * DSI_TILE_N + r % DSI_TILE_N) * 2 + (c & 1);
       if (dt == DSI_DTYPE_BF16) ((uint16_t *)mem)[at] = dsi_f32_to_bf16(v);
       else ((float *)mem)[at] = v;
     }
+}
+
+/* bf16 pair rows to BF16 TILES, values moved as they are. K (rows are
+ * positions): a word is a position's two adjacent columns, every other
+ * element of its pair row. V^T (rows are columns, columns positions): a
+ * word is two consecutive positions' value of one column — one word of a
+ * pair row — and a panel's 16 words for a position pair are 64
+ * consecutive bytes. Zero past the source's rows and columns. */
+static void pack_panel_pairs(const uint16_t *pairs, int ld, const int32_t *idx, const dsi_mat *shape, int transpose,
+                             size_t kp2, int kpad, int panel, uint32_t *out) {
+  const int r0 = panel * DSI_TILE_N;
+  uint32_t *o = out + (size_t)panel * kp2 * DSI_TILE_N;
+  if (!transpose) {
+    for (int i = 0; i < DSI_TILE_N; i++) {
+      int r = r0 + i;
+      const uint16_t *pr = r < shape->rows ? pairs + dsi_kv_pair_at(ld, idx ? idx[r] : r) : NULL;
+      for (int cp = 0; cp < kpad / 2; cp++) {
+        uint32_t lo = 0, hi = 0;
+        if (pr && 2 * cp < shape->cols) lo = pr[4 * (size_t)cp];
+        if (pr && 2 * cp + 1 < shape->cols) hi = pr[4 * (size_t)cp + 2];
+        o[(size_t)cp * DSI_TILE_N + i] = lo | hi << 16;
+      }
+    }
+    return;
+  }
+  for (int cp = 0; cp < kpad / 2; cp++) { /* positions 2cp, 2cp + 1 */
+    int u = 2 * cp;
+    uint32_t *d = o + (size_t)cp * DSI_TILE_N;
+    int32_t s0 = u < shape->cols ? (idx ? idx[u] : u) : -1;
+    int both = u + 1 < shape->cols && !(s0 & 1) && (idx ? idx[u + 1] : u + 1) == s0 + 1;
+    if (both && r0 + DSI_TILE_N <= shape->rows) {
+      memcpy(d, pairs + dsi_kv_pair_at(ld, s0) + 2 * (size_t)r0, DSI_TILE_N * sizeof(uint32_t));
+      continue;
+    }
+    for (int i = 0; i < DSI_TILE_N; i++) {
+      int r = r0 + i;
+      uint32_t lo = 0, hi = 0;
+      if (r < shape->rows && u < shape->cols) lo = pairs[dsi_kv_pair_at(ld, s0) + 2 * (size_t)r];
+      if (r < shape->rows && u + 1 < shape->cols)
+        hi = pairs[dsi_kv_pair_at(ld, idx ? idx[u + 1] : u + 1) + 2 * (size_t)r];
+      d[i] = lo | hi << 16;
+    }
+  }
+}
+
+void dsi_pack_latents(dsi_dtype dt, const float *src, const uint16_t *pairs, int ld, const int32_t *idx, int rows,
+                      int cols, int transpose, dsi_mat *dst, void *mem, int ith, int nth) {
+  dsi_mat shape = {.dtype = dt, .rows = transpose ? cols : rows, .cols = transpose ? rows : cols};
+  dsi_pack_describe(&shape, dst, mem);
+  long a, e;
+  dsi_split(DSI_CEIL_DIV(shape.rows, DSI_TILE_N), ith, nth, &a, &e);
+  size_t kp2 = dst->kpad / 2;
+  for (long panel = a; panel < e; panel++) {
+    if (pairs && dt == DSI_DTYPE_BF16)
+      pack_panel_pairs(pairs, ld, idx, &shape, transpose, kp2, dst->kpad, (int)panel, mem);
+    else
+      pack_panel_any(dt, src, pairs, ld, idx, &shape, transpose, kp2, dst->kpad, (int)panel, mem);
+  }
 }

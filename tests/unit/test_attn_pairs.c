@@ -7,10 +7,12 @@
  * well as narrower ones; the output's row-stride gaps untouched; and each
  * head's bits the same alone as in any group, because a token's attention
  * must not depend on how its heads were grouped (that follows the batch
- * and the thread count). Last, the KV layer's pair rows: zero when a block
- * is handed out, and past the length after a truncation, while what is
- * kept stays. */
+ * and the thread count). The latents packer from pair rows against the
+ * same from f32 rows. Last, the KV layer's pair rows: zero when a block is
+ * handed out, and past the length after a truncation, while what is kept
+ * stays. */
 #include "kernels/attn.h"
+#include "kernels/gemm.h"
 #include "kv/kv.h"
 #include "kernels/cpu.h"
 #include "base/base.h"
@@ -133,11 +135,48 @@ static void kv_pairs(void) {
   dsi_kv_free(&kv);
 }
 
+/* the latents packer (gemm.h) from pair rows — words moved as they are —
+ * against the same values as f32 rows, element by element: the same bytes,
+ * for odd and even context lengths, filled by three threads' shares */
+static void pack_case(int ctx, int kvl, int rope, dsi_rng *rng) {
+  int row = kvl + rope;
+  uint16_t *pairs = dsi_alloc_aligned((size_t)N_BLOCKS * BS * row * sizeof(uint16_t));
+  float *rows = dsi_alloc_aligned((size_t)N_BLOCKS * BS * row * sizeof(float));
+  int32_t table[N_BLOCKS], *slots = dsi_xmalloc((size_t)ctx * sizeof(int32_t));
+  for (int b = 0; b < N_BLOCKS; b++) table[b] = (b * 7 + 2) % N_BLOCKS;
+  for (int s = 0; s < N_BLOCKS * BS; s++)
+    for (int j = 0; j < row; j++) {
+      uint16_t v = dsi_f32_to_bf16((float)dsi_rng_normal(rng));
+      pairs[dsi_kv_pair_at(row, s) + 2 * (size_t)j] = v;
+      rows[(size_t)s * row + j] = dsi_bf16_to_f32(v);
+    }
+  for (int u = 0; u < ctx; u++) slots[u] = table[u / BS] * BS + u % BS;
+  for (int tr = 0; tr <= 1; tr++) {
+    int cols = tr ? kvl : row;
+    dsi_mat shape = {.dtype = DSI_DTYPE_BF16, .rows = tr ? cols : ctx, .cols = tr ? ctx : cols};
+    size_t bytes = dsi_pack_bytes(&shape);
+    uint8_t *a = dsi_alloc_aligned(bytes), *b = dsi_alloc_aligned(bytes);
+    memset(a, 0xee, bytes), memset(b, 0x11, bytes);
+    dsi_mat ma, mb;
+    for (int t = 0; t < 3; t++) {
+      dsi_pack_latents(DSI_DTYPE_BF16, NULL, pairs, row, slots, ctx, cols, tr, &ma, a, t, 3);
+      dsi_pack_latents(DSI_DTYPE_BF16, rows, NULL, row, slots, ctx, cols, tr, &mb, b, t, 3);
+    }
+    CHECKF(ma.kpad == mb.kpad && !memcmp(a, b, bytes), "pack from pairs, context %d, %s differs", ctx,
+           tr ? "V^T" : "K");
+    dsi_free_aligned(a), dsi_free_aligned(b);
+  }
+  dsi_free_aligned(pairs), dsi_free_aligned(rows);
+  free(slots);
+}
+
 int main(void) {
   kv_pairs();
   dsi_rng rng;
   dsi_rng_seed(&rng, 7);
   static const int ns[] = {1, 2, 31, 33, 127, 128, 129, 300, 700};
+  for (size_t i = 0; i < DSI_ARRAY_LEN(ns); i++) pack_case(ns[i], 64, 32, &rng);
+  pack_case(300, 512, 64, &rng);
   static const int heads[] = {1, 3, 8, 9, 16, 17, 40};
   int cases = 0;
   for (size_t i = 0; i < DSI_ARRAY_LEN(ns); i += 2) run("oracle", dsi_attn_pairs_ref, 3, ns[i], 64, 32, 1, &rng);
