@@ -76,8 +76,7 @@ static inline void epilogue(const dsi_gemm *g, const float *c, const float *row_
         gt = _mm512_mul_ps(gt, xs);
         up = _mm512_mul_ps(up, xs);
       }
-      __m512 s = _mm512_div_ps(gt, _mm512_add_ps(_mm512_set1_ps(1.0f), exp512(_mm512_sub_ps(_mm512_setzero_ps(), gt))));
-      _mm512_storeu_ps(y + (size_t)(i0 + r) * g->ldy, _mm512_mul_ps(s, up));
+      _mm512_storeu_ps(y + (size_t)(i0 + r) * g->ldy, silu_mul512(gt, up));
     }
     return;
   }

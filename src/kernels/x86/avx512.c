@@ -4,6 +4,7 @@
  * the kernel runs at memory bandwidth, not at the FMA ports' rate. */
 #include "kernels/gemm.h"
 #include "base/base.h"
+#include "kernels/x86/avx512_math.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -413,8 +414,6 @@ static void panel_run(const plan *pl, int p, float *t) {
   }
 }
 
-static inline float silu(float v) { return v / (1.0f + expf(-v)); }
-
 void dsi_gemm_avx512(const dsi_gemm *g, int r0, int r1, void *scratch) {
   const dsi_mat *w = g->w;
   DSI_ASSERT(w->layout == DSI_LAYOUT_TILES);
@@ -455,10 +454,9 @@ void dsi_gemm_avx512(const dsi_gemm *g, int r0, int r1, void *scratch) {
       for (int r = r0; r < r1; r += 32) {
         panel_run(&pl, r / DSI_TILE_N, ta);
         panel_run(&pl, r / DSI_TILE_N + 1, tb);
-        for (int i = 0; i < pl.n; i++) {
-          float *y = g->y + (size_t)(ig + i) * g->ldy + r / 2;
-          for (int j = 0; j < DSI_TILE_N; j++) y[j] = silu(ta[i * DSI_TILE_N + j]) * tb[i * DSI_TILE_N + j];
-        }
+        for (int i = 0; i < pl.n; i++)
+          _mm512_storeu_ps(g->y + (size_t)(ig + i) * g->ldy + r / 2,
+                           silu_mul512(_mm512_loadu_ps(ta + i * DSI_TILE_N), _mm512_loadu_ps(tb + i * DSI_TILE_N)));
       }
       continue;
     }

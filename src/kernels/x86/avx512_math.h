@@ -1,5 +1,5 @@
 /* kernels: AVX-512 math shared by the files compiled with AVX-512 flags
- * (the AMX kernels' SiLU epilogue, the attention softmax). */
+ * (the matmul kernels' SiLU epilogue, the attention softmax). */
 #ifndef DSI_AVX512_MATH_H
 #define DSI_AVX512_MATH_H
 
@@ -20,6 +20,13 @@ static inline __m512 exp512(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
   p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
   return _mm512_scalef_ps(p, n);
+}
+
+/* silu(g) * u, lane by lane: g / (1 + e^-g) * u (the matmuls' SiLU-mul
+ * epilogue, the same in the AVX-512 and AMX kernels) */
+static inline __m512 silu_mul512(__m512 g, __m512 u) {
+  __m512 s = _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), exp512(_mm512_sub_ps(_mm512_setzero_ps(), g))));
+  return _mm512_mul_ps(s, u);
 }
 
 #endif
