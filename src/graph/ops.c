@@ -470,7 +470,9 @@ static void core_tokens(dsi_xrun *r, const dsi_op *op, dsi_team *tm, const core_
    * them all) and splits only to give each worker one. */
   int hg = pairs ? pair_heads(H, n, f->nth) : (int)DSI_MAX(1, DSI_MIN(ATTN_HEAD_GROUP, (long)H * n / f->nth));
   int bs = r->cache->block_size, G = DSI_CEIL_DIV(H, hg);
-  float *score = f->scratch[tm->tid]; /* [ATTN_HEAD_GROUP][max_context], then each position's cache row */
+  /* f32 rows: scores [ATTN_HEAD_GROUP][max_context], then each position's
+   * cache row; pair rows: the AMX kernel's workspace */
+  float *score = f->scratch[tm->tid];
   const float **rows = (const float **)(score + (size_t)ATTN_HEAD_GROUP * f->max_context);
   const dsi_vec_ops *v = dsi_vec();
   /* items one at a time: their cost grows with the position */
