@@ -26,11 +26,11 @@ typedef struct dsi_fwd_batch {
 } dsi_fwd_batch;
 
 /* The latent cache of one layer: row s holds [c_kv (kv_lora_rank) | k_pe
- * (qk_rope_head_dim)] of the token in slot s; where pair is not NULL, the
- * same rows in bf16 position pairs (kernels/attn.h) too, which decode
- * steps read on AMX. */
+ * (qk_rope_head_dim)] of the token in slot s, in f32; or, where pair is
+ * not NULL (AMX, bf16 forward, packed model), in bf16 position pairs
+ * (kernels/attn.h) instead, and layer's entries are NULL. */
 typedef struct dsi_fwd_cache {
-  float **layer;   /* [num_hidden_layers] -> [n_slots, kv_lora + rope] */
+  float **layer;   /* [num_hidden_layers] -> [n_slots, kv_lora + rope], or NULL entries */
   uint16_t **pair; /* NULL or [num_hidden_layers] -> [n_slots / 2, 2 (kv_lora + rope)] bf16 */
   int block_size;
   int n_slots;

@@ -19,12 +19,14 @@
  * What is computed, per head h (the online softmax of the issue: one pass
  * over the cache, in blocks of DSI_ATTN_PAIR_BLOCK positions from 0):
  *   s[u] = scale * sum_j bf16(q[h][j]) * K[u][j]     (f32 sums)
- *   per block: m' = max(m, max s), a = e^(m - m'), p[u] = bf16(e^(s[u] - m')),
- *              l = a l + sum p, o = a o + sum_u p[u] V[u][c], m = m'
- *   o[h][c] = o / l.
+ *   per block: m' = max(m, max s), a = e^(m - m'), e[u] = e^(s[u] - m'),
+ *              l = a l + sum e, p[u] = bf16(e[u]), o = a o + sum_u p[u] V[u][c],
+ *              m = m'
+ *   o[h][c] = o / l   (the sum of the unrounded weights normalizes, as the
+ *                      official code normalizes in f32 before its bf16 cast)
  * The oracle (ref.c) adds in column / position order with libm's expf; AMX
- * sums in the tile unit's order and exp512 — within bf16 rounding of P of
- * each other, not bitwise. Each head depends on its own inputs only and the
+ * sums in the tile unit's order, its softmax on the vector primitives
+ * (softmax_step) — within bf16 rounding of P of each other, not bitwise. Each head depends on its own inputs only and the
  * blocks on the position only, so grouping heads (which follows the batch
  * and the thread count) changes no bit.
  * Positions past a sequence's length must hold finite values (0 x Inf is

@@ -36,8 +36,9 @@ void dsi_attn_pairs_ref(const dsi_attn_pairs *a, const float *q, int ldq, float 
       }
       float m2 = fmaxf(m, mx), alpha = expf(m - m2), ps = 0;
       for (int i = 0; i < nb; i++) {
-        p[i] = dsi_f32_to_bf16(expf(s[i] - m2));
-        ps += dsi_bf16_to_f32(p[i]);
+        float e = expf(s[i] - m2);
+        p[i] = dsi_f32_to_bf16(e);
+        ps += e;
       }
       l = l * alpha + ps;
       for (int c = 0; c < a->kvl; c++) {

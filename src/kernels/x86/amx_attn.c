@@ -7,6 +7,7 @@
  * the output and stored back. Each call configures the tiles and releases
  * them. */
 #include "kernels/attn.h"
+#include "kernels/vec.h"
 #include "kernels/x86/amx_util.h"
 
 #include <immintrin.h>
@@ -48,16 +49,14 @@ static void pack_q(const float *q, int ldq, int nh, int row, uint16_t *qb) {
   }
 }
 
-/* s[h][2p + par] = scale * c[p][2h + par] for h < nh: the 64-bit column h
- * of a 16x16 f32 tile, 32 positions */
-static void scatter_scores(const float *c, int nh, float scale, float *s) {
+/* s[h][2p + par] = c[p][2h + par] for h < nh: the 64-bit column h of a
+ * 16x16 f32 tile, 32 positions */
+static void scatter_scores(const float *c, int nh, float *s) {
   const __m512i i0 = _mm512_set_epi64(56, 48, 40, 32, 24, 16, 8, 0), i1 = _mm512_add_epi64(i0, _mm512_set1_epi64(64));
-  const __m512 sc = _mm512_set1_ps(scale);
   for (int h = 0; h < nh; h++) {
     const double *ch = (const double *)c + h;
-    __m512 x0 = (__m512)_mm512_i64gather_pd(i0, ch, 8), x1 = (__m512)_mm512_i64gather_pd(i1, ch, 8);
-    _mm512_storeu_ps(s + (size_t)h * BLOCK, _mm512_mul_ps(x0, sc));
-    _mm512_storeu_ps(s + (size_t)h * BLOCK + 16, _mm512_mul_ps(x1, sc));
+    _mm512_storeu_pd((double *)(s + (size_t)h * BLOCK), _mm512_i64gather_pd(i0, ch, 8));
+    _mm512_storeu_pd((double *)(s + (size_t)h * BLOCK + 16), _mm512_i64gather_pd(i1, ch, 8));
   }
 }
 
@@ -69,11 +68,11 @@ static inline void zero_c(void) {
   _tile_zero(3);
 }
 
-/* scores of chunks [ch0, ch1) for nh <= 16 heads (q tiles qb0, qb1) into
- * s[h][(ch - ch0) * 32 + i], row stride BLOCK; c: a 1 KiB staging tile.
- * Tiles: all 16 rows. */
+/* unscaled scores of chunks [ch0, ch1) for nh <= 16 heads (q tiles qb0,
+ * qb1) into s[h][(ch - ch0) * 32 + i], row stride BLOCK; c: a 1 KiB
+ * staging tile. Tiles: all 16 rows. */
 static void qk_block(const dsi_attn_pairs *a, const uint16_t *qb0, const uint16_t *qb1, int nh, int ch0, int ch1,
-                     float scale, float *s, float *c) {
+                     float *s, float *c) {
   const int nk = a->row / 16;
   const size_t stride = (size_t)a->row * 4; /* one pair row */
   if (nh <= 8) { /* C 0-3 one per chunk, A 4, 5, 7, q 6 */
@@ -103,18 +102,18 @@ static void qk_block(const dsi_attn_pairs *a, const uint16_t *qb0, const uint16_
       }
       float *sc = s + (size_t)(c0 - ch0) * CHUNK;
       _tile_stored(0, c, 64);
-      scatter_scores(c, nh, scale, sc);
+      scatter_scores(c, nh, sc);
       if (g > 1) {
         _tile_stored(1, c, 64);
-        scatter_scores(c, nh, scale, sc + CHUNK);
+        scatter_scores(c, nh, sc + CHUNK);
       }
       if (g > 2) {
         _tile_stored(2, c, 64);
-        scatter_scores(c, nh, scale, sc + 2 * CHUNK);
+        scatter_scores(c, nh, sc + 2 * CHUNK);
       }
       if (g > 3) {
         _tile_stored(3, c, 64);
-        scatter_scores(c, nh, scale, sc + 3 * CHUNK);
+        scatter_scores(c, nh, sc + 3 * CHUNK);
       }
     }
     return;
@@ -138,42 +137,31 @@ static void qk_block(const dsi_attn_pairs *a, const uint16_t *qb0, const uint16_
     }
     float *sc = s + (size_t)(c0 - ch0) * CHUNK, *sc8 = sc + (size_t)8 * BLOCK;
     _tile_stored(0, c, 64);
-    scatter_scores(c, 8, scale, sc);
+    scatter_scores(c, 8, sc);
     _tile_stored(1, c, 64);
-    scatter_scores(c, nh - 8, scale, sc8);
+    scatter_scores(c, nh - 8, sc8);
     if (g > 1) {
       _tile_stored(2, c, 64);
-      scatter_scores(c, 8, scale, sc + CHUNK);
+      scatter_scores(c, 8, sc + CHUNK);
       _tile_stored(3, c, 64);
-      scatter_scores(c, nh - 8, scale, sc8 + CHUNK);
+      scatter_scores(c, nh - 8, sc8 + CHUNK);
     }
   }
 }
 
-/* The online softmax step of head rows s[h] (nb valid of npad): p =
- * bf16(e^(s - m')) (zero past nb), l = a l + sum p, o = a o when earlier
- * blocks wrote it, m = m'. */
-static void softmax_block(const float *s, uint16_t *p, int nh, int nb, int npad, float *m, float *l, float *o, int ldo,
-                          int kvl, int first) {
+/* The online softmax step of head rows s[h] (nb valid of npad), on the
+ * vector primitives: e = e^(scale s - m') and l = a l + sum e (softmax_step),
+ * p = bf16(e) (zero past nb), o = a o when earlier blocks wrote it. */
+static void softmax_block(float *s, uint16_t *p, int nh, int nb, int npad, float scale, float *m, float *l,
+                          float *o, int ldo, int kvl, int first) {
+  const dsi_vec_ops *v = dsi_vec();
   for (int h = 0; h < nh; h++) {
-    const float *sh = s + (size_t)h * BLOCK;
+    float *sh = s + (size_t)h * BLOCK, m_old = m[h];
+    float sum = v->softmax_step(sh, nb, scale, &m[h]), alpha = expf(m_old - m[h]);
     uint16_t *ph = p + (size_t)h * BLOCK;
-    __m512 vmx = _mm512_set1_ps(-INFINITY);
-    for (int i = 0; i < nb; i += 16) {
-      __mmask16 k = nb - i >= 16 ? 0xffff : (__mmask16)((1u << (nb - i)) - 1);
-      vmx = _mm512_mask_max_ps(vmx, k, vmx, _mm512_maskz_loadu_ps(k, sh + i));
-    }
-    float m2 = fmaxf(m[h], _mm512_reduce_max_ps(vmx)), alpha = expf(m[h] - m2);
-    __m512 vm = _mm512_set1_ps(m2), sum = _mm512_setzero_ps();
-    for (int i = 0; i < npad; i += 16) {
-      __mmask16 k = nb - i >= 16 ? 0xffff : nb > i ? (__mmask16)((1u << (nb - i)) - 1) : 0;
-      __m512 e = _mm512_maskz_mov_ps(k, exp512(_mm512_sub_ps(_mm512_loadu_ps(sh + i), vm)));
-      __m256i b = (__m256i)_mm512_cvtneps_pbh(e);
-      _mm256_storeu_si256((__m256i *)(ph + i), b);
-      sum = _mm512_add_ps(sum, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16)));
-    }
-    l[h] = l[h] * alpha + _mm512_reduce_add_ps(sum);
-    m[h] = m2;
+    v->to_bf16(sh, ph, nb);
+    memset(ph + nb, 0, (size_t)(npad - nb) * sizeof(uint16_t));
+    l[h] = l[h] * alpha + sum;
     if (!first && alpha != 1.0f) {
       float *oh = o + (size_t)h * ldo;
       __m512 va = _mm512_set1_ps(alpha);
@@ -248,8 +236,8 @@ void dsi_attn_pairs_amx(const dsi_attn_pairs *a, const float *q, int ldq, float 
       const uint16_t *qb = qt + (size_t)g * qset;
       float *og = o + (size_t)h0 * ldo;
       tiles_configure();
-      qk_block(a, qb, qb + qset / 2, gh, ch0, ch1, scale, s, c);
-      softmax_block(s, p, gh, nb, (ch1 - ch0) * CHUNK, m + h0, l + h0, og, ldo, a->kvl, u0 == 0);
+      qk_block(a, qb, qb + qset / 2, gh, ch0, ch1, s, c);
+      softmax_block(s, p, gh, nb, (ch1 - ch0) * CHUNK, scale, m + h0, l + h0, og, ldo, a->kvl, u0 == 0);
       const uint8_t r = (uint8_t)gh, rows[8] = {r, r, r, r, r, 16, 16, 16};
       tiles_configure_rows(rows);
       pv_block(a, p, ch0, ch1, og, ldo, u0 == 0);
