@@ -174,6 +174,9 @@ typedef struct dsi_bench_kernels_opts {
                           experts at V3 dims) vs plain matmuls of the same FLOPs */
   int attention;       /* instead: a decode token's latent attention at V3 widths, f32 vector
                           primitives vs bf16 pair rows on AMX, contexts 512 / 4096 / 16384 */
+  int ceilings;        /* instead: what bounds the kernels' designs on one core — the GEMM's
+                          tile loop with its operands in L1, L2 and DRAM, and the matvec's
+                          rate on weights in L2 beside a core's share of the bandwidth */
 } dsi_bench_kernels_opts;
 /* Print the machine's peaks and every matmul kernel on DeepSeek-V3's
  * shapes (GB/s and GFLOP/s as fractions of them), beside OpenBLAS. */

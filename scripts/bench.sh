@@ -18,6 +18,7 @@ $bin --version | tee "$out/version.txt"
 $bin bench kernels --m 1,4,16,64,256,1024 --reps 5 | tee "$out/kernels.txt"
 $bin bench kernels --grouped --reps 5 | tee "$out/grouped.txt"
 $bin bench kernels --attention --reps 5 | tee "$out/attention.txt"
+$bin bench kernels --ceilings --reps 5 | tee "$out/ceilings.txt"
 [ -f models/v3slice-fp8/config.json ] || $bin mkmodel --preset v3slice --dtype fp8 --seed 1 --out models/v3slice-fp8
 $bin bench --model models/v3slice-fp8 --prompt-len 2048 --gen-len 16 --reps 3 --json | tee "$out/model-v3slice-2k.json"
 $bin bench --model models/bench-bf16 --quant int8 --prompt-len 512 --gen-len 64 --reps 5 --json | tee "$out/model-int8-after.json"

@@ -18,10 +18,15 @@
 void openblas_set_num_threads(int);
 #endif
 
-#if defined(__x86_64__)
-double dsi_amx_peak_gflops(double seconds); /* kernels/x86/amx_peak.c */
+#if defined(__x86_64__) /* kernels/x86/amx_peak.c */
+double dsi_amx_peak_gflops(double seconds);
+double dsi_amx_walk_gflops(int stage, const uint8_t *far, size_t far_bytes, double seconds);
 #else
 static double dsi_amx_peak_gflops(double seconds) { (void)seconds; return 0; }
+static double dsi_amx_walk_gflops(int stage, const uint8_t *far, size_t far_bytes, double seconds) {
+  (void)stage, (void)far, (void)far_bytes, (void)seconds;
+  return 0;
+}
 #endif
 
 static int cmp_double(const void *a, const void *b) {
@@ -385,6 +390,114 @@ done:
   dsi_pool_free(pool);
 }
 
+/* ---- ceilings: what bounds the kernels' designs, on one core ---- */
+/* one thread's matvec (M = 1) over 1 MiB of weights, which stay in L2 */
+static double matvec_hot_gbs(dsi_dtype dt, int reps, dsi_rng *r, dsi_gemm_fn *fn) {
+  const int rows = dt == DSI_DTYPE_BF16 ? 512 : 1024, cols = 1024, calls = 64;
+  dsi_mat w;
+  void *mem;
+  size_t bytes;
+  if (random_packed(&w, dt, rows, cols, &mem, &bytes, r)) return 0;
+  int prep;
+  *fn = dsi_gemm_pick(&w, 1, 1, &prep);
+  float *x = dsi_alloc_aligned(cols * sizeof(float)), *y = dsi_alloc_aligned(rows * sizeof(float));
+  void *scratch = dsi_alloc_aligned(DSI_GEMM_SCRATCH(cols));
+  double t[64], med = 0;
+  int n = 0;
+  if (x && y && scratch) {
+    for (int i = 0; i < cols; i++) x[i] = dsi_bf16_to_f32(dsi_f32_to_bf16(dsi_rng_uniform(r) - 0.5f));
+    dsi_gemm g = {.w = &w, .x = x, .ldx = cols, .m = 1, .y = y, .ldy = rows, .epi = DSI_EPI_STORE};
+    for (int rep = 0; rep < DSI_MIN(reps, 63) + 1; rep++) {
+      double t0 = dsi_now();
+      for (int i = 0; i < calls; i++) (*fn)(&g, 0, rows, scratch);
+      double el = dsi_now() - t0;
+      if (rep > 0) t[n++] = (double)bytes * calls / el * 1e-9; /* the first loads L2 */
+    }
+    med = dsi_median(t, n);
+  }
+  dsi_free_aligned(x), dsi_free_aligned(y), dsi_free_aligned(scratch);
+  dsi_free_big(mem, bytes);
+  return med;
+}
+
+/* the AMX GEMM itself on this thread: expert_up (2048 x 7168, BF16) at M =
+ * 512, the shape the walk's stages model */
+static double gemm_one_thread_gflops(int reps, dsi_rng *r) {
+  double med = 0;
+#if DSI_HAVE_AMX
+  const int rows = 2048, cols = 7168, m = 512;
+  dsi_mat w;
+  void *mem;
+  size_t bytes;
+  if (random_packed(&w, DSI_DTYPE_BF16, rows, cols, &mem, &bytes, r)) return 0;
+  float *x = dsi_alloc_big((size_t)m * cols * sizeof(float)), *y = dsi_alloc_big((size_t)m * rows * sizeof(float));
+  uint16_t *xb = dsi_alloc_big(DSI_XB_ROWS(m) * w.kpad * sizeof(uint16_t));
+  void *scratch = dsi_alloc_aligned(DSI_GEMM_SCRATCH(cols));
+  if (x && y && xb && scratch) {
+    for (size_t i = 0; i < (size_t)m * cols; i++) x[i] = dsi_rng_uniform(r) - 0.5f;
+    dsi_rows_to_bf16_tiles(x, cols, NULL, m, cols, w.kpad, 0, m, xb);
+    dsi_gemm g = {.w = &w, .x = x, .ldx = cols, .xb = xb, .m = m, .y = y, .ldy = rows, .epi = DSI_EPI_STORE};
+    double t[64];
+    int n = 0;
+    for (int rep = 0; rep < DSI_MIN(reps, 63) + 1; rep++) {
+      double t0 = dsi_now();
+      dsi_gemm_amx(&g, 0, rows, scratch);
+      double el = dsi_now() - t0;
+      if (rep > 0) t[n++] = 2.0 * m * rows * cols / el * 1e-9; /* the first pages the output in */
+    }
+    med = dsi_median(t, n);
+  }
+  dsi_free_big(x, (size_t)m * cols * sizeof(float)), dsi_free_big(y, (size_t)m * rows * sizeof(float));
+  dsi_free_big(xb, DSI_XB_ROWS(m) * w.kpad * sizeof(uint16_t));
+  dsi_free_aligned(scratch);
+  dsi_free_big(mem, bytes);
+#else
+  (void)reps, (void)r;
+#endif
+  return med;
+}
+
+static void bench_ceilings(FILE *out, const dsi_peaks *pk, int reps) {
+  fprintf(out, "ceilings, one thread (medians of %d)\n", reps);
+  if (dsi_cpu_get()->level >= DSI_ISA_AMX) {
+    /* a buffer past the caches, its pages touched (untouched ones all map one zero page) */
+    const size_t far_bytes = (size_t)1 << 30;
+    uint8_t *far = dsi_alloc_big(far_bytes);
+    if (far) memset(far, 1, far_bytes);
+    double t[64], peak;
+    for (int i = 0; i < reps; i++) t[i] = dsi_amx_peak_gflops(0.2);
+    peak = dsi_median(t, reps);
+    fprintf(out, "  %-62s %8.0f GFLOP/s\n", "AMX BF16 tile peak (tdpbf16ps on resident tiles)", peak);
+    static const char *stage[] = {"the GEMM's 2x2 tile loop, A and B in L1", "  A streamed from L2 (512 rows), B in L1",
+                                   "  and C through L2 every 8 K steps (its walk, all in L2)",
+                                   "  and its operands moving (A from L3, B from DRAM), M = 512"};
+    for (int st = 0; st < 4; st++) {
+      if (st == 3 && !far) break;
+      for (int i = 0; i < reps; i++) t[i] = dsi_amx_walk_gflops(st, far, far_bytes, 0.2);
+      double g = dsi_median(t, reps);
+      fprintf(out, "  %-62s %8.0f GFLOP/s  %5.1f%% of the peak\n", stage[st], g, 100 * g / peak);
+    }
+    dsi_free_big(far, far_bytes);
+    dsi_rng r;
+    dsi_rng_seed(&r, 3);
+    double g = gemm_one_thread_gflops(reps, &r);
+    fprintf(out, "  %-62s %8.0f GFLOP/s  %5.1f%% of the peak\n", "the GEMM itself: expert_up 2048x7168 bf16, M = 512", g,
+            100 * g / peak);
+  } else {
+    fprintf(out, "  (AMX not in use here: no tile loop to measure)\n");
+  }
+  dsi_rng r;
+  dsi_rng_seed(&r, 7);
+  dsi_gemm_fn fb, f8;
+  double bf = matvec_hot_gbs(DSI_DTYPE_BF16, reps, &r, &fb), f8g = matvec_hot_gbs(DSI_DTYPE_F8_E4M3, reps, &r, &f8);
+  double share = pk->read_gbs / pk->threads;
+  fprintf(out, "  matvec M=1 on 1 MiB of weights in L2: bf16 %.1f GB/s (%s), fp8 %.1f GB/s (%s)\n", bf,
+          dsi_gemm_kernel_name(fb), f8g, dsi_gemm_kernel_name(f8));
+  fprintf(out, "  one thread's share of the read bandwidth: %.1f GB/s (%.1f / %d threads); the matvec's compute\n"
+               "  over that share: bf16 %.2fx, fp8 %.2fx (the headroom it has to catch up after a stall on memory)\n",
+          share, pk->read_gbs, pk->threads, bf / share, f8g / share);
+}
+
 int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) {
   int nth = o->n_threads > 0 ? o->n_threads : dsi_default_threads();
   int reps = o->reps > 0 ? o->reps : 5;
@@ -408,6 +521,10 @@ int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) 
     fprintf(out, "int8: GFLOP/s counts int8 multiply-adds as 2 ops; %%amx is of twice the BF16 peak (tdpbssd's rate)\n");
   if (o->attention) {
     bench_attention(out, nth, reps);
+    return DSI_OK;
+  }
+  if (o->ceilings) {
+    bench_ceilings(out, &pk, DSI_MIN(reps, 64));
     return DSI_OK;
   }
   if (o->grouped) {

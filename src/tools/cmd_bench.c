@@ -31,8 +31,9 @@ static int bench_kernels(int argc, char **argv) {
     {"--m", NULL, OPT_STR, &ms, "batch sizes, comma-separated (default 1,4,16,64,256,1024)"},
     {"--grouped", NULL, OPT_FLAG, &o.grouped, "the grouped expert matmul (256 tokens, top-6 of 64 V3 experts) vs plain matmuls"},
     {"--attention", NULL, OPT_FLAG, &o.attention, "a decode token's latent attention (V3 widths): f32 vector path vs bf16 pairs on AMX"},
+    {"--ceilings", NULL, OPT_FLAG, &o.ceilings, "one core's ceilings: the GEMM's tile loop with operands in L1 / L2 / DRAM, the matvec on weights in L2"},
     {0}};
-  int rc = dsi_cli_parse("bench kernels", "[--threads N] [--reps R] [--dtypes L] [--shape S] [--m LIST] [--grouped | --attention]", opts, argc, argv);
+  int rc = dsi_cli_parse("bench kernels", "[--threads N] [--reps R] [--dtypes L] [--shape S] [--m LIST] [--grouped | --attention | --ceilings]", opts, argc, argv);
   if (rc) return rc == 1 ? 0 : 2;
   int32_t *mv = NULL;
   if (ms) {

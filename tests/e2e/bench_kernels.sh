@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# e2e: `bench kernels` runs its table and its ceilings, and prints positive
+# figures (a kernel or a buffer that failed prints 0): kv_a's row at M=1
+# and 16 beside the measured peaks; the ceilings' matvec rates, and where
+# AMX is in use the tile peak, the four stages of the GEMM's tile loop and
+# the GEMM itself; with the ISA capped below AMX, no tile loop.
+set -euo pipefail
+bin=$1 scratch=$2
+rm -rf "$scratch"; mkdir -p "$scratch"
+fail() { echo "$1"; cat "$3"; exit 1; }
+positive() { # file, pattern of the line, unit: the first figure followed by the unit must be > 0
+  local line; line=$(grep -m1 -- "$2" "$1") || fail "no line '$2'" "" "$1"
+  awk -v u="$3" '{ for (i = 1; i < NF; i++) if ($(i + 1) == u) exit !($i + 0 > 0); exit 1 }' <<< "$line" ||
+    fail "not positive ($3): $line" "" "$1"
+}
+"$bin" bench kernels --shape kv_a --m 1,16 --dtypes bf16,fp8 --reps 1 > "$scratch/table.txt"
+positive "$scratch/table.txt" "memory read" "GB/s,"
+for dt in bf16 fp8; do
+  for m in 1 16; do
+    line=$(awk -v d=$dt -v m=$m '$1 == "kv_a" && $4 == d && $5 == m' "$scratch/table.txt")
+    [ -n "$line" ] || fail "no kv_a $dt M=$m row" "" "$scratch/table.txt"
+    awk '{ exit !($6 > 0 && $7 > 0 && $9 > 0) }' <<< "$line" || fail "kv_a $dt M=$m: $line" "" "$scratch/table.txt"
+  done
+done
+"$bin" bench kernels --ceilings --reps 1 > "$scratch/ceil.txt"
+line=$(grep -m1 "matvec M=1" "$scratch/ceil.txt") || fail "no matvec line" "" "$scratch/ceil.txt"
+awk '{ n = 0; for (i = 1; i < NF; i++) if ($(i + 1) == "GB/s") n += ($i + 0 > 0); exit n != 2 }' <<< "$line" ||
+  fail "matvec rates not positive: $line" "" "$scratch/ceil.txt"
+grep -q "over that share: bf16 [0-9.]*x, fp8 [0-9.]*x" "$scratch/ceil.txt" || fail "no headroom line" "" "$scratch/ceil.txt"
+if grep -q "isa amx" "$scratch/ceil.txt"; then
+  for stage in "tile peak" "A and B in L1" "A streamed from L2" "C through L2" "its operands moving" "the GEMM itself"; do
+    positive "$scratch/ceil.txt" "$stage" "GFLOP/s"
+  done
+  DSINFER_ISA=avx512 "$bin" bench kernels --ceilings --reps 1 > "$scratch/capped.txt"
+  grep -q "AMX not in use here" "$scratch/capped.txt" || fail "capped run measured a tile loop" "" "$scratch/capped.txt"
+  ! grep -q "GFLOP/s  .*of the peak" "$scratch/capped.txt" || fail "capped run printed a stage" "" "$scratch/capped.txt"
+fi
+echo ok
