@@ -302,7 +302,7 @@ static void attn_task(void *ctx, int ith, int nth) {
   const dsi_vec_ops *v = dsi_vec();
   float *s = j->ws[ith], *o = j->out[ith];
   if (j->pairs) {
-    int hpi = DSI_CEIL_DIV(A_H, DSI_MIN(nth, A_H / 8));
+    int hpi = dsi_attn_pair_heads(A_H, 1, nth);
     for (int h0 = ith * hpi; h0 < A_H; h0 += nth * hpi) {
       dsi_attn_pairs a = {.cache = j->pc, .table = j->table, .block_size = A_BS, .row = A_ROW, .kvl = A_KVL,
                           .nh = DSI_MIN(hpi, A_H - h0), .n = j->ctx};
@@ -391,9 +391,31 @@ done:
 }
 
 /* ---- ceilings: what bounds the kernels' designs, on one core ---- */
+/* calls of a kernel on this thread, all of g's rows */
+typedef struct {
+  dsi_gemm_fn fn;
+  const dsi_gemm *g;
+  void *scratch;
+  int calls;
+} kernel_calls;
+
+/* work / seconds of the calls, the median of reps timings after one that
+ * warms the caches and pages */
+static double median_rate(const kernel_calls *k, int reps, double work) {
+  double t[64];
+  int n = 0;
+  for (int rep = 0; rep < DSI_MIN(reps, 63) + 1; rep++) {
+    double t0 = dsi_now();
+    for (int i = 0; i < k->calls; i++) k->fn(k->g, 0, k->g->w->rows, k->scratch);
+    double el = dsi_now() - t0;
+    if (rep > 0) t[n++] = work * k->calls / el;
+  }
+  return dsi_median(t, n);
+}
+
 /* one thread's matvec (M = 1) over 1 MiB of weights, which stay in L2 */
 static double matvec_hot_gbs(dsi_dtype dt, int reps, dsi_rng *r, dsi_gemm_fn *fn) {
-  const int rows = dt == DSI_DTYPE_BF16 ? 512 : 1024, cols = 1024, calls = 64;
+  const int rows = dt == DSI_DTYPE_BF16 ? 512 : 1024, cols = 1024;
   dsi_mat w;
   void *mem;
   size_t bytes;
@@ -402,18 +424,11 @@ static double matvec_hot_gbs(dsi_dtype dt, int reps, dsi_rng *r, dsi_gemm_fn *fn
   *fn = dsi_gemm_pick(&w, 1, 1, &prep);
   float *x = dsi_alloc_aligned(cols * sizeof(float)), *y = dsi_alloc_aligned(rows * sizeof(float));
   void *scratch = dsi_alloc_aligned(DSI_GEMM_SCRATCH(cols));
-  double t[64], med = 0;
-  int n = 0;
+  double med = 0;
   if (x && y && scratch) {
     for (int i = 0; i < cols; i++) x[i] = dsi_bf16_to_f32(dsi_f32_to_bf16(dsi_rng_uniform(r) - 0.5f));
     dsi_gemm g = {.w = &w, .x = x, .ldx = cols, .m = 1, .y = y, .ldy = rows, .epi = DSI_EPI_STORE};
-    for (int rep = 0; rep < DSI_MIN(reps, 63) + 1; rep++) {
-      double t0 = dsi_now();
-      for (int i = 0; i < calls; i++) (*fn)(&g, 0, rows, scratch);
-      double el = dsi_now() - t0;
-      if (rep > 0) t[n++] = (double)bytes * calls / el * 1e-9; /* the first loads L2 */
-    }
-    med = dsi_median(t, n);
+    med = median_rate(&(kernel_calls){*fn, &g, scratch, 64}, reps, bytes * 1e-9);
   }
   dsi_free_aligned(x), dsi_free_aligned(y), dsi_free_aligned(scratch);
   dsi_free_big(mem, bytes);
@@ -437,15 +452,7 @@ static double gemm_one_thread_gflops(int reps, dsi_rng *r) {
     for (size_t i = 0; i < (size_t)m * cols; i++) x[i] = dsi_rng_uniform(r) - 0.5f;
     dsi_rows_to_bf16_tiles(x, cols, NULL, m, cols, w.kpad, 0, m, xb);
     dsi_gemm g = {.w = &w, .x = x, .ldx = cols, .xb = xb, .m = m, .y = y, .ldy = rows, .epi = DSI_EPI_STORE};
-    double t[64];
-    int n = 0;
-    for (int rep = 0; rep < DSI_MIN(reps, 63) + 1; rep++) {
-      double t0 = dsi_now();
-      dsi_gemm_amx(&g, 0, rows, scratch);
-      double el = dsi_now() - t0;
-      if (rep > 0) t[n++] = 2.0 * m * rows * cols / el * 1e-9; /* the first pages the output in */
-    }
-    med = dsi_median(t, n);
+    med = median_rate(&(kernel_calls){dsi_gemm_amx, &g, scratch, 1}, reps, 2.0 * m * rows * cols * 1e-9);
   }
   dsi_free_big(x, (size_t)m * cols * sizeof(float)), dsi_free_big(y, (size_t)m * rows * sizeof(float));
   dsi_free_big(xb, DSI_XB_ROWS(m) * w.kpad * sizeof(uint16_t));
@@ -458,6 +465,8 @@ static double gemm_one_thread_gflops(int reps, dsi_rng *r) {
 }
 
 static void bench_ceilings(FILE *out, const dsi_peaks *pk, int reps) {
+  dsi_rng r;
+  dsi_rng_seed(&r, 7);
   fprintf(out, "ceilings, one thread (medians of %d)\n", reps);
   if (dsi_cpu_get()->level >= DSI_ISA_AMX) {
     /* a buffer past the caches, its pages touched (untouched ones all map one zero page) */
@@ -478,16 +487,12 @@ static void bench_ceilings(FILE *out, const dsi_peaks *pk, int reps) {
       fprintf(out, "  %-62s %8.0f GFLOP/s  %5.1f%% of the peak\n", stage[st], g, 100 * g / peak);
     }
     dsi_free_big(far, far_bytes);
-    dsi_rng r;
-    dsi_rng_seed(&r, 3);
     double g = gemm_one_thread_gflops(reps, &r);
     fprintf(out, "  %-62s %8.0f GFLOP/s  %5.1f%% of the peak\n", "the GEMM itself: expert_up 2048x7168 bf16, M = 512", g,
             100 * g / peak);
   } else {
     fprintf(out, "  (AMX not in use here: no tile loop to measure)\n");
   }
-  dsi_rng r;
-  dsi_rng_seed(&r, 7);
   dsi_gemm_fn fb, f8;
   double bf = matvec_hot_gbs(DSI_DTYPE_BF16, reps, &r, &fb), f8g = matvec_hot_gbs(DSI_DTYPE_F8_E4M3, reps, &r, &f8);
   double share = pk->read_gbs / pk->threads;

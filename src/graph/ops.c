@@ -445,13 +445,6 @@ typedef struct {
   const uint16_t *pairs; /* instead of cache, where the KV layer keeps bf16 pair rows */
 } core_bufs;
 
-/* heads per item of the token path on the pair rows: all H, split (in
- * multiples of 8) only as far as it takes to give each worker one */
-static int pair_heads(int H, int n, int nth) {
-  int per_token = (int)DSI_MAX(1, DSI_MIN(DSI_CEIL_DIV(H, 8), nth / DSI_MAX(n, 1)));
-  return DSI_CEIL_DIV(DSI_CEIL_DIV(H, per_token), 8) * 8;
-}
-
 /* the layer's bf16 pair rows, where the cache keeps them (then it keeps
  * no f32 rows) */
 static const uint16_t *core_pairs(const dsi_xrun *r, const dsi_op *op) {
@@ -468,7 +461,7 @@ static void core_tokens(dsi_xrun *r, const dsi_op *op, dsi_team *tm, const core_
    * reads the token's cache once, so no smaller than that. On the pair
    * rows an item takes every head it can (one pass over the cache serves
    * them all) and splits only to give each worker one. */
-  int hg = pairs ? pair_heads(H, n, f->nth) : (int)DSI_MAX(1, DSI_MIN(ATTN_HEAD_GROUP, (long)H * n / f->nth));
+  int hg = pairs ? dsi_attn_pair_heads(H, n, f->nth) : (int)DSI_MAX(1, DSI_MIN(ATTN_HEAD_GROUP, (long)H * n / f->nth));
   int bs = r->cache->block_size, G = DSI_CEIL_DIV(H, hg);
   /* f32 rows: scores [ATTN_HEAD_GROUP][max_context], then each position's
    * cache row; pair rows: the AMX kernel's workspace */
@@ -770,8 +763,8 @@ static double mat_bytes(const dsi_mat *w) { return (double)w->rows * w->cols * d
 #define MM_ACT(w, m) (4.0 * (m) * ((w)->rows + (w)->cols))
 
 /* attention core over the chunk: per (token, head) the scores and weighted
- * sum over its context; the cache rows are read once per head group */
-/* elt: bytes per cached element read */
+ * sum over its context; the cache rows (elt bytes an element) are read
+ * once per head group */
 static void attn_cost(const dsi_xrun *r, int t0, int n, double head_flops, int passes, int elt, double *fl,
                       double *ab) {
   const dsi_config *c = r->f->c;
@@ -833,7 +826,7 @@ void dsi_op_cost(const dsi_xrun *r, const dsi_op *op, double *flops, double *wby
   }
   case DSI_OP_ATTN_CORE:
     if (core_pairs(r, op))
-      attn_cost(r, op->t0, chunk_len(r, op), 0, DSI_CEIL_DIV(H, pair_heads(H, chunk_len(r, op), r->f->nth)), 2, &fl, &ab);
+      attn_cost(r, op->t0, chunk_len(r, op), 0, DSI_CEIL_DIV(H, dsi_attn_pair_heads(H, chunk_len(r, op), r->f->nth)), 2, &fl, &ab);
     else attn_cost(r, op->t0, chunk_len(r, op), 0, DSI_CEIL_DIV(H, ATTN_HEAD_GROUP), 4, &fl, &ab);
     break;
   case DSI_OP_ATTN_ROWMAJOR:

@@ -24,11 +24,12 @@
  *              m = m'
  *   o[h][c] = o / l   (the sum of the unrounded weights normalizes, as the
  *                      official code normalizes in f32 before its bf16 cast)
- * The oracle (ref.c) adds in column / position order with libm's expf; AMX
- * sums in the tile unit's order, its softmax on the vector primitives
- * (softmax_step) — within bf16 rounding of P of each other, not bitwise. Each head depends on its own inputs only and the
- * blocks on the position only, so grouping heads (which follows the batch
- * and the thread count) changes no bit.
+ * The oracle (attn_ref.c) adds in column / position order with libm's
+ * expf; AMX sums in the tile unit's order, its softmax on the vector
+ * primitives (softmax_step) — within bf16 rounding of P of each other, not
+ * bitwise. Each head depends on its own inputs only and the blocks on the
+ * position only, so grouping heads (which follows the batch and the thread
+ * count) changes no bit.
  * Positions past a sequence's length must hold finite values (0 x Inf is
  * NaN): the KV layer zeroes blocks when it hands them out. */
 #ifndef DSI_ATTN_H
@@ -40,6 +41,16 @@
 #define DSI_ATTN_PAIR_CHUNK 32  /* positions per tile; block sizes are multiples of it */
 #define DSI_ATTN_PAIR_BLOCK 128 /* positions per online-softmax step: 147 KB of V3's cache, in L2 for every head group */
 #define DSI_ATTN_PAIR_GROUP 16  /* heads per pass of a block: two q tiles */
+
+/* Heads per call for n tokens of H heads on nth threads: all H (one pass
+ * over the cache serves them all), split in multiples of 8 only as far as
+ * it takes to give each thread one call. */
+static inline int dsi_attn_pair_heads(int H, int n, int nth) {
+  int groups = (H + 7) / 8, share = nth / (n > 1 ? n : 1);
+  int calls = share < groups ? share : groups; /* calls per token */
+  if (calls < 1) calls = 1;
+  return ((H + calls - 1) / calls + 7) / 8 * 8;
+}
 
 /* element 0 of slot's row in the pair layout; element j is 2 j further */
 static inline size_t dsi_kv_pair_at(int row, int32_t slot) {

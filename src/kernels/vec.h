@@ -26,9 +26,9 @@ typedef struct dsi_vec_ops {
   /* x = softmax(x) in place, n >= 1 (the attention's; the router keeps
    * dsi_k_softmax's libm exp) */
   void (*softmax)(float *x, int n);
-  /* one step of an online softmax over a block x[0..n), n >= 1: *m (the
-   * running max of scaled scores) becomes m' = max(*m, scale max x), x
-   * becomes e^(scale x - m'); returns sum x */
+  /* one step of an online softmax over a block x[0..n), n >= 1, scale >
+   * 0: *m (the running max of scaled scores) becomes m' = max(*m, scale
+   * max x), x becomes e^(scale x - m'); returns sum x */
   float (*softmax_step)(float *x, int n, float scale, float *m);
 } dsi_vec_ops;
 
