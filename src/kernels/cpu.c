@@ -44,6 +44,7 @@ static void detect(void) {
     c->avx512f = os_avx512 && ((b >> 16) & 1);
     c->avx512bw = c->avx512f && ((b >> 30) & 1);
     c->avx512vl = c->avx512f && ((b >> 31) & 1);
+    c->avx512vbmi = c->avx512f && ((cx >> 1) & 1);
     int amx_bf16 = (d >> 22) & 1, amx_tile = (d >> 24) & 1, amx_int8 = (d >> 25) & 1;
     __cpuid_count(7, 1, a, b, cx, d);
     c->avx512bf16 = c->avx512f && ((a >> 5) & 1);
@@ -61,7 +62,8 @@ done:
   c->best = DSI_ISA_SCALAR;
   if (c->avx2) c->best = DSI_ISA_AVX2;
   if (c->best == DSI_ISA_AVX2 && c->avx512f && c->avx512bw && c->avx512vl) c->best = DSI_ISA_AVX512;
-  if (c->best == DSI_ISA_AVX512 && c->amx_tile && c->amx_bf16) c->best = DSI_ISA_AMX;
+  /* the AMX kernels also use AVX512-BF16 and VBMI, which every AMX CPU has */
+  if (c->best == DSI_ISA_AVX512 && c->amx_tile && c->amx_bf16 && c->avx512bf16 && c->avx512vbmi) c->best = DSI_ISA_AMX;
   c->level = c->best;
   const char *env = getenv("DSINFER_ISA");
   if (env && *env) {

@@ -8,7 +8,7 @@ typedef enum { DSI_ISA_SCALAR, DSI_ISA_AVX2, DSI_ISA_AVX512, DSI_ISA_AMX } dsi_i
 
 typedef struct dsi_cpu {
   int avx2, fma, f16c;
-  int avx512f, avx512bw, avx512vl, avx512bf16;
+  int avx512f, avx512bw, avx512vl, avx512bf16, avx512vbmi;
   int amx_tile, amx_bf16, amx_int8; /* and the OS granted tile data */
   dsi_isa best;    /* what the hardware and OS support */
   dsi_isa level;   /* what runs: best, capped by DSINFER_ISA or dsi_cpu_cap */

@@ -2,6 +2,7 @@
  * row-major originals — BF16 and FP8, every epilogue, ragged rows, columns
  * and M, gathered activations, scattered outputs, two row ranges at once. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "check.h"
 #include "base/base.h"
@@ -55,6 +56,38 @@ static void weight_free(weight *w) {
   free(w->scale);
 }
 
+/* FP8 w as the BF16 weight the oracle multiplies: bf16(fp8 * scale), the
+ * product rounded to f32 and then to bf16 as the kernel's widening does */
+static void weight_bf16_twin(const weight *w, weight *t) {
+  memset(t, 0, sizeof *t);
+  t->m = w->m;
+  t->m.dtype = DSI_DTYPE_BF16;
+  t->m.block = 0;
+  t->m.scale_cols = 0;
+  t->m.scale = NULL;
+  uint16_t *d = malloc((size_t)w->m.rows * w->m.cols * sizeof(uint16_t));
+  const uint8_t *s = w->data;
+  for (int r = 0; r < w->m.rows; r++)
+    for (int c = 0; c < w->m.cols; c++) {
+      size_t i = (size_t)r * w->m.cols + c;
+      float v = dsi_fp8_to_f32(s[i]) * w->scale[(size_t)(r / 128) * w->m.scale_cols + c / 128];
+      d[i] = dsi_f32_to_bf16(v);
+    }
+  t->data = d;
+  t->m.data = d;
+}
+
+static void pack(const weight *w, const weight *up, dsi_mat *pk, void **mem) {
+  if (up) {
+    *mem = dsi_alloc_aligned(dsi_pack_gate_up_bytes(&w->m));
+    dsi_pack_gate_up(&w->m, &up->m, pk, *mem);
+  } else {
+    *mem = dsi_alloc_aligned(dsi_pack_bytes(&w->m));
+    dsi_pack_describe(&w->m, pk, *mem);
+    dsi_pack_rows(&w->m, pk, 0, w->m.rows);
+  }
+}
+
 /* ---- two threads, one row range each ---- */
 typedef struct {
   const dsi_gemm *g;
@@ -96,14 +129,7 @@ static void one_case(dsi_dtype dt, dsi_epilogue epi, int rows, int cols, int m, 
   /* pack */
   dsi_mat pk;
   void *mem;
-  if (epi == DSI_EPI_SILU_PAIRS) {
-    mem = dsi_alloc_aligned(dsi_pack_gate_up_bytes(&w.m));
-    dsi_pack_gate_up(&w.m, &up.m, &pk, mem);
-  } else {
-    mem = dsi_alloc_aligned(dsi_pack_bytes(&w.m));
-    dsi_pack_describe(&w.m, &pk, mem);
-    dsi_pack_rows(&w.m, &pk, 0, rows);
-  }
+  pack(&w, epi == DSI_EPI_SILU_PAIRS ? &up : NULL, &pk, &mem);
   int kpad = pk.kpad;
 
   /* activations: m rows gathered from nx, in bf16-representable f32 */
@@ -181,6 +207,30 @@ static void one_case(dsi_dtype dt, dsi_epilogue epi, int rows, int cols, int m, 
   for (int i = 0; i < ny; i++)
     for (int c = nout; c < ldy; c++) clean &= y[(size_t)i * ldy + c] == y0[(size_t)i * ldy + c];
   CHECKF(clean, "epi %d rows %d cols %d m %d: wrote past the output columns", (int)epi, rows, cols, m);
+
+  /* FP8: bitwise the BF16 kernel on bf16(fp8 * scale), the weights the
+   * oracle rounds to (the widening's table, every code and scale) */
+  if (dt == DSI_DTYPE_F8_E4M3) {
+    weight tw, tu;
+    weight_bf16_twin(&w, &tw);
+    if (epi == DSI_EPI_SILU_PAIRS) weight_bf16_twin(&up, &tu);
+    dsi_mat tpk;
+    void *tmem;
+    pack(&tw, epi == DSI_EPI_SILU_PAIRS ? &tu : NULL, &tpk, &tmem);
+    float *yt = malloc(ysz * sizeof(float));
+    memcpy(yt, y0, ysz * sizeof(float));
+    dsi_gemm gt = g;
+    gt.w = &tpk;
+    gt.y = yt;
+    j.g = &gt;
+    dsi_pool_run(g_pool, run_share, &j);
+    CHECKF(!memcmp(y, yt, ysz * sizeof(float)), "fp8 epi %d rows %d cols %d m %d: differs from bf16(fp8 * scale) on the BF16 kernel",
+           (int)epi, rows, cols, m);
+    free(yt);
+    dsi_free_aligned(tmem);
+    weight_free(&tw);
+    if (epi == DSI_EPI_SILU_PAIRS) weight_free(&tu);
+  }
 
   for (int t = 0; t < 2; t++) dsi_free_aligned(j.scratch[t]);
   free(scr);

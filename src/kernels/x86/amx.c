@@ -114,26 +114,67 @@ static void block_mac(const uint8_t *a, size_t lda, const uint8_t *b0, const uin
 }
 
 /* ---- FP8 -> BF16 B tiles ---- */
-/* ks K steps of one FP8 panel (512 bytes each) to bf16 (1 KiB each), the
- * tile's scale folded in: bf16(fp8 * scale). e4m3 -> f16 is a bit move,
- * ((b & 0x7f) << 7) | sign << 15, exact for normals and subnormals, and
- * worth fp8 * 2^-8; vcvtph2ps then widens exactly, and the one rounding
- * is of fp8 * scale to bf16 (relative 2^-9). */
+/* e4m3 -> bf16(fp8 * scale) by table: one scale covers a K step, so
+ * bf16(v * scale) for the 128 magnitudes v is the whole map, kept as its
+ * low and high bytes (128 each, two registers each). A byte's 7 magnitude
+ * bits index both (vpermi2b ignores the index's top bit), its sign bit is
+ * or-ed into the high byte, and vpermt2b interleaves the bytes into words:
+ * 6 uops per 64 weights, half the time of widening through f16 / f32
+ * arithmetic (the route before), and bitwise the same. The magnitudes
+ * come from f16: v << 7 as f16 bits is v's e4m3 value x 2^-8, exactly for
+ * normals and subnormals, so the entries are the products the oracle
+ * rounds, bf16(fp8 * scale), with one rounding. */
+typedef struct {
+  __m512i lo0, lo1, hi0, hi1;
+} fp8_lut;
+
+static inline fp8_lut fp8_lut_make(float scale) {
+  const __m512 f = _mm512_set1_ps(scale * 256.0f);
+  const __m512i iota = _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13,
+                                        12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  __m512i wd[4];
+  for (int i = 0; i < 4; i++) {
+    __m512i v = _mm512_slli_epi16(_mm512_add_epi16(iota, _mm512_set1_epi16((short)(32 * i))), 7);
+    __m512 lo = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(v)), f);
+    __m512 hi = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(v, 1)), f);
+    wd[i] = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+  }
+  /* bytes 2j (low) and 2j + 1 (high) of two registers of words */
+  const __m512i ev = _mm512_set_epi8(126, 124, 122, 120, 118, 116, 114, 112, 110, 108, 106, 104, 102, 100, 98, 96, 94,
+                                     92, 90, 88, 86, 84, 82, 80, 78, 76, 74, 72, 70, 68, 66, 64, 62, 60, 58, 56, 54, 52,
+                                     50, 48, 46, 44, 42, 40, 38, 36, 34, 32, 30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10,
+                                     8, 6, 4, 2, 0);
+  const __m512i od = _mm512_add_epi8(ev, _mm512_set1_epi8(1));
+  return (fp8_lut){_mm512_permutex2var_epi8(wd[0], ev, wd[1]), _mm512_permutex2var_epi8(wd[2], ev, wd[3]),
+                   _mm512_permutex2var_epi8(wd[0], od, wd[1]), _mm512_permutex2var_epi8(wd[2], od, wd[3])};
+}
+
+/* 64 e4m3 bytes -> 64 bf16 words at out, in order */
+static inline void fp8_lut_64(const fp8_lut *t, const uint8_t *in, uint16_t *out) {
+  /* output word i of a half: byte i of the low bytes, then byte i of the high */
+  const __m512i ilo = _mm512_set_epi8(95, 31, 94, 30, 93, 29, 92, 28, 91, 27, 90, 26, 89, 25, 88, 24, 87, 23, 86, 22,
+                                      85, 21, 84, 20, 83, 19, 82, 18, 81, 17, 80, 16, 79, 15, 78, 14, 77, 13, 76, 12,
+                                      75, 11, 74, 10, 73, 9, 72, 8, 71, 7, 70, 6, 69, 5, 68, 4, 67, 3, 66, 2, 65, 1, 64,
+                                      0);
+  const __m512i ihi = _mm512_add_epi8(ilo, _mm512_set1_epi8(32));
+  const __m512i x = _mm512_loadu_si512(in);
+  const __m512i l = _mm512_permutex2var_epi8(t->lo0, x, t->lo1);
+  const __m512i h = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(t->hi0, x, t->hi1), x,
+                                              _mm512_set1_epi8((char)0x80), 0xf8); /* h | (x & 0x80) */
+  _mm512_store_si512((__m512i *)out, _mm512_permutex2var_epi8(l, ilo, h));
+  _mm512_store_si512((__m512i *)(out + 32), _mm512_permutex2var_epi8(l, ihi, h));
+}
+
+/* ks K steps of one FP8 panel (512 bytes each) to bf16 (1 KiB each),
+ * bf16(fp8 * scale) with the step's scale */
 static void fp8_steps_to_bf16(const uint8_t *src, const float *scale, int step0, int spb, int ks, uint16_t *dst) {
-  const __m512i keep = _mm512_set1_epi16((short)0xbfff);
+  fp8_lut t;
   for (int s = 0; s < ks; s++) {
-    int st = step0 + s;
-    __m512 f = _mm512_set1_ps(scale[st / spb] * 256.0f);
+    const int st = step0 + s;
+    if (s == 0 || st % spb == 0) t = fp8_lut_make(scale[st / spb]);
     const uint8_t *in = src + (size_t)st * 512;
     uint16_t *out = dst + (size_t)s * 512;
-    for (int j = 0; j < 16; j++) {
-      /* sign-extending puts 1s above the sign; << 7 leaves one at bit 14 */
-      __m512i h = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(in + j * 32)));
-      h = _mm512_and_si512(_mm512_slli_epi16(h, 7), keep);
-      __m512 lo = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(h)), f);
-      __m512 hi = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1)), f);
-      _mm512_store_si512((__m512i *)(out + j * 32), (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
-    }
+    for (int j = 0; j < 8; j++) fp8_lut_64(&t, in + j * 64, out + j * 64);
   }
 }
 
@@ -151,6 +192,68 @@ static void widen_item(const dsi_mat *w, item c, size_t panel_bytes, int spb, in
     fp8_steps_to_bf16((const uint8_t *)w->data + (size_t)(c.q + j) * panel_bytes,
                       w->scale + (size_t)(c.q + j) * w->scale_cols, c.k0 + s0, spb, s1 - s0,
                       dst + (size_t)(j * c.ks + s0) * 512);
+}
+
+/* nm x nn tiles of C (kept in the tile registers) += ks K steps */
+static void tiles_mac_any(const uint8_t *a, size_t lda, const uint8_t *b0, const uint8_t *b1, int ks, int nm, int nn,
+                          const prefetch *pf) {
+  if (nm == 2 && nn == 2) tiles_mac(a, lda, b0, b1, ks, 2, 2, pf);
+  else if (nm == 2) tiles_mac(a, lda, b0, b1, ks, 2, 1, pf);
+  else if (nn == 2) tiles_mac(a, lda, b0, b1, ks, 1, 2, pf);
+  else tiles_mac(a, lda, b0, b1, ks, 1, 1, pf);
+}
+
+/* FP8 weights and one 32-row M block of activations (the grouped experts'
+ * few tokens, the decode batches AMX takes): each B tile meets one or two
+ * A tiles, so the widening, not the tile products, is the work. A pair's
+ * C tiles stay in their registers for the whole of K (no C blocks through
+ * memory between K chunks), and its FP8 is widened FEW_STEPS K steps at a
+ * time into one of two 8 KiB buffers that stay in L1: the next chunk (or
+ * the next pair's first) while the tile unit multiplies this one, so the
+ * vector ports and the tile unit work at once. Bitwise the driver below
+ * (the same products in the same order). Measured (one thread, expert_up
+ * shape): 2-2.3x the driver's K-chunked loop at 8-32 rows with the same
+ * widening; 4 steps a chunk against 1 (0.8x), 2 (1.0x), 8 (0.9x); software
+ * prefetch of the FP8 bytes 4-32 KiB ahead 0.75-0.85x (two sequential
+ * panel streams, which the hardware prefetchers follow). */
+#define FEW_STEPS 4
+
+/* steps [FEW_STEPS c, ...) of pair q's panels (one or two) into dst, panel j's at dst + j * FEW_STEPS steps */
+static void widen_few(const dsi_mat *w, int q, int nn, int c, int ksteps, size_t panel_bytes, int spb, uint16_t *dst) {
+  const int s0 = c * FEW_STEPS, ks = DSI_MIN(FEW_STEPS, ksteps - s0);
+  for (int j = 0; j < nn; j++)
+    fp8_steps_to_bf16((const uint8_t *)w->data + (size_t)(q + j) * panel_bytes, w->scale + (size_t)(q + j) * w->scale_cols,
+                      s0, spb, ks, dst + (size_t)j * FEW_STEPS * 512);
+}
+
+static void gemm_fp8_few_rows(const dsi_gemm *g, int p0, int p1, int ksteps, size_t lda, size_t panel_bytes, int spb,
+                              void *scratch) {
+  const dsi_mat *w = g->w;
+  const int nm = g->m > 16 ? 2 : 1, nchunks = DSI_CEIL_DIV(ksteps, FEW_STEPS);
+  float *cst = scratch;
+  uint16_t *buf[2] = {(uint16_t *)((uint8_t *)scratch + 4096),
+                      (uint16_t *)((uint8_t *)scratch + 4096 + 2 * FEW_STEPS * KSTEP_BYTES)};
+  const prefetch no_pf = {.b0 = (const uint8_t *)cst, .b1 = (const uint8_t *)cst, .a = (const uint8_t *)g->xb, .lda = lda, .aks = 1};
+  int nb = 0;
+  widen_few(w, p0, DSI_MIN(2, p1 - p0), 0, ksteps, panel_bytes, spb, buf[0]);
+  for (int q = p0; q < p1; q += 2) {
+    const int nn = DSI_MIN(2, p1 - q);
+    tiles_begin(NULL, nm, nn);
+    for (int c = 0; c < nchunks; c++, nb ^= 1) {
+      const int s0 = c * FEW_STEPS;
+      const uint8_t *b0 = (const uint8_t *)buf[nb];
+      tiles_mac_any((const uint8_t *)g->xb + (size_t)s0 * KSTEP_BYTES, lda, b0, b0 + FEW_STEPS * KSTEP_BYTES,
+                    DSI_MIN(FEW_STEPS, ksteps - s0), nm, nn, &no_pf);
+      if (c + 1 < nchunks) widen_few(w, q, nn, c + 1, ksteps, panel_bytes, spb, buf[nb ^ 1]);
+      else if (q + 2 < p1) widen_few(w, q + 2, DSI_MIN(2, p1 - q - 2), 0, ksteps, panel_bytes, spb, buf[nb ^ 1]);
+    }
+    if (g->epi == DSI_EPI_STORE && g->m == 32 && nn == 2 && (q + 2) * DSI_TILE_N <= w->rows) {
+      tiles_end(g->y + (size_t)q * DSI_TILE_N, (size_t)g->ldy, nm, nn);
+    } else {
+      tiles_end(cst, 32, nm, nn);
+      epilogue(g, cst, NULL, 0, g->m, q, nn);
+    }
+  }
 }
 
 /* Loops: M chunk > group of panel pairs > K chunk > pair > 32-row M block.
@@ -224,6 +327,11 @@ void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch) {
 
   const int direct = g->epi == DSI_EPI_STORE;
   tiles_configure();
+  if (fp8 && m <= 32) {
+    gemm_fp8_few_rows(g, p0, p1, ksteps, lda, panel_bytes, spb, scratch);
+    _tile_release();
+    return;
+  }
   for (int i0 = 0; i0 < m; i0 += mc) {
     const int mcn = DSI_MIN(mc, m - i0), nmb = DSI_CEIL_DIV(mcn, 32);
     for (int q0 = p0; q0 < p1; q0 += 2 * grp) {
