@@ -310,9 +310,10 @@ void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch) {
   if (g->epi == DSI_EPI_SILU_PAIRS) DSI_ASSERT(p0 % 2 == 0 && (p1 - p0) % 2 == 0);
 
   /* equal K chunks of about KC_STEPS; KC_STEPS_1 when the rows are one
-   * 32-row M block (grouped experts' few tokens): no B chunk is reused
-   * across M blocks, so it need not stay in L1, and longer chunks spill C
-   * less often (grouped experts 1.1-1.15x) */
+   * 32-row M block (BF16 grouped experts' few tokens; FP8 ones take
+   * gemm_fp8_few_rows below): no B chunk is reused across M blocks, so it
+   * need not stay in L1, and longer chunks spill C less often (grouped
+   * experts 1.1-1.15x) */
   const int kcx = m <= 32 ? KC_STEPS_1 : KC_STEPS;
   const int nk = DSI_CEIL_DIV(ksteps, kcx), kc = DSI_CEIL_DIV(ksteps, nk);
   /* scratch: C staging, FP8 B (two buffers), C between K chunks */
