@@ -10,6 +10,7 @@
 #include "kernels/x86/amx_util.h"
 
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 /* Tiles (amx_util.h): C f32 16x16, A bf16 16x32 from xb (tile order: each
@@ -165,23 +166,41 @@ static inline void fp8_lut_64(const fp8_lut *t, const uint8_t *in, uint16_t *out
   _mm512_store_si512((__m512i *)(out + 32), _mm512_permutex2var_epi8(l, ihi, h));
 }
 
+/* The tables of a pair's two panels and the scales they map, kept across
+ * calls of widen_panels: a table is built only when its panel's scale
+ * changes (a scale block is 4 K steps, and the driver widens a chunk in
+ * shares of a step or less, one per M block: 1.02x at M = 256 on one
+ * thread), and the second panel takes the first's when their scales are
+ * equal (two panels of one weight in one 128-row block, not a gate / up
+ * pair: 1.1x at M = 24). */
+typedef struct {
+  fp8_lut t[2];
+  float s[2];
+} fp8_luts;
+
+static void fp8_luts_init(fp8_luts *c) { c->s[0] = c->s[1] = NAN; }
+
 /* K steps [step0, step0 + ks) of panels q, q + nn - 1 (FP8, 512 bytes a
  * step) to bf16 (1 KiB a step), bf16(fp8 * scale) with each step's scale:
- * panel j's steps at dst + (j * stride + s) * 512. The second panel's
- * table is the first's when their scales are equal: two panels of one
- * weight in one 128-row scale block (1.1x on one thread at 24 rows), not a
- * gate / up pair. */
+ * panel j's steps at dst + (j * stride + s) * 512. The tables in use are
+ * locals, so the compiler keeps them in registers past the stores (which
+ * may alias *luts). */
 static void widen_panels(const dsi_mat *w, int q, int nn, int step0, int ks, size_t panel_bytes, int spb, uint16_t *dst,
-                         int stride) {
+                         int stride, fp8_luts *luts) {
   const uint8_t *src = (const uint8_t *)w->data + (size_t)q * panel_bytes;
-  const float *sc0 = w->scale + (size_t)q * w->scale_cols, *sc1 = sc0 + w->scale_cols;
+  const float *sc = w->scale + (size_t)q * w->scale_cols;
   fp8_lut t[2];
   for (int s = 0; s < ks; s++) {
-    const int st = step0 + s, b = st / spb;
-    if (s == 0 || st % spb == 0) {
-      t[0] = fp8_lut_make(sc0[b]);
-      if (nn == 2) t[1] = sc1[b] == sc0[b] ? t[0] : fp8_lut_make(sc1[b]);
-    }
+    const int st = step0 + s;
+    if (s == 0 || st % spb == 0)
+      for (int j = 0; j < nn; j++) {
+        const float v = sc[(size_t)j * w->scale_cols + st / spb];
+        if (luts->s[j] != v) {
+          luts->t[j] = j == 1 && luts->s[0] == v ? luts->t[0] : fp8_lut_make(v);
+          luts->s[j] = v;
+        }
+        t[j] = luts->t[j];
+      }
     for (int j = 0; j < nn; j++) {
       const uint8_t *in = src + (size_t)j * panel_bytes + (size_t)st * 512;
       uint16_t *out = dst + (size_t)(j * stride + s) * 512;
@@ -199,8 +218,9 @@ typedef struct {
 
 /* Steps [s0, s1) of an item's K chunk, of each of its panels, widened into
  * dst: the chunk of panel j at dst + j * ks steps */
-static void widen_item(const dsi_mat *w, item c, size_t panel_bytes, int spb, int s0, int s1, uint16_t *dst) {
-  widen_panels(w, c.q, c.nn, c.k0 + s0, s1 - s0, panel_bytes, spb, dst + (size_t)s0 * 512, c.ks);
+static void widen_item(const dsi_mat *w, item c, size_t panel_bytes, int spb, int s0, int s1, uint16_t *dst,
+                       fp8_luts *luts) {
+  widen_panels(w, c.q, c.nn, c.k0 + s0, s1 - s0, panel_bytes, spb, dst + (size_t)s0 * 512, c.ks, luts);
 }
 
 /* nm x nn tiles of C (kept in the tile registers) += ks K steps */
@@ -234,13 +254,14 @@ static void tiles_mac_any(const uint8_t *a, size_t lda, const uint8_t *b0, const
 #define FEW_STEPS 4
 
 /* chunk c (FEW_STEPS K steps) of pair q's panels (one or two) into dst, panel j's at dst + j * FEW_STEPS steps */
-static void widen_few(const dsi_mat *w, int q, int nn, int c, int ksteps, size_t panel_bytes, int spb, uint16_t *dst) {
+static void widen_few(const dsi_mat *w, int q, int nn, int c, int ksteps, size_t panel_bytes, int spb, uint16_t *dst,
+                      fp8_luts *luts) {
   const int s0 = c * FEW_STEPS;
-  widen_panels(w, q, nn, s0, DSI_MIN(FEW_STEPS, ksteps - s0), panel_bytes, spb, dst, FEW_STEPS);
+  widen_panels(w, q, nn, s0, DSI_MIN(FEW_STEPS, ksteps - s0), panel_bytes, spb, dst, FEW_STEPS, luts);
 }
 
 static void gemm_fp8_few_rows(const dsi_gemm *g, int p0, int p1, int ksteps, size_t lda, size_t panel_bytes, int spb,
-                              void *scratch) {
+                              fp8_luts *luts, void *scratch) {
   const dsi_mat *w = g->w;
   const int nm = g->m > 16 ? 2 : 1, nchunks = DSI_CEIL_DIV(ksteps, FEW_STEPS);
   float *cst = scratch;
@@ -248,7 +269,7 @@ static void gemm_fp8_few_rows(const dsi_gemm *g, int p0, int p1, int ksteps, siz
                       (uint16_t *)((uint8_t *)scratch + 4096 + 2 * FEW_STEPS * KSTEP_BYTES)};
   const prefetch no_pf = {.b0 = (const uint8_t *)cst, .b1 = (const uint8_t *)cst, .a = (const uint8_t *)g->xb, .lda = lda, .aks = 1};
   int nb = 0;
-  widen_few(w, p0, DSI_MIN(2, p1 - p0), 0, ksteps, panel_bytes, spb, buf[0]);
+  widen_few(w, p0, DSI_MIN(2, p1 - p0), 0, ksteps, panel_bytes, spb, buf[0], luts);
   for (int q = p0; q < p1; q += 2) {
     const int nn = DSI_MIN(2, p1 - q);
     tiles_begin(NULL, nm, nn);
@@ -257,8 +278,8 @@ static void gemm_fp8_few_rows(const dsi_gemm *g, int p0, int p1, int ksteps, siz
       const uint8_t *b0 = (const uint8_t *)buf[nb];
       tiles_mac_any((const uint8_t *)g->xb + (size_t)s0 * KSTEP_BYTES, lda, b0, b0 + FEW_STEPS * KSTEP_BYTES,
                     DSI_MIN(FEW_STEPS, ksteps - s0), nm, nn, &no_pf);
-      if (c + 1 < nchunks) widen_few(w, q, nn, c + 1, ksteps, panel_bytes, spb, buf[nb ^ 1]);
-      else if (q + 2 < p1) widen_few(w, q + 2, DSI_MIN(2, p1 - q - 2), 0, ksteps, panel_bytes, spb, buf[nb ^ 1]);
+      if (c + 1 < nchunks) widen_few(w, q, nn, c + 1, ksteps, panel_bytes, spb, buf[nb ^ 1], luts);
+      else if (q + 2 < p1) widen_few(w, q + 2, DSI_MIN(2, p1 - q - 2), 0, ksteps, panel_bytes, spb, buf[nb ^ 1], luts);
     }
     if (g->epi == DSI_EPI_STORE && g->m == 32 && nn == 2 && (q + 2) * DSI_TILE_N <= w->rows) {
       tiles_end(g->y + (size_t)q * DSI_TILE_N, (size_t)g->ldy, nm, nn);
@@ -340,9 +361,11 @@ void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch) {
   }
 
   const int direct = g->epi == DSI_EPI_STORE;
+  fp8_luts luts;
+  fp8_luts_init(&luts);
   tiles_configure();
   if (fp8 && m <= 32) {
-    gemm_fp8_few_rows(g, p0, p1, ksteps, lda, panel_bytes, spb, scratch);
+    gemm_fp8_few_rows(g, p0, p1, ksteps, lda, panel_bytes, spb, &luts, scratch);
     _tile_release();
     return;
   }
@@ -355,7 +378,7 @@ void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch) {
   ((item){q0 + 2 * ((it) % npairs), (it) / npairs * kc, DSI_MIN(kc, ksteps - (it) / npairs * kc), \
           DSI_MIN(2, q1 - (q0 + 2 * ((it) % npairs)))})
       if (fp8) /* the group's first chunk: nothing to overlap with */
-        widen_item(w, ITEM(0), panel_bytes, spb, 0, ITEM(0).ks, bw[0]);
+        widen_item(w, ITEM(0), panel_bytes, spb, 0, ITEM(0).ks, bw[0], &luts);
       for (int it = 0; it < nitems; it++) {
         const item c = ITEM(it);
         const int first = c.k0 == 0, last = c.k0 + c.ks >= ksteps, kci = it / npairs, j = it % npairs;
@@ -397,9 +420,8 @@ void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch) {
           } else if (fp8 && it + 2 < nitems) {
             /* FP8: the next item is widened, not prefetched; this block
              * prefetches its share of the FP8 bytes of the one after, which
-             * its widening will read (4 KiB runs a panel apart start no
-             * hardware stream, and with few rows there is little work to
-             * hide the widening's misses behind: grouped experts) */
+             * its widening will read (a chunk's 4 KiB runs, a panel
+             * apart, start no hardware stream) */
             const item f = ITEM(it + 2);
             const int t0 = f.ks * mb / nmb, t1 = f.ks * (mb + 1) / nmb;
             if (t1 > t0) {
@@ -425,7 +447,7 @@ void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch) {
             block_mac(a, lda, b0, b1, c.ks, nm, c.nn, &pf, first ? NULL : bacc, cst, 32);
             epilogue(g, cst, NULL, ib, nrows, c.q, c.nn);
           }
-          if (fp8 && s1 > s0) widen_item(w, n, panel_bytes, spb, s0, s1, bw[(it + 1) & 1]);
+          if (fp8 && s1 > s0) widen_item(w, n, panel_bytes, spb, s0, s1, bw[(it + 1) & 1], &luts);
         }
       }
 #undef ITEM
