@@ -101,6 +101,12 @@ size_t dsi_prep_bytes(long m, int cols, int kpad, int calls);
  * and xb_ready their bf16 rows (or NULL). */
 void dsi_gemm_team(dsi_team *tm, const dsi_fctx *f, dsi_gemm *gs, dsi_gemm_fn *fns, int n, int rows, int unit,
                    void *ws, size_t ws_bytes, int claim, int x_ready, const uint16_t *xb_ready);
+/* One matmul, rows [r0, r1) of g->w, on the calling thread alone: picks the
+ * kernel for g->m rows, prepares the activations into ws (dsi_prep_bytes(m,
+ * cols, kpad, 1) bytes) and sets g's prepared-row fields to them;
+ * x_ready and xb_ready as for dsi_gemm_team. */
+void dsi_gemm_one(const dsi_fctx *f, dsi_gemm *g, int r0, int r1, void *ws, size_t ws_bytes, void *scratch,
+                  int x_ready, const uint16_t *xb_ready);
 /* The same outside a graph (benchmarks): the n matmuls as one dispatch on
  * all of pool's threads (f's workers), ws holding the prepared rows; the
  * kernels picked go to fns_out when it is not NULL. */

@@ -513,7 +513,7 @@ int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, int max_token
   }
   dsi_rope_tables(c, max_context, f->rope_cos, f->rope_sin);
   fw->naive = dsi_xcalloc(max_tokens, 1);
-  if (m->layers[0].w_uk.data && !(f->mla = dsi_mla_prefill_new(c, max_tokens, max_context))) {
+  if (m->layers[0].w_uk.data && !(f->mla = dsi_mla_prefill_new(c, max_tokens, max_context, f->nth))) {
     dsi_fwd_free(fw);
     return dsi_errf(err, DSI_E_NOMEM, "cannot allocate the non-absorbed prefill's buffers");
   }

@@ -1,49 +1,57 @@
 /* graph: the non-absorbed MLA prefill and the pick between the two forms
  * (see mla_prefill.h). Sections in data-flow order: set-up, the cost
- * model, then one segment — expand a context block's latents to keys and
- * values, pack them per head, scores, online softmax, P V — and the
- * batch's segments. Everything runs on the packed matmuls (AMX with bf16
- * activations, AVX-512 otherwise); buffers are sized once. */
+ * model, then one segment — gather a context block's latents, and per
+ * head (a thread's own) expand them to keys and values, pack those, and
+ * for each query block the scores, online softmax and P V — and the
+ * batch's segments. The expansion runs on the packed matmuls; the core on
+ * the AMX attention kernels (kernels/attn.h) with bf16 activations where
+ * AMX runs, else on the matmuls too. Buffers are sized once. */
 #include "graph/mla_prefill.h"
 #include "kernels/attn.h"
 #include "kernels/vec.h"
 #include "tensor/dtype.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* Context positions expanded at a time: the online softmax merges blocks,
- * so memory does not grow with the context. Queries per pass: a multiple
- * of AMX's 16 rows large enough to reuse each key tile, small enough that
- * the masked part of the causal triangle stays a small share. */
+ * so memory does not grow with the context. Queries per work item: one
+ * 32-row block of the AMX kernel, which then reuses each key tile twice,
+ * and a small masked share of the causal triangle. */
 #define MLA_CTX_BLOCK 512
-#define MLA_Q_BLOCK 64
-/* bytes of expanded keys/values, packed copies and scores per pass: heads
- * are taken in groups that fit */
-#define MLA_GROUP_BYTES (24u << 20)
+#define MLA_Q_BLOCK 32
+/* positions a head expands and packs at a time: its f32 keys and values
+ * stay small beside the block's latents and packed keys and values, which
+ * must all stay in the core's L2 while it attends */
+#define MLA_EXPAND_ROWS 128
 
 struct dsi_mla_prefill {
   dsi_mla_form form;
+  int tiles;             /* may the core take the AMX attention kernels (dsi_attn_*_tiles) */
   float softmax_scale;   /* with YaRN's mscale (dsi_config_softmax_scale) */
   int H, nope, rope, vd, kvl, qk, row;
-  int cb, qb, hg;        /* context block, query block, heads per group: the buffers' sizes */
+  int cb, qb, hg;        /* context block, query block, heads per group (all): the buffers' sizes */
   int cb_step, qb_step, hg_step; /* what the loops take: the same, or less in tests */
+  int nth;               /* threads with a workspace (a team's thread ids are below it) */
   int kpad_k;            /* packed key rows: nope + rope rounded to 32 */
-  float *lat;            /* [cb, row] the block's latents, gathered from the cache */
-  float *kx;             /* [cb, hg * nope] expanded keys of the group (k_nope) */
-  float *vx;             /* [cb, hg * v] expanded values of the group */
-  void *kp;              /* [hg] keys packed as a weight: [cb, nope + rope] each, k_pe appended */
-  void *vp;              /* [hg] values packed transposed: [v, cb] each */
-  size_t kp_stride, vp_stride; /* bytes per head */
-  float *s;              /* [hg, qb, cb] scores, then unnormalized probabilities */
+  float *lat;            /* [cb, row] the block's latents, gathered from the cache (bf16 values
+                            when the matmuls take bf16) */
+  uint16_t *latb;        /* the same as bf16 AMX tiles (gemm.h), [cb, kvl], when the expansion runs on AMX */
+  /* per thread, for the head it takes: */
+  float *kx;             /* [nth][MLA_EXPAND_ROWS, nope] its expanded keys (k_nope), some positions */
+  float *vx;             /* [nth][MLA_EXPAND_ROWS, v] its expanded values */
+  void *kv;              /* [nth] its keys packed as a weight ([cb, nope + rope], k_pe
+                            appended), then its values transposed ([v, cb]) */
+  size_t kp_bytes, kv_stride; /* the keys' bytes; bytes per thread */
+  float *tws;            /* [nth] per thread: an item's scores [qb, cb], then its prepared rows */
+  size_t tws_len;        /* floats per thread */
+  atomic_long next;      /* the work item claimed next */
   float *mx, *sum;       /* [max_tokens, hg] online softmax: running max and sum per (query, head) */
   int32_t *iota;         /* [qb] 0, 1, 2, ... (P V accumulates rows in place) */
   float *ones;           /* [qb] */
-  dsi_mat *K, *Vt;       /* [hg] the packed matrices of the current block */
-  float *xr;             /* prepared activations of its matmuls */
-  size_t xr_len;         /* floats */
   int max_tokens;
 };
 
@@ -59,9 +67,10 @@ static dsi_mla_form form_from_env(void) {
 
 static size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
 
-dsi_mla_prefill *dsi_mla_prefill_new(const dsi_config *c, int max_tokens, int max_context) {
+dsi_mla_prefill *dsi_mla_prefill_new(const dsi_config *c, int max_tokens, int max_context, int nth) {
   dsi_mla_prefill *p = dsi_xcalloc(1, sizeof *p);
   p->form = form_from_env();
+  p->tiles = 1;
   p->softmax_scale = dsi_config_softmax_scale(c);
   p->H = c->num_attention_heads;
   p->nope = c->qk_nope_head_dim;
@@ -75,37 +84,32 @@ dsi_mla_prefill *dsi_mla_prefill_new(const dsi_config *c, int max_tokens, int ma
   p->qb = MLA_Q_BLOCK;
   p->kpad_k = (int)round_up((size_t)p->qk, DSI_TILE_K);
   size_t vd16 = round_up((size_t)p->vd, DSI_TILE_N);
-  p->kp_stride = (size_t)p->cb * p->kpad_k * sizeof(float);
-  p->vp_stride = vd16 * p->cb * sizeof(float);
-  size_t per_head = (size_t)p->cb * (p->nope + p->vd) * sizeof(float) + p->kp_stride + p->vp_stride +
-                    (size_t)p->qb * p->cb * sizeof(float);
-  p->hg = (int)DSI_MAX(1, DSI_MIN((size_t)p->H, MLA_GROUP_BYTES / per_head));
+  p->kp_bytes = (size_t)p->cb * p->kpad_k * sizeof(float);
+  p->kv_stride = p->kp_bytes + vd16 * p->cb * sizeof(float);
+  p->hg = p->H;
   p->cb_step = p->cb;
   p->qb_step = p->qb;
   p->hg_step = p->hg;
+  p->nth = DSI_MAX(1, nth);
   int ok = 1;
 #define ALLOC(ptr, n) do { if (!((ptr) = dsi_alloc_aligned((size_t)(n) * sizeof(*(ptr))))) ok = 0; } while (0)
   ALLOC(p->lat, (size_t)p->cb * p->row);
-  ALLOC(p->kx, (size_t)p->cb * p->hg * p->nope);
-  ALLOC(p->vx, (size_t)p->cb * p->hg * p->vd);
-  ALLOC(p->s, (size_t)p->hg * p->qb * p->cb);
+  ALLOC(p->latb, DSI_XB_ROWS(p->cb) * round_up((size_t)p->kvl, DSI_TILE_K));
+  ALLOC(p->kx, (size_t)p->nth * MLA_EXPAND_ROWS * p->nope);
+  ALLOC(p->vx, (size_t)p->nth * MLA_EXPAND_ROWS * p->vd);
   ALLOC(p->mx, (size_t)max_tokens * p->hg);
   ALLOC(p->sum, (size_t)max_tokens * p->hg);
   ALLOC(p->iota, p->qb);
   ALLOC(p->ones, p->qb);
-  p->kp = dsi_alloc_aligned(p->kp_stride * p->hg);
-  p->vp = dsi_alloc_aligned(p->vp_stride * p->hg);
-  if (!p->kp || !p->vp) ok = 0;
-  /* prepared activations: the expansion's two calls over a block of
-   * latent rows, or a group's query / probability rows */
-  size_t kvl_pad = round_up((size_t)p->kvl, DSI_TILE_K);
-  /* rows of f32, bf16 and int8 for every call (dsi_prep_bytes), in floats */
-  size_t rows = DSI_MAX(2 * (size_t)p->cb, (size_t)p->hg * p->qb);
-  size_t kp_max = DSI_MAX(DSI_MAX(kvl_pad, (size_t)p->kpad_k), (size_t)p->cb);
-  p->xr_len = dsi_prep_bytes((long)rows, (int)kp_max, (int)kp_max, DSI_MAX(2, p->hg)) / sizeof(float) + 256;
-  ALLOC(p->xr, p->xr_len);
-  p->K = dsi_xcalloc(p->hg, sizeof(dsi_mat));
-  p->Vt = dsi_xcalloc(p->hg, sizeof(dsi_mat));
+  if (!(p->kv = dsi_alloc_aligned(p->kv_stride * p->nth))) ok = 0;
+  /* an item's scores, then its query or probability rows prepared; or a
+   * head's expansion's latent rows, when its kernel takes them other than
+   * as the block's bf16 tiles (INT8 W_UV: int8 rows) */
+  int kp_max = (int)DSI_MAX((size_t)p->kpad_k, (size_t)p->cb), kvl_pad = (int)round_up((size_t)p->kvl, DSI_TILE_K);
+  size_t prep = DSI_MAX(dsi_prep_bytes(p->qb, kp_max, kp_max, 1), DSI_ATTN_TILES_WS(kp_max));
+  prep = DSI_MAX(prep, dsi_prep_bytes(p->cb, kvl_pad, kvl_pad, 1));
+  p->tws_len = round_up((size_t)p->qb * p->cb + prep / sizeof(float), 16);
+  ALLOC(p->tws, p->tws_len * p->nth);
 #undef ALLOC
   if (!ok) {
     dsi_mla_prefill_free(p);
@@ -121,22 +125,21 @@ dsi_mla_prefill *dsi_mla_prefill_new(const dsi_config *c, int max_tokens, int ma
 void dsi_mla_prefill_free(dsi_mla_prefill *p) {
   if (!p) return;
   dsi_free_aligned(p->lat);
+  dsi_free_aligned(p->latb);
   dsi_free_aligned(p->kx);
   dsi_free_aligned(p->vx);
-  dsi_free_aligned(p->s);
+  dsi_free_aligned(p->tws);
   dsi_free_aligned(p->mx);
   dsi_free_aligned(p->sum);
   dsi_free_aligned(p->iota);
   dsi_free_aligned(p->ones);
-  dsi_free_aligned(p->kp);
-  dsi_free_aligned(p->vp);
-  dsi_free_aligned(p->xr);
-  free(p->K);
-  free(p->Vt);
+  dsi_free_aligned(p->kv);
   free(p);
 }
 
 void dsi_mla_prefill_set_form(dsi_mla_prefill *p, dsi_mla_form form) { p->form = form; }
+
+void dsi_mla_prefill_set_tiles(dsi_mla_prefill *p, int on) { p->tiles = on; }
 
 void dsi_mla_prefill_set_blocks(dsi_mla_prefill *p, int ctx_block, int q_block, int heads) {
   /* the buffers keep their planned strides (cb, qb and hg index them), so
@@ -170,8 +173,11 @@ void dsi_mla_prefill_set_blocks(dsi_mla_prefill *p, int ctx_block, int q_block, 
  * `dsinfer profile` on the bench preset (bf16, 512-token prompt, 2
  * Sapphire Rapids cores, AMX); only their ratios matter for the pick.
  * Each matmul's rate follows its shape: the absorbed projections have
- * short rows (K = nope) or few of them per head, the expansion is one
- * long matmul, the per-head naive core has m = one pass of queries. */
+ * short rows (K = nope) or few of them per head; the naive form's are a
+ * head's expansion and its core on one thread (m = 32 queries, the AMX
+ * attention kernels), measured by timing its phases in a build of the
+ * bench preset's dims (16 heads, 512 tokens); at V3's 128 heads its scores
+ * and P V ran 1.4x slower (their query and output rows further apart). */
 #define ABSORB_PASS 64 /* forward.c's attn_segment: tokens per pass at most */
 static const struct {
   double uk, uk_f32, uv, scores, pv; /* GFLOP/s */
@@ -180,7 +186,7 @@ static const struct {
 static const struct {
   double expand, scores, pv; /* GFLOP/s */
   double pack;               /* ns per packed element */
-} k_naive = {1590, 1290, 900, 0.68};
+} k_naive = {2690, 1250, 830, 0.085};
 #define SOFTMAX_NS 0.3 /* per score, either form (the AVX-512 exp; softmax_step over 512 scores in cache: 0.25) */
 /* forward.c's attn_segment holds a pass's scores for all heads, up to 8M
  * floats: with many heads (V3's 128) that is 32 MB streamed through memory
@@ -231,139 +237,140 @@ typedef struct {
   dsi_mla_prefill *p;
   const dsi_mla_segment *seg;
   dsi_dtype dt;
-  int nb;              /* positions in the block */
-  int q0, nq, c0, seen; /* softmax: the pass's queries, the block's first position, keys multiplied */
+  int nb, c0;          /* positions in the block, its first position */
+  int tiles;           /* the core on dsi_attn_*_tiles (AMX, bf16), else on the matmul kernels */
   int h0;              /* the group's first head */
   int ng;              /* heads in the group */
 } naive_job;
 
-/* Pack each head's keys [nb, nope + rope] (k_pe from the cache, shared by
- * the heads) and values transposed [v, nb] in the kernels' TILES order, a
- * 16-position panel per item: what the score and P V matmuls take as
- * their weight. Padding rows and columns are zero. In TILES order a
- * panel's column pair cp is 32 consecutive elements, (r, 2cp), (r, 2cp+1)
- * for r = 0..15: so keys are a 16 x kpad/2 transpose of element pairs and
- * values an interleave of two positions' rows. Rows are converted to the
- * packed dtype first (the ISA's bf16 rounding), then moved as pairs. */
-#define MLA_MAX_KPAD 512
-static void pack_task(void *ctx, int ith, int nth) {
-  naive_job *j = ctx;
-  dsi_mla_prefill *p = j->p;
-  const dsi_vec_ops *vo = dsi_vec();
-  int panels = (int)DSI_CEIL_DIV(j->nb, DSI_TILE_N), nope = p->nope, vd = p->vd, qk = p->qk;
-  int vd16 = (int)round_up((size_t)vd, DSI_TILE_N), bf = j->dt == DSI_DTYPE_BF16;
-  float rows[2 * DSI_TILE_N][MLA_MAX_KPAD]; /* values: the last panel runs on to kpad, up to 32 columns */
-  uint16_t rb[2 * DSI_TILE_N][MLA_MAX_KPAD];
-  long a, e;
-  dsi_split((long)j->ng * panels, ith, nth, &a, &e);
-  for (long it = a; it < e; it++) {
-    int hh = (int)(it / panels), pp = (int)(it % panels), r0 = pp * DSI_TILE_N;
-    int nr = DSI_MIN(DSI_TILE_N, j->nb - r0); /* real positions in the panel */
-    const dsi_mat *K = &p->K[hh], *V = &p->Vt[hh];
-    int kp = K->kpad;
-    DSI_ASSERT(kp <= MLA_MAX_KPAD && vd16 <= MLA_MAX_KPAD);
-    /* keys: row r = [k_nope | k_pe | 0] */
-    for (int i = 0; i < DSI_TILE_N; i++) {
-      float *row = rows[i];
-      if (i < nr) {
-        int r = r0 + i;
-        memcpy(row, p->kx + (size_t)r * p->hg * nope + (size_t)hh * nope, (size_t)nope * sizeof(float));
-        memcpy(row + nope, p->lat + (size_t)r * p->row + p->kvl, (size_t)(qk - nope) * sizeof(float));
-        memset(row + qk, 0, (size_t)(kp - qk) * sizeof(float));
-      } else {
-        memset(row, 0, (size_t)kp * sizeof(float));
+/* Pack a head's keys [nb, nope + rope] (k_nope expanded, k_pe from the
+ * block's latents) and values transposed [v, nb] in the kernels' TILES
+ * order: what the score and P V matmuls take as their weight. Padding rows
+ * and columns are zero. In TILES order a 16-row panel's column pair cp is
+ * 32 consecutive elements, (r, 2cp), (r, 2cp+1) for r = 0..15: so keys are
+ * a 16 x kpad/2 transpose of element pairs and values an interleave of two
+ * positions' rows. bf16 on the vector primitives (vec.h bf16_panel,
+ * bf16_panel_t: the ISA's bf16 rounding); f32 here. */
+static void pack_head(const naive_job *j, const float *kx, const float *vx, int u0, int nu, const dsi_mat *K,
+                      const dsi_mat *V) {
+  const dsi_mla_prefill *p = j->p;
+  const int nb = j->nb, nope = p->nope, rope = p->rope, qk = p->qk, vd = p->vd, kp = K->kpad, vkp = V->kpad;
+  const int last = u0 + nu == nb; /* the last positions: the padding too */
+  const int p0 = u0 / DSI_TILE_N, p1 = (int)DSI_CEIL_DIV(u0 + nu, DSI_TILE_N);
+  const int vpanels = (int)DSI_CEIL_DIV(vd, DSI_TILE_N), v1 = last ? vkp : u0 + nu;
+  const float *pe = p->lat + p->kvl;
+  DSI_ASSERT(u0 % DSI_TILE_N == 0 && nope % 2 == 0 && qk % 2 == 0);
+  if (j->dt == DSI_DTYPE_BF16) {
+    const dsi_vec_ops *vo = dsi_vec();
+    for (int pp = p0; pp < p1; pp++) {
+      const int r0 = pp * DSI_TILE_N - u0, nr = DSI_MIN(DSI_TILE_N, nu - r0); /* local rows */
+      uint16_t *d = (uint16_t *)K->data + (size_t)pp * kp * DSI_TILE_N; /* column pair cp at d + 32 cp */
+      vo->bf16_panel(kx + (size_t)r0 * nope, nope, nr, nope, d);
+      vo->bf16_panel(pe + (size_t)(u0 + r0) * p->row, p->row, nr, rope, d + (size_t)nope * DSI_TILE_N);
+      memset(d + (size_t)qk * DSI_TILE_N, 0, (size_t)(kp - qk) * DSI_TILE_N * sizeof(uint16_t));
+    }
+    const int done = u0 + nu + (nu & 1); /* position pairs written */
+    for (int dp = 0; dp < vpanels; dp++) {
+      uint16_t *d = (uint16_t *)V->data + (size_t)dp * vkp * DSI_TILE_N;
+      vo->bf16_panel_t(vx + dp * DSI_TILE_N, vd, nu, DSI_MIN(DSI_TILE_N, vd - dp * DSI_TILE_N), d + (size_t)u0 * DSI_TILE_N);
+      if (last) memset(d + (size_t)done * DSI_TILE_N, 0, (size_t)(vkp - done) * DSI_TILE_N * sizeof(uint16_t));
+    }
+    return;
+  }
+  for (int pp = p0; pp < p1; pp++) {
+    float *d = (float *)K->data + (size_t)pp * kp * DSI_TILE_N;
+    for (int c = 0; c < kp; c++)
+      for (int i = 0; i < DSI_TILE_N; i++) {
+        const int r = pp * DSI_TILE_N + i - u0;
+        d[(c / 2) * 32 + 2 * i + (c & 1)] = r >= nu || c >= qk ? 0
+                                            : c < nope      ? kx[(size_t)r * nope + c]
+                                                            : pe[(size_t)(u0 + r) * p->row + c - nope];
       }
-      if (bf) vo->to_bf16(row, rb[i], kp);
-    }
-    if (bf) {
-      uint32_t *d = (uint32_t *)K->data + (size_t)pp * (kp / 2) * DSI_TILE_N;
-      for (int cp = 0; cp < kp / 2; cp++)
-        for (int i = 0; i < DSI_TILE_N; i++) memcpy(d + (size_t)cp * DSI_TILE_N + i, &rb[i][2 * cp], 4);
-    } else {
-      uint64_t *d = (uint64_t *)K->data + (size_t)pp * (kp / 2) * DSI_TILE_N;
-      for (int cp = 0; cp < kp / 2; cp++)
-        for (int i = 0; i < DSI_TILE_N; i++) memcpy(d + (size_t)cp * DSI_TILE_N + i, &rows[i][2 * cp], 8);
-    }
-    /* values: positions r0..r0+15 are columns of V^T; the last panel also
-     * writes the zero columns up to kpad */
-    int c_end = pp == panels - 1 ? V->kpad : r0 + DSI_TILE_N;
-    for (int i = 0; i < c_end - r0; i++) {
-      float *row = rows[i];
-      if (i < nr) memcpy(row, p->vx + (size_t)(r0 + i) * p->hg * vd + (size_t)hh * vd, (size_t)vd * sizeof(float));
-      else memset(row, 0, (size_t)vd * sizeof(float));
-      memset(row + vd, 0, (size_t)(vd16 - vd) * sizeof(float));
-      if (bf) vo->to_bf16(row, rb[i], vd16);
-    }
-    size_t vp2 = V->kpad / 2;
-    for (int dp = 0; dp < vd16 / DSI_TILE_N; dp++)
-      for (int cp = r0 / 2; cp < c_end / 2; cp++) {
-        int i0 = 2 * cp - r0;
-        size_t at = ((size_t)dp * vp2 + cp) * 2 * DSI_TILE_N;
-        if (bf) {
-          uint16_t *d = (uint16_t *)V->data + at;
-          const uint16_t *x0 = rb[i0] + dp * DSI_TILE_N, *x1 = rb[i0 + 1] + dp * DSI_TILE_N;
-          for (int i = 0; i < DSI_TILE_N; i++) {
-            d[2 * i] = x0[i];
-            d[2 * i + 1] = x1[i];
-          }
-        } else {
-          float *d = (float *)V->data + at;
-          const float *x0 = rows[i0] + dp * DSI_TILE_N, *x1 = rows[i0 + 1] + dp * DSI_TILE_N;
-          for (int i = 0; i < DSI_TILE_N; i++) {
-            d[2 * i] = x0[i];
-            d[2 * i + 1] = x1[i];
-          }
-        }
+  }
+  for (int dp = 0; dp < vpanels; dp++) {
+    float *d = (float *)V->data + (size_t)dp * vkp * DSI_TILE_N;
+    for (int u = u0; u < v1; u++)
+      for (int i = 0; i < DSI_TILE_N; i++) {
+        const int c = dp * DSI_TILE_N + i;
+        d[(u / 2) * 32 + 2 * i + (u & 1)] = u < u0 + nu && c < vd ? vx[(size_t)(u - u0) * vd + c] : 0;
       }
   }
 }
 
-/* Online softmax over one context block for each (query, head) row of the
- * pass: scale the scores, mask the keys past the query's position, move
- * the running max, rescale the running sum and the output accumulated so
- * far, and leave exp(s - max) for P V to add on. */
-static void softmax_task(void *ctx, int ith, int nth) {
-  naive_job *j = ctx;
+/* Online softmax over one context block for query qi (of the segment) of
+ * head hh (of the group), its scores s over the block's first `seen` keys:
+ * scale them, mask the keys past the query's position, move the running
+ * max, rescale the running sum and the output accumulated so far, and
+ * leave exp(s - max) for P V to add on. */
+static void softmax_row(const naive_job *j, int hh, int qi, float *s, int seen) {
   dsi_mla_prefill *p = j->p;
   const dsi_mla_segment *g = j->seg;
-  long a, e;
-  dsi_split((long)j->ng * j->nq, ith, nth, &a, &e);
-  for (long r = a; r < e; r++) {
-    int hh = (int)(r / j->nq), i = (int)(r % j->nq), qi = j->q0 + i;
-    float *s = p->s + ((size_t)hh * p->qb + i) * p->cb;
-    int valid = DSI_MIN(j->seen, g->p0 + qi + 1 - j->c0); /* keys this query sees */
-    size_t st = (size_t)qi * p->hg + hh;
-    if (valid <= 0) {
-      memset(s, 0, (size_t)j->seen * sizeof(float));
-      continue;
-    }
-    float m_old = p->mx[st], m = m_old;
-    float sum = dsi_vec()->softmax_step(s, valid, p->softmax_scale, &m);
-    memset(s + valid, 0, (size_t)(j->seen - valid) * sizeof(float));
-    float alpha = expf(m_old - m); /* 0 on the first block (m_old = -inf) */
-    p->mx[st] = m;
-    p->sum[st] = p->sum[st] * alpha + sum;
-    if (alpha != 1.0f) {
-      float *o = g->out + (size_t)qi * g->ldo + (size_t)(j->h0 + hh) * p->vd;
-      for (int d = 0; d < p->vd; d++) o[d] *= alpha;
-    }
+  int valid = DSI_MIN(seen, g->p0 + qi + 1 - j->c0); /* keys this query sees */
+  size_t st = (size_t)qi * p->hg + hh;
+  if (valid <= 0) {
+    memset(s, 0, (size_t)seen * sizeof(float));
+    return;
+  }
+  float m_old = p->mx[st], m = m_old;
+  float sum = dsi_vec()->softmax_step(s, valid, p->softmax_scale, &m);
+  memset(s + valid, 0, (size_t)(seen - valid) * sizeof(float));
+  float alpha = expf(m_old - m); /* 0 on the first block (m_old = -inf), which writes the output */
+  p->mx[st] = m;
+  p->sum[st] = p->sum[st] * alpha + sum;
+  if (j->c0 > 0 && alpha != 1.0f) {
+    float *o = g->out + (size_t)qi * g->ldo + (size_t)(j->h0 + hh) * p->vd;
+    for (int d = 0; d < p->vd; d++) o[d] *= alpha;
   }
 }
 
-/* Start a head group: zero its output columns, empty its softmax state. */
+/* One work item: queries [q0, q0 + qb) of head hh over the block, on the
+ * calling thread alone — scores = [q_nope | q_pe] [k_nope | k_pe]^T over
+ * the keys up to the item's last query, the online softmax, out += P v —
+ * with its own scores and prepared rows in ws. A row's result depends on
+ * its own inputs only, so which thread takes an item changes no bit. */
+static void attend_item(const naive_job *j, const dsi_fctx *f, const dsi_mat *Kb, const dsi_mat *Vb, int hh, int q0,
+                        float *ws, void *scratch) {
+  dsi_mla_prefill *p = j->p;
+  const dsi_mla_segment *g = j->seg;
+  int nq = DSI_MIN(p->qb_step, g->L - q0), seen = DSI_MIN(j->nb, g->p0 + q0 + nq - j->c0);
+  if (seen <= 0) return; /* the whole block is in the item's future */
+  float *s = ws;
+  void *prep = ws + (size_t)p->qb * p->cb;
+  size_t prep_bytes = (p->tws_len - (size_t)p->qb * p->cb) * sizeof(float);
+  dsi_mat K = *Kb, Vt = *Vb; /* the keys the scores multiply, the same for P V */
+  K.rows = seen;
+  Vt.cols = seen;
+  const float *q = g->q + (size_t)q0 * g->ldq + (size_t)(j->h0 + hh) * p->qk;
+  float *o = g->out + (size_t)q0 * g->ldo + (size_t)(j->h0 + hh) * p->vd;
+#if DSI_HAVE_AMX
+  if (j->tiles) {
+    dsi_attn_qk_tiles(&K, q, g->ldq, nq, s, p->cb, prep);
+    for (int i = 0; i < nq; i++) softmax_row(j, hh, q0 + i, s + (size_t)i * p->cb, seen);
+    dsi_attn_pv_tiles(&Vt, s, p->cb, nq, o, g->ldo, j->c0 > 0, prep);
+    return;
+  }
+#endif
+  dsi_gemm gq = {.w = &K, .x = q, .ldx = g->ldq, .m = nq, .y = s, .ldy = p->cb, .epi = DSI_EPI_STORE};
+  dsi_gemm_one(f, &gq, 0, seen, prep, prep_bytes, scratch, 0, NULL);
+  for (int i = 0; i < nq; i++) softmax_row(j, hh, q0 + i, s + (size_t)i * p->cb, seen);
+  dsi_gemm gv = {.w = &Vt, .x = s, .ldx = p->cb, .m = nq, .y = o, .ldy = g->ldo,
+                 .epi = j->c0 > 0 ? DSI_EPI_SCATTER_ADD : DSI_EPI_STORE, .y_rows = p->iota, .y_scale = p->ones};
+  dsi_gemm_one(f, &gv, 0, p->vd, prep, prep_bytes, scratch, 0, NULL);
+}
+
+/* Start a head group: empty its softmax state (the first context block's
+ * P V writes the output, the later ones add to it). */
 static void group_init_task(void *ctx, int ith, int nth) {
   naive_job *j = ctx;
   dsi_mla_prefill *p = j->p;
   const dsi_mla_segment *g = j->seg;
   long a, e;
   dsi_split(g->L, ith, nth, &a, &e);
-  for (long t = a; t < e; t++) {
-    memset(g->out + (size_t)t * g->ldo + (size_t)j->h0 * p->vd, 0, (size_t)j->ng * p->vd * sizeof(float));
+  for (long t = a; t < e; t++)
     for (int hh = 0; hh < j->ng; hh++) {
       p->mx[(size_t)t * p->hg + hh] = -INFINITY;
       p->sum[(size_t)t * p->hg + hh] = 0;
     }
-  }
 }
 
 /* End a head group: divide each output row by its softmax sum. */
@@ -380,19 +387,11 @@ static void group_done_task(void *ctx, int ith, int nth) {
     }
 }
 
-/* The segment, a head group at a time: for each context block up to its
- * last position, expand the block's latents to the group's keys and
- * values (two matmuls straight from the cache rows), pack them per head,
- * then for each pass of queries that sees the block: scores = [q_nope |
- * q_pe] [k_nope | k_pe]^T, the online softmax, out += P v. Every thread of
- * the team runs it; phases are separated by the team's barrier. */
-static void team_gemm(dsi_mla_prefill *p, dsi_team *tm, const dsi_fctx *f, dsi_gemm *gs, int n, int rows) {
-  dsi_gemm_team(tm, f, gs, f->gfn[tm->tid], n, rows, DSI_TILE_N, p->xr, p->xr_len * sizeof(float), 0, 0, NULL);
-  dsi_barrier_wait(tm->bar);
-}
-
-/* this thread's share of the block's latents [c0, c0 + nb) as f32 rows */
-static void gather_latents(dsi_mla_prefill *p, const dsi_mla_segment *seg, int c0, int nb, int ith, int nth) {
+/* this thread's share of the block's latents [c0, c0 + nb) as f32 rows,
+ * rounded to bf16 when the matmuls take bf16 (the cache's pair rows are
+ * bf16 already), and as AMX tiles when tiles is not NULL */
+static void gather_latents(dsi_mla_prefill *p, const dsi_mla_segment *seg, int c0, int nb, int bf16, uint16_t *tiles,
+                           int ith, int nth) {
   long a, e;
   dsi_split(nb, ith, nth, &a, &e);
   int bs = seg->block_size;
@@ -402,79 +401,74 @@ static void gather_latents(dsi_mla_prefill *p, const dsi_mla_segment *seg, int c
     if (seg->pairs) {
       const uint16_t *src = seg->pairs + dsi_kv_pair_at(p->row, slot);
       for (int j = 0; j < p->row; j++) dst[j] = dsi_bf16_to_f32(src[2 * j]);
+    } else if (bf16) {
+      dsi_vec()->round_bf16(seg->cache + (size_t)slot * p->row, dst, p->row);
     } else {
       memcpy(dst, seg->cache + (size_t)slot * p->row, (size_t)p->row * sizeof(float));
     }
   }
+  if (tiles && e > a)
+    dsi_rows_to_bf16_tiles(p->lat + (size_t)a * p->row, p->row, NULL, (int)(e - a), p->kvl,
+                           (int)round_up((size_t)p->kvl, DSI_TILE_K), (int)a, nb, tiles);
 }
 
+/* The segment, a head group at a time (all heads but in tests): for each
+ * context block up to its last position, the team gathers the block's
+ * latents; then its threads claim the group's heads one at a time, and
+ * for a head expand the latents to its keys and values (two matmuls,
+ * k_nope = c_kv W_UK^T, v = c_kv W_UV^T), pack them into their own
+ * buffers, which stay in the core's L2, and attend every query block
+ * that sees the block, costliest (latest queries) first. Phases are
+ * separated by the team's barrier. */
 void dsi_mla_prefill_naive(dsi_mla_prefill *p, dsi_team *tm, const dsi_fctx *f, const dsi_layer_weights *w,
                            const dsi_mla_segment *seg) {
-  DSI_ASSERT(seg->L <= p->max_tokens && w->w_uk.data && w->w_uv.data);
-  int H = p->H, nope = p->nope, vd = p->vd, ctx = seg->p0 + seg->L;
+  DSI_ASSERT(seg->L <= p->max_tokens && w->w_uk.data && w->w_uv.data && tm->tid < p->nth);
+  DSI_ASSERT(p->nope % DSI_TILE_N == 0 && p->vd % DSI_TILE_N == 0); /* a head's rows are whole panels */
+  int H = p->H, nope = p->nope, vd = p->vd, ctx = seg->p0 + seg->L, tid = tm->tid;
   int ith = tm->ith, nth = tm->nth;
   dsi_dtype dt = f->act_bf16 ? DSI_DTYPE_BF16 : DSI_DTYPE_F32;
-  dsi_gemm *gs = f->gl[tm->tid];
-  DSI_ASSERT(p->hg + 2 <= f->max_calls);
+  int tiles = p->tiles && dt == DSI_DTYPE_BF16 && dsi_attn_pairs_amx_ok();
+  float *kx = p->kx + (size_t)tid * MLA_EXPAND_ROWS * nope, *vx = p->vx + (size_t)tid * MLA_EXPAND_ROWS * vd;
+  size_t latb_block = DSI_TILE_N * round_up((size_t)p->kvl, DSI_TILE_K); /* words of 16 rows */
+  uint8_t *kv = (uint8_t *)p->kv + (size_t)tid * p->kv_stride;
+  float *ws = p->tws + (size_t)tid * p->tws_len;
+  void *prep = ws + (size_t)p->qb * p->cb;
+  size_t prep_bytes = (p->tws_len - (size_t)p->qb * p->cb) * sizeof(float);
+  int nqb = (int)DSI_CEIL_DIV(seg->L, p->qb_step);
   for (int h0 = 0; h0 < H; h0 += p->hg_step) {
-    naive_job j = {.p = p, .seg = seg, .dt = dt, .h0 = h0, .ng = DSI_MIN(p->hg_step, H - h0)};
+    naive_job j = {.p = p, .seg = seg, .dt = dt, .h0 = h0, .ng = DSI_MIN(p->hg_step, H - h0), .tiles = tiles};
     group_init_task(&j, ith, nth);
-    dsi_mat wk = dsi_mat_panels(&w->w_uk, h0 * nope / DSI_TILE_N, j.ng * nope);
-    dsi_mat wv = dsi_mat_panels(&w->w_uv, h0 * vd / DSI_TILE_N, j.ng * vd);
     for (int c0 = 0; c0 < ctx; c0 += p->cb_step) {
-      int nb = DSI_MIN(p->cb_step, ctx - c0);
+      int nb = DSI_MIN(p->cb_step, ctx - c0), wants = DSI_PREP_NONE;
       j.nb = nb;
       j.c0 = c0;
-      dsi_barrier_wait(tm->bar); /* the group's init; the last block's packs done with the latents */
-      gather_latents(p, seg, c0, nb, ith, nth);
+      dsi_mat wk = dsi_mat_panels(&w->w_uk, h0 * nope / DSI_TILE_N, nope); /* a head's rows */
+      dsi_gemm_pick(&wk, nb, f->act_bf16, &wants);
+      uint16_t *latb = wants == DSI_PREP_BF16 ? p->latb : NULL;
+      dsi_barrier_wait(tm->bar); /* the group's init; the last block's heads done with the latents */
+      gather_latents(p, seg, c0, nb, f->act_bf16, latb, ith, nth);
+      if (ith == 0) atomic_store_explicit(&p->next, 0, memory_order_relaxed);
       dsi_barrier_wait(tm->bar); /* the latents */
-      /* k_nope = c_kv W_UK^T and v = c_kv W_UV^T for the block's positions */
-      gs[0] = (dsi_gemm){.w = &wk, .x = p->lat, .ldx = p->row, .m = nb, .y = p->kx, .ldy = p->hg * nope,
-                         .epi = DSI_EPI_STORE};
-      gs[1] = (dsi_gemm){.w = &wv, .x = p->lat, .ldx = p->row, .m = nb, .y = p->vx, .ldy = p->hg * vd,
-                         .epi = DSI_EPI_STORE};
-      if (wk.rows == wv.rows) {
-        team_gemm(p, tm, f, gs, 2, wk.rows);
-      } else {
-        team_gemm(p, tm, f, gs, 1, wk.rows);
-        gs[0] = gs[1];
-        team_gemm(p, tm, f, gs, 1, wv.rows);
-      }
-      if (ith == 0)
-        for (int hh = 0; hh < j.ng; hh++) {
-          dsi_mat ks = {.dtype = dt, .rows = nb, .cols = p->qk}, vs = {.dtype = dt, .rows = vd, .cols = nb};
-          dsi_pack_describe(&ks, &p->K[hh], (uint8_t *)p->kp + hh * p->kp_stride);
-          dsi_pack_describe(&vs, &p->Vt[hh], (uint8_t *)p->vp + hh * p->vp_stride);
+      dsi_mat ks = {.dtype = dt, .rows = nb, .cols = p->qk}, vs = {.dtype = dt, .rows = vd, .cols = nb}, K, Vt;
+      dsi_pack_describe(&ks, &K, kv);
+      dsi_pack_describe(&vs, &Vt, kv + p->kp_bytes);
+      for (;;) {
+        long hh = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
+        if (hh >= j.ng) break;
+        int h = h0 + (int)hh;
+        dsi_mat wkh = dsi_mat_panels(&w->w_uk, h * nope / DSI_TILE_N, nope);
+        dsi_mat wvh = dsi_mat_panels(&w->w_uv, h * vd / DSI_TILE_N, vd);
+        for (int u0 = 0; u0 < nb; u0 += MLA_EXPAND_ROWS) {
+          const int nu = DSI_MIN(MLA_EXPAND_ROWS, nb - u0);
+          const float *x = p->lat + (size_t)u0 * p->row;
+          const uint16_t *xb = latb ? latb + (size_t)(u0 / DSI_TILE_N) * latb_block : NULL;
+          dsi_gemm gk = {.w = &wkh, .x = x, .ldx = p->row, .m = nu, .y = kx, .ldy = nope, .epi = DSI_EPI_STORE};
+          dsi_gemm gv = {.w = &wvh, .x = x, .ldx = p->row, .m = nu, .y = vx, .ldy = vd, .epi = DSI_EPI_STORE};
+          dsi_gemm_one(f, &gk, 0, nope, prep, prep_bytes, f->scratch[tid], 1, xb);
+          dsi_gemm_one(f, &gv, 0, vd, prep, prep_bytes, f->scratch[tid], 1, xb);
+          pack_head(&j, kx, vx, u0, nu, &K, &Vt);
         }
-      dsi_barrier_wait(tm->bar);
-      pack_task(&j, ith, nth);
-      dsi_barrier_wait(tm->bar);
-      for (int q0 = 0; q0 < seg->L; q0 += p->qb_step) {
-        int nq = DSI_MIN(p->qb_step, seg->L - q0), last = seg->p0 + q0 + nq - 1;
-        if (last < c0) continue; /* the whole block is in this pass's future */
-        int seen = DSI_MIN(nb, last + 1 - c0);
-        j.q0 = q0;
-        j.nq = nq;
-        j.seen = seen;
-        /* this pass's views: the keys the scores multiply, the same for P V */
-        dsi_mat Kv[j.ng], Vv[j.ng];
-        for (int hh = 0; hh < j.ng; hh++) {
-          Kv[hh] = p->K[hh];
-          Kv[hh].rows = seen;
-          Vv[hh] = p->Vt[hh];
-          Vv[hh].cols = seen;
-          gs[hh] = (dsi_gemm){.w = &Kv[hh], .x = seg->q + (size_t)q0 * seg->ldq + (size_t)(h0 + hh) * p->qk,
-                              .ldx = seg->ldq, .m = nq, .y = p->s + (size_t)hh * p->qb * p->cb, .ldy = p->cb,
-                              .epi = DSI_EPI_STORE};
-        }
-        team_gemm(p, tm, f, gs, j.ng, seen);
-        softmax_task(&j, ith, nth);
-        dsi_barrier_wait(tm->bar);
-        for (int hh = 0; hh < j.ng; hh++)
-          gs[hh] = (dsi_gemm){.w = &Vv[hh], .x = p->s + (size_t)hh * p->qb * p->cb, .ldx = p->cb, .m = nq,
-                              .y = seg->out + (size_t)q0 * seg->ldo + (size_t)(h0 + hh) * vd, .ldy = seg->ldo,
-                              .epi = DSI_EPI_SCATTER_ADD, .y_rows = p->iota, .y_scale = p->ones};
-        team_gemm(p, tm, f, gs, j.ng, vd);
+        for (int b = nqb - 1; b >= 0; b--) attend_item(&j, f, &K, &Vt, (int)hh, b * p->qb_step, ws, f->scratch[tid]);
       }
     }
     dsi_barrier_wait(tm->bar);

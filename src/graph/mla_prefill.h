@@ -23,13 +23,18 @@ typedef enum {
 typedef struct dsi_mla_prefill dsi_mla_prefill;
 
 /* Buffers for segments of up to max_tokens tokens over up to max_context
- * positions; the form comes from DSINFER_MLA (absorb | naive | auto, the
- * default). NULL when the allocation fails. */
-dsi_mla_prefill *dsi_mla_prefill_new(const dsi_config *c, int max_tokens, int max_context);
+ * positions, run by teams whose thread ids are below nth; the form comes
+ * from DSINFER_MLA (absorb | naive | auto, the default). NULL when the
+ * allocation fails. */
+dsi_mla_prefill *dsi_mla_prefill_new(const dsi_config *c, int max_tokens, int max_context, int nth);
 void dsi_mla_prefill_free(dsi_mla_prefill *p);
 /* force a form (tests, measurements); DSI_MLA_AUTO restores the cost model */
 void dsi_mla_prefill_set_form(dsi_mla_prefill *p, dsi_mla_form form);
-/* tests: smaller context blocks (a multiple of 32), query passes (a
+/* tests, measurements: whether the core (scores, P V) may run on the AMX
+ * attention kernels (dsi_attn_qk_tiles / pv_tiles; on by default, taken
+ * where AMX runs with bf16 activations) or always on the matmul kernels */
+void dsi_mla_prefill_set_tiles(dsi_mla_prefill *p, int on);
+/* tests: smaller context blocks (a multiple of 32), query blocks (a
  * multiple of 16) and head groups than planned, so small shapes cross
  * their edges; values <= 0 or larger than planned keep the plan */
 void dsi_mla_prefill_set_blocks(dsi_mla_prefill *p, int ctx_block, int q_block, int heads);

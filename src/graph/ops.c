@@ -92,10 +92,53 @@ static void gemm_units_run(void *ctx, long u0, long u1, float *scratch) {
   run_units(g->gs, g->fns, g->n, g->rows, g->unit, g->flat, u0, u1, scratch);
 }
 
+/* How a call's activations are prepared for its kernel. */
+enum { P_NONE, P_ROUND, P_BF16, P_I8 };
+
+/* rows [s0, s1) of call g's activations prepared as `kind` says into the
+ * call's own buffers: bf16 tiles at xb, int8 rows at xq (row stride ldq)
+ * with their scales, or rounded f32 rows at xr */
+static void prep_rows(const dsi_gemm *g, int kind, long s0, long s1, size_t ldq, float *xr, uint16_t *xb, int8_t *xq,
+                      float *xq_scale) {
+  int cols = g->w->cols, kpad = g->w->kpad, nr = (int)(s1 - s0);
+  const float *x = g->x_rows ? g->x : g->x + (size_t)s0 * g->ldx;
+  const int32_t *rows = g->x_rows ? g->x_rows + s0 : NULL;
+  if (kind == P_BF16) dsi_rows_to_bf16_tiles(x, g->ldx, rows, nr, cols, kpad, (int)s0, g->m, xb);
+  else if (kind == P_I8) dsi_rows_to_i8(x, g->ldx, rows, nr, cols, (int)ldq, xq + s0 * ldq, xq_scale + s0);
+  else if (g->w->dtype == DSI_DTYPE_I8) dsi_rows_round_i8(x, g->ldx, rows, nr, cols, xr + s0 * cols);
+  else dsi_rows_round_bf16(x, g->ldx, rows, nr, cols, xr + s0 * cols);
+}
+
+void dsi_gemm_one(const dsi_fctx *f, dsi_gemm *g, int r0, int r1, void *ws, size_t ws_bytes, void *scratch,
+                  int x_ready, const uint16_t *xb_ready) {
+  int wants = DSI_PREP_NONE;
+  dsi_gemm_fn fn = dsi_gemm_pick(g->w, g->m, f->act_bf16, &wants);
+  int kind = wants == DSI_PREP_BF16 ? (xb_ready ? P_NONE : P_BF16)
+             : wants == DSI_PREP_I8 ? P_I8
+             : f->act_bf16 && !x_ready ? P_ROUND
+                                      : P_NONE;
+  size_t ldq = DSI_XQ_LD(g->w->kpad);
+  g->xb = wants == DSI_PREP_BF16 ? xb_ready : NULL;
+  g->xq = NULL;
+  g->xq_scale = NULL;
+  if (kind != P_NONE) {
+    DSI_ASSERT(dsi_prep_bytes(g->m, g->w->cols, g->w->kpad, 1) <= ws_bytes);
+    uint8_t *base = ws;
+    float *xr = ws;
+    uint16_t *xb = ws;
+    int8_t *xq = ws;
+    float *xq_scale = (float *)(base + align64((size_t)g->m * ldq));
+    prep_rows(g, kind, 0, g->m, ldq, xr, xb, xq, xq_scale);
+    if (kind == P_BF16) g->xb = xb;
+    else if (kind == P_I8) g->xq = xq, g->xq_scale = xq_scale;
+    else g->x = xr, g->ldx = g->w->cols, g->x_rows = NULL;
+  }
+  fn(g, r0, r1, scratch);
+}
+
 void dsi_gemm_team(dsi_team *tm, const dsi_fctx *f, dsi_gemm *gs, dsi_gemm_fn *fns, int n, int rows, int unit,
                    void *ws, size_t ws_bytes, int claim, int x_ready, const uint16_t *xb_ready) {
   /* every thread lays out the same plan: kernel, and where its prepared rows go */
-  enum { P_NONE, P_ROUND, P_BF16, P_I8 };
   size_t n_r = 0, n_b = 0, n_q = 0;
   int any_prep = 0, streaming = 1;
   uint8_t prep[1024];
@@ -140,20 +183,11 @@ void dsi_gemm_team(dsi_team *tm, const dsi_fctx *f, dsi_gemm *gs, dsi_gemm_fn *f
       dsi_split(total, tm->ith, tm->nth, &a, &e);
       for (int i = 0; i < n && a < e; i++) {
         if (prep[i] == P_NONE) continue;
-        dsi_gemm *g = &gs[i];
-        long lo = at, hi = at + g->m;
+        long lo = at, hi = at + gs[i].m;
         at = hi;
         if (hi <= a || lo >= e) continue;
-        long s0 = DSI_MAX(a, lo), s1 = DSI_MIN(e, hi);
-        const float *x = g->x_rows ? g->x : g->x + (size_t)(s0 - lo) * g->ldx;
-        const int32_t *xr_rows = g->x_rows ? g->x_rows + (s0 - lo) : NULL;
-        size_t r = slot[i] + (size_t)(s0 - lo);
-        int nr = (int)(s1 - s0);
-        if (prep[i] == P_BF16)
-          dsi_rows_to_bf16_tiles(x, g->ldx, xr_rows, nr, cols, kpad, (int)(s0 - lo), g->m, xb + slot[i] * kpad);
-        else if (prep[i] == P_I8) dsi_rows_to_i8(x, g->ldx, xr_rows, nr, cols, ldq, xq + r * ldq, xq_scale + r);
-        else if (g->w->dtype == DSI_DTYPE_I8) dsi_rows_round_i8(x, g->ldx, xr_rows, nr, cols, xr + r * cols);
-        else dsi_rows_round_bf16(x, g->ldx, xr_rows, nr, cols, xr + r * cols);
+        prep_rows(&gs[i], prep[i], DSI_MAX(a, lo) - lo, DSI_MIN(e, hi) - lo, ldq, xr + slot[i] * cols,
+                  xb + slot[i] * kpad, xq + slot[i] * ldq, xq_scale + slot[i]);
       }
     }
     for (int i = 0; i < n; i++) {

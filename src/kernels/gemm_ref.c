@@ -97,12 +97,7 @@ void dsi_rows_to_bf16_tiles(const float *x, int ldx, const int32_t *rows, int n,
   for (int i = 0; i < n; i++) {
     const float *r = x + (size_t)(rows ? rows[i] : i) * ldx;
     size_t row = (size_t)row0 + i;
-    uint16_t *o = out + (row / 16) * steps * 512 + (row % 16) * DSI_TILE_K;
-    for (int c = 0; c < kpad; c += DSI_TILE_K, o += 512) {
-      int nc = DSI_MAX(0, DSI_MIN(DSI_TILE_K, cols - c));
-      v->to_bf16(r + c, o, nc);
-      memset(o + nc, 0, (size_t)(DSI_TILE_K - nc) * sizeof(uint16_t));
-    }
+    v->to_bf16_tiles(r, cols, kpad, out + (row / 16) * steps * 512 + (row % 16) * DSI_TILE_K);
   }
   if (row0 + n == m_total) /* the last block's rows past m_total */
     for (size_t row = (size_t)m_total; row < DSI_XB_ROWS(m_total); row++)

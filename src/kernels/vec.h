@@ -15,6 +15,18 @@ typedef struct dsi_vec_ops {
   /* round to nearest even bf16 (NaN payloads are not preserved) */
   void (*to_bf16)(const float *x, uint16_t *out, int n);
   void (*round_bf16)(const float *x, float *out, int n); /* the same values, kept in f32 */
+  /* the same rounding into one row of AMX A tiles: element c at out[(c /
+   * 32) * 512 + c % 32] for c < n, zeros for n <= c < kpad (kpad a
+   * multiple of 32) */
+  void (*to_bf16_tiles)(const float *x, int n, int kpad, uint16_t *out);
+  /* the same rounding into a 16-row panel of a BF16 TILES weight (gemm.h):
+   * rows i < nr are x's (row stride ldx), the rest zero; columns c < n (n
+   * even): element (i, c) at out[(c / 2) * 32 + 2 i + (c & 1)] */
+  void (*bf16_panel)(const float *x, int ldx, int nr, int n, uint16_t *out);
+  /* transposed: x's rows u < nu (stride ldx) are the panel's columns, their
+   * elements i < ni its rows (zero for ni <= i < 16): element (i, u) at
+   * out[(u / 2) * 32 + 2 i + (u & 1)], an odd nu's last partner zero */
+  void (*bf16_panel_t)(const float *x, int ldx, int nu, int ni, uint16_t *out);
   /* symmetric int8: returns scale = amax|x| / 127 (0 for a zero row) and
    * out = round-to-nearest-even(x * (127 / amax)), the same on every ISA */
   float (*to_i8)(const float *x, int8_t *out, int n);

@@ -39,6 +39,36 @@ static void VEC_FN(vec_to_bf16_)(const float *restrict x, uint16_t *restrict out
   for (int i = 0; i < n; i++) out[i] = (uint16_t)((u[i] + 0x7fffu + ((u[i] >> 16) & 1)) >> 16);
 }
 
+#ifndef VEC_TILES_OWN /* the including file has its own */
+static inline uint16_t VEC_FN(bf16_bits_)(const float *x) {
+  uint32_t u;
+  memcpy(&u, x, sizeof u);
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+
+static void VEC_FN(vec_bf16_panel_)(const float *x, int ldx, int nr, int n, uint16_t *out) {
+  for (int c = 0; c < n; c++)
+    for (int i = 0; i < 16; i++)
+      out[(c / 2) * 32 + 2 * i + (c & 1)] = i < nr ? VEC_FN(bf16_bits_)(x + (size_t)i * ldx + c) : 0;
+}
+
+static void VEC_FN(vec_bf16_panel_t_)(const float *x, int ldx, int nu, int ni, uint16_t *out) {
+  for (int u = 0; u < nu + (nu & 1); u++)
+    for (int i = 0; i < 16; i++)
+      out[(u / 2) * 32 + 2 * i + (u & 1)] = u < nu && i < ni ? VEC_FN(bf16_bits_)(x + (size_t)u * ldx + i) : 0;
+}
+
+static void VEC_FN(vec_to_bf16_tiles_)(const float *restrict x, int n, int kpad, uint16_t *restrict out) {
+  const uint32_t *u = (const uint32_t *)x;
+  int c = 0;
+  for (; c + 32 <= n; c += 32, out += 512)
+    for (int i = 0; i < 32; i++) out[i] = (uint16_t)((u[c + i] + 0x7fffu + ((u[c + i] >> 16) & 1)) >> 16);
+  for (; c < kpad; c += 32, out += 512)
+    for (int i = 0; i < 32; i++)
+      out[i] = c + i < n ? (uint16_t)((u[c + i] + 0x7fffu + ((u[c + i] >> 16) & 1)) >> 16) : 0;
+}
+#endif
+
 static void VEC_FN(vec_round_bf16_)(const float *restrict x, float *restrict out, int n) {
   const uint32_t *u = (const uint32_t *)x;
   uint32_t *o = (uint32_t *)out;
@@ -149,6 +179,7 @@ static void VEC_FN(vec_attn_qk_)(float *restrict s, int lds, const float *restri
 
 const dsi_vec_ops VEC_FN(dsi_vec_ops_) = {
   VEC_NAME, VEC_FN(vec_dot_), VEC_FN(vec_axpy_), VEC_FN(vec_add_), VEC_FN(vec_rmsnorm_),
-  VEC_FN(vec_to_bf16_), VEC_FN(vec_round_bf16_), VEC_FN(vec_to_i8_), VEC_FN(vec_attn_pv_), VEC_FN(vec_attn_qk_),
+  VEC_FN(vec_to_bf16_), VEC_FN(vec_round_bf16_), VEC_FN(vec_to_bf16_tiles_), VEC_FN(vec_bf16_panel_),
+  VEC_FN(vec_bf16_panel_t_), VEC_FN(vec_to_i8_), VEC_FN(vec_attn_pv_), VEC_FN(vec_attn_qk_),
   VEC_FN(vec_softmax_), VEC_FN(vec_softmax_step_),
 };

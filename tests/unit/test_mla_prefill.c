@@ -2,8 +2,10 @@
  * double-precision reference of inference/model.py's "naive" attention —
  * keys and values expanded from the paged latent cache through kv_b_proj,
  * causal softmax, P v — on segments that start mid-sequence, cross
- * context blocks, query passes and head groups, with nope != v; and the
- * pick between the two forms. */
+ * context blocks, query blocks and head groups, with nope != v; the AMX
+ * attention kernels bitwise against the matmul kernels they stand for;
+ * the result bitwise the same on one thread and on two (which thread
+ * takes a head must not matter); and the pick between the two forms. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +14,7 @@
 #include "base/pool.h"
 #include "check.h"
 #include "graph/mla_prefill.h"
+#include "kernels/attn.h"
 
 enum { H = 6, NOPE = 32, ROPE = 16, VD = 48, KVL = 64, QK = NOPE + ROPE, ROW = KVL + ROPE, BS = 8, N_BLOCKS = 40 };
 
@@ -85,22 +88,62 @@ static void team_task(void *ctx, int ith, int nth) {
   dsi_mla_prefill_naive(j->p, &tm, j->f, j->w, j->seg);
 }
 
-static dsi_pool *g_pool;
+static dsi_pool *g_pool, *g_pool1;
+
+enum { LDO = H * VD + 3 }; /* a row stride of its own: out is not assumed packed */
+
+/* the segment's queries (from a seed of p0, L) and output [L, LDO] on pool */
+static float *attend(dsi_mla_prefill *p, dsi_fctx *f, const dsi_layer_weights *w, dsi_pool *pool, int p0, int L,
+                     float **q_out) {
+  dsi_rng r;
+  dsi_rng_seed(&r, 1000 + p0 + L);
+  float *q = malloc((size_t)L * H * QK * sizeof(float)), *out = malloc((size_t)L * LDO * sizeof(float));
+  for (size_t i = 0; i < (size_t)L * H * QK; i++) q[i] = dsi_rng_normal(&r);
+  for (size_t i = 0; i < (size_t)L * LDO; i++) out[i] = NAN; /* every output is written */
+  dsi_mla_segment seg = {.q = q, .ldq = H * QK, .cache = &cache[0][0], .table = table, .block_size = BS,
+                         .p0 = p0, .L = L, .out = out, .ldo = LDO};
+  team_job j = {.p = p, .f = f, .w = w, .seg = &seg};
+  dsi_barrier_init(&j.bar, dsi_pool_size(pool));
+  dsi_pool_run(pool, team_task, &j);
+  if (q_out) *q_out = q;
+  else free(q);
+  return out;
+}
+
+/* whether two outputs are the same, bit for bit in every written column */
+static int same_bits(const float *a, const float *b, int L) {
+  for (int t = 0; t < L; t++)
+    if (memcmp(a + (size_t)t * LDO, b + (size_t)t * LDO, (size_t)H * VD * sizeof(float))) return 0;
+  return 1;
+}
+
+/* the same segment on one thread and on two: bitwise equal */
+static void run_threads(dsi_mla_prefill *p, dsi_fctx *f, const dsi_layer_weights *w, int p0, int L, const char *what) {
+  float *a = attend(p, f, w, g_pool, p0, L, NULL), *b = attend(p, f, w, g_pool1, p0, L, NULL);
+  CHECKF(same_bits(a, b, L), "%s: p0 %d L %d: one thread and two differ", what, p0, L);
+  printf("  %-28s p0 %4d L %3d  one thread = two\n", what, p0, L);
+  free(a);
+  free(b);
+}
+
+/* the AMX attention kernels against the matmul kernels: bitwise where the
+ * matmuls take AMX too (every query block of 8 rows or more) */
+static void run_tiles(dsi_mla_prefill *p, dsi_fctx *f, const dsi_layer_weights *w, int p0, int L, const char *what) {
+  dsi_mla_prefill_set_tiles(p, 0);
+  float *a = attend(p, f, w, g_pool, p0, L, NULL);
+  dsi_mla_prefill_set_tiles(p, 1);
+  float *b = attend(p, f, w, g_pool, p0, L, NULL);
+  CHECKF(same_bits(a, b, L), "%s: p0 %d L %d: the AMX attention kernels differ from the matmuls", what, p0, L);
+  printf("  %-28s p0 %4d L %3d  AMX attention kernels = matmuls\n", what, p0, L);
+  free(a);
+  free(b);
+}
 
 static void run_case(dsi_mla_prefill *p, dsi_fctx *f, const dsi_layer_weights *w, int p0, int L, float scale,
                      double tol, const char *what) {
-  dsi_rng r;
-  dsi_rng_seed(&r, 1000 + p0 + L);
-  float *q = malloc((size_t)L * H * QK * sizeof(float)), *out = malloc((size_t)L * (H * VD + 3) * sizeof(float));
+  float *q, *out = attend(p, f, w, g_pool, p0, L, &q);
   double *ref = malloc((size_t)L * H * VD * sizeof(double));
-  for (size_t i = 0; i < (size_t)L * H * QK; i++) q[i] = dsi_rng_normal(&r);
-  for (size_t i = 0; i < (size_t)L * (H * VD + 3); i++) out[i] = NAN; /* every output is written */
-  int ldo = H * VD + 3; /* a row stride of its own: out is not assumed packed */
-  dsi_mla_segment seg = {.q = q, .ldq = H * QK, .cache = &cache[0][0], .table = table, .block_size = BS,
-                         .p0 = p0, .L = L, .out = out, .ldo = ldo};
-  team_job j = {.p = p, .f = f, .w = w, .seg = &seg};
-  dsi_barrier_init(&j.bar, dsi_pool_size(g_pool));
-  dsi_pool_run(g_pool, team_task, &j);
+  int ldo = LDO;
   reference(q, p0, L, scale, ref);
   double md = 0, mr = 0;
   for (int t = 0; t < L; t++)
@@ -138,9 +181,10 @@ int main(void) {
   pack_heads(NOPE, VD, &w.w_uv);
 
   g_pool = dsi_pool_new(2);
+  g_pool1 = dsi_pool_new(1);
   dsi_fctx f = {0};
   DSI_ASSERT(dsi_fctx_workers(&f, 2, H + 2, DSI_GEMM_SCRATCH(1024) / sizeof(float)) == DSI_OK);
-  dsi_mla_prefill *p = dsi_mla_prefill_new(&c, 128, N_BLOCKS * BS);
+  dsi_mla_prefill *p = dsi_mla_prefill_new(&c, 128, N_BLOCKS * BS, 2);
   DSI_ASSERT(p);
   printf("f32 activations:\n");
   run_case(p, &f, &w, 0, 37, scale, 1e-5, "planned blocks");
@@ -151,9 +195,24 @@ int main(void) {
   run_case(p, &f, &w, 0, 37, scale, 1e-5, "small blocks");
   run_case(p, &f, &w, 150, 70, scale, 1e-5, "small blocks");
   run_case(p, &f, &w, 277, 16, scale, 1e-5, "small blocks");
+  run_threads(p, &f, &w, 150, 70, "small blocks");
   printf("bf16 activations:\n");
   f.act_bf16 = 1; /* keys, values, queries and probabilities rounded to bf16 */
   run_case(p, &f, &w, 150, 70, scale, 2e-2, "small blocks");
+  run_threads(p, &f, &w, 150, 70, "small blocks");
+  if (dsi_attn_pairs_amx_ok()) { /* 72 = 4 query blocks of 16 and one of 8 */
+    run_tiles(p, &f, &w, 150, 72, "small blocks");
+    run_tiles(p, &f, &w, 277, 16, "small blocks");
+  }
+  dsi_mla_prefill_free(p);
+  p = dsi_mla_prefill_new(&c, 128, N_BLOCKS * BS, 2);
+  DSI_ASSERT(p);
+  run_case(p, &f, &w, 0, 72, scale, 2e-2, "planned blocks");
+  run_threads(p, &f, &w, 0, 72, "planned blocks");
+  if (dsi_attn_pairs_amx_ok()) { /* 72 = two query blocks of 32 and one of 8 */
+    run_tiles(p, &f, &w, 0, 72, "planned blocks");
+    run_tiles(p, &f, &w, 40, 104, "planned blocks");
+  }
   dsi_mla_prefill_free(p);
 
   /* the pick: V3's attention dims */
@@ -163,7 +222,7 @@ int main(void) {
   v3.qk_rope_head_dim = 64;
   v3.v_head_dim = 128;
   v3.kv_lora_rank = 512;
-  p = dsi_mla_prefill_new(&v3, 1024, 8192);
+  p = dsi_mla_prefill_new(&v3, 1024, 8192, 2);
   DSI_ASSERT(p);
   double a, n;
   dsi_mla_prefill_cost(p, 512, 0, DSI_DTYPE_BF16, &a, &n);
@@ -176,6 +235,7 @@ int main(void) {
   CHECK(dsi_mla_prefill_pick(p, 16, 4000, DSI_DTYPE_BF16) == DSI_MLA_NAIVE);
   dsi_mla_prefill_free(p);
   dsi_pool_free(g_pool);
+  dsi_pool_free(g_pool1);
   dsi_fctx_workers_free(&f);
   dsi_free_aligned((void *)w.w_uk.data);
   dsi_free_aligned((void *)w.w_uv.data);

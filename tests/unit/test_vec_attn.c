@@ -1,5 +1,6 @@
 /* tests: the attention's primitives (vec.h attn_qk, attn_pv, softmax,
- * softmax_step) of
+ * softmax_step, and the bf16 conversions into AMX layouts: to_bf16_tiles,
+ * bf16_panel, bf16_panel_t) of
  * every ISA built for this CPU against a scalar model of their documented
  * order — each dot summed in 16 lanes with fused multiply-adds and folded
  * 8, 4, 2, 1; each output of P V summed over the rows in order — bitwise,
@@ -10,6 +11,7 @@
 #include "kernels/vec.h"
 #include "kernels/cpu.h"
 #include "base/base.h"
+#include "tensor/dtype.h"
 #include "check.h"
 
 #include <math.h>
@@ -93,6 +95,57 @@ static void run_softmax_step(const char *isa, int n, float m0, dsi_rng *rng) {
   free(x), free(ref);
 }
 
+/* finite values of every kind the rounding meets: normal, subnormal,
+ * signed zeros, halfway cases (kept bit odd and even), the largest float
+ * (which rounds to infinity) */
+static float conv_value(dsi_rng *rng, int i) {
+  static const uint32_t special[] = {0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu, 0x3f808000u,
+                                     0x3f818000u, 0xbf808000u, 0x7f7fffffu, 0x3f80ffffu, 0x00008000u};
+  float v;
+  if (i % 5 == 0) {
+    uint32_t u = special[(i / 5) % DSI_ARRAY_LEN(special)];
+    memcpy(&v, &u, sizeof v);
+  } else {
+    v = (float)ldexp(dsi_rng_normal(rng), (int)(dsi_rng_u64(rng) % 60) - 30);
+  }
+  return v;
+}
+
+/* the bf16 conversions against dsi_f32_to_bf16 at their documented places:
+ * rows [n of kpad] into tile rows, a panel of nr rows x n columns, and its
+ * transpose of nu rows x ni elements; every other word is zero */
+static void run_conv(const char *isa, int n, int kpad, int nr, dsi_rng *rng) {
+  const dsi_vec_ops *v = dsi_vec();
+  int ld = n + 3, words = DSI_MAX(kpad * 16, (n + 1) / 2 * 32) + 64;
+  float *x = dsi_xmalloc((size_t)16 * ld * sizeof(float));
+  uint16_t *out = dsi_xmalloc((size_t)words * 2), *want = dsi_xmalloc((size_t)words * 2);
+  for (int i = 0; i < 16 * ld; i++) x[i] = conv_value(rng, i);
+  /* one row into tiles: element c at (c / 32) * 512 + c % 32 */
+  memset(out, 0xee, (size_t)words * 2);
+  memset(want, 0xee, (size_t)words * 2);
+  v->to_bf16_tiles(x, n, kpad, out);
+  for (int c = 0; c < kpad; c++) want[(c / 32) * 512 + c % 32] = c < n ? dsi_f32_to_bf16(x[c]) : 0;
+  CHECKF(!memcmp(out, want, (size_t)words * 2), "%s to_bf16_tiles n %d kpad %d differs", isa, n, kpad);
+  /* a panel: (i, c) at (c / 2) * 32 + 2 i + (c & 1) */
+  int ne = n & ~1;
+  memset(out, 0xee, (size_t)words * 2);
+  memset(want, 0xee, (size_t)words * 2);
+  v->bf16_panel(x, ld, nr, ne, out);
+  for (int c = 0; c < ne; c++)
+    for (int i = 0; i < 16; i++) want[(c / 2) * 32 + 2 * i + (c & 1)] = i < nr ? dsi_f32_to_bf16(x[i * ld + c]) : 0;
+  CHECKF(!memcmp(out, want, (size_t)words * 2), "%s bf16_panel rows %d cols %d differs", isa, nr, ne);
+  /* transposed: x's rows u < nu are columns, their first ni elements rows */
+  int nu = DSI_MIN(n, 16), ni = DSI_MIN(nr, 16);
+  memset(out, 0xee, (size_t)words * 2);
+  memset(want, 0xee, (size_t)words * 2);
+  v->bf16_panel_t(x, ld, nu, ni, out);
+  for (int u = 0; u < nu + (nu & 1); u++)
+    for (int i = 0; i < 16; i++)
+      want[(u / 2) * 32 + 2 * i + (u & 1)] = u < nu && i < ni ? dsi_f32_to_bf16(x[u * ld + i]) : 0;
+  CHECKF(!memcmp(out, want, (size_t)words * 2), "%s bf16_panel_t rows %d elements %d differs", isa, nu, ni);
+  free(x), free(out), free(want);
+}
+
 int main(void) {
   dsi_rng rng;
   dsi_rng_seed(&rng, 99);
@@ -115,6 +168,13 @@ int main(void) {
       run_softmax_step(dsi_vec()->name, sn[a], -INFINITY, &rng); /* a first block */
       run_softmax_step(dsi_vec()->name, sn[a], 3.0f, &rng);      /* the running max may stay */
     }
+    static const int cn[] = {1, 2, 15, 16, 17, 31, 32, 33, 64, 100, 192, 513};
+    static const int rows[] = {16, 1, 7, 15};
+    int nc = 0;
+    for (size_t a = 0; a < DSI_ARRAY_LEN(cn); a++)
+      for (size_t b = 0; b < DSI_ARRAY_LEN(rows); b++, nc++)
+        run_conv(dsi_vec()->name, cn[a], (cn[a] + 31) / 32 * 32 + (b & 1) * 32, rows[b], &rng);
+    printf("%s: %d bf16 conversion cases bitwise equal to dsi_f32_to_bf16 at their places\n", dsi_vec()->name, nc);
   }
   return check_done();
 }

@@ -250,3 +250,92 @@ void dsi_attn_pairs_amx(const dsi_attn_pairs *a, const float *q, int ldq, float 
     for (int cc = 0; cc < a->kvl; cc += 16) _mm512_storeu_ps(oh + cc, _mm512_div_ps(_mm512_loadu_ps(oh + cc), vl));
   }
 }
+
+/* ---- the non-absorbed prefill's core (attn.h: dsi_attn_qk_tiles, dsi_attn_pv_tiles) ---- */
+
+/* C tiles (nm x nn of 0-3) += ks K steps of A blocks a0, a1 (tiles 4, 5)
+ * and B panels b0, b1 (tiles 6, 7), 1 KiB a step; nm, nn constants after
+ * inlining. The order of dsi_gemm_amx's tiles_mac: step by step, so each
+ * C element sums its products as the matmul kernel does. */
+static inline __attribute__((always_inline)) void mac_tiles(const uint8_t *a0, const uint8_t *a1, const uint8_t *b0,
+                                                            const uint8_t *b1, int ks, int nm, int nn) {
+  _tile_zero(T_C00);
+  if (nn == 2) _tile_zero(T_C01);
+  if (nm == 2) _tile_zero(T_C10);
+  if (nm == 2 && nn == 2) _tile_zero(T_C11);
+  for (int s = 0; s < ks; s++) {
+    _tile_loadd(T_B0, b0 + (size_t)s * 1024, 64);
+    _tile_loadd(T_A0, a0 + (size_t)s * 1024, 64);
+    _tile_dpbf16ps(T_C00, T_A0, T_B0);
+    if (nm == 2) {
+      _tile_loadd(T_A1, a1 + (size_t)s * 1024, 64);
+      _tile_dpbf16ps(T_C10, T_A1, T_B0);
+    }
+    if (nn == 2) {
+      _tile_loadd(T_B1, b1 + (size_t)s * 1024, 64);
+      _tile_dpbf16ps(T_C01, T_A0, T_B1);
+      if (nm == 2) _tile_dpbf16ps(T_C11, T_A1, T_B1);
+    }
+  }
+}
+
+static void mac_any(const uint8_t *a0, const uint8_t *a1, const uint8_t *b0, const uint8_t *b1, int ks, int nm, int nn) {
+  if (nm == 2 && nn == 2) mac_tiles(a0, a1, b0, b1, ks, 2, 2);
+  else if (nm == 2) mac_tiles(a0, a1, b0, b1, ks, 2, 1);
+  else if (nn == 2) mac_tiles(a0, a1, b0, b1, ks, 1, 2);
+  else mac_tiles(a0, a1, b0, b1, ks, 1, 1);
+}
+
+/* C tiles to c (row stride ld floats): tile (i, j) at c + 16 i ld + 16 j */
+static void store_tiles(float *c, size_t ld, int nm, int nn) {
+  _tile_stored(T_C00, c, ld * 4);
+  if (nn == 2) _tile_stored(T_C01, c + 16, ld * 4);
+  if (nm == 2) _tile_stored(T_C10, c + 16 * ld, ld * 4);
+  if (nm == 2 && nn == 2) _tile_stored(T_C11, c + 16 * ld + 16, ld * 4);
+}
+
+void dsi_attn_qk_tiles(const dsi_mat *K, const float *q, int ldq, int nq, float *s, int lds, void *ws) {
+  DSI_ASSERT(K->layout == DSI_LAYOUT_TILES && K->dtype == DSI_DTYPE_BF16 && nq >= 1 && nq <= 32);
+  const int ks = DSI_CEIL_DIV(K->cols, DSI_TILE_K), np = DSI_CEIL_DIV(K->rows, DSI_TILE_N), nm = nq > 16 ? 2 : 1;
+  const size_t lda = (size_t)(K->kpad / DSI_TILE_K) * 1024, pb = (size_t)DSI_TILE_N * K->kpad * 2;
+  uint8_t *qa = ws;
+  dsi_rows_to_bf16_tiles(q, ldq, NULL, nq, K->cols, K->kpad, 0, nq, (uint16_t *)qa);
+  tiles_configure();
+  for (int p = 0; p < np; p += 2) {
+    const int nn = DSI_MIN(2, np - p);
+    const uint8_t *b0 = (const uint8_t *)K->data + (size_t)p * pb;
+    mac_any(qa, qa + lda, b0, b0 + pb, ks, nm, nn);
+    store_tiles(s + (size_t)p * DSI_TILE_N, (size_t)lds, nm, nn);
+  }
+  _tile_release();
+}
+
+void dsi_attn_pv_tiles(const dsi_mat *Vt, const float *p, int lds, int nq, float *o, int ldo, int add, void *ws) {
+  DSI_ASSERT(Vt->layout == DSI_LAYOUT_TILES && Vt->dtype == DSI_DTYPE_BF16 && nq >= 1 && nq <= 32);
+  const int ks = DSI_CEIL_DIV(Vt->cols, DSI_TILE_K), np = DSI_CEIL_DIV(Vt->rows, DSI_TILE_N), nm = nq > 16 ? 2 : 1;
+  /* P's tiles cover the keys in use (ks steps), not the whole block */
+  const size_t lda = (size_t)ks * 1024, pb = (size_t)DSI_TILE_N * Vt->kpad * 2;
+  uint8_t *pa = ws;
+  float *c = (float *)(pa + DSI_XB_ROWS(nq) * lda / DSI_TILE_N); /* [32][32] */
+  dsi_rows_to_bf16_tiles(p, lds, NULL, nq, Vt->cols, ks * DSI_TILE_K, 0, nq, (uint16_t *)pa);
+  tiles_configure();
+  for (int q = 0; q < np; q += 2) {
+    const int nn = DSI_MIN(2, np - q);
+    const uint8_t *b0 = (const uint8_t *)Vt->data + (size_t)q * pb;
+    mac_any(pa, pa + lda, b0, b0 + pb, ks, nm, nn);
+    store_tiles(c, 32, nm, nn);
+    /* o = acc, or o += acc: the matmul's store, or its scatter-add by a
+     * weight of 1 (one rounding) */
+    for (int j = 0; j < nn; j++) {
+      const int col0 = (q + j) * DSI_TILE_N, ncols = DSI_MIN(DSI_TILE_N, Vt->rows - col0);
+      const __mmask16 mask = (__mmask16)((1u << ncols) - 1);
+      for (int i = 0; i < nq; i++) {
+        float *y = o + (size_t)i * ldo + col0;
+        __m512 v = _mm512_load_ps(c + i * 32 + j * 16);
+        if (add) v = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, y), v);
+        _mm512_mask_storeu_ps(y, mask, v);
+      }
+    }
+  }
+  _tile_release();
+}
