@@ -41,9 +41,12 @@ int dsi_cmd_profile(int argc, char **argv) {
   if (!no_peaks) dsi_engine_profile_set_peaks(e, &pk);
   dsi_model_info info;
   dsi_model_get_info(m, &info);
-  /* a short warm-up first: page faults and cold caches are not the profile */
+  /* a warm-up first, at the profile's prompt length: page faults (the
+   * activation arena grows to the prompt's bucket on its first step: 200 MB
+   * of q_b's output for a 2048-token prompt of V3's 128 heads) and cold
+   * caches are not the profile */
   dsi_bench_result r;
-  rc = dsi_bench_run(e, info.vocab_size, P < 16 ? P : 16, G < 2 ? G : 2, B, 99, &r);
+  rc = dsi_bench_run(e, info.vocab_size, P, G < 2 ? G : 2, B, 99, &r);
   dsi_engine_profile_reset(e);
   if (!rc) rc = dsi_bench_run(e, info.vocab_size, P, G, B, 1, &r);
   if (rc) {
