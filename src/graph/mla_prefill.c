@@ -175,9 +175,12 @@ void dsi_mla_prefill_set_blocks(dsi_mla_prefill *p, int ctx_block, int q_block, 
  * Each matmul's rate follows its shape: the absorbed projections have
  * short rows (K = nope) or few of them per head; the naive form's are a
  * head's expansion and its core on one thread (m = 32 queries, the AMX
- * attention kernels), measured by timing its phases in a build of the
- * bench preset's dims (16 heads, 512 tokens); at V3's 128 heads its scores
- * and P V ran 1.4x slower (their query and output rows further apart). */
+ * attention kernels), measured by timing its phases at V3's 128 heads and
+ * a 512-token prompt (at 16 heads its scores and P V ran 1.4x faster:
+ * their query and output rows lie closer). Checked against both forms
+ * forced, a chunk's whole step after a 2048-token context: the model's
+ * crossover 128 new tokens at 16 heads (BF16), 80 at 128 (FP8); measured
+ * ~100 and ~128. */
 #define ABSORB_PASS 64 /* forward.c's attn_segment: tokens per pass at most */
 static const struct {
   double uk, uk_f32, uv, scores, pv; /* GFLOP/s */
@@ -186,7 +189,7 @@ static const struct {
 static const struct {
   double expand, scores, pv; /* GFLOP/s */
   double pack;               /* ns per packed element */
-} k_naive = {2690, 1250, 830, 0.085};
+} k_naive = {2600, 900, 560, 0.085};
 #define SOFTMAX_NS 0.3 /* per score, either form (the AVX-512 exp; softmax_step over 512 scores in cache: 0.25) */
 /* forward.c's attn_segment holds a pass's scores for all heads, up to 8M
  * floats: with many heads (V3's 128) that is 32 MB streamed through memory
