@@ -303,15 +303,17 @@ static void pack_head(const naive_job *j, const float *kx, const float *vx, int 
 /* Online softmax over one context block for query qi (of the segment) of
  * head hh (of the group), its scores s over the block's first `seen` keys:
  * scale them, mask the keys past the query's position, move the running
- * max, rescale the running sum and the output accumulated so far, and
- * leave exp(s - max) for P V to add on. */
-static void softmax_row(const naive_job *j, int hh, int qi, float *s, int seen) {
+ * max, rescale the running sum and the output accumulated so far (or leave
+ * the output's factor in *alpha, for P V to apply), and leave exp(s - max)
+ * for P V to add on. */
+static void softmax_row(const naive_job *j, int hh, int qi, float *s, int seen, float *alpha_out) {
   dsi_mla_prefill *p = j->p;
   const dsi_mla_segment *g = j->seg;
   int valid = DSI_MIN(seen, g->p0 + qi + 1 - j->c0); /* keys this query sees */
   size_t st = (size_t)qi * p->hg + hh;
   if (valid <= 0) {
     memset(s, 0, (size_t)seen * sizeof(float));
+    if (alpha_out) *alpha_out = 1.0f;
     return;
   }
   float m_old = p->mx[st], m = m_old;
@@ -320,7 +322,9 @@ static void softmax_row(const naive_job *j, int hh, int qi, float *s, int seen) 
   float alpha = expf(m_old - m); /* 0 on the first block (m_old = -inf), which writes the output */
   p->mx[st] = m;
   p->sum[st] = p->sum[st] * alpha + sum;
-  if (j->c0 > 0 && alpha != 1.0f) {
+  if (alpha_out) {
+    *alpha_out = alpha;
+  } else if (j->c0 > 0 && alpha != 1.0f) {
     float *o = g->out + (size_t)qi * g->ldo + (size_t)(j->h0 + hh) * p->vd;
     for (int d = 0; d < p->vd; d++) o[d] *= alpha;
   }
@@ -347,15 +351,16 @@ static void attend_item(const naive_job *j, const dsi_fctx *f, const dsi_mat *Kb
   float *o = g->out + (size_t)q0 * g->ldo + (size_t)(j->h0 + hh) * p->vd;
 #if DSI_HAVE_AMX
   if (j->tiles) {
+    float alpha[32]; /* the output's rescaling, applied as P V adds on (one pass over it) */
     dsi_attn_qk_tiles(&K, q, g->ldq, nq, s, p->cb, prep);
-    for (int i = 0; i < nq; i++) softmax_row(j, hh, q0 + i, s + (size_t)i * p->cb, seen);
-    dsi_attn_pv_tiles(&Vt, s, p->cb, nq, o, g->ldo, j->c0 > 0, prep);
+    for (int i = 0; i < nq; i++) softmax_row(j, hh, q0 + i, s + (size_t)i * p->cb, seen, &alpha[i]);
+    dsi_attn_pv_tiles(&Vt, s, p->cb, nq, o, g->ldo, j->c0 > 0 ? alpha : NULL, prep);
     return;
   }
 #endif
   dsi_gemm gq = {.w = &K, .x = q, .ldx = g->ldq, .m = nq, .y = s, .ldy = p->cb, .epi = DSI_EPI_STORE};
   dsi_gemm_one(f, &gq, 0, seen, prep, prep_bytes, scratch, 0, NULL);
-  for (int i = 0; i < nq; i++) softmax_row(j, hh, q0 + i, s + (size_t)i * p->cb, seen);
+  for (int i = 0; i < nq; i++) softmax_row(j, hh, q0 + i, s + (size_t)i * p->cb, seen, NULL);
   dsi_gemm gv = {.w = &Vt, .x = s, .ldx = p->cb, .m = nq, .y = o, .ldy = g->ldo,
                  .epi = j->c0 > 0 ? DSI_EPI_SCATTER_ADD : DSI_EPI_STORE, .y_rows = p->iota, .y_scale = p->ones};
   dsi_gemm_one(f, &gv, 0, p->vd, prep, prep_bytes, scratch, 0, NULL);

@@ -310,7 +310,8 @@ void dsi_attn_qk_tiles(const dsi_mat *K, const float *q, int ldq, int nq, float 
   _tile_release();
 }
 
-void dsi_attn_pv_tiles(const dsi_mat *Vt, const float *p, int lds, int nq, float *o, int ldo, int add, void *ws) {
+void dsi_attn_pv_tiles(const dsi_mat *Vt, const float *p, int lds, int nq, float *o, int ldo, const float *alpha,
+                       void *ws) {
   DSI_ASSERT(Vt->layout == DSI_LAYOUT_TILES && Vt->dtype == DSI_DTYPE_BF16 && nq >= 1 && nq <= 32);
   const int ks = DSI_CEIL_DIV(Vt->cols, DSI_TILE_K), np = DSI_CEIL_DIV(Vt->rows, DSI_TILE_N), nm = nq > 16 ? 2 : 1;
   /* P's tiles cover the keys in use (ks steps), not the whole block */
@@ -324,15 +325,20 @@ void dsi_attn_pv_tiles(const dsi_mat *Vt, const float *p, int lds, int nq, float
     const uint8_t *b0 = (const uint8_t *)Vt->data + (size_t)q * pb;
     mac_any(pa, pa + lda, b0, b0 + pb, ks, nm, nn);
     store_tiles(c, 32, nm, nn);
-    /* o = acc, or o += acc: the matmul's store, or its scatter-add by a
-     * weight of 1 (one rounding) */
+    /* o = acc, or o = o alpha + acc: the matmul's store, or the softmax's
+     * rescaling and then its scatter-add by a weight of 1 — two roundings,
+     * kept apart (the barrier stops the compiler fusing them) */
     for (int j = 0; j < nn; j++) {
       const int col0 = (q + j) * DSI_TILE_N, ncols = DSI_MIN(DSI_TILE_N, Vt->rows - col0);
       const __mmask16 mask = (__mmask16)((1u << ncols) - 1);
       for (int i = 0; i < nq; i++) {
         float *y = o + (size_t)i * ldo + col0;
         __m512 v = _mm512_load_ps(c + i * 32 + j * 16);
-        if (add) v = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, y), v);
+        if (alpha) {
+          __m512 r = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, y), _mm512_set1_ps(alpha[i]));
+          __asm__("" : "+v"(r));
+          v = _mm512_add_ps(r, v);
+        }
         _mm512_mask_storeu_ps(y, mask, v);
       }
     }
