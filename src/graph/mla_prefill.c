@@ -349,12 +349,19 @@ static void attend_item(const naive_job *j, const dsi_fctx *f, const dsi_mat *Kb
   Vt.cols = seen;
   const float *q = g->q + (size_t)q0 * g->ldq + (size_t)(j->h0 + hh) * p->qk;
   float *o = g->out + (size_t)q0 * g->ldo + (size_t)(j->h0 + hh) * p->vd;
+  /* the item's last block (its last query's): the output is divided by
+   * its softmax sums here, as P V finishes */
+  const int last = g->p0 + q0 + nq - 1 < j->c0 + j->nb;
+  float inv[32];
+  DSI_ASSERT(nq <= 32);
 #if DSI_HAVE_AMX
   if (j->tiles) {
     float alpha[32]; /* the output's rescaling, applied as P V adds on (one pass over it) */
     dsi_attn_qk_tiles(&K, q, g->ldq, nq, s, p->cb, prep);
     for (int i = 0; i < nq; i++) softmax_row(j, hh, q0 + i, s + (size_t)i * p->cb, seen, &alpha[i]);
-    dsi_attn_pv_tiles(&Vt, s, p->cb, nq, o, g->ldo, j->c0 > 0 ? alpha : NULL, prep);
+    if (last)
+      for (int i = 0; i < nq; i++) inv[i] = 1.0f / p->sum[(size_t)(q0 + i) * p->hg + hh];
+    dsi_attn_pv_tiles(&Vt, s, p->cb, nq, o, g->ldo, j->c0 > 0 ? alpha : NULL, last ? inv : NULL, prep);
     return;
   }
 #endif
@@ -364,6 +371,11 @@ static void attend_item(const naive_job *j, const dsi_fctx *f, const dsi_mat *Kb
   dsi_gemm gv = {.w = &Vt, .x = s, .ldx = p->cb, .m = nq, .y = o, .ldy = g->ldo,
                  .epi = j->c0 > 0 ? DSI_EPI_SCATTER_ADD : DSI_EPI_STORE, .y_rows = p->iota, .y_scale = p->ones};
   dsi_gemm_one(f, &gv, 0, p->vd, prep, prep_bytes, scratch, 0, NULL);
+  if (last)
+    for (int i = 0; i < nq; i++) {
+      float r = 1.0f / p->sum[(size_t)(q0 + i) * p->hg + hh], *oi = o + (size_t)i * g->ldo;
+      for (int d = 0; d < p->vd; d++) oi[d] *= r;
+    }
 }
 
 /* Start a head group: empty its softmax state (the first context block's
@@ -378,20 +390,6 @@ static void group_init_task(void *ctx, int ith, int nth) {
     for (int hh = 0; hh < j->ng; hh++) {
       p->mx[(size_t)t * p->hg + hh] = -INFINITY;
       p->sum[(size_t)t * p->hg + hh] = 0;
-    }
-}
-
-/* End a head group: divide each output row by its softmax sum. */
-static void group_done_task(void *ctx, int ith, int nth) {
-  naive_job *j = ctx;
-  dsi_mla_prefill *p = j->p;
-  const dsi_mla_segment *g = j->seg;
-  long a, e;
-  dsi_split(g->L, ith, nth, &a, &e);
-  for (long t = a; t < e; t++)
-    for (int hh = 0; hh < j->ng; hh++) {
-      float inv = 1.0f / p->sum[(size_t)t * p->hg + hh], *o = g->out + (size_t)t * g->ldo + (size_t)(j->h0 + hh) * p->vd;
-      for (int d = 0; d < p->vd; d++) o[d] *= inv;
     }
 }
 
@@ -479,9 +477,7 @@ void dsi_mla_prefill_naive(dsi_mla_prefill *p, dsi_team *tm, const dsi_fctx *f, 
         for (int b = nqb - 1; b >= 0; b--) attend_item(&j, f, &K, &Vt, (int)hh, b * p->qb_step, ws, f->scratch[tid]);
       }
     }
-    dsi_barrier_wait(tm->bar);
-    group_done_task(&j, ith, nth);
-    dsi_barrier_wait(tm->bar); /* the next group's init may share rows with it: no, but its slots do */
+    dsi_barrier_wait(tm->bar); /* the group's last heads done: the next group's init reuses the softmax state */
   }
 }
 

@@ -311,7 +311,7 @@ void dsi_attn_qk_tiles(const dsi_mat *K, const float *q, int ldq, int nq, float 
 }
 
 void dsi_attn_pv_tiles(const dsi_mat *Vt, const float *p, int lds, int nq, float *o, int ldo, const float *alpha,
-                       void *ws) {
+                       const float *inv, void *ws) {
   DSI_ASSERT(Vt->layout == DSI_LAYOUT_TILES && Vt->dtype == DSI_DTYPE_BF16 && nq >= 1 && nq <= 32);
   const int ks = DSI_CEIL_DIV(Vt->cols, DSI_TILE_K), np = DSI_CEIL_DIV(Vt->rows, DSI_TILE_N), nm = nq > 16 ? 2 : 1;
   /* P's tiles cover the keys in use (ks steps), not the whole block */
@@ -327,7 +327,8 @@ void dsi_attn_pv_tiles(const dsi_mat *Vt, const float *p, int lds, int nq, float
     store_tiles(c, 32, nm, nn);
     /* o = acc, or o = o alpha + acc: the matmul's store, or the softmax's
      * rescaling and then its scatter-add by a weight of 1 — two roundings,
-     * kept apart (the barrier stops the compiler fusing them) */
+     * kept apart (the barrier stops the compiler fusing them); then times
+     * inv, a third */
     for (int j = 0; j < nn; j++) {
       const int col0 = (q + j) * DSI_TILE_N, ncols = DSI_MIN(DSI_TILE_N, Vt->rows - col0);
       const __mmask16 mask = (__mmask16)((1u << ncols) - 1);
@@ -339,6 +340,7 @@ void dsi_attn_pv_tiles(const dsi_mat *Vt, const float *p, int lds, int nq, float
           __asm__("" : "+v"(r));
           v = _mm512_add_ps(r, v);
         }
+        if (inv) v = _mm512_mul_ps(v, _mm512_set1_ps(inv[i]));
         _mm512_mask_storeu_ps(y, mask, v);
       }
     }
