@@ -23,97 +23,6 @@
 #define MC_ROWS 512 /* M chunk: B reuse against the L2 footprint */
 #define MAX_GROUP 8 /* panel pairs sharing one pass over an A chunk */
 
-/* ---- inner kernel: nm x nn C tiles over ks K steps ---- */
-/* What one M block prefetches into L2 while its tiles multiply: a share of
- * the next pair's B chunk (lines of two panels) and a share of the next A
- * chunk (lines of rows of xb), spread evenly over its K steps. */
-typedef struct {
-  const uint8_t *b0, *b1; /* next B: this block's first line in each panel */
-  int nb;                 /* B lines per panel per step */
-  const uint8_t *a;       /* next A chunk: its first 16-row block, at its first K step */
-  size_t lda;             /* bytes from one 16-row block to the next */
-  int aks;                /* K steps of the next A chunk */
-  int l0, l1;             /* this block's lines of it: line l is in block l / (16 aks), at l % (16 aks) */
-  int na;                 /* A lines per step */
-} prefetch;
-
-/* a: the K steps of a 16-row block of activations' tiles, 1 KiB apart, and
- * lda bytes on those of the next 16 rows; b0/b1: the K steps of two
- * panels, 1 KiB apart. nm, nn are constants after inlining. */
-static inline __attribute__((always_inline)) void tiles_mac(const uint8_t *a, size_t lda, const uint8_t *b0,
-                                                            const uint8_t *b1, int ks, int nm, int nn,
-                                                            const prefetch *pf) {
-  const uint8_t *a1 = a + lda;
-  int l = pf->l0;
-  for (int s = 0; s < ks; s++) {
-    _tile_loadd(T_B0, b0 + (size_t)s * KSTEP_BYTES, 64);
-    _tile_loadd(T_A0, a + (size_t)s * KSTEP_BYTES, 64);
-    _tile_dpbf16ps(T_C00, T_A0, T_B0);
-    if (nm == 2) {
-      _tile_loadd(T_A1, a1 + (size_t)s * KSTEP_BYTES, 64);
-      _tile_dpbf16ps(T_C10, T_A1, T_B0);
-    }
-    if (nn == 2) {
-      _tile_loadd(T_B1, b1 + (size_t)s * KSTEP_BYTES, 64);
-      _tile_dpbf16ps(T_C01, T_A0, T_B1);
-      if (nm == 2) _tile_dpbf16ps(T_C11, T_A1, T_B1);
-    }
-    for (int j = 0; j < pf->nb; j++) {
-      _mm_prefetch((const char *)pf->b0 + (size_t)(s * pf->nb + j) * 64, _MM_HINT_T1);
-      _mm_prefetch((const char *)pf->b1 + (size_t)(s * pf->nb + j) * 64, _MM_HINT_T1);
-    }
-    for (int j = 0; j < pf->na && l < pf->l1; j++, l++)
-      _mm_prefetch((const char *)pf->a + (size_t)(l / (16 * pf->aks)) * pf->lda + (size_t)(l % (16 * pf->aks)) * 64,
-                   _MM_HINT_T1);
-  }
-}
-
-/* A C block in memory is [32][32] f32 with row stride ld floats: tile
- * (i, j) at c + 16 i ld + 16 j. C starts from zero (first K chunk) or from
- * acc and ends in acc, the staging block, or y itself. */
-static inline __attribute__((always_inline)) void tiles_begin(const float *acc, int nm, int nn) {
-  if (!acc) {
-    _tile_zero(T_C00);
-    if (nn == 2) _tile_zero(T_C01);
-    if (nm == 2) _tile_zero(T_C10);
-    if (nm == 2 && nn == 2) _tile_zero(T_C11);
-    return;
-  }
-  _tile_loadd(T_C00, acc, 128);
-  if (nn == 2) _tile_loadd(T_C01, acc + 16, 128);
-  if (nm == 2) _tile_loadd(T_C10, acc + 512, 128);
-  if (nm == 2 && nn == 2) _tile_loadd(T_C11, acc + 528, 128);
-}
-
-static inline __attribute__((always_inline)) void tiles_end(float *out, size_t ld, int nm, int nn) {
-  _tile_stored(T_C00, out, ld * 4);
-  if (nn == 2) _tile_stored(T_C01, out + 16, ld * 4);
-  if (nm == 2) _tile_stored(T_C10, out + 16 * ld, ld * 4);
-  if (nm == 2 && nn == 2) _tile_stored(T_C11, out + 16 * ld + 16, ld * 4);
-}
-
-static void block_mac(const uint8_t *a, size_t lda, const uint8_t *b0, const uint8_t *b1, int ks, int nm, int nn,
-                      const prefetch *pf, const float *acc_in, float *out, size_t ldo) {
-  /* the four shapes as separate loops, so tile numbers stay constants */
-  if (nm == 2 && nn == 2) {
-    tiles_begin(acc_in, 2, 2);
-    tiles_mac(a, lda, b0, b1, ks, 2, 2, pf);
-    tiles_end(out, ldo, 2, 2);
-  } else if (nm == 2) {
-    tiles_begin(acc_in, 2, 1);
-    tiles_mac(a, lda, b0, b1, ks, 2, 1, pf);
-    tiles_end(out, ldo, 2, 1);
-  } else if (nn == 2) {
-    tiles_begin(acc_in, 1, 2);
-    tiles_mac(a, lda, b0, b1, ks, 1, 2, pf);
-    tiles_end(out, ldo, 1, 2);
-  } else {
-    tiles_begin(acc_in, 1, 1);
-    tiles_mac(a, lda, b0, b1, ks, 1, 1, pf);
-    tiles_end(out, ldo, 1, 1);
-  }
-}
-
 /* ---- FP8 -> BF16 B tiles ---- */
 /* e4m3 -> bf16(fp8 * scale) by table: one scale covers a K step, so
  * bf16(v * scale) for the 128 magnitudes v is the whole map, kept as its
@@ -223,15 +132,6 @@ static void widen_item(const dsi_mat *w, item c, size_t panel_bytes, int spb, in
   widen_panels(w, c.q, c.nn, c.k0 + s0, s1 - s0, panel_bytes, spb, dst + (size_t)s0 * 512, c.ks, luts);
 }
 
-/* nm x nn tiles of C (kept in the tile registers) += ks K steps */
-static void tiles_mac_any(const uint8_t *a, size_t lda, const uint8_t *b0, const uint8_t *b1, int ks, int nm, int nn,
-                          const prefetch *pf) {
-  if (nm == 2 && nn == 2) tiles_mac(a, lda, b0, b1, ks, 2, 2, pf);
-  else if (nm == 2) tiles_mac(a, lda, b0, b1, ks, 2, 1, pf);
-  else if (nn == 2) tiles_mac(a, lda, b0, b1, ks, 1, 2, pf);
-  else tiles_mac(a, lda, b0, b1, ks, 1, 1, pf);
-}
-
 /* FP8 weights and one 32-row M block of activations (the grouped experts'
  * few tokens, the decode batches AMX takes): each B tile meets one or two
  * A tiles, so the widening, not the tile products, is the work. A pair's
@@ -267,7 +167,7 @@ static void gemm_fp8_few_rows(const dsi_gemm *g, int p0, int p1, int ksteps, siz
   float *cst = scratch;
   uint16_t *buf[2] = {(uint16_t *)((uint8_t *)scratch + 4096),
                       (uint16_t *)((uint8_t *)scratch + 4096 + 2 * FEW_STEPS * KSTEP_BYTES)};
-  const prefetch no_pf = {.b0 = (const uint8_t *)cst, .b1 = (const uint8_t *)cst, .a = (const uint8_t *)g->xb, .lda = lda, .aks = 1};
+  const tile_prefetch no_pf = {.b0 = (const uint8_t *)cst, .b1 = (const uint8_t *)cst, .a = (const uint8_t *)g->xb, .lda = lda, .aks = 1};
   int nb = 0;
   widen_few(w, p0, DSI_MIN(2, p1 - p0), 0, ksteps, panel_bytes, spb, buf[0], luts);
   for (int q = p0; q < p1; q += 2) {
@@ -412,7 +312,7 @@ void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch) {
           /* this block's shares: B steps [s0, s1) of each panel, A lines [l0, l1) */
           const int s0 = has_next ? n.ks * mb / nmb : 0, s1 = has_next ? n.ks * (mb + 1) / nmb : 0;
           const int u = j * nmb + mb;
-          prefetch pf = {.b0 = (const uint8_t *)cst, .b1 = (const uint8_t *)cst, .a = xb, .lda = lda, .aks = 1};
+          tile_prefetch pf = {.b0 = (const uint8_t *)cst, .b1 = (const uint8_t *)cst, .a = xb, .lda = lda, .aks = 1};
           if (!fp8 && s1 > s0) {
             pf.b0 = (const uint8_t *)w->data + (size_t)n.q * panel_bytes + (size_t)(n.k0 + s0) * KSTEP_BYTES;
             pf.b1 = n.nn == 2 ? pf.b0 + panel_bytes : pf.b0;

@@ -253,46 +253,10 @@ void dsi_attn_pairs_amx(const dsi_attn_pairs *a, const float *q, int ldq, float 
 
 /* ---- the non-absorbed prefill's core (attn.h: dsi_attn_qk_tiles, dsi_attn_pv_tiles) ---- */
 
-/* C tiles (nm x nn of 0-3) += ks K steps of A blocks a0, a1 (tiles 4, 5)
- * and B panels b0, b1 (tiles 6, 7), 1 KiB a step; nm, nn constants after
- * inlining. The order of dsi_gemm_amx's tiles_mac: step by step, so each
- * C element sums its products as the matmul kernel does. */
-static inline __attribute__((always_inline)) void mac_tiles(const uint8_t *a0, const uint8_t *a1, const uint8_t *b0,
-                                                            const uint8_t *b1, int ks, int nm, int nn) {
-  _tile_zero(T_C00);
-  if (nn == 2) _tile_zero(T_C01);
-  if (nm == 2) _tile_zero(T_C10);
-  if (nm == 2 && nn == 2) _tile_zero(T_C11);
-  for (int s = 0; s < ks; s++) {
-    _tile_loadd(T_B0, b0 + (size_t)s * 1024, 64);
-    _tile_loadd(T_A0, a0 + (size_t)s * 1024, 64);
-    _tile_dpbf16ps(T_C00, T_A0, T_B0);
-    if (nm == 2) {
-      _tile_loadd(T_A1, a1 + (size_t)s * 1024, 64);
-      _tile_dpbf16ps(T_C10, T_A1, T_B0);
-    }
-    if (nn == 2) {
-      _tile_loadd(T_B1, b1 + (size_t)s * 1024, 64);
-      _tile_dpbf16ps(T_C01, T_A0, T_B1);
-      if (nm == 2) _tile_dpbf16ps(T_C11, T_A1, T_B1);
-    }
-  }
-}
-
-static void mac_any(const uint8_t *a0, const uint8_t *a1, const uint8_t *b0, const uint8_t *b1, int ks, int nm, int nn) {
-  if (nm == 2 && nn == 2) mac_tiles(a0, a1, b0, b1, ks, 2, 2);
-  else if (nm == 2) mac_tiles(a0, a1, b0, b1, ks, 2, 1);
-  else if (nn == 2) mac_tiles(a0, a1, b0, b1, ks, 1, 2);
-  else mac_tiles(a0, a1, b0, b1, ks, 1, 1);
-}
-
-/* C tiles to c (row stride ld floats): tile (i, j) at c + 16 i ld + 16 j */
-static void store_tiles(float *c, size_t ld, int nm, int nn) {
-  _tile_stored(T_C00, c, ld * 4);
-  if (nn == 2) _tile_stored(T_C01, c + 16, ld * 4);
-  if (nm == 2) _tile_stored(T_C10, c + 16 * ld, ld * 4);
-  if (nm == 2 && nn == 2) _tile_stored(T_C11, c + 16 * ld + 16, ld * 4);
-}
+/* The tile loop of the matmul (amx_util.h block_mac: step by step, so each
+ * C element sums its products as dsi_gemm_amx does), with nothing to
+ * prefetch: C from zero into out (row stride ld floats). */
+static const tile_prefetch k_no_prefetch;
 
 void dsi_attn_qk_tiles(const dsi_mat *K, const float *q, int ldq, int nq, float *s, int lds, void *ws) {
   DSI_ASSERT(K->layout == DSI_LAYOUT_TILES && K->dtype == DSI_DTYPE_BF16 && nq >= 1 && nq <= 32);
@@ -304,8 +268,7 @@ void dsi_attn_qk_tiles(const dsi_mat *K, const float *q, int ldq, int nq, float 
   for (int p = 0; p < np; p += 2) {
     const int nn = DSI_MIN(2, np - p);
     const uint8_t *b0 = (const uint8_t *)K->data + (size_t)p * pb;
-    mac_any(qa, qa + lda, b0, b0 + pb, ks, nm, nn);
-    store_tiles(s + (size_t)p * DSI_TILE_N, (size_t)lds, nm, nn);
+    block_mac(qa, lda, b0, b0 + pb, ks, nm, nn, &k_no_prefetch, NULL, s + (size_t)p * DSI_TILE_N, (size_t)lds);
   }
   _tile_release();
 }
@@ -323,8 +286,7 @@ void dsi_attn_pv_tiles(const dsi_mat *Vt, const float *p, int lds, int nq, float
   for (int q = 0; q < np; q += 2) {
     const int nn = DSI_MIN(2, np - q);
     const uint8_t *b0 = (const uint8_t *)Vt->data + (size_t)q * pb;
-    mac_any(pa, pa + lda, b0, b0 + pb, ks, nm, nn);
-    store_tiles(c, 32, nm, nn);
+    block_mac(pa, lda, b0, b0 + pb, ks, nm, nn, &k_no_prefetch, NULL, c, 32);
     /* o = acc, or o = o alpha + acc: the matmul's store, or the softmax's
      * rescaling and then its scatter-add by a weight of 1 — two roundings,
      * kept apart (the barrier stops the compiler fusing them); then times

@@ -98,4 +98,109 @@ static inline void epilogue(const dsi_gemm *g, const float *c, const float *row_
   }
 }
 
+/* ---- the BF16 tile loop: nm x nn C tiles over ks K steps (amx.c's
+ * matmul, amx_attn.c's prefill attention) ---- */
+#define TILE_BYTES 1024 /* one 16x32 bf16 tile: a K step of an A block or of a B panel */
+/* What one M block prefetches into L2 while its tiles multiply: a share of
+ * the next pair's B chunk (lines of two panels) and a share of the next A
+ * chunk (lines of rows of xb), spread evenly over its K steps. */
+typedef struct {
+  const uint8_t *b0, *b1; /* next B: this block's first line in each panel */
+  int nb;                 /* B lines per panel per step */
+  const uint8_t *a;       /* next A chunk: its first 16-row block, at its first K step */
+  size_t lda;             /* bytes from one 16-row block to the next */
+  int aks;                /* K steps of the next A chunk */
+  int l0, l1;             /* this block's lines of it: line l is in block l / (16 aks), at l % (16 aks) */
+  int na;                 /* A lines per step */
+} tile_prefetch;
+
+/* a: the K steps of a 16-row block of activations' tiles, 1 KiB apart, and
+ * lda bytes on those of the next 16 rows; b0/b1: the K steps of two
+ * panels, 1 KiB apart. nm, nn are constants after inlining. */
+static inline __attribute__((always_inline, unused)) void tiles_mac(const uint8_t *a, size_t lda, const uint8_t *b0,
+                                                            const uint8_t *b1, int ks, int nm, int nn,
+                                                            const tile_prefetch *pf) {
+  const uint8_t *a1 = a + lda;
+  int l = pf->l0;
+  for (int s = 0; s < ks; s++) {
+    _tile_loadd(T_B0, b0 + (size_t)s * TILE_BYTES, 64);
+    _tile_loadd(T_A0, a + (size_t)s * TILE_BYTES, 64);
+    _tile_dpbf16ps(T_C00, T_A0, T_B0);
+    if (nm == 2) {
+      _tile_loadd(T_A1, a1 + (size_t)s * TILE_BYTES, 64);
+      _tile_dpbf16ps(T_C10, T_A1, T_B0);
+    }
+    if (nn == 2) {
+      _tile_loadd(T_B1, b1 + (size_t)s * TILE_BYTES, 64);
+      _tile_dpbf16ps(T_C01, T_A0, T_B1);
+      if (nm == 2) _tile_dpbf16ps(T_C11, T_A1, T_B1);
+    }
+    for (int j = 0; j < pf->nb; j++) {
+      _mm_prefetch((const char *)pf->b0 + (size_t)(s * pf->nb + j) * 64, _MM_HINT_T1);
+      _mm_prefetch((const char *)pf->b1 + (size_t)(s * pf->nb + j) * 64, _MM_HINT_T1);
+    }
+    for (int j = 0; j < pf->na && l < pf->l1; j++, l++)
+      _mm_prefetch((const char *)pf->a + (size_t)(l / (16 * pf->aks)) * pf->lda + (size_t)(l % (16 * pf->aks)) * 64,
+                   _MM_HINT_T1);
+  }
+}
+
+/* A C block in memory is [32][32] f32 with row stride ld floats: tile
+ * (i, j) at c + 16 i ld + 16 j. C starts from zero (first K chunk) or from
+ * acc and ends in acc, the staging block, or y itself. */
+static inline __attribute__((always_inline, unused)) void tiles_begin(const float *acc, int nm, int nn) {
+  if (!acc) {
+    _tile_zero(T_C00);
+    if (nn == 2) _tile_zero(T_C01);
+    if (nm == 2) _tile_zero(T_C10);
+    if (nm == 2 && nn == 2) _tile_zero(T_C11);
+    return;
+  }
+  _tile_loadd(T_C00, acc, 128);
+  if (nn == 2) _tile_loadd(T_C01, acc + 16, 128);
+  if (nm == 2) _tile_loadd(T_C10, acc + 512, 128);
+  if (nm == 2 && nn == 2) _tile_loadd(T_C11, acc + 528, 128);
+}
+
+static inline __attribute__((always_inline, unused)) void tiles_end(float *out, size_t ld, int nm, int nn) {
+  _tile_stored(T_C00, out, ld * 4);
+  if (nn == 2) _tile_stored(T_C01, out + 16, ld * 4);
+  if (nm == 2) _tile_stored(T_C10, out + 16 * ld, ld * 4);
+  if (nm == 2 && nn == 2) _tile_stored(T_C11, out + 16 * ld + 16, ld * 4);
+}
+
+/* one call per block: not inlined into the drivers (the matmul calls it in
+ * three places), cloned per constant argument by the compiler */
+static __attribute__((noinline, unused)) void block_mac(const uint8_t *a, size_t lda, const uint8_t *b0, const uint8_t *b1, int ks, int nm, int nn,
+                      const tile_prefetch *pf, const float *acc_in, float *out, size_t ldo) {
+  /* the four shapes as separate loops, so tile numbers stay constants */
+  if (nm == 2 && nn == 2) {
+    tiles_begin(acc_in, 2, 2);
+    tiles_mac(a, lda, b0, b1, ks, 2, 2, pf);
+    tiles_end(out, ldo, 2, 2);
+  } else if (nm == 2) {
+    tiles_begin(acc_in, 2, 1);
+    tiles_mac(a, lda, b0, b1, ks, 2, 1, pf);
+    tiles_end(out, ldo, 2, 1);
+  } else if (nn == 2) {
+    tiles_begin(acc_in, 1, 2);
+    tiles_mac(a, lda, b0, b1, ks, 1, 2, pf);
+    tiles_end(out, ldo, 1, 2);
+  } else {
+    tiles_begin(acc_in, 1, 1);
+    tiles_mac(a, lda, b0, b1, ks, 1, 1, pf);
+    tiles_end(out, ldo, 1, 1);
+  }
+}
+
+/* nm x nn tiles of C (kept in the tile registers) += ks K steps */
+static inline __attribute__((unused)) void tiles_mac_any(const uint8_t *a, size_t lda, const uint8_t *b0, const uint8_t *b1, int ks, int nm, int nn,
+                          const tile_prefetch *pf) {
+  if (nm == 2 && nn == 2) tiles_mac(a, lda, b0, b1, ks, 2, 2, pf);
+  else if (nm == 2) tiles_mac(a, lda, b0, b1, ks, 2, 1, pf);
+  else if (nn == 2) tiles_mac(a, lda, b0, b1, ks, 1, 2, pf);
+  else tiles_mac(a, lda, b0, b1, ks, 1, 1, pf);
+}
+
+
 #endif
