@@ -1,7 +1,8 @@
 /* kernels: the AMX BF16 matmul (the gemm.h contract) for TILES weights in
  * BF16 or FP8 — prefill and large batches. Owns the cache blocking and FP8
  * -> BF16 tile widening (the tile configuration and the fused epilogues
- * are in amx_util.h, shared with the INT8 kernel). Each call configures the
+ * are in amx_util.h, shared with the INT8 kernel, and the BF16 tile loop,
+ * shared with the prefill attention's kernels). Each call configures the
  * tiles and releases them when done, so no tile state outlives a call and
  * pool threads need no set-up of their own. */
 #include "kernels/gemm.h"

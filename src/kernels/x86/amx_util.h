@@ -1,6 +1,7 @@
-/* kernels: what the AMX kernels (amx.c, amx_int8.c) and the AMX peak share —
- * loading the tile configuration and the fused epilogues of a 32x32 block
- * of results. Included only by files compiled with the AMX flags. */
+/* kernels: what the AMX kernels (amx.c, amx_int8.c, amx_attn.c) and the
+ * AMX peak share — loading the tile configuration, the fused epilogues of a
+ * 32x32 block of results, and the BF16 tile loop over a 2x2 block of C
+ * tiles. Included only by files compiled with the AMX flags. */
 #ifndef DSI_AMX_UTIL_H
 #define DSI_AMX_UTIL_H
 
