@@ -105,45 +105,36 @@ char *dsi_xstrdup(const char *s) {
   memcpy(p, s, n);
   return p;
 }
-/* calloc, not posix_memalign + memset: for large sizes glibc maps fresh
- * zero pages and does not touch them, so buffers sized for the largest batch
- * only take memory as far as a step uses them. The block calloc returned is
- * kept just below the aligned pointer. */
-/* Buffers of DSI_HUGE_MIN bytes or more (the activation arena, the KV
- * cache, the attention's blocks) are mapped on their own, from a 2 MiB
- * boundary and advised to take transparent huge pages (the kernel here
- * gives them only on request): their rows are read with strides of pages
- * (a 2048-token prompt's queries of V3's 128 heads: 96 KiB a row), and on
- * 4 KiB pages every row was a TLB miss. Below it, calloc. Either way the
- * memory is zeroed; the word before the block says which, and for a
- * mapping where it starts and how long it is. */
+/* Small blocks: calloc, not posix_memalign + memset. From DSI_HUGE_MIN on
+ * (the activation arena, the KV cache, the attention's blocks): a
+ * dsi_alloc_big mapping of its own, the block starting 64 bytes past a
+ * 2 MiB boundary so that its huge pages start with it. Their rows are read
+ * a page or more apart (a query row of V3's 128 heads is 96 KiB), and on
+ * 4 KiB pages each was a TLB miss. Both are zeroed and take memory only as
+ * far as a step touches them (glibc maps fresh zero pages for large
+ * callocs). The two words below the block: where the allocation starts,
+ * and the mapping's length (0: calloc's). */
 #define DSI_HUGE_MIN ((size_t)4 << 20)
 #define DSI_HUGE_ALIGN ((size_t)2 << 20)
 void *dsi_alloc_aligned(size_t n) {
-  if (n >= DSI_HUGE_MIN && !getenv("DSINFER_NO_HUGEPAGE")) {
-    size_t len = n + 64 + DSI_HUGE_ALIGN;
-    uint8_t *raw = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (raw == MAP_FAILED) return NULL;
-    uint8_t *s = (uint8_t *)(((uintptr_t)raw + DSI_HUGE_ALIGN - 1) & ~(uintptr_t)(DSI_HUGE_ALIGN - 1));
-#ifdef MADV_HUGEPAGE
-    madvise(s, n + 64, MADV_HUGEPAGE);
-#endif
-    uintptr_t *h = (uintptr_t *)(s + 64) - 3;
-    h[0] = (uintptr_t)raw, h[1] = len, h[2] = 1;
-    return s + 64;
+  uintptr_t raw, a, len = 0;
+  if (n >= DSI_HUGE_MIN) {
+    len = n + 64 + DSI_HUGE_ALIGN;
+    if (!(raw = (uintptr_t)dsi_alloc_big(len))) return NULL;
+    a = ((raw + DSI_HUGE_ALIGN - 1) & ~(uintptr_t)(DSI_HUGE_ALIGN - 1)) + 64;
+  } else {
+    if (!(raw = (uintptr_t)calloc(1, n + 64 + 2 * sizeof(uintptr_t)))) return NULL;
+    a = (raw + 2 * sizeof(uintptr_t) + 63) & ~(uintptr_t)63;
   }
-  uint8_t *raw = calloc(1, n + 64 + 3 * sizeof(uintptr_t));
-  if (!raw) return NULL;
-  uintptr_t a = ((uintptr_t)raw + 3 * sizeof(uintptr_t) + 63) & ~(uintptr_t)63;
-  uintptr_t *h = (uintptr_t *)a - 3;
-  h[0] = (uintptr_t)raw, h[1] = 0, h[2] = 0;
+  ((uintptr_t *)a)[-2] = raw;
+  ((uintptr_t *)a)[-1] = len;
   return (void *)a;
 }
 void dsi_free_aligned(void *p) {
   if (!p) return;
-  const uintptr_t *h = (const uintptr_t *)p - 3;
-  if (h[2]) munmap((void *)h[0], h[1]);
-  else free((void *)h[0]);
+  const uintptr_t *h = (const uintptr_t *)p;
+  if (h[-1]) dsi_free_big((void *)h[-2], h[-1]);
+  else free((void *)h[-2]);
 }
 
 void *dsi_alloc_big(size_t n) {

@@ -448,8 +448,8 @@ void dsi_mla_prefill_naive(dsi_mla_prefill *p, dsi_team *tm, const dsi_fctx *f, 
       int nb = DSI_MIN(p->cb_step, ctx - c0), wants = DSI_PREP_NONE;
       j.nb = nb;
       j.c0 = c0;
-      dsi_mat wk = dsi_mat_panels(&w->w_uk, h0 * nope / DSI_TILE_N, nope); /* a head's rows */
-      dsi_gemm_pick(&wk, nb, f->act_bf16, &wants);
+      /* the latents as bf16 tiles when the expansion's first chunk of rows takes AMX */
+      dsi_gemm_pick(&w->w_uk, DSI_MIN(nb, MLA_EXPAND_ROWS), f->act_bf16, &wants);
       uint16_t *latb = wants == DSI_PREP_BF16 ? p->latb : NULL;
       dsi_barrier_wait(tm->bar); /* the group's init; the last block's heads done with the latents */
       gather_latents(p, seg, c0, nb, f->act_bf16, latb, ith, nth);

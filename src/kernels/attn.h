@@ -85,12 +85,14 @@ int dsi_attn_pairs_amx_ok(void);
  * BF16 TILES weights, K [keys, qk] and Vt [v, keys]:
  *   qk: s[i * lds + u] = sum_d bf16(q[i * ldq + d]) K[u][d], u < K->rows
  *       (written up to the keys' last 16-row panel; lds covers it)
- *   pv: o[i * ldo + c] = ((o[i * ldo + c] alpha[i] +) sum_u bf16(p[i * lds + u]) Vt[c][u]) (inv[i]),
- *       u < Vt->cols (o rescaled and added to when alpha is not NULL, else written; then
+ *   pv: o[i * ldo + c] = ((o[i * ldo + c] alpha[i] +)
+ *                          sum_u bf16(p[i * lds + u]) Vt[c][u]) (inv[i]), u < Vt->cols
+ *       (o rescaled and added to when alpha is not NULL, else written; then
  *       times inv when it is not NULL; each step rounded on its own)
  * each bitwise what dsi_gemm_amx gives for the same matmul (a plain store,
- * or a scatter-add by a weight of 1 after o *= alpha): the same tile products in the same
- * order, one call instead of the driver's set-up, C staging and epilogue.
+ * or a scatter-add by a weight of 1 after o *= alpha): the same tile
+ * products in the same order, one call instead of the driver's set-up, C
+ * staging and epilogue.
  * ws: DSI_ATTN_TILES_WS(kpad) bytes, 64-aligned, kpad the matrix's. */
 struct dsi_mat;
 #define DSI_ATTN_TILES_WS(kpad) ((size_t)32 * (size_t)(kpad) * 2 + 4096)

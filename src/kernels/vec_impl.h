@@ -34,45 +34,46 @@ static void VEC_FN(vec_rmsnorm_)(const float *x, const float *w, int n, float ep
   for (int i = 0; i < n; i++) out[i] = x[i] * inv * w[i];
 }
 
+/* the rounding to nearest even bf16 of f32 bits u: its high half */
+static inline uint32_t VEC_FN(bf16_up_)(uint32_t u) { return u + 0x7fffu + ((u >> 16) & 1); }
+
 static void VEC_FN(vec_to_bf16_)(const float *restrict x, uint16_t *restrict out, int n) {
   const uint32_t *u = (const uint32_t *)x;
-  for (int i = 0; i < n; i++) out[i] = (uint16_t)((u[i] + 0x7fffu + ((u[i] >> 16) & 1)) >> 16);
+  for (int i = 0; i < n; i++) out[i] = (uint16_t)(VEC_FN(bf16_up_)(u[i]) >> 16);
 }
 
 #ifndef VEC_TILES_OWN /* the including file has its own */
-static inline uint16_t VEC_FN(bf16_bits_)(const float *x) {
+static inline uint16_t VEC_FN(bf16_at_)(const float *x) {
   uint32_t u;
   memcpy(&u, x, sizeof u);
-  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+  return (uint16_t)(VEC_FN(bf16_up_)(u) >> 16);
 }
 
 static void VEC_FN(vec_bf16_panel_)(const float *x, int ldx, int nr, int n, uint16_t *out) {
   for (int c = 0; c < n; c++)
     for (int i = 0; i < 16; i++)
-      out[(c / 2) * 32 + 2 * i + (c & 1)] = i < nr ? VEC_FN(bf16_bits_)(x + (size_t)i * ldx + c) : 0;
+      out[(c / 2) * 32 + 2 * i + (c & 1)] = i < nr ? VEC_FN(bf16_at_)(x + (size_t)i * ldx + c) : 0;
 }
 
 static void VEC_FN(vec_bf16_panel_t_)(const float *x, int ldx, int nu, int ni, uint16_t *out) {
   for (int u = 0; u < nu + (nu & 1); u++)
     for (int i = 0; i < 16; i++)
-      out[(u / 2) * 32 + 2 * i + (u & 1)] = u < nu && i < ni ? VEC_FN(bf16_bits_)(x + (size_t)u * ldx + i) : 0;
+      out[(u / 2) * 32 + 2 * i + (u & 1)] = u < nu && i < ni ? VEC_FN(bf16_at_)(x + (size_t)u * ldx + i) : 0;
 }
 
 static void VEC_FN(vec_to_bf16_tiles_)(const float *restrict x, int n, int kpad, uint16_t *restrict out) {
-  const uint32_t *u = (const uint32_t *)x;
-  int c = 0;
-  for (; c + 32 <= n; c += 32, out += 512)
-    for (int i = 0; i < 32; i++) out[i] = (uint16_t)((u[c + i] + 0x7fffu + ((u[c + i] >> 16) & 1)) >> 16);
-  for (; c < kpad; c += 32, out += 512)
-    for (int i = 0; i < 32; i++)
-      out[i] = c + i < n ? (uint16_t)((u[c + i] + 0x7fffu + ((u[c + i] >> 16) & 1)) >> 16) : 0;
+  for (int c = 0; c < kpad; c += 32, out += 512) {
+    const int nc = n - c < 0 ? 0 : n - c > 32 ? 32 : n - c;
+    VEC_FN(vec_to_bf16_)(x + c, out, nc);
+    memset(out + nc, 0, (size_t)(32 - nc) * sizeof(uint16_t));
+  }
 }
 #endif
 
 static void VEC_FN(vec_round_bf16_)(const float *restrict x, float *restrict out, int n) {
   const uint32_t *u = (const uint32_t *)x;
   uint32_t *o = (uint32_t *)out;
-  for (int i = 0; i < n; i++) o[i] = (u[i] + 0x7fffu + ((u[i] >> 16) & 1)) & 0xffff0000u;
+  for (int i = 0; i < n; i++) o[i] = VEC_FN(bf16_up_)(u[i]) & 0xffff0000u;
 }
 
 /* |x| compared as integers (the order of non-negative floats) and the

@@ -1,5 +1,6 @@
 /* tests: dsi_alloc_aligned — small blocks from calloc, from 4 MiB on a
- * mapping of their own advised to take huge pages (base.c) — zeroed,
+ * mapping of their own, huge pages advised unless DSINFER_NO_HUGEPAGE
+ * (base.c) — zeroed,
  * 64-byte aligned, writable to the last byte, and freed through the one
  * dsi_free_aligned whichever way they were made (ASan checks the calloc
  * side; a wrong munmap length or address would fault or leak the map). */
@@ -27,7 +28,7 @@ static void one(size_t n) {
 
 int main(void) {
   static const size_t sizes[] = {1, 63, 64, 4096, (4u << 20) - 1, 4u << 20, (4u << 20) + 1, 9u << 20, 33u << 20};
-  for (int round = 0; round < 2; round++) { /* mapped and huge-page advised, then calloc for all */
+  for (int round = 0; round < 2; round++) { /* huge pages advised, then not */
     for (size_t i = 0; i < DSI_ARRAY_LEN(sizes); i++)
       for (int k = 0; k < 3; k++) one(sizes[i]);
     printf("%s: %zu sizes allocated, checked and freed\n", round ? "DSINFER_NO_HUGEPAGE" : "default",

@@ -16,7 +16,6 @@
 
 /* Tiles (amx_util.h): C f32 16x16, A bf16 16x32 from xb (tile order: each
  * A tile 1 KiB contiguous, gemm.h), B bf16 VNNI 16x32 from one panel. */
-#define KSTEP_BYTES 1024 /* one 16x32 bf16 B tile: one K step of a panel */
 /* Blocking, chosen by measurement on this project's 2-core Sapphire Rapids
  * machines (L1 48 KiB, L2 2 MiB per core); see the driver's comment */
 #define KC_STEPS 8  /* K chunk: a pair's B chunk (16 KiB) and an M block's A (16 KiB) share L1 */
@@ -167,8 +166,7 @@ static void gemm_fp8_few_rows(const dsi_gemm *g, int p0, int p1, int ksteps, siz
   const int nm = g->m > 16 ? 2 : 1, nchunks = DSI_CEIL_DIV(ksteps, FEW_STEPS);
   float *cst = scratch;
   uint16_t *buf[2] = {(uint16_t *)((uint8_t *)scratch + 4096),
-                      (uint16_t *)((uint8_t *)scratch + 4096 + 2 * FEW_STEPS * KSTEP_BYTES)};
-  const tile_prefetch no_pf = {.b0 = (const uint8_t *)cst, .b1 = (const uint8_t *)cst, .a = (const uint8_t *)g->xb, .lda = lda, .aks = 1};
+                      (uint16_t *)((uint8_t *)scratch + 4096 + 2 * FEW_STEPS * TILE_BYTES)};
   int nb = 0;
   widen_few(w, p0, DSI_MIN(2, p1 - p0), 0, ksteps, panel_bytes, spb, buf[0], luts);
   for (int q = p0; q < p1; q += 2) {
@@ -177,8 +175,8 @@ static void gemm_fp8_few_rows(const dsi_gemm *g, int p0, int p1, int ksteps, siz
     for (int c = 0; c < nchunks; c++, nb ^= 1) {
       const int s0 = c * FEW_STEPS;
       const uint8_t *b0 = (const uint8_t *)buf[nb];
-      tiles_mac_any((const uint8_t *)g->xb + (size_t)s0 * KSTEP_BYTES, lda, b0, b0 + FEW_STEPS * KSTEP_BYTES,
-                    DSI_MIN(FEW_STEPS, ksteps - s0), nm, nn, &no_pf);
+      tiles_mac_any((const uint8_t *)g->xb + (size_t)s0 * TILE_BYTES, lda, b0, b0 + FEW_STEPS * TILE_BYTES,
+                    DSI_MIN(FEW_STEPS, ksteps - s0), nm, nn, &k_no_prefetch);
       if (c + 1 < nchunks) widen_few(w, q, nn, c + 1, ksteps, panel_bytes, spb, buf[nb ^ 1], luts);
       else if (q + 2 < p1) widen_few(w, q + 2, DSI_MIN(2, p1 - q - 2), 0, ksteps, panel_bytes, spb, buf[nb ^ 1], luts);
     }
@@ -221,7 +219,7 @@ void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch) {
    * the layout's kpad (attention's V^T over a shorter context) */
   const int kpad = w->kpad, ksteps = DSI_CEIL_DIV(w->cols, DSI_TILE_K), m = g->m;
   const int p0 = r0 / DSI_TILE_N, p1 = DSI_CEIL_DIV(r1, DSI_TILE_N);
-  const size_t lda = (size_t)(kpad / DSI_TILE_K) * KSTEP_BYTES, es = fp8 ? 1 : 2; /* A: 16-row blocks */
+  const size_t lda = (size_t)(kpad / DSI_TILE_K) * TILE_BYTES, es = fp8 ? 1 : 2; /* A: 16-row blocks */
   const size_t panel_bytes = (size_t)DSI_TILE_N * kpad * es;
   const uint8_t *xb = (const uint8_t *)g->xb;
   int spb = 0; /* K steps per FP8 scale block */
@@ -246,8 +244,8 @@ void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch) {
   uint16_t *bw[2] = {NULL, NULL};
   if (fp8) {
     bw[0] = (uint16_t *)sp;
-    bw[1] = (uint16_t *)(sp + (size_t)2 * kc * KSTEP_BYTES);
-    sp += (size_t)4 * kc * KSTEP_BYTES;
+    bw[1] = (uint16_t *)(sp + (size_t)2 * kc * TILE_BYTES);
+    sp += (size_t)4 * kc * TILE_BYTES;
   }
   size_t used = (size_t)(sp - (uint8_t *)scratch);
   DSI_ASSERT(used <= budget);
@@ -286,9 +284,9 @@ void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch) {
         const uint8_t *b0, *b1;
         if (fp8) {
           b0 = (const uint8_t *)bw[it & 1];
-          b1 = b0 + (size_t)c.ks * KSTEP_BYTES;
+          b1 = b0 + (size_t)c.ks * TILE_BYTES;
         } else {
-          b0 = (const uint8_t *)w->data + (size_t)c.q * panel_bytes + (size_t)c.k0 * KSTEP_BYTES;
+          b0 = (const uint8_t *)w->data + (size_t)c.q * panel_bytes + (size_t)c.k0 * TILE_BYTES;
           b1 = b0 + panel_bytes;
         }
         /* the next item, whose B this item's blocks prefetch or widen */
@@ -308,14 +306,14 @@ void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch) {
         float *qacc = acc ? acc + (size_t)j * nmb * 1024 : NULL;
         for (int mb = 0; mb < nmb; mb++) {
           const int ib = i0 + mb * 32, nrows = DSI_MIN(32, m - ib), nm = nrows > 16 ? 2 : 1;
-          const uint8_t *a = xb + (size_t)(ib / 16) * lda + (size_t)c.k0 * KSTEP_BYTES;
+          const uint8_t *a = xb + (size_t)(ib / 16) * lda + (size_t)c.k0 * TILE_BYTES;
           float *bacc = qacc ? qacc + (size_t)mb * 1024 : NULL;
           /* this block's shares: B steps [s0, s1) of each panel, A lines [l0, l1) */
           const int s0 = has_next ? n.ks * mb / nmb : 0, s1 = has_next ? n.ks * (mb + 1) / nmb : 0;
           const int u = j * nmb + mb;
           tile_prefetch pf = {.b0 = (const uint8_t *)cst, .b1 = (const uint8_t *)cst, .a = xb, .lda = lda, .aks = 1};
           if (!fp8 && s1 > s0) {
-            pf.b0 = (const uint8_t *)w->data + (size_t)n.q * panel_bytes + (size_t)(n.k0 + s0) * KSTEP_BYTES;
+            pf.b0 = (const uint8_t *)w->data + (size_t)n.q * panel_bytes + (size_t)(n.k0 + s0) * TILE_BYTES;
             pf.b1 = n.nn == 2 ? pf.b0 + panel_bytes : pf.b0;
             pf.nb = DSI_CEIL_DIV((s1 - s0) * 16, c.ks);
           } else if (fp8 && it + 2 < nitems) {
@@ -332,7 +330,7 @@ void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch) {
             }
           }
           if (la > 0) {
-            pf.a = xb + (size_t)(ia / 16) * lda + (size_t)ka * KSTEP_BYTES;
+            pf.a = xb + (size_t)(ia / 16) * lda + (size_t)ka * TILE_BYTES;
             pf.aks = aks;
             pf.l0 = (int)((long)la * u / nu);
             pf.l1 = (int)((long)la * (u + 1) / nu);

@@ -253,15 +253,13 @@ void dsi_attn_pairs_amx(const dsi_attn_pairs *a, const float *q, int ldq, float 
 
 /* ---- the non-absorbed prefill's core (attn.h: dsi_attn_qk_tiles, dsi_attn_pv_tiles) ---- */
 
-/* The tile loop of the matmul (amx_util.h block_mac: step by step, so each
- * C element sums its products as dsi_gemm_amx does), with nothing to
- * prefetch: C from zero into out (row stride ld floats). */
-static const tile_prefetch k_no_prefetch;
-
+/* Both run the matmul's tile loop (amx_util.h block_mac: step by step, so
+ * each C element sums its products as dsi_gemm_amx does), with nothing to
+ * prefetch and C from zero. */
 void dsi_attn_qk_tiles(const dsi_mat *K, const float *q, int ldq, int nq, float *s, int lds, void *ws) {
   DSI_ASSERT(K->layout == DSI_LAYOUT_TILES && K->dtype == DSI_DTYPE_BF16 && nq >= 1 && nq <= 32);
   const int ks = DSI_CEIL_DIV(K->cols, DSI_TILE_K), np = DSI_CEIL_DIV(K->rows, DSI_TILE_N), nm = nq > 16 ? 2 : 1;
-  const size_t lda = (size_t)(K->kpad / DSI_TILE_K) * 1024, pb = (size_t)DSI_TILE_N * K->kpad * 2;
+  const size_t lda = (size_t)(K->kpad / DSI_TILE_K) * TILE_BYTES, pb = (size_t)DSI_TILE_N * K->kpad * 2;
   uint8_t *qa = ws;
   dsi_rows_to_bf16_tiles(q, ldq, NULL, nq, K->cols, K->kpad, 0, nq, (uint16_t *)qa);
   tiles_configure();
@@ -278,7 +276,7 @@ void dsi_attn_pv_tiles(const dsi_mat *Vt, const float *p, int lds, int nq, float
   DSI_ASSERT(Vt->layout == DSI_LAYOUT_TILES && Vt->dtype == DSI_DTYPE_BF16 && nq >= 1 && nq <= 32);
   const int ks = DSI_CEIL_DIV(Vt->cols, DSI_TILE_K), np = DSI_CEIL_DIV(Vt->rows, DSI_TILE_N), nm = nq > 16 ? 2 : 1;
   /* P's tiles cover the keys in use (ks steps), not the whole block */
-  const size_t lda = (size_t)ks * 1024, pb = (size_t)DSI_TILE_N * Vt->kpad * 2;
+  const size_t lda = (size_t)ks * TILE_BYTES, pb = (size_t)DSI_TILE_N * Vt->kpad * 2;
   uint8_t *pa = ws;
   float *c = (float *)(pa + DSI_XB_ROWS(nq) * lda / DSI_TILE_N); /* [32][32] */
   dsi_rows_to_bf16_tiles(p, lds, NULL, nq, Vt->cols, ks * DSI_TILE_K, 0, nq, (uint16_t *)pa);

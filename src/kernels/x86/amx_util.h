@@ -114,13 +114,15 @@ typedef struct {
   int l0, l1;             /* this block's lines of it: line l is in block l / (16 aks), at l % (16 aks) */
   int na;                 /* A lines per step */
 } tile_prefetch;
+/* nothing to prefetch (no lines per step) */
+static const tile_prefetch k_no_prefetch __attribute__((unused));
 
 /* a: the K steps of a 16-row block of activations' tiles, 1 KiB apart, and
  * lda bytes on those of the next 16 rows; b0/b1: the K steps of two
  * panels, 1 KiB apart. nm, nn are constants after inlining. */
 static inline __attribute__((always_inline, unused)) void tiles_mac(const uint8_t *a, size_t lda, const uint8_t *b0,
-                                                            const uint8_t *b1, int ks, int nm, int nn,
-                                                            const tile_prefetch *pf) {
+                                                                    const uint8_t *b1, int ks, int nm, int nn,
+                                                                    const tile_prefetch *pf) {
   const uint8_t *a1 = a + lda;
   int l = pf->l0;
   for (int s = 0; s < ks; s++) {
@@ -172,8 +174,10 @@ static inline __attribute__((always_inline, unused)) void tiles_end(float *out, 
 
 /* one call per block: not inlined into the drivers (the matmul calls it in
  * three places), cloned per constant argument by the compiler */
-static __attribute__((noinline, unused)) void block_mac(const uint8_t *a, size_t lda, const uint8_t *b0, const uint8_t *b1, int ks, int nm, int nn,
-                      const tile_prefetch *pf, const float *acc_in, float *out, size_t ldo) {
+static __attribute__((noinline, unused)) void block_mac(const uint8_t *a, size_t lda, const uint8_t *b0,
+                                                        const uint8_t *b1, int ks, int nm, int nn,
+                                                        const tile_prefetch *pf, const float *acc_in, float *out,
+                                                        size_t ldo) {
   /* the four shapes as separate loops, so tile numbers stay constants */
   if (nm == 2 && nn == 2) {
     tiles_begin(acc_in, 2, 2);
@@ -195,13 +199,13 @@ static __attribute__((noinline, unused)) void block_mac(const uint8_t *a, size_t
 }
 
 /* nm x nn tiles of C (kept in the tile registers) += ks K steps */
-static inline __attribute__((unused)) void tiles_mac_any(const uint8_t *a, size_t lda, const uint8_t *b0, const uint8_t *b1, int ks, int nm, int nn,
-                          const tile_prefetch *pf) {
+static inline __attribute__((unused)) void tiles_mac_any(const uint8_t *a, size_t lda, const uint8_t *b0,
+                                                         const uint8_t *b1, int ks, int nm, int nn,
+                                                         const tile_prefetch *pf) {
   if (nm == 2 && nn == 2) tiles_mac(a, lda, b0, b1, ks, 2, 2, pf);
   else if (nm == 2) tiles_mac(a, lda, b0, b1, ks, 2, 1, pf);
   else if (nn == 2) tiles_mac(a, lda, b0, b1, ks, 1, 2, pf);
   else tiles_mac(a, lda, b0, b1, ks, 1, 1, pf);
 }
-
 
 #endif
