@@ -8,30 +8,13 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "dsinfer_status.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 #define DSINFER_VERSION "0.1.0"
-
-/* ---- status codes: 0 is success, failures a user can cause are negative ---- */
-enum {
-  DSI_OK = 0,
-  DSI_E_INVAL = -1,       /* bad argument or request */
-  DSI_E_IO = -2,          /* file missing, unreadable, short */
-  DSI_E_FORMAT = -3,      /* malformed file (safetensors header, JSON) */
-  DSI_E_CONFIG = -4,      /* config.json key missing, wrong type or inconsistent */
-  DSI_E_NOMEM = -5,       /* allocation failed */
-  DSI_E_CAPACITY = -6,    /* over a limit: KV blocks, context length */
-  DSI_E_UNSUPPORTED = -7, /* valid but not supported by this build */
-};
-const char *dsi_status_str(int status);
-
-/* An error: the status and a message that names the thing at fault. */
-typedef struct dsi_err {
-  int status;
-  char msg[1024];
-} dsi_err;
 
 /* ---- model: config + weights, read-only once loaded ---- */
 typedef struct dsi_model dsi_model;
@@ -43,6 +26,8 @@ typedef struct dsi_load_opts {
   int op_opt_off; /* 1: keep weights row-major as in the file (the ablation's
                      baseline); 0: repack into the kernels' layout (default) */
   int quant;     /* DSI_QUANT_*: quantize the packed linear weights while loading */
+  int no_hugepage; /* 1: do not advise transparent huge pages for the weights (where the
+                      kernel's synchronous compaction stalls loading) */
 } dsi_load_opts;
 
 /* DSI_QUANT_INT8: every packed linear weight (not the embedding, the norms,
@@ -83,8 +68,13 @@ typedef struct dsi_engine_opts {
   int exec;          /* DSI_EXEC_*: how the forward runs (0 = graph) */
   int streams;       /* 1, or 2: independent branches (shared expert beside the routed
                         experts, q beside kv projections) on two teams of workers, where
-                        each team gets >= 2 workers ($DSINFER_STREAM_TEAM_MIN) (0 = 1) */
-  int poison;        /* graph only, for tests: op by op, every freed tensor filled with NaN */
+                        each team gets >= stream_team_min workers (0 = 1) */
+  int stream_team_min; /* streams: workers each team needs for a fork to be split (0 = 2;
+                        1 forces teams of one, for measuring) */
+  const char *isa;   /* NULL: the best kernels this CPU runs; "scalar" | "avx2" | "avx512" |
+                        "amx": no higher than that (tests and comparisons; never raises) */
+  int mla_form;      /* DSI_MLA_*: the attention form of prefill segments (0 = the cost model's pick) */
+  int no_hugepage;   /* 1: do not advise huge pages for the KV cache and the activation arena */
 } dsi_engine_opts;
 
 /* The forward is written once and run by one of two executors. GRAPH: a
@@ -95,6 +85,12 @@ typedef struct dsi_engine_opts {
  * baseline of the ablation). */
 enum { DSI_EXEC_GRAPH = 0, DSI_EXEC_EAGER = 1 };
 
+/* The attention form of a prefill segment (16+ consecutive tokens of a
+ * sequence). AUTO: a cost model picks per segment; ABSORB: queries into
+ * latent space, as decode; NAIVE: the cached latents expanded to per-head
+ * keys and values (inference/model.py's "naive" form). */
+typedef enum dsi_mla_form { DSI_MLA_AUTO = 0, DSI_MLA_ABSORB = 1, DSI_MLA_NAIVE = 2 } dsi_mla_form;
+
 /* What the matmuls multiply. F32 is exact to float rounding (the golden
  * tests' mode); BF16 rounds activations as DeepSeek's own inference does,
  * so the AMX and AVX-512 kernels multiply the same numbers and a sequence's
@@ -103,6 +99,8 @@ enum { DSI_ACT_AUTO = 0, DSI_ACT_F32 = 1, DSI_ACT_BF16 = 2 };
 
 int dsi_engine_open(dsi_engine **out, dsi_model *m, const dsi_engine_opts *opts, dsi_err *err);
 void dsi_engine_free(dsi_engine *e);
+/* the level of the kernels the engine runs: "scalar", "avx2", "avx512", "amx" */
+const char *dsi_engine_isa(const dsi_engine *e);
 /* The last error of a call on this engine. */
 const dsi_err *dsi_engine_error(const dsi_engine *e);
 
@@ -141,19 +139,6 @@ dsi_sampler *dsi_sampler_new(const dsi_sampling *s, int vocab);
 void dsi_sampler_free(dsi_sampler *s);
 int dsi_sampler_sample(dsi_sampler *s, const float *logits);
 
-/* ---- checkpoints for tests and benchmarks ---- */
-typedef struct dsi_mkmodel_opts {
-  const char *preset; /* tiny | small | bench | v3slice */
-  const char *dtype;  /* f32 | bf16 | fp8 */
-  uint64_t seed;
-  const char *out_dir;
-  int shard_mb;       /* 0 = one file */
-  int progress;
-  const char *tokenizer; /* tokenizer.json or its folder to copy; "builtin": a small generated
-                            one; NULL: DeepSeek-V3's when found locally and it fits, else builtin */
-} dsi_mkmodel_opts;
-int dsi_mkmodel(const dsi_mkmodel_opts *o, dsi_err *err);
-
 /* ---- benchmarks ---- */
 typedef struct dsi_peaks {
   int threads;
@@ -162,28 +147,9 @@ typedef struct dsi_peaks {
   double amx_bf16_gflops; /* tdpbf16ps on resident tiles, summed over threads; 0 without AMX */
 } dsi_peaks;
 int dsi_measure_peaks(int n_threads, dsi_peaks *out);
-double dsi_median(double *v, int n); /* sorts v */
-
-typedef struct dsi_bench_kernels_opts {
-  int n_threads, reps;
-  const char *dtypes;  /* any of "bf16,fp8,int8" ("bf16,fp8" by default) */
-  const char *shape;   /* one of the V3 shapes, or NULL for all */
-  const int *ms;       /* batch sizes (default 1,4,16,64,256,1024) */
-  int n_ms;
-  int grouped;         /* instead: the grouped expert matmul (256 tokens, top-6 of 64
-                          experts at V3 dims) vs plain matmuls of the same FLOPs */
-  int attention;       /* instead: a decode token's latent attention at V3 widths, f32 vector
-                          primitives vs bf16 pair rows on AMX, contexts 512 / 4096 / 16384 */
-  int ceilings;        /* instead: what bounds the kernels' designs on one core — the GEMM's
-                          tile loop with its operands in L1, L2 and DRAM, and the matvec's
-                          rate on weights in L2 beside a core's share of the bandwidth */
-} dsi_bench_kernels_opts;
-/* Print the machine's peaks and every matmul kernel on DeepSeek-V3's
- * shapes (GB/s and GFLOP/s as fractions of them), beside OpenBLAS. */
-int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err);
 
 /* ---- the CPU this runs on ---- */
-const char *dsi_isa_name(void);
+const char *dsi_isa_name(void); /* the best kernel level this CPU runs */
 size_t dsi_peak_rss(void); /* VmHWM of this process, bytes */
 void dsi_reset_peak_rss(void); /* start peak RSS afresh from the current RSS */
 int dsi_default_threads(void);
@@ -203,10 +169,12 @@ enum {
   DSI_TOK_SPECIAL_AS_TEXT = 1 << 3, /* encode: special tokens' text is plain text (untrusted input) */
   DSI_TOK_SKIP_SPECIAL = 1 << 4,    /* decode: leave special tokens out */
   DSI_TOK_SKIP_UNKNOWN = 1 << 5,    /* decode: skip ids with no token (as HF) instead of DSI_E_INVAL */
+  DSI_TOK_NO_JIT = 1 << 6,          /* open: PCRE2's interpreter instead of its JIT (to test it) */
 };
 
-/* Open tokenizer.json; tokenizer_config.json (BOS/EOS, add_bos_token) may be NULL. */
-int dsi_tok_open(dsi_tok **out, const char *tokenizer_json_path, const char *tokenizer_config_path,
+/* Open tokenizer.json; tokenizer_config.json (BOS/EOS, add_bos_token) may
+ * be NULL. flags: 0, or DSI_TOK_NO_JIT. */
+int dsi_tok_open(dsi_tok **out, const char *tokenizer_json_path, const char *tokenizer_config_path, int flags,
                  dsi_err *err);
 void dsi_tok_free(dsi_tok *tok);
 /* text[0..len) (UTF-8) -> *ids (malloc'd, free() it), *n of them. */

@@ -116,11 +116,11 @@ char *dsi_xstrdup(const char *s) {
  * and the mapping's length (0: calloc's). */
 #define DSI_HUGE_MIN ((size_t)4 << 20)
 #define DSI_HUGE_ALIGN ((size_t)2 << 20)
-void *dsi_alloc_aligned(size_t n) {
+void *dsi_alloc_aligned_huge(size_t n, int huge) {
   uintptr_t raw, a, len = 0;
   if (n >= DSI_HUGE_MIN) {
     len = n + 64 + DSI_HUGE_ALIGN;
-    if (!(raw = (uintptr_t)dsi_alloc_big(len))) return NULL;
+    if (!(raw = (uintptr_t)dsi_alloc_big(len, huge))) return NULL;
     a = ((raw + DSI_HUGE_ALIGN - 1) & ~(uintptr_t)(DSI_HUGE_ALIGN - 1)) + 64;
   } else {
     if (!(raw = (uintptr_t)calloc(1, n + 64 + 2 * sizeof(uintptr_t)))) return NULL;
@@ -137,12 +137,14 @@ void dsi_free_aligned(void *p) {
   else free((void *)h[-2]);
 }
 
-void *dsi_alloc_big(size_t n) {
+void *dsi_alloc_big(size_t n, int huge) {
   if (n == 0) n = 1;
   void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return NULL;
 #ifdef MADV_HUGEPAGE
-  if (n >= (2u << 20) && !getenv("DSINFER_NO_HUGEPAGE")) madvise(p, n, MADV_HUGEPAGE);
+  if (huge && n >= (2u << 20)) madvise(p, n, MADV_HUGEPAGE);
+#else
+  (void)huge;
 #endif
   return p;
 }
@@ -162,8 +164,7 @@ static size_t status_kb(const char *key) {
 }
 size_t dsi_rss_bytes(void) { return status_kb("VmRSS:"); }
 size_t dsi_peak_rss_bytes(void) { return status_kb("VmHWM:"); }
-size_t dsi_peak_rss(void) { return dsi_peak_rss_bytes(); }
-void dsi_reset_peak_rss(void) {
+void dsi_rss_reset_peak(void) {
   FILE *f = fopen("/proc/self/clear_refs", "w"); /* "5" resets VmHWM to VmRSS */
   if (f) {
     fputs("5", f);
@@ -255,4 +256,14 @@ float dsi_rng_normal(dsi_rng *r) {
   float u1 = dsi_rng_uniform(r), u2 = dsi_rng_uniform(r);
   if (u1 < 1e-7f) u1 = 1e-7f;
   return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853f * u2);
+}
+
+/* ---- statistics ---- */
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+double dsi_median(double *v, int n) {
+  qsort(v, n, sizeof(double), cmp_double);
+  return n ? (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2])) : 0;
 }

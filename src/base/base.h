@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <stdbool.h>
 
-#include "dsinfer.h"
+#include "dsinfer_status.h"
 
 /* ---- assertions: a broken invariant is a bug, not a user error ---- */
 #define DSI_ASSERT(c) \
@@ -44,15 +44,21 @@ void *dsi_xmalloc(size_t n);
 void *dsi_xcalloc(size_t n, size_t size);
 void *dsi_xrealloc(void *p, size_t n);
 char *dsi_xstrdup(const char *s);
-/* 64-byte aligned, zeroed; NULL on failure. Free with dsi_free_aligned. */
-void *dsi_alloc_aligned(size_t n);
+/* 64-byte aligned, zeroed; NULL on failure. Free with dsi_free_aligned.
+ * From 4 MiB on, a mapping of its own, with huge pages advised when huge
+ * is set (dsi_alloc_aligned: always). */
+void *dsi_alloc_aligned_huge(size_t n, int huge);
+static inline void *dsi_alloc_aligned(size_t n) { return dsi_alloc_aligned_huge(n, 1); }
 void dsi_free_aligned(void *p);
-/* Large anonymous mapping (huge pages advised); NULL on failure. */
-void *dsi_alloc_big(size_t n);
+/* Large anonymous mapping, huge pages advised when huge is set (and it
+ * spans one); NULL on failure. */
+void *dsi_alloc_big(size_t n, int huge);
 void dsi_free_big(void *p, size_t n);
 /* Bytes resident (VmRSS) and peak (VmHWM) of this process; 0 if unknown. */
 size_t dsi_rss_bytes(void);
 size_t dsi_peak_rss_bytes(void);
+/* start the peak afresh from the current RSS (where the kernel allows) */
+void dsi_rss_reset_peak(void);
 
 /* ---- arena: bump allocation, reset as a whole ---- */
 typedef struct dsi_arena {
@@ -66,6 +72,7 @@ void dsi_arena_free(dsi_arena *a);
 
 /* ---- time ---- */
 double dsi_now(void); /* seconds, monotonic */
+double dsi_median(double *v, int n); /* of n values (sorts v); 0 for none */
 
 /* ---- files ---- */
 /* Read a whole (small) file, NUL-terminated. Returns status. */

@@ -143,3 +143,8 @@ void dsi_barrier_wait(dsi_barrier *b) {
   }
   for (int spins = 0; atomic_load_explicit(&b->gen, memory_order_acquire) == g;) dsi_spin_pause(&spins);
 }
+
+int dsi_ncpu(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
+}

@@ -10,6 +10,7 @@ typedef struct dsi_pool dsi_pool;
 typedef void (*dsi_pool_fn)(void *ctx, int ith, int nth);
 
 dsi_pool *dsi_pool_new(int n_threads); /* n_threads >= 1; NULL on failure */
+int dsi_ncpu(void); /* cores online (at least 1): the default thread count */
 void dsi_pool_free(dsi_pool *p);
 int dsi_pool_size(const dsi_pool *p);
 void dsi_pool_run(dsi_pool *p, dsi_pool_fn fn, void *ctx);

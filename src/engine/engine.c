@@ -1,16 +1,14 @@
 /* engine: sequences over the paged KV cache, the batched forward step
  * behind dsi_engine_forward, and the thread pool they share. */
-#define _GNU_SOURCE
+#include "engine/engine_testing.h"
+
 #include "base/pool.h"
 #include "graph/forward.h"
 #include "graph/prof.h"
-#include "kernels/cpu.h"
 #include "kv/kv.h"
-#include "kernels/attn.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 struct dsi_engine {
   dsi_model *m;
@@ -26,15 +24,25 @@ struct dsi_engine {
   /* per-step scratch, [max_tokens] each */
   int32_t *pos, *slot, *seq_idx, *logit_rows, *seq_count;
   const int32_t **tables;
+  dsi_fwd_exec_opts exec;
   dsi_err err;
 };
 
-int dsi_default_threads(void) {
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? (int)n : 1;
-}
+/* ---- the process (public helpers) ---- */
+int dsi_default_threads(void) { return dsi_ncpu(); }
+size_t dsi_peak_rss(void) { return dsi_peak_rss_bytes(); }
+void dsi_reset_peak_rss(void) { dsi_rss_reset_peak(); }
+const char *dsi_isa_name(void) { return dsi_fwd_isa_best(); }
+void dsi_set_log_level(int level) { dsi_log_set_level(level); }
 
 const dsi_err *dsi_engine_error(const dsi_engine *e) { return &e->err; }
+
+const char *dsi_engine_isa(const dsi_engine *e) { return dsi_fwd_isa(e->fwd); }
+
+void dsi_engine_set_poison(dsi_engine *e, int on) {
+  e->exec.poison = on;
+  dsi_fwd_set_exec(e->fwd, &e->exec);
+}
 
 int dsi_engine_open(dsi_engine **out, dsi_model *m, const dsi_engine_opts *o, dsi_err *err) {
   dsi_engine_opts d = {0};
@@ -50,21 +58,19 @@ int dsi_engine_open(dsi_engine **out, dsi_model *m, const dsi_engine_opts *o, ds
   int nb = o->kv_blocks > 0 ? o->kv_blocks : DSI_CEIL_DIV(e->max_context, bs) * 8;
   int rc;
   e->pool = dsi_pool_new(o->n_threads > 0 ? o->n_threads : dsi_default_threads());
-  int bf16 = o->act_precision == DSI_ACT_BF16 ||
-             (o->act_precision == DSI_ACT_AUTO && m->packed && dsi_cpu_get()->level >= DSI_ISA_AMX);
+  /* the forward decides its kernels, precision and cache layout */
+  dsi_fwd_opts fo = {.max_tokens = e->max_tokens, .max_context = e->max_context, .isa = o->isa,
+                     .precision = o->act_precision, .kv_block_size = bs, .mla_form = o->mla_form,
+                     .hugepage = !o->no_hugepage};
   int row = c->kv_lora_rank + c->qk_rope_head_dim;
-  /* the cache in bf16 pair rows (kernels/attn.h) where AMX runs the bf16
-   * forward of a packed model (the row-major attention reads f32 rows) */
-  int pairs = bf16 && m->packed && dsi_attn_pairs_amx_ok() && bs % DSI_ATTN_PAIR_CHUNK == 0 &&
-              c->kv_lora_rank % 16 == 0 && row % 16 == 0;
-  if ((rc = dsi_kv_init(&e->kv, c->num_hidden_layers, row, bs, nb, pairs, err)) ||
-      (rc = dsi_fwd_new(&e->fwd, m, e->pool, e->max_tokens, e->max_context, err))) {
+  if ((rc = dsi_fwd_new(&e->fwd, m, e->pool, &fo, err)) ||
+      (rc = dsi_kv_init(&e->kv, c->num_hidden_layers, row, bs, nb, dsi_fwd_kv_pairs(e->fwd), !o->no_hugepage, err))) {
     dsi_engine_free(e);
     return rc;
   }
-  dsi_fwd_set_act_bf16(e->fwd, bf16);
-  dsi_fwd_exec_opts xo = {.exec = o->exec, .streams = o->streams > 0 ? o->streams : 1, .fuse = 1, .poison = o->poison};
-  dsi_fwd_set_exec(e->fwd, &xo);
+  e->exec = (dsi_fwd_exec_opts){.exec = o->exec, .streams = o->streams > 0 ? o->streams : 1, .fuse = 1,
+                                .min_team = o->stream_team_min};
+  dsi_fwd_set_exec(e->fwd, &e->exec);
   if (o->profile) {
     e->prof = dsi_prof_new(dsi_pool_size(e->pool), 0);
     dsi_fwd_set_prof(e->fwd, e->prof);

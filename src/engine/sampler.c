@@ -2,6 +2,7 @@
  * deterministic for a given seed. */
 #define _GNU_SOURCE
 #include "base/base.h"
+#include "dsinfer.h"
 
 #include <math.h>
 #include <stdlib.h>

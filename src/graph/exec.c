@@ -36,13 +36,13 @@ static void run_op(exec_job *j, int i, int tid, int lo, int hi, int helper) {
   dsi_team tm = {.ith = tid - lo, .nth = hi - lo, .tid = tid, .helper = helper, .bar = team_barrier(j, op),
                  .st = &r->st[i], .open = j->help ? &r->open_op : NULL, .op = i};
   double t0 = j->prof ? dsi_now() : 0;
-  dsi_op_fns[op->kind](r, op, &tm);
+  dsi_op_defs[op->kind].run(r, op, &tm);
   if (!j->prof) return;
   dsi_prof_span(j->prof, j->pids[i], tid, t0, dsi_now());
   if (tm.ith == 0 && !helper) { /* its inputs (the routing, say) live until it is complete */
-    double fl, wb, ab;
-    dsi_op_cost(r, op, &fl, &wb, &ab);
-    dsi_prof_op_cost(j->prof, j->pids[i], fl, wb, ab);
+    dsi_op_cost c = {0, 0, 0};
+    dsi_op_defs[op->kind].cost(r, op, &c);
+    dsi_prof_op_cost(j->prof, j->pids[i], c.flops, c.wbytes, c.abytes);
   }
 }
 
@@ -104,7 +104,9 @@ static int *prof_ops(const dsi_xrun *r, dsi_prof *prof) {
     const dsi_op *op = &g->ops[i];
     pids[i] = -1;
     if (op->dead) continue;
-    pids[i] = dsi_prof_op(prof, op->name, (dsi_prof_cat)op->cat, op->layer, op->team, 0, 0, 0);
+    char out[48];
+    pids[i] = dsi_prof_op(prof, op->name, (dsi_prof_cat)op->cat, op->layer, op->team,
+                          op->out[0] >= 0 ? dsi_tensor_desc(&g->ts[op->out[0]], out, sizeof out) : NULL);
   }
   return pids;
 }
@@ -119,14 +121,20 @@ static void fill_nan(void *p, size_t bytes) {
   for (size_t i = 0; i < bytes / sizeof(float); i++) f[i] = NAN;
 }
 
+/* op's k-th operand: inputs, outputs, then its workspace (-1 none) */
+#define N_OPERANDS (DSI_OP_IN + DSI_OP_OUT + 1)
+static int operand(const dsi_op *op, int k) {
+  return k < DSI_OP_IN ? op->in[k] : k < DSI_OP_IN + DSI_OP_OUT ? op->out[k - DSI_OP_IN] : op->ws;
+}
+
 /* the arena tensors op i touches last: fn(r, t) once each; only op i's
  * operands need a look (eager plans have one team, so a lifetime ends at
  * an op that touches the tensor) */
 static void for_dying(const dsi_graph *g, int i, dsi_xrun *r, void (*fn)(dsi_xrun *r, int t)) {
   const dsi_op *op = &g->ops[i];
-  int seen[DSI_OP_IN + DSI_OP_OUT], n = 0;
-  for (int k = 0; k < DSI_OP_IN + DSI_OP_OUT; k++) {
-    int t = k < DSI_OP_IN ? op->in[k] : op->out[k - DSI_OP_IN], dup = 0;
+  int seen[N_OPERANDS], n = 0;
+  for (int k = 0; k < N_OPERANDS; k++) {
+    int t = operand(op, k), dup = 0;
     if (t < 0 || g->ts[t].kind != DSI_T_ARENA || g->ts[t].last != i) continue;
     for (int q = 0; q < n; q++) dup |= seen[q] == t;
     if (dup) continue;
@@ -183,8 +191,8 @@ int dsi_exec_eager(dsi_xrun *r, dsi_pool *pool, dsi_prof *prof, dsi_err *err) {
   for (int i = 0; i < g->n_ops && !rc; i++) {
     const dsi_op *op = &g->ops[i];
     if (op->dead) continue;
-    for (int k = 0; k < DSI_OP_OUT && !rc; k++) { /* outputs taken on the spot */
-      int t = op->out[k];
+    for (int k = DSI_OP_IN; k < N_OPERANDS && !rc; k++) { /* outputs and workspace taken on the spot */
+      int t = operand(op, k);
       if (t >= 0 && g->ts[t].kind == DSI_T_ARENA && g->ts[t].first == i &&
           !(r->ptr[t] = dsi_alloc_aligned(g->ts[t].bytes)))
         rc = dsi_errf(err, DSI_E_NOMEM, "out of memory for %s of layer %d (%zu bytes)", g->ts[t].name, g->ts[t].layer,

@@ -50,28 +50,38 @@ typedef struct {
   int T;
 } builder;
 
-#define F32(n) ((size_t)(n) * sizeof(float))
+#define F32 DSI_DTYPE_F32
 
-static int tensor(builder *bd, const char *name, size_t bytes) {
-  return dsi_graph_tensor(bd->g, name, DSI_T_ARENA, bytes);
+static int tensor_n(builder *bd, const char *name, dsi_dtype dt, int ndim, const int64_t *ne) {
+  return dsi_graph_tensor(bd->g, name, DSI_T_ARENA, dt, ndim, ne);
+}
+/* an intermediate of dtype dt and shape [d0, d1, ...] */
+#define TENSOR(bd, name, dt, ...) \
+  tensor_n(bd, name, dt, (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__})
+
+/* view tensor t [T, a*b] as [T, a, b] */
+static void split_rows(builder *bd, int t, int64_t a, int64_t b) {
+  dsi_tensor *x = &bd->g->ts[t];
+  DSI_ASSERT(x->ndim == 2 && x->ne[1] == a * b);
+  x->ndim = 3;
+  x->ne[1] = a;
+  x->ne[2] = b;
 }
 
 /* y = x W^T: [T, w->rows] (SiLU pairs: [T, w->rows / 2]) */
 static int linear(builder *bd, const char *name, int cat, const dsi_mat *w, int x, int epi) {
-  int T = bd->T;
-  int y = tensor(bd, name, F32((size_t)T * (epi == DSI_EPI_SILU_PAIRS ? w->rows / 2 : w->rows)));
+  int y = TENSOR(bd, name, F32, bd->T, epi == DSI_EPI_SILU_PAIRS ? w->rows / 2 : w->rows);
   dsi_op *op = dsi_graph_op(bd->g, DSI_OP_MATMUL, name, cat);
   op->w = w;
   op->epi = epi;
   op->in[0] = x;
   op->out[0] = y;
-  if (w->layout == DSI_LAYOUT_TILES) op->out[1] = tensor(bd, "prep", dsi_prep_bytes(T, w->cols, w->kpad, 1));
   return y;
 }
 
 /* rmsnorm(x) * weight over rows of width n, into a new tensor (or in place: out = x) */
 static int rmsnorm(builder *bd, const char *name, int cat, const float *weight, int x, int n, int in_place) {
-  int y = in_place ? x : tensor(bd, name, F32((size_t)bd->T * n));
+  int y = in_place ? x : TENSOR(bd, name, F32, bd->T, n);
   dsi_op *op = dsi_graph_op(bd->g, DSI_OP_RMSNORM, name, cat);
   op->vec = weight;
   op->epi = n;
@@ -90,23 +100,24 @@ static void add(builder *bd, const char *name, int cat, int x, int y, int n) {
 }
 
 /* ---- MLA ---- */
-static int mla(builder *bd, const dsi_layer_weights *w, int xn, int layer) {
+static int mla(builder *bd, const dsi_layer_weights *w, int xn) {
   const dsi_fctx *f = bd->f;
   const dsi_config *c = f->c;
   dsi_graph *g = bd->g;
   int T = bd->T, H = c->num_attention_heads, nope = c->qk_nope_head_dim, rope = c->qk_rope_head_dim;
   int kvl = c->kv_lora_rank, row = kvl + rope, vd = c->v_head_dim;
-  int kv_cache = dsi_graph_tensor(g, "kv_cache", DSI_T_KV, 0);
+  int kv_cache = dsi_graph_tensor(g, "kv_cache", DSI_T_KV, f->kv_pairs ? DSI_DTYPE_BF16 : F32, 0, NULL);
   /* the q and kv down-projections are independent: two streams */
   dsi_graph_fork(g);
   int q;
   if (c->q_lora_rank > 0) {
     int q_a = linear(bd, "q_a_proj", DSI_PROF_ATTN, &w->q_a_proj, xn, DSI_EPI_STORE); /* [T, q_lora] */
     rmsnorm(bd, "q_a_norm", DSI_PROF_ATTN, w->q_a_layernorm, q_a, c->q_lora_rank, 1);
-    q = linear(bd, "q_b_proj", DSI_PROF_ATTN, &w->q_b_proj, q_a, DSI_EPI_STORE); /* [T, H, nope + rope] */
+    q = linear(bd, "q_b_proj", DSI_PROF_ATTN, &w->q_b_proj, q_a, DSI_EPI_STORE);
   } else {
     q = linear(bd, "q_proj", DSI_PROF_ATTN, &w->q_proj, xn, DSI_EPI_STORE);
   }
+  split_rows(bd, q, H, nope + rope); /* [T, H, nope + rope] */
   dsi_op *op = dsi_graph_op(g, DSI_OP_ROPE_Q, "rope_q", DSI_PROF_ATTN);
   op->in[0] = op->out[0] = q;
   dsi_graph_stream(g, 1);
@@ -117,8 +128,8 @@ static int mla(builder *bd, const dsi_layer_weights *w, int xn, int layer) {
   op->out[0] = kv_cache;
   dsi_graph_join(g);
 
-  int attn = tensor(bd, "attn", F32((size_t)T * H * vd)); /* [T, H, v_head_dim] */
-  if (!w->w_uk_t.data) {
+  int attn = TENSOR(bd, "attn", F32, T, H, vd); /* [T, H, v_head_dim] */
+  if (w->mla_fmt == DSI_MLA_KV_B) {
     op = dsi_graph_op(g, DSI_OP_ATTN_ROWMAJOR, "attn_core", DSI_PROF_ATTN);
     op->lw = w;
     op->in[0] = q;
@@ -127,41 +138,28 @@ static int mla(builder *bd, const dsi_layer_weights *w, int xn, int layer) {
   } else {
     /* absorbed, in chunks of attn_chunk tokens: queries into latent space,
      * the core over the cache, back out through W_UV */
-    int chunk = DSI_MIN(T, f->attn_chunk), seg = T >= 16; /* prefill segments need >= 16 tokens */
-    size_t ctx_pad = DSI_CEIL_DIV(f->max_context, DSI_TILE_K) * DSI_TILE_K;
-    size_t ctx_rows = DSI_CEIL_DIV(f->max_context, DSI_TILE_N) * DSI_TILE_N;
-    size_t row_pad = DSI_CEIL_DIV(row, DSI_TILE_K) * DSI_TILE_K;
-    size_t core_prep = DSI_MAX(7 * F32(f->att_s_len) + F32(64 * H) + 4096,
-                               dsi_prep_bytes((long)DSI_MIN(64, chunk) * H, row, (int)row_pad, 1));
+    int chunk = DSI_MIN(T, f->attn_chunk);
     for (int t0 = 0; t0 < T; t0 += chunk) {
-      int q_lat = tensor(bd, "q_lat", F32((size_t)chunk * H * row)); /* [chunk, H, kv_lora + rope] */
+      int q_lat = TENSOR(bd, "q_lat", F32, chunk, H, row); /* [chunk, H, kv_lora + rope] */
       op = dsi_graph_op(g, DSI_OP_ATTN_QLAT, "w_uk", DSI_PROF_ATTN);
       op->lw = w;
       op->t0 = t0;
       op->in[0] = q;
       op->out[0] = q_lat;
-      op->out[1] = tensor(bd, "prep", dsi_prep_bytes((long)chunk * H, nope, w->w_uk_t.kpad, H));
-      int o_lat = tensor(bd, "o_lat", F32((size_t)chunk * H * kvl)); /* [chunk, H, kv_lora] */
+      int o_lat = TENSOR(bd, "o_lat", F32, chunk, H, kvl); /* [chunk, H, kv_lora] */
       op = dsi_graph_op(g, DSI_OP_ATTN_CORE, "attn_core", DSI_PROF_ATTN);
       op->lw = w;
       op->t0 = t0;
       op->in[0] = q_lat;
       op->in[1] = kv_cache;
       op->out[0] = o_lat;
-      op->out[1] = tensor(bd, "att_scores", seg ? F32(f->att_s_len) : 64);
-      op->out[2] = tensor(bd, "att_k", seg ? F32(ctx_rows * row_pad) : 64);
-      op->out[3] = tensor(bd, "att_vt", seg ? F32(DSI_CEIL_DIV(kvl, DSI_TILE_N) * DSI_TILE_N * ctx_pad) : 64);
-      op->out[4] = tensor(bd, "att_slots", seg ? F32(f->max_context) : 64);
-      op->out[5] = tensor(bd, "att_skip", (size_t)chunk);
-      op->out[6] = tensor(bd, "prep", seg ? core_prep : 64);
       op = dsi_graph_op(g, DSI_OP_ATTN_OUT, "w_uv", DSI_PROF_ATTN);
       op->lw = w;
       op->t0 = t0;
       op->in[0] = o_lat;
       op->out[0] = attn;
-      op->out[1] = tensor(bd, "prep", dsi_prep_bytes((long)chunk * H, kvl, w->w_uv.kpad, H));
     }
-    if (f->mla && seg) { /* prefill segments the cost model gives to the non-absorbed form */
+    if (f->mla && T >= DSI_MLA_SEGMENT_MIN) { /* prefill segments the cost model gives to the non-absorbed form */
       op = dsi_graph_op(g, DSI_OP_ATTN_NAIVE, "attn_naive", DSI_PROF_ATTN);
       op->lw = w;
       op->in[0] = q;
@@ -169,7 +167,6 @@ static int mla(builder *bd, const dsi_layer_weights *w, int xn, int layer) {
       op->out[0] = attn;
     }
   }
-  (void)layer;
   return linear(bd, "o_proj", DSI_PROF_ATTN, &w->o_proj, attn, DSI_EPI_STORE); /* [T, hidden] */
 }
 
@@ -182,11 +179,11 @@ static const mlp_names k_dense = {"dense_gate_up", "dense_gate", "dense_up", "de
 static const mlp_names k_shared = {"shared_gate_up", "shared_gate", "shared_up", "shared_down", DSI_PROF_MOE};
 
 static int mlp(builder *bd, const mlp_names *k, const dsi_layer_weights *w, int xn) {
-  if (w->gate_up.data) { /* packed: gate and up in one pass, SiLU-mul fused */
-    int h = linear(bd, k->gate_up, k->cat, &w->gate_up, xn, DSI_EPI_SILU_PAIRS);
+  if (w->ffn_fmt == DSI_FFN_GATE_UP) { /* gate and up in one pass, SiLU-mul fused */
+    int h = linear(bd, k->gate_up, k->cat, &w->gate_up, xn, DSI_EPI_SILU_PAIRS); /* [T, inter] */
     return linear(bd, k->down, k->cat, &w->down_proj, h, DSI_EPI_STORE);
   }
-  int hg = linear(bd, k->gate, k->cat, &w->gate_proj, xn, DSI_EPI_STORE);
+  int hg = linear(bd, k->gate, k->cat, &w->gate_proj, xn, DSI_EPI_STORE); /* [T, inter] */
   int hu = linear(bd, k->up, k->cat, &w->up_proj, xn, DSI_EPI_STORE);
   dsi_op *op = dsi_graph_op(bd->g, DSI_OP_SILU_MUL, "silu_mul", k->cat);
   op->epi = w->gate_proj.rows;
@@ -210,16 +207,16 @@ static int moe(builder *bd, const dsi_layer_weights *w, int xn) {
     dsi_graph_stream(g, 0);
   }
   int scores = linear(bd, "router", DSI_PROF_MOE, &w->gate, xn, DSI_EPI_STORE); /* [T, n_experts] */
-  int ids = tensor(bd, "topk_ids", (size_t)T * K * sizeof(int32_t)), weights = tensor(bd, "topk_w", F32((size_t)T * K));
+  int ids = TENSOR(bd, "topk_ids", DSI_DTYPE_I32, T, K), weights = TENSOR(bd, "topk_w", F32, T, K);
   dsi_op *op = dsi_graph_op(g, DSI_OP_ROUTER_TOPK, "router_topk", DSI_PROF_MOE);
   op->lw = w;
   op->in[0] = scores;
   op->out[0] = ids;
   op->out[1] = weights;
-  int start = tensor(bd, "exp_start", (size_t)(E + 1) * sizeof(int32_t)); /* expert e: pairs [start[e], start[e+1]) */
-  int tok = tensor(bd, "exp_tok", (size_t)T * K * sizeof(int32_t));       /* token of each pair, by expert */
-  int pw = tensor(bd, "exp_w", F32((size_t)T * K));                      /* its routing weight */
-  int routed = tensor(bd, "moe_out", F32((size_t)T * D));                /* [T, hidden] routed experts' sum */
+  int start = TENSOR(bd, "exp_start", DSI_DTYPE_I32, E + 1); /* expert e: pairs [start[e], start[e+1]) */
+  int tok = TENSOR(bd, "exp_tok", DSI_DTYPE_I32, T * K);     /* token of each pair, by expert */
+  int pw = TENSOR(bd, "exp_w", F32, T * K);                  /* its routing weight */
+  int routed = TENSOR(bd, "moe_out", F32, T, D);             /* [T, hidden] routed experts' sum */
   op = dsi_graph_op(g, DSI_OP_MOE_SORT, "moe_sort", DSI_PROF_MOE);
   op->in[0] = ids;
   op->in[1] = weights;
@@ -227,16 +224,14 @@ static int moe(builder *bd, const dsi_layer_weights *w, int xn) {
   op->out[1] = tok;
   op->out[2] = pw;
   op->out[3] = routed;
-  if (w->exp_gate_up && w->exp_gate_up[0].data) {
-    const dsi_mat *gu = &w->exp_gate_up[0], *dn = &w->exp_down[0];
-    int h = tensor(bd, "moe_hidden", F32((size_t)T * K * (gu->rows / 2))); /* [pairs, moe_inter] */
+  if (w->ffn_fmt == DSI_FFN_GATE_UP) { /* the grouped expert matmul */
+    int h = TENSOR(bd, "moe_hidden", F32, T * K, w->exp_gate_up[0].rows / 2); /* [pairs, moe_inter] */
     op = dsi_graph_op(g, DSI_OP_MOE_GATE_UP, "moe_gate_up", DSI_PROF_MOE);
     op->lw = w;
     op->in[0] = xn;
     op->in[1] = start;
     op->in[2] = tok;
     op->out[0] = h;
-    op->out[1] = tensor(bd, "prep", dsi_prep_bytes((long)T * K, gu->cols, gu->kpad, E));
     op = dsi_graph_op(g, DSI_OP_MOE_DOWN, "moe_down", DSI_PROF_MOE);
     op->lw = w;
     op->in[0] = h;
@@ -244,9 +239,7 @@ static int moe(builder *bd, const dsi_layer_weights *w, int xn) {
     op->in[2] = tok;
     op->in[3] = pw;
     op->out[0] = routed;
-    op->out[1] = tensor(bd, "prep", dsi_prep_bytes((long)T * K, dn->cols, dn->kpad, E));
   } else {
-    int I = c->moe_intermediate_size;
     op = dsi_graph_op(g, DSI_OP_MOE_ROWMAJOR, "moe_experts", DSI_PROF_MOE);
     op->lw = w;
     op->in[0] = xn;
@@ -254,10 +247,6 @@ static int moe(builder *bd, const dsi_layer_weights *w, int xn) {
     op->in[2] = tok;
     op->in[3] = pw;
     op->out[0] = routed;
-    op->out[1] = tensor(bd, "moe_xg", F32((size_t)T * D));
-    op->out[2] = tensor(bd, "moe_yg", F32((size_t)T * D));
-    op->out[3] = tensor(bd, "moe_gate", F32((size_t)T * I));
-    op->out[4] = tensor(bd, "moe_up", F32((size_t)T * I));
   }
   dsi_graph_join(g);
   if (shared < 0) return routed;
@@ -272,29 +261,34 @@ static dsi_graph *build(const dsi_fctx *f, int T) {
   int D = c->hidden_size;
   builder bd = {f, dsi_graph_new(T), T};
   dsi_graph *g = bd.g;
-  int x = tensor(&bd, "x", F32((size_t)T * D)); /* [T, hidden] the residual stream */
+  int x = TENSOR(&bd, "x", F32, T, D); /* [T, hidden] the residual stream */
   dsi_op *op = dsi_graph_op(g, DSI_OP_EMBED, "embed", DSI_PROF_OTHER);
   op->out[0] = x;
   for (int L = 0; L < c->num_hidden_layers; L++) {
     const dsi_layer_weights *w = &m->layers[L];
     g->cur_layer = L;
     int xn = rmsnorm(&bd, "attn_norm", DSI_PROF_OTHER, w->input_layernorm, x, D, 0);
-    add(&bd, "residual_add", DSI_PROF_OTHER, x, mla(&bd, w, xn, L), D);
+    add(&bd, "residual_add", DSI_PROF_OTHER, x, mla(&bd, w, xn), D);
     xn = rmsnorm(&bd, "ffn_norm", DSI_PROF_OTHER, w->post_attention_layernorm, x, D, 0);
     add(&bd, "residual_add", DSI_PROF_OTHER, x, w->is_moe ? moe(&bd, w, xn) : mlp(&bd, &k_dense, w, xn), D);
   }
   g->cur_layer = -1;
   int xf = rmsnorm(&bd, "final_norm", DSI_PROF_LM_HEAD, m->norm, x, D, 0);
   g->ops[g->n_ops - 1].flags |= DSI_ROWS_LOGITS;
-  int logits = dsi_graph_tensor(g, "logits", DSI_T_LOGITS, 0);
+  int logits = dsi_graph_tensor(g, "logits", DSI_T_LOGITS, F32, 2, (int64_t[]){T, c->vocab_size});
   op = dsi_graph_op(g, DSI_OP_MATMUL, "lm_head", DSI_PROF_LM_HEAD);
   op->w = &m->lm_head;
   op->epi = DSI_EPI_STORE;
   op->flags = DSI_ROWS_LOGITS;
   op->in[0] = xf;
   op->out[0] = logits;
-  if (m->lm_head.layout == DSI_LAYOUT_TILES)
-    op->out[1] = tensor(&bd, "prep", dsi_prep_bytes(T, m->lm_head.cols, m->lm_head.kpad, 1));
+  /* every op's workspace, as its table entry sizes it */
+  for (int i = 0; i < g->n_ops; i++) {
+    const dsi_op_def *d = &dsi_op_defs[g->ops[i].kind];
+    if (!d->ws) continue;
+    dsi_op_ws ws = d->ws(f, &g->ops[i], T);
+    dsi_graph_workspace(g, i, ws.shared, ws.thread, f->mm.nth);
+  }
   return g;
 }
 
@@ -329,6 +323,7 @@ struct dsi_fwd {
   size_t bars_cap;
   int *pids;    /* [st_cap] */
   uint8_t *naive; /* [max_tokens] this step's tokens in non-absorbed segments */
+  int hugepage;   /* advise huge pages for the arena */
 };
 
 int dsi_fwd_bucket(const dsi_fwd *fw, int T) {
@@ -338,8 +333,8 @@ int dsi_fwd_bucket(const dsi_fwd *fw, int T) {
 }
 
 static dsi_plan_opts plan_opts(const dsi_fwd *fw) {
-  return (dsi_plan_opts){.fuse = fw->x.fuse, .act_bf16 = fw->f.act_bf16, .streams = fw->x.streams,
-                         .n_threads = fw->f.nth, .min_team = fw->x.min_team};
+  return (dsi_plan_opts){.fuse = fw->x.fuse, .act_bf16 = fw->f.mm.act_bf16, .streams = fw->x.streams,
+                         .n_threads = fw->f.mm.nth, .min_team = fw->x.min_team};
 }
 
 /* the plan for T's bucket, captured on first use */
@@ -360,7 +355,7 @@ static dsi_graph *plan_for(dsi_fwd *fw, int T, dsi_err *err) {
   if (g->arena_bytes > fw->arena_cap) {
     dsi_free_aligned(fw->arena);
     fw->arena_cap = 0;
-    if (!(fw->arena = dsi_alloc_aligned(g->arena_bytes))) {
+    if (!(fw->arena = dsi_alloc_aligned_huge(g->arena_bytes, fw->hugepage))) {
       dsi_graph_free(g);
       return dsi_errf(err, DSI_E_NOMEM, "cannot allocate the %.1f MB activation arena for %d tokens",
                       g->arena_bytes / 1e6, bucket), NULL;
@@ -447,7 +442,7 @@ int dsi_fwd_plan_stats(dsi_fwd *fw, int T, dsi_fwd_stats *s, dsi_err *err) {
 int dsi_fwd_check_plan(dsi_fwd *fw, int T, char *why, size_t why_len, dsi_err *err) {
   dsi_graph *g = plan_for(fw, T, err);
   if (!g) return err->status;
-  return dsi_graph_check(g, fw->f.nth, why, why_len);
+  return dsi_graph_check(g, fw->f.mm.nth, why, why_len);
 }
 
 void dsi_fwd_dump_plan(dsi_fwd *fw, int T, FILE *out) {
@@ -466,64 +461,57 @@ static void drop_plans(dsi_fwd *fw) {
 void dsi_fwd_set_exec(dsi_fwd *fw, const dsi_fwd_exec_opts *x) {
   fw->x = *x;
   if (fw->x.streams < 1) fw->x.streams = 1;
-  /* for measurements and tests: split forks into teams of fewer workers */
-  const char *mt = getenv("DSINFER_STREAM_TEAM_MIN");
-  if (!fw->x.min_team && mt && atoi(mt) > 0) fw->x.min_team = atoi(mt);
   drop_plans(fw);
 }
 
 /* ---- set-up ---- */
-int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, int max_tokens, int max_context,
-                dsi_err *err) {
+int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, const dsi_fwd_opts *o, dsi_err *err) {
   const dsi_config *c = &m->cfg;
+  int max_tokens = o->max_tokens, max_context = o->max_context;
+  int cap = o->isa ? dsi_isa_parse(o->isa) : DSI_ISA_AMX;
+  if (cap < 0) return dsi_errf(err, DSI_E_INVAL, "isa '%s' is not one of scalar, avx2, avx512, amx", o->isa);
+  if (o->mla_form < DSI_MLA_AUTO || o->mla_form > DSI_MLA_NAIVE)
+    return dsi_errf(err, DSI_E_INVAL, "MLA form %d is not one of auto, absorb, naive", o->mla_form);
   dsi_fwd *fw = dsi_xcalloc(1, sizeof *fw);
   dsi_fctx *f = &fw->f;
   fw->pool = pool;
+  fw->hugepage = o->hugepage;
   fw->x = (dsi_fwd_exec_opts){.exec = DSI_EXEC_GRAPH, .streams = 1, .fuse = 1};
   f->m = m;
   f->c = c;
-  f->nth = dsi_pool_size(pool);
+  /* the kernels, and what they multiply: bf16 activations where AMX runs
+   * (packed weights), unless told; the cache in bf16 pair rows where AMX
+   * runs the bf16 forward (the row-major attention reads f32 rows) */
+  const dsi_kern *k = dsi_kern_get((dsi_isa)cap);
+  int bf16 = o->precision == DSI_ACT_BF16 || (o->precision == DSI_ACT_AUTO && m->packed && k->amx);
+  int H = c->num_attention_heads, kvl = c->kv_lora_rank, row = kvl + c->qk_rope_head_dim;
+  f->mm = (dsi_mm){.k = k, .act_bf16 = bf16, .nth = dsi_pool_size(pool)};
+  f->kv_pairs = bf16 && m->packed && k->amx && o->kv_block_size % DSI_ATTN_PAIR_CHUNK == 0 && kvl % 16 == 0 &&
+                row % 16 == 0;
   f->max_tokens = max_tokens;
   f->max_context = max_context;
   f->softmax_scale = dsi_config_softmax_scale(c);
-  int H = c->num_attention_heads, D = c->hidden_size, kvl = c->kv_lora_rank, E = c->n_routed_experts;
-  long inter = DSI_MAX((long)c->intermediate_size, (long)c->moe_intermediate_size * DSI_MAX(c->n_shared_experts, 1));
   /* the absorbed attention's latent buffers hold a chunk of tokens: <= 32 MB each */
   f->attn_chunk = (int)DSI_MAX(1, DSI_MIN((long)max_tokens, (32l << 20) / ((long)H * kvl * 4)));
   size_t ctx_pad = DSI_CEIL_DIV(max_context, DSI_TILE_K) * DSI_TILE_K;
   f->att_s_len = DSI_MAX((size_t)H * ctx_pad, DSI_MIN((size_t)max_tokens * H * ctx_pad, (size_t)8 << 20));
-  long kpad_max = DSI_CEIL_DIV(DSI_MAX(DSI_MAX(D, inter), DSI_MAX(DSI_MAX(c->q_lora_rank, kvl), H * c->v_head_dim)),
-                               DSI_TILE_K) * DSI_TILE_K;
-  /* scratch: the widest weight row, attention's 3 latent rows + scores, a
-   * head group's scores, the router's, or a matmul kernel's */
-  size_t widest = DSI_MAX(DSI_MAX(D, inter), DSI_MAX(H * c->v_head_dim, DSI_MAX(c->q_lora_rank, kvl)));
-  f->scratch_len = DSI_MAX(widest, (size_t)3 * kvl + max_context);
-  f->scratch_len = DSI_MAX(f->scratch_len, (size_t)2 * DSI_MAX(E, 1));
-  f->scratch_len = DSI_MAX(f->scratch_len, (size_t)(8 + 2) * max_context); /* head group's scores, row pointers */
-  /* or the pair rows' AMX attention's workspace for every head (ops.c core_tokens) */
-  f->scratch_len = DSI_MAX(f->scratch_len, DSI_ATTN_PAIRS_WS(H, kvl + c->qk_rope_head_dim) / sizeof(float));
-  f->scratch_len = DSI_MAX(f->scratch_len, DSI_GEMM_SCRATCH(DSI_MAX(kpad_max, (long)max_context + DSI_TILE_K)) / sizeof(float));
-  int ok = dsi_fctx_workers(f, f->nth, DSI_MAX(H, E) + 2, f->scratch_len) == DSI_OK;
   size_t half = c->qk_rope_head_dim / 2;
   f->rope_cos = dsi_alloc_aligned((size_t)max_context * half * sizeof(float));
   f->rope_sin = dsi_alloc_aligned((size_t)max_context * half * sizeof(float));
-  if (!ok || !f->rope_cos || !f->rope_sin) {
+  if (!f->rope_cos || !f->rope_sin) {
     dsi_fwd_free(fw);
     return dsi_errf(err, DSI_E_NOMEM, "cannot allocate the forward's tables for %d positions", max_context);
   }
   dsi_rope_tables(c, max_context, f->rope_cos, f->rope_sin);
   fw->naive = dsi_xcalloc(max_tokens, 1);
-  if (m->layers[0].w_uk.data && !(f->mla = dsi_mla_prefill_new(c, max_tokens, max_context, f->nth))) {
-    dsi_fwd_free(fw);
-    return dsi_errf(err, DSI_E_NOMEM, "cannot allocate the non-absorbed prefill's buffers");
-  }
+  if (m->layers[0].mla_fmt == DSI_MLA_SPLIT) f->mla = dsi_mla_prefill_new(c, max_tokens, max_context, o->mla_form);
   /* per-head panels of the absorbed factors, once */
   int NL = c->num_hidden_layers;
   f->uk = dsi_xcalloc((size_t)NL * H, sizeof(dsi_mat));
   f->uv = dsi_xcalloc((size_t)NL * H, sizeof(dsi_mat));
   for (int L = 0; L < NL; L++) {
     const dsi_layer_weights *w = &m->layers[L];
-    if (!w->w_uk_t.data) continue;
+    if (w->mla_fmt != DSI_MLA_SPLIT) continue;
     for (int h = 0; h < H; h++) {
       f->uk[(size_t)L * H + h] = dsi_mat_panels(&w->w_uk_t, h * kvl / DSI_TILE_N, kvl);
       f->uv[(size_t)L * H + h] = dsi_mat_panels(&w->w_uv, h * c->v_head_dim / DSI_TILE_N, c->v_head_dim);
@@ -533,18 +521,16 @@ int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, int max_token
   return DSI_OK;
 }
 
-void dsi_fwd_set_act_bf16(dsi_fwd *fw, int on) {
-  fw->f.act_bf16 = on;
-  drop_plans(fw); /* fusion depends on it */
-}
 void dsi_fwd_set_prof(dsi_fwd *fw, dsi_prof *p) { fw->prof = p; }
-int dsi_fwd_act_bf16(const dsi_fwd *fw) { return fw->f.act_bf16; }
+int dsi_fwd_act_bf16(const dsi_fwd *fw) { return fw->f.mm.act_bf16; }
+int dsi_fwd_kv_pairs(const dsi_fwd *fw) { return fw->f.kv_pairs; }
+const char *dsi_fwd_isa(const dsi_fwd *fw) { return dsi_isa_str(fw->f.mm.k->level); }
+const char *dsi_fwd_isa_best(void) { return dsi_isa_str(dsi_kern_best()->level); }
 
 void dsi_fwd_free(dsi_fwd *fw) {
   if (!fw) return;
   dsi_fctx *f = &fw->f;
   drop_plans(fw);
-  dsi_fctx_workers_free(f);
   dsi_free_aligned(f->rope_cos);
   dsi_free_aligned(f->rope_sin);
   free(f->uk);

@@ -28,7 +28,7 @@ typedef struct dsi_fwd_batch {
 /* The latent cache of one layer: row s holds [c_kv (kv_lora_rank) | k_pe
  * (qk_rope_head_dim)] of the token in slot s, in f32; or, where pair is
  * not NULL (AMX, bf16 forward, packed model), in bf16 position pairs
- * (kernels/attn.h) instead, and layer's entries are NULL. */
+ * (tensor/paged.h) instead, and layer's entries are NULL. */
 typedef struct dsi_fwd_cache {
   float **layer;   /* [num_hidden_layers] -> [n_slots, kv_lora + rope], or NULL entries */
   uint16_t **pair; /* NULL or [num_hidden_layers] -> [n_slots / 2, 2 (kv_lora + rope)] bf16 */
@@ -37,6 +37,18 @@ typedef struct dsi_fwd_cache {
 } dsi_fwd_cache;
 
 typedef struct dsi_fwd dsi_fwd;
+
+/* what the forward is opened for */
+typedef struct dsi_fwd_opts {
+  int max_tokens;    /* most tokens in one batch */
+  int max_context;   /* longest sequence */
+  const char *isa;   /* the kernels' level: NULL for the best this CPU runs, or a cap
+                        ("scalar" | "avx2" | "avx512" | "amx") */
+  int precision;     /* DSI_ACT_* (dsinfer.h) */
+  int kv_block_size; /* the cache's block size: pair rows need a multiple of 32 */
+  int mla_form;      /* DSI_MLA_* (dsinfer.h): the prefill attention's form */
+  int hugepage;      /* advise huge pages for the activation arena */
+} dsi_fwd_opts;
 
 /* how the forward runs (see DSI_EXEC_* in dsinfer.h) */
 typedef struct dsi_fwd_exec_opts {
@@ -47,12 +59,18 @@ typedef struct dsi_fwd_exec_opts {
   int min_team;/* streams: workers each team needs for a fork to be split (0 = 2) */
 } dsi_fwd_exec_opts;
 
-int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, int max_tokens, int max_context,
-                dsi_err *err);
+/* The forward of m on pool's threads: its kernels, precision and cache
+ * layout decided here from o. DSI_E_INVAL for an unknown isa; DSI_E_NOMEM. */
+int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, const dsi_fwd_opts *o, dsi_err *err);
 void dsi_fwd_free(dsi_fwd *f);
 /* matmuls see activations rounded to bf16 (see DSI_ACT_BF16) */
-void dsi_fwd_set_act_bf16(dsi_fwd *f, int on);
 int dsi_fwd_act_bf16(const dsi_fwd *f);
+/* the latent cache it reads: bf16 pair rows (1) or f32 rows (0) */
+int dsi_fwd_kv_pairs(const dsi_fwd *f);
+/* the level of the kernels it runs ("amx", "avx512", ...) */
+const char *dsi_fwd_isa(const dsi_fwd *f);
+/* the best level this CPU runs */
+const char *dsi_fwd_isa_best(void);
 /* label every op in p (NULL: stop); p observes the pool the forward runs on */
 typedef struct dsi_prof dsi_prof;
 void dsi_fwd_set_prof(dsi_fwd *f, dsi_prof *p);

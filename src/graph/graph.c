@@ -34,13 +34,47 @@ void dsi_graph_free(dsi_graph *g) {
   free(g);
 }
 
-int dsi_graph_tensor(dsi_graph *g, const char *name, int kind, size_t bytes) {
+int dsi_graph_tensor(dsi_graph *g, const char *name, int kind, dsi_dtype dtype, int ndim, const int64_t *ne) {
+  DSI_ASSERT(ndim >= 0 && ndim <= DSI_MAX_DIMS);
   if (g->n_ts == g->cap_ts) {
     g->cap_ts = g->cap_ts ? 2 * g->cap_ts : 64;
     g->ts = dsi_xrealloc(g->ts, g->cap_ts * sizeof *g->ts);
   }
-  g->ts[g->n_ts] = (dsi_tensor){.name = name, .layer = g->cur_layer, .kind = kind, .bytes = bytes, .first = -1, .last = -1};
+  dsi_tensor *t = &g->ts[g->n_ts];
+  *t = (dsi_tensor){.name = name, .layer = g->cur_layer, .kind = kind, .dtype = dtype, .ndim = ndim, .first = -1,
+                    .last = -1};
+  size_t n = ndim > 0;
+  for (int d = 0; d < ndim; d++) {
+    DSI_ASSERT(ne[d] >= 0);
+    t->ne[d] = ne[d];
+    n *= (size_t)ne[d];
+  }
+  t->bytes = n * dsi_dtype_size(dtype);
   return g->n_ts++;
+}
+
+static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+void dsi_graph_workspace(dsi_graph *g, int i, size_t shared, size_t thread, int nth) {
+  dsi_op *op = &g->ops[i];
+  op->ws_shared = align64(shared);
+  op->ws_thread = align64(thread);
+  if (!shared && !thread) return;
+  int save = g->cur_layer;
+  g->cur_layer = op->layer;
+  int64_t bytes = (int64_t)(op->ws_shared + (size_t)nth * op->ws_thread);
+  op->ws = dsi_graph_tensor(g, "ws", DSI_T_ARENA, DSI_DTYPE_U8, 1, &bytes);
+  g->cur_layer = save;
+}
+
+char *dsi_tensor_desc(const dsi_tensor *t, char *buf, size_t len) {
+  static const char *const names[DSI_DTYPE_COUNT] = {
+    [DSI_DTYPE_F32] = "f32", [DSI_DTYPE_BF16] = "bf16", [DSI_DTYPE_F16] = "f16", [DSI_DTYPE_F8_E4M3] = "fp8",
+    [DSI_DTYPE_I32] = "i32", [DSI_DTYPE_I64] = "i64", [DSI_DTYPE_I8] = "i8", [DSI_DTYPE_U8] = "u8"};
+  size_t at = (size_t)snprintf(buf, len, "%s[", (unsigned)t->dtype < DSI_DTYPE_COUNT ? names[t->dtype] : "?");
+  for (int d = 0; d < t->ndim && at < len; d++) at += (size_t)snprintf(buf + at, len - at, "%s%lld", d ? "," : "", (long long)t->ne[d]);
+  if (at < len) snprintf(buf + at, len - at, t->ndim ? "]" : "...]");
+  return buf;
 }
 
 dsi_op *dsi_graph_op(dsi_graph *g, dsi_op_kind kind, const char *name, int cat) {
@@ -58,6 +92,7 @@ dsi_op *dsi_graph_op(dsi_graph *g, dsi_op_kind kind, const char *name, int cat) 
   op->stream = g->cur_region >= 0 ? g->cur_stream : 0;
   for (int i = 0; i < DSI_OP_IN; i++) op->in[i] = -1;
   for (int i = 0; i < DSI_OP_OUT; i++) op->out[i] = -1;
+  op->ws = -1;
   return op;
 }
 
@@ -83,6 +118,7 @@ static int accesses(const dsi_op *op, access *a) {
     if (op->in[i] >= 0) a[n++] = (access){op->in[i], 0};
   for (int i = 0; i < DSI_OP_OUT; i++)
     if (op->out[i] >= 0) a[n++] = (access){op->out[i], 1};
+  if (op->ws >= 0) a[n++] = (access){op->ws, 1};
   return n;
 }
 
@@ -95,7 +131,7 @@ static int tensors_overlap(const dsi_graph *g, int a, int b) {
 
 /* ops i and j touch the same bytes and one of them writes them */
 static int ops_conflict(const dsi_graph *g, const dsi_op *i, const dsi_op *j) {
-  access ai[DSI_OP_IN + DSI_OP_OUT], aj[DSI_OP_IN + DSI_OP_OUT];
+  access ai[DSI_OP_IN + DSI_OP_OUT + 1], aj[DSI_OP_IN + DSI_OP_OUT + 1];
   int ni = accesses(i, ai), nj = accesses(j, aj);
   for (int x = 0; x < ni; x++)
     for (int y = 0; y < nj; y++)
@@ -163,7 +199,8 @@ static void fuse(dsi_graph *g, const dsi_plan_opts *o) {
     if (w) {
       int save = g->cur_layer;
       g->cur_layer = norm->layer;
-      norm->out[1] = dsi_graph_tensor(g, "xn_bf16", DSI_T_ARENA, DSI_XB_ROWS(g->T) * w->kpad * sizeof(uint16_t));
+      int64_t shape[2] = {(int64_t)DSI_XB_ROWS(g->T), w->kpad}; /* bf16 rows in AMX tile order */
+      norm->out[1] = dsi_graph_tensor(g, "xn_bf16", DSI_T_ARENA, DSI_DTYPE_BF16, 2, shape);
       g->cur_layer = save;
       norm->w = w;
     }
@@ -239,7 +276,7 @@ static void lifetimes(dsi_graph *g) {
     if (op->dead) continue;
     int a = i, b = i;
     if (op->team != DSI_TEAM_ALL) a = r0[op->region], b = r1[op->region];
-    access acc[DSI_OP_IN + DSI_OP_OUT];
+    access acc[DSI_OP_IN + DSI_OP_OUT + 1];
     int n = accesses(op, acc);
     for (int k = 0; k < n; k++) {
       dsi_tensor *t = &g->ts[acc[k].t];
@@ -263,8 +300,6 @@ static int by_off(const void *a, const void *b, void *ts) {
   const dsi_tensor *x = &((const dsi_tensor *)ts)[*(const int *)a], *y = &((const dsi_tensor *)ts)[*(const int *)b];
   return (x->off > y->off) - (x->off < y->off);
 }
-
-static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 static void plan_memory(dsi_graph *g) {
   int *order = dsi_xmalloc(g->n_ts * sizeof(int)), *placed = dsi_xmalloc(g->n_ts * sizeof(int)),
@@ -399,10 +434,11 @@ void dsi_graph_dump(const dsi_graph *g, void *file) {
     for (int d = 0; d < op->n_deps; d++) fprintf(f, " %d", op->deps[d]);
     fprintf(f, "\n");
   }
+  char desc[96];
   for (int t = 0; t < g->n_ts; t++) {
     const dsi_tensor *x = &g->ts[t];
     if (x->kind == DSI_T_ARENA && x->first >= 0)
-      fprintf(f, "  t%-4d %-12s L%-3d %10zu B at %10zu, ops %d..%d\n", t, x->name, x->layer, x->bytes, x->off,
-              x->first, x->last);
+      fprintf(f, "  t%-4d %-12s L%-3d %-26s %10zu B at %10zu, ops %d..%d\n", t, x->name, x->layer,
+              dsi_tensor_desc(x, desc, sizeof desc), x->bytes, x->off, x->first, x->last);
   }
 }

@@ -1,15 +1,17 @@
 /* graph: the op IR — ops record, executors run. A graph is built for one
- * shape bucket (at most T tokens); the planner fuses chains of ops, assigns
- * ops to worker teams (streams), gives every intermediate tensor a static
- * offset in one arena from its lifetime, and derives, for each op, the
- * earlier ops it must wait for: barriers only where data flows. */
+ * shape bucket (at most T tokens); its tensors have a dtype and a shape,
+ * and every op's workspace is a tensor too. The planner fuses chains of
+ * ops, assigns ops to worker teams (streams), gives every intermediate
+ * tensor and workspace a static offset in one arena from its lifetime,
+ * and derives, for each op, the earlier ops it must wait for: barriers
+ * only where data flows. */
 #ifndef DSI_GRAPH_H
 #define DSI_GRAPH_H
 
 #include <stddef.h>
 
-#include "kernels/kernels.h"
 #include "model/model.h"
+#include "tensor/mat.h"
 
 typedef enum {
   DSI_OP_EMBED,         /* out0[t] = embed_tokens[token t] */
@@ -41,18 +43,23 @@ enum {
   DSI_T_LOGITS, /* the caller's logits */
 };
 
+#define DSI_MAX_DIMS 4
+
 typedef struct dsi_tensor {
   const char *name;
   int layer;
-  int kind;     /* DSI_T_* */
-  size_t bytes; /* for the graph's bucket */
+  int kind;        /* DSI_T_* */
+  dsi_dtype dtype;
+  int ndim;        /* 0: memory of the engine's whose shape the graph does not fix (a cache) */
+  int64_t ne[DSI_MAX_DIMS]; /* shape, outermost first: [T, H, qk_head_dim] */
+  size_t bytes;    /* for the graph's bucket */
   /* plan */
   int first, last; /* ops that first and last touch it (-1: never) */
   size_t off;      /* offset in the arena */
 } dsi_tensor;
 
 #define DSI_OP_IN 4
-#define DSI_OP_OUT 7
+#define DSI_OP_OUT 4
 
 enum {
   DSI_FUSE_ADD = 1,    /* rmsnorm: x += in1 first; x is out2 */
@@ -73,6 +80,9 @@ typedef struct dsi_op {
   int stream;       /* 0 main, 1 the side branch of a fork */
   int region;       /* fork region, -1 none */
   int in[DSI_OP_IN], out[DSI_OP_OUT]; /* tensor ids, -1 none; in-place ops list x in both */
+  int ws;           /* its workspace tensor, -1 none: ws_shared bytes, then ws_thread bytes
+                       for each thread of the pool */
+  size_t ws_shared, ws_thread;
   int flags;        /* DSI_FUSE_*, DSI_X_*, DSI_ROWS_LOGITS */
   /* parameters */
   const dsi_mat *w;
@@ -106,7 +116,13 @@ typedef struct dsi_graph {
 /* ---- building: ops record, they do not compute ---- */
 dsi_graph *dsi_graph_new(int T);
 void dsi_graph_free(dsi_graph *g);
-int dsi_graph_tensor(dsi_graph *g, const char *name, int kind, size_t bytes);
+/* a tensor of the current layer: shape ne[0..ndim) */
+int dsi_graph_tensor(dsi_graph *g, const char *name, int kind, dsi_dtype dtype, int ndim, const int64_t *ne);
+/* give op i a workspace of `shared` bytes and `thread` bytes for each of
+ * nth threads (64-byte aligned parts); nothing when both are 0 */
+void dsi_graph_workspace(dsi_graph *g, int i, size_t shared, size_t thread, int nth);
+/* "f32[512,16,192]" */
+char *dsi_tensor_desc(const dsi_tensor *t, char *buf, size_t len);
 /* a new op of the current layer, stream and region, with no operands */
 dsi_op *dsi_graph_op(dsi_graph *g, dsi_op_kind kind, const char *name, int cat);
 /* ops recorded between fork and join may run concurrently, stream 0 on

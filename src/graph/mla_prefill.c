@@ -5,7 +5,8 @@
  * for each query block the scores, online softmax and P V — and the
  * batch's segments. The expansion runs on the packed matmuls; the core on
  * the AMX attention kernels (kernels/attn.h) with bf16 activations where
- * AMX runs, else on the matmuls too. Buffers are sized once. */
+ * AMX runs, else on the matmuls too. Buffers live in the op's planned
+ * workspace. */
 #include "graph/mla_prefill.h"
 #include "kernels/attn.h"
 #include "kernels/vec.h"
@@ -35,41 +36,60 @@ struct dsi_mla_prefill {
   int H, nope, rope, vd, kvl, qk, row;
   int cb, qb, hg;        /* context block, query block, heads per group (all): the buffers' sizes */
   int cb_step, qb_step, hg_step; /* what the loops take: the same, or less in tests */
-  int nth;               /* threads with a workspace (a team's thread ids are below it) */
   int kpad_k;            /* packed key rows: nope + rope rounded to 32 */
+  size_t kp_bytes, kv_stride; /* a head's packed keys' bytes; its keys and values' */
+  size_t tws_len;        /* floats of a thread's item workspace */
+  int kmax;              /* the widest (kpad) weight a thread's matmuls multiply */
+  int max_tokens;
+  /* the workspace (dsi_mla_prefill_ws): offsets in its shared and per-thread parts */
+  size_t o_lat, o_latb, o_mx, o_sum, o_iota, o_ones, shared;
+  size_t o_kx, o_vx, o_kv, o_tws, o_scratch, thread;
+};
+
+/* one segment's buffers, in the op's workspace */
+typedef struct {
+  atomic_long *next;     /* the work item claimed next */
   float *lat;            /* [cb, row] the block's latents, gathered from the cache (bf16 values
                             when the matmuls take bf16) */
   uint16_t *latb;        /* the same as bf16 AMX tiles (gemm.h), [cb, kvl], when the expansion runs on AMX */
-  /* per thread, for the head it takes: */
-  float *kx;             /* [nth][MLA_EXPAND_ROWS, nope] its expanded keys (k_nope), some positions */
-  float *vx;             /* [nth][MLA_EXPAND_ROWS, v] its expanded values */
-  void *kv;              /* [nth] its keys packed as a weight ([cb, nope + rope], k_pe
-                            appended), then its values transposed ([v, cb]) */
-  size_t kp_bytes, kv_stride; /* the keys' bytes; bytes per thread */
-  float *tws;            /* [nth] per thread: an item's scores [qb, cb], then its prepared rows */
-  size_t tws_len;        /* floats per thread */
-  atomic_long next;      /* the work item claimed next */
   float *mx, *sum;       /* [max_tokens, hg] online softmax: running max and sum per (query, head) */
   int32_t *iota;         /* [qb] 0, 1, 2, ... (P V accumulates rows in place) */
   float *ones;           /* [qb] */
-  int max_tokens;
-};
+  /* the calling thread's, for the head it takes: */
+  float *kx;             /* [MLA_EXPAND_ROWS, nope] its expanded keys (k_nope), some positions */
+  float *vx;             /* [MLA_EXPAND_ROWS, v] its expanded values */
+  uint8_t *kv;           /* its keys packed as a weight ([cb, nope + rope], k_pe appended),
+                            then its values transposed ([v, cb]) */
+  float *tws;            /* an item's scores [qb, cb], then its prepared rows */
+  void *scratch;         /* the matmul kernels' */
+} seg_bufs;
 
 /* ---- set-up ---- */
-static dsi_mla_form form_from_env(void) {
-  const char *e = getenv("DSINFER_MLA");
-  if (!e || !*e || !strcmp(e, "auto")) return DSI_MLA_AUTO;
-  if (!strcmp(e, "absorb")) return DSI_MLA_ABSORB;
-  if (!strcmp(e, "naive")) return DSI_MLA_NAIVE;
-  fprintf(stderr, "DSINFER_MLA=%s: not absorb, naive or auto; using auto\n", e);
-  return DSI_MLA_AUTO;
+static size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
+static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+/* where each buffer sits in the workspace, for the loops' present steps */
+static void layout(dsi_mla_prefill *p) {
+  size_t at = 64; /* the claim counter */
+  p->o_lat = at, at += align64((size_t)p->cb * p->row * sizeof(float));
+  p->o_latb = at, at += align64(DSI_XB_ROWS(p->cb) * round_up((size_t)p->kvl, DSI_TILE_K) * sizeof(uint16_t));
+  p->o_mx = at, at += align64((size_t)p->max_tokens * p->hg * sizeof(float));
+  p->o_sum = at, at += align64((size_t)p->max_tokens * p->hg * sizeof(float));
+  p->o_iota = at, at += align64((size_t)p->qb * sizeof(int32_t));
+  p->o_ones = at, at += align64((size_t)p->qb * sizeof(float));
+  p->shared = at;
+  at = 0;
+  p->o_kx = at, at += align64((size_t)MLA_EXPAND_ROWS * p->nope * sizeof(float));
+  p->o_vx = at, at += align64((size_t)MLA_EXPAND_ROWS * p->vd * sizeof(float));
+  p->o_kv = at, at += align64(p->kv_stride);
+  p->o_tws = at, at += align64(p->tws_len * sizeof(float));
+  p->o_scratch = at, at += align64(DSI_GEMM_SCRATCH(p->kmax));
+  p->thread = at;
 }
 
-static size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
-
-dsi_mla_prefill *dsi_mla_prefill_new(const dsi_config *c, int max_tokens, int max_context, int nth) {
+dsi_mla_prefill *dsi_mla_prefill_new(const dsi_config *c, int max_tokens, int max_context, dsi_mla_form form) {
   dsi_mla_prefill *p = dsi_xcalloc(1, sizeof *p);
-  p->form = form_from_env();
+  p->form = form;
   p->tiles = 1;
   p->softmax_scale = dsi_config_softmax_scale(c);
   p->H = c->num_attention_heads;
@@ -90,51 +110,23 @@ dsi_mla_prefill *dsi_mla_prefill_new(const dsi_config *c, int max_tokens, int ma
   p->cb_step = p->cb;
   p->qb_step = p->qb;
   p->hg_step = p->hg;
-  p->nth = DSI_MAX(1, nth);
-  int ok = 1;
-#define ALLOC(ptr, n) do { if (!((ptr) = dsi_alloc_aligned((size_t)(n) * sizeof(*(ptr))))) ok = 0; } while (0)
-  ALLOC(p->lat, (size_t)p->cb * p->row);
-  ALLOC(p->latb, DSI_XB_ROWS(p->cb) * round_up((size_t)p->kvl, DSI_TILE_K));
-  ALLOC(p->kx, (size_t)p->nth * MLA_EXPAND_ROWS * p->nope);
-  ALLOC(p->vx, (size_t)p->nth * MLA_EXPAND_ROWS * p->vd);
-  ALLOC(p->mx, (size_t)max_tokens * p->hg);
-  ALLOC(p->sum, (size_t)max_tokens * p->hg);
-  ALLOC(p->iota, p->qb);
-  ALLOC(p->ones, p->qb);
-  if (!(p->kv = dsi_alloc_aligned(p->kv_stride * p->nth))) ok = 0;
   /* an item's scores, then its query or probability rows prepared; or a
    * head's expansion's latent rows, when its kernel takes them other than
    * as the block's bf16 tiles (INT8 W_UV: int8 rows) */
   int kp_max = (int)DSI_MAX((size_t)p->kpad_k, (size_t)p->cb), kvl_pad = (int)round_up((size_t)p->kvl, DSI_TILE_K);
-  size_t prep = DSI_MAX(dsi_prep_bytes(p->qb, kp_max, kp_max, 1), DSI_ATTN_TILES_WS(kp_max));
-  prep = DSI_MAX(prep, dsi_prep_bytes(p->cb, kvl_pad, kvl_pad, 1));
+  size_t prep = DSI_MAX(dsi_mm_prep_bytes(p->qb, kp_max, kp_max, 1), DSI_ATTN_TILES_WS(kp_max));
+  prep = DSI_MAX(prep, dsi_mm_prep_bytes(p->cb, kvl_pad, kvl_pad, 1));
   p->tws_len = round_up((size_t)p->qb * p->cb + prep / sizeof(float), 16);
-  ALLOC(p->tws, p->tws_len * p->nth);
-#undef ALLOC
-  if (!ok) {
-    dsi_mla_prefill_free(p);
-    return NULL;
-  }
-  for (int i = 0; i < p->qb; i++) {
-    p->iota[i] = i;
-    p->ones[i] = 1.0f;
-  }
+  p->kmax = DSI_MAX(kp_max, kvl_pad);
+  layout(p);
   return p;
 }
 
-void dsi_mla_prefill_free(dsi_mla_prefill *p) {
-  if (!p) return;
-  dsi_free_aligned(p->lat);
-  dsi_free_aligned(p->latb);
-  dsi_free_aligned(p->kx);
-  dsi_free_aligned(p->vx);
-  dsi_free_aligned(p->tws);
-  dsi_free_aligned(p->mx);
-  dsi_free_aligned(p->sum);
-  dsi_free_aligned(p->iota);
-  dsi_free_aligned(p->ones);
-  dsi_free_aligned(p->kv);
-  free(p);
+void dsi_mla_prefill_free(dsi_mla_prefill *p) { free(p); }
+
+void dsi_mla_prefill_ws(const dsi_mla_prefill *p, size_t *shared, size_t *thread) {
+  *shared = p->shared;
+  *thread = p->thread;
 }
 
 void dsi_mla_prefill_set_form(dsi_mla_prefill *p, dsi_mla_form form) { p->form = form; }
@@ -181,7 +173,7 @@ void dsi_mla_prefill_set_blocks(dsi_mla_prefill *p, int ctx_block, int q_block, 
  * forced, a chunk's whole step after a 2048-token context: the model's
  * crossover 128 new tokens at 16 heads (BF16), 80 at 128 (FP8); measured
  * ~100 and ~128. */
-#define ABSORB_PASS 64 /* forward.c's attn_segment: tokens per pass at most */
+#define ABSORB_PASS 64 /* ops.c's core_segment: tokens per pass at most */
 static const struct {
   double uk, uk_f32, uv, scores, pv; /* GFLOP/s */
   double pack;                       /* ns per packed element (the team of 2 packs from pair rows) */
@@ -191,7 +183,7 @@ static const struct {
   double pack;               /* ns per packed element */
 } k_naive = {2600, 900, 560, 0.085};
 #define SOFTMAX_NS 0.3 /* per score, either form (the AVX-512 exp; softmax_step over 512 scores in cache: 0.25) */
-/* forward.c's attn_segment holds a pass's scores for all heads, up to 8M
+/* ops.c's core_segment holds a pass's scores for all heads, up to 8M
  * floats: with many heads (V3's 128) that is 32 MB streamed through memory
  * and its softmax ran 2.4x slower per score on v3slice; the naive form's
  * per-group scores stay in cache */
@@ -237,8 +229,10 @@ dsi_mla_form dsi_mla_prefill_pick(const dsi_mla_prefill *p, int L, int p0, dsi_d
 
 /* ---- one segment ---- */
 typedef struct {
-  dsi_mla_prefill *p;
+  const dsi_mla_prefill *p;
   const dsi_mla_segment *seg;
+  const dsi_mm *mm;
+  const seg_bufs *b;
   dsi_dtype dt;
   int nb, c0;          /* positions in the block, its first position */
   int tiles;           /* the core on dsi_attn_*_tiles (AMX, bf16), else on the matmul kernels */
@@ -261,10 +255,10 @@ static void pack_head(const naive_job *j, const float *kx, const float *vx, int 
   const int last = u0 + nu == nb; /* the last positions: the padding too */
   const int p0 = u0 / DSI_TILE_N, p1 = (int)DSI_CEIL_DIV(u0 + nu, DSI_TILE_N);
   const int vpanels = (int)DSI_CEIL_DIV(vd, DSI_TILE_N), v1 = last ? vkp : u0 + nu;
-  const float *pe = p->lat + p->kvl;
+  const float *pe = j->b->lat + p->kvl;
   DSI_ASSERT(u0 % DSI_TILE_N == 0 && nope % 2 == 0 && qk % 2 == 0);
   if (j->dt == DSI_DTYPE_BF16) {
-    const dsi_vec_ops *vo = dsi_vec();
+    const dsi_vec_ops *vo = j->mm->k->vec;
     for (int pp = p0; pp < p1; pp++) {
       const int r0 = pp * DSI_TILE_N - u0, nr = DSI_MIN(DSI_TILE_N, nu - r0); /* local rows */
       uint16_t *d = (uint16_t *)K->data + (size_t)pp * kp * DSI_TILE_N; /* column pair cp at d + 32 cp */
@@ -307,7 +301,8 @@ static void pack_head(const naive_job *j, const float *kx, const float *vx, int 
  * the output's factor in *alpha, for P V to apply), and leave exp(s - max)
  * for P V to add on. */
 static void softmax_row(const naive_job *j, int hh, int qi, float *s, int seen, float *alpha_out) {
-  dsi_mla_prefill *p = j->p;
+  const dsi_mla_prefill *p = j->p;
+  const seg_bufs *b = j->b;
   const dsi_mla_segment *g = j->seg;
   int valid = DSI_MIN(seen, g->p0 + qi + 1 - j->c0); /* keys this query sees */
   size_t st = (size_t)qi * p->hg + hh;
@@ -316,12 +311,12 @@ static void softmax_row(const naive_job *j, int hh, int qi, float *s, int seen, 
     if (alpha_out) *alpha_out = 1.0f;
     return;
   }
-  float m_old = p->mx[st], m = m_old;
-  float sum = dsi_vec()->softmax_step(s, valid, p->softmax_scale, &m);
+  float m_old = b->mx[st], m = m_old;
+  float sum = j->mm->k->vec->softmax_step(s, valid, p->softmax_scale, &m);
   memset(s + valid, 0, (size_t)(seen - valid) * sizeof(float));
   float alpha = expf(m_old - m); /* 0 on the first block (m_old = -inf), which writes the output */
-  p->mx[st] = m;
-  p->sum[st] = p->sum[st] * alpha + sum;
+  b->mx[st] = m;
+  b->sum[st] = b->sum[st] * alpha + sum;
   if (alpha_out) {
     *alpha_out = alpha;
   } else if (j->c0 > 0 && alpha != 1.0f) {
@@ -335,9 +330,10 @@ static void softmax_row(const naive_job *j, int hh, int qi, float *s, int seen, 
  * the keys up to the item's last query, the online softmax, out += P v —
  * with its own scores and prepared rows in ws. A row's result depends on
  * its own inputs only, so which thread takes an item changes no bit. */
-static void attend_item(const naive_job *j, const dsi_fctx *f, const dsi_mat *Kb, const dsi_mat *Vb, int hh, int q0,
-                        float *ws, void *scratch) {
-  dsi_mla_prefill *p = j->p;
+static void attend_item(const naive_job *j, const dsi_mat *Kb, const dsi_mat *Vb, int hh, int q0) {
+  const dsi_mla_prefill *p = j->p;
+  const seg_bufs *b = j->b;
+  float *ws = b->tws;
   const dsi_mla_segment *g = j->seg;
   int nq = DSI_MIN(p->qb_step, g->L - q0), seen = DSI_MIN(j->nb, g->p0 + q0 + nq - j->c0);
   if (seen <= 0) return; /* the whole block is in the item's future */
@@ -360,62 +356,73 @@ static void attend_item(const naive_job *j, const dsi_fctx *f, const dsi_mat *Kb
     dsi_attn_qk_tiles(&K, q, g->ldq, nq, s, p->cb, prep);
     for (int i = 0; i < nq; i++) softmax_row(j, hh, q0 + i, s + (size_t)i * p->cb, seen, &alpha[i]);
     if (last)
-      for (int i = 0; i < nq; i++) inv[i] = 1.0f / p->sum[(size_t)(q0 + i) * p->hg + hh];
+      for (int i = 0; i < nq; i++) inv[i] = 1.0f / b->sum[(size_t)(q0 + i) * p->hg + hh];
     dsi_attn_pv_tiles(&Vt, s, p->cb, nq, o, g->ldo, j->c0 > 0 ? alpha : NULL, last ? inv : NULL, prep);
     return;
   }
 #endif
   dsi_gemm gq = {.w = &K, .x = q, .ldx = g->ldq, .m = nq, .y = s, .ldy = p->cb, .epi = DSI_EPI_STORE};
-  dsi_gemm_one(f, &gq, 0, seen, prep, prep_bytes, scratch, 0, NULL);
+  dsi_mm_one(j->mm, &gq, 0, seen, prep, prep_bytes, b->scratch, 0, NULL);
   for (int i = 0; i < nq; i++) softmax_row(j, hh, q0 + i, s + (size_t)i * p->cb, seen, NULL);
   dsi_gemm gv = {.w = &Vt, .x = s, .ldx = p->cb, .m = nq, .y = o, .ldy = g->ldo,
-                 .epi = j->c0 > 0 ? DSI_EPI_SCATTER_ADD : DSI_EPI_STORE, .y_rows = p->iota, .y_scale = p->ones};
-  dsi_gemm_one(f, &gv, 0, p->vd, prep, prep_bytes, scratch, 0, NULL);
+                 .epi = j->c0 > 0 ? DSI_EPI_SCATTER_ADD : DSI_EPI_STORE, .y_rows = b->iota, .y_scale = b->ones};
+  dsi_mm_one(j->mm, &gv, 0, p->vd, prep, prep_bytes, b->scratch, 0, NULL);
   if (last)
     for (int i = 0; i < nq; i++) {
-      float r = 1.0f / p->sum[(size_t)(q0 + i) * p->hg + hh], *oi = o + (size_t)i * g->ldo;
+      float r = 1.0f / b->sum[(size_t)(q0 + i) * p->hg + hh], *oi = o + (size_t)i * g->ldo;
       for (int d = 0; d < p->vd; d++) oi[d] *= r;
     }
 }
 
 /* Start a head group: empty its softmax state (the first context block's
  * P V writes the output, the later ones add to it). */
-static void group_init_task(void *ctx, int ith, int nth) {
-  naive_job *j = ctx;
-  dsi_mla_prefill *p = j->p;
+static void group_init(const naive_job *j, int ith, int nth) {
+  const dsi_mla_prefill *p = j->p;
   const dsi_mla_segment *g = j->seg;
   long a, e;
   dsi_split(g->L, ith, nth, &a, &e);
   for (long t = a; t < e; t++)
     for (int hh = 0; hh < j->ng; hh++) {
-      p->mx[(size_t)t * p->hg + hh] = -INFINITY;
-      p->sum[(size_t)t * p->hg + hh] = 0;
+      j->b->mx[(size_t)t * p->hg + hh] = -INFINITY;
+      j->b->sum[(size_t)t * p->hg + hh] = 0;
     }
 }
 
 /* this thread's share of the block's latents [c0, c0 + nb) as f32 rows,
  * rounded to bf16 when the matmuls take bf16 (the cache's pair rows are
  * bf16 already), and as AMX tiles when tiles is not NULL */
-static void gather_latents(dsi_mla_prefill *p, const dsi_mla_segment *seg, int c0, int nb, int bf16, uint16_t *tiles,
-                           int ith, int nth) {
+static void gather_latents(const naive_job *j, int c0, int nb, uint16_t *tiles, int ith, int nth) {
+  const dsi_mla_prefill *p = j->p;
+  const dsi_mla_segment *seg = j->seg;
+  const dsi_vec_ops *v = j->mm->k->vec;
   long a, e;
   dsi_split(nb, ith, nth, &a, &e);
   int bs = seg->block_size;
   for (long u = a; u < e; u++) {
-    int32_t slot = seg->table[(c0 + u) / bs] * bs + (c0 + u) % bs;
-    float *dst = p->lat + (size_t)u * p->row;
+    int32_t slot = dsi_paged_slot(seg->table, bs, (int)(c0 + u));
+    float *dst = j->b->lat + (size_t)u * p->row;
     if (seg->pairs) {
-      const uint16_t *src = seg->pairs + dsi_kv_pair_at(p->row, slot);
-      for (int j = 0; j < p->row; j++) dst[j] = dsi_bf16_to_f32(src[2 * j]);
-    } else if (bf16) {
-      dsi_vec()->round_bf16(seg->cache + (size_t)slot * p->row, dst, p->row);
+      const uint16_t *src = seg->pairs + dsi_paged_pair_at(p->row, slot);
+      for (int c = 0; c < p->row; c++) dst[c] = dsi_bf16_to_f32(src[2 * c]);
+    } else if (j->mm->act_bf16) {
+      v->round_bf16(seg->cache + (size_t)slot * p->row, dst, p->row);
     } else {
       memcpy(dst, seg->cache + (size_t)slot * p->row, (size_t)p->row * sizeof(float));
     }
   }
   if (tiles && e > a)
-    dsi_rows_to_bf16_tiles(p->lat + (size_t)a * p->row, p->row, NULL, (int)(e - a), p->kvl,
+    dsi_rows_to_bf16_tiles(v, j->b->lat + (size_t)a * p->row, p->row, NULL, (int)(e - a), p->kvl,
                            (int)round_up((size_t)p->kvl, DSI_TILE_K), (int)a, nb, tiles);
+}
+
+/* the segment's buffers in the op's workspace (dsi_mla_prefill_ws) */
+static seg_bufs bufs_at(const dsi_mla_prefill *p, uint8_t *shared, uint8_t *thread) {
+  return (seg_bufs){.next = (atomic_long *)shared, .lat = (float *)(shared + p->o_lat),
+                    .latb = (uint16_t *)(shared + p->o_latb), .mx = (float *)(shared + p->o_mx),
+                    .sum = (float *)(shared + p->o_sum), .iota = (int32_t *)(shared + p->o_iota),
+                    .ones = (float *)(shared + p->o_ones), .kx = (float *)(thread + p->o_kx),
+                    .vx = (float *)(thread + p->o_vx), .kv = thread + p->o_kv, .tws = (float *)(thread + p->o_tws),
+                    .scratch = thread + p->o_scratch};
 }
 
 /* The segment, a head group at a time (all heads but in tests): for each
@@ -426,55 +433,59 @@ static void gather_latents(dsi_mla_prefill *p, const dsi_mla_segment *seg, int c
  * buffers, which stay in the core's L2, and attend every query block
  * that sees the block, costliest (latest queries) first. Phases are
  * separated by the team's barrier. */
-void dsi_mla_prefill_naive(dsi_mla_prefill *p, dsi_team *tm, const dsi_fctx *f, const dsi_layer_weights *w,
-                           const dsi_mla_segment *seg) {
-  DSI_ASSERT(seg->L <= p->max_tokens && w->w_uk.data && w->w_uv.data && tm->tid < p->nth);
+void dsi_mla_prefill_naive(const dsi_mla_prefill *p, dsi_team *tm, const dsi_mm *mm, const dsi_layer_weights *w,
+                           const dsi_mla_segment *seg, void *ws_shared, void *ws_thread) {
+  DSI_ASSERT(seg->L <= p->max_tokens && w->w_uk.data && w->w_uv.data);
   DSI_ASSERT(p->nope % DSI_TILE_N == 0 && p->vd % DSI_TILE_N == 0); /* a head's rows are whole panels */
-  int H = p->H, nope = p->nope, vd = p->vd, ctx = seg->p0 + seg->L, tid = tm->tid;
+  int H = p->H, nope = p->nope, vd = p->vd, ctx = seg->p0 + seg->L;
   int ith = tm->ith, nth = tm->nth;
-  dsi_dtype dt = f->act_bf16 ? DSI_DTYPE_BF16 : DSI_DTYPE_F32;
-  int tiles = p->tiles && dt == DSI_DTYPE_BF16 && dsi_attn_pairs_amx_ok();
-  float *kx = p->kx + (size_t)tid * MLA_EXPAND_ROWS * nope, *vx = p->vx + (size_t)tid * MLA_EXPAND_ROWS * vd;
+  seg_bufs bf = bufs_at(p, ws_shared, ws_thread);
+  dsi_dtype dt = mm->act_bf16 ? DSI_DTYPE_BF16 : DSI_DTYPE_F32;
+  int tiles = p->tiles && dt == DSI_DTYPE_BF16 && mm->k->amx;
   size_t latb_block = DSI_TILE_N * round_up((size_t)p->kvl, DSI_TILE_K); /* words of 16 rows */
-  uint8_t *kv = (uint8_t *)p->kv + (size_t)tid * p->kv_stride;
-  float *ws = p->tws + (size_t)tid * p->tws_len;
-  void *prep = ws + (size_t)p->qb * p->cb;
+  void *prep = bf.tws + (size_t)p->qb * p->cb;
   size_t prep_bytes = (p->tws_len - (size_t)p->qb * p->cb) * sizeof(float);
   int nqb = (int)DSI_CEIL_DIV(seg->L, p->qb_step);
+  if (ith == 0) /* constants of P V's scatter-add (the matmul path), visible after the first barrier */
+    for (int i = 0; i < p->qb; i++) {
+      bf.iota[i] = i;
+      bf.ones[i] = 1.0f;
+    }
   for (int h0 = 0; h0 < H; h0 += p->hg_step) {
-    naive_job j = {.p = p, .seg = seg, .dt = dt, .h0 = h0, .ng = DSI_MIN(p->hg_step, H - h0), .tiles = tiles};
-    group_init_task(&j, ith, nth);
+    naive_job j = {.p = p, .seg = seg, .mm = mm, .b = &bf, .dt = dt, .h0 = h0, .ng = DSI_MIN(p->hg_step, H - h0),
+                   .tiles = tiles};
+    group_init(&j, ith, nth);
     for (int c0 = 0; c0 < ctx; c0 += p->cb_step) {
       int nb = DSI_MIN(p->cb_step, ctx - c0), wants = DSI_PREP_NONE;
       j.nb = nb;
       j.c0 = c0;
       /* the latents as bf16 tiles when the expansion's first chunk of rows takes AMX */
-      dsi_gemm_pick(&w->w_uk, DSI_MIN(nb, MLA_EXPAND_ROWS), f->act_bf16, &wants);
-      uint16_t *latb = wants == DSI_PREP_BF16 ? p->latb : NULL;
+      dsi_gemm_pick(mm->k, &w->w_uk, DSI_MIN(nb, MLA_EXPAND_ROWS), mm->act_bf16, &wants);
+      uint16_t *latb = wants == DSI_PREP_BF16 ? bf.latb : NULL;
       dsi_barrier_wait(tm->bar); /* the group's init; the last block's heads done with the latents */
-      gather_latents(p, seg, c0, nb, f->act_bf16, latb, ith, nth);
-      if (ith == 0) atomic_store_explicit(&p->next, 0, memory_order_relaxed);
+      gather_latents(&j, c0, nb, latb, ith, nth);
+      if (ith == 0) atomic_store_explicit(bf.next, 0, memory_order_relaxed);
       dsi_barrier_wait(tm->bar); /* the latents */
       dsi_mat ks = {.dtype = dt, .rows = nb, .cols = p->qk}, vs = {.dtype = dt, .rows = vd, .cols = nb}, K, Vt;
-      dsi_pack_describe(&ks, &K, kv);
-      dsi_pack_describe(&vs, &Vt, kv + p->kp_bytes);
+      dsi_pack_describe(&ks, &K, bf.kv);
+      dsi_pack_describe(&vs, &Vt, bf.kv + p->kp_bytes);
       for (;;) {
-        long hh = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
+        long hh = atomic_fetch_add_explicit(bf.next, 1, memory_order_relaxed);
         if (hh >= j.ng) break;
         int h = h0 + (int)hh;
         dsi_mat wkh = dsi_mat_panels(&w->w_uk, h * nope / DSI_TILE_N, nope);
         dsi_mat wvh = dsi_mat_panels(&w->w_uv, h * vd / DSI_TILE_N, vd);
         for (int u0 = 0; u0 < nb; u0 += MLA_EXPAND_ROWS) {
           const int nu = DSI_MIN(MLA_EXPAND_ROWS, nb - u0);
-          const float *x = p->lat + (size_t)u0 * p->row;
+          const float *x = bf.lat + (size_t)u0 * p->row;
           const uint16_t *xb = latb ? latb + (size_t)(u0 / DSI_TILE_N) * latb_block : NULL;
-          dsi_gemm gk = {.w = &wkh, .x = x, .ldx = p->row, .m = nu, .y = kx, .ldy = nope, .epi = DSI_EPI_STORE};
-          dsi_gemm gv = {.w = &wvh, .x = x, .ldx = p->row, .m = nu, .y = vx, .ldy = vd, .epi = DSI_EPI_STORE};
-          dsi_gemm_one(f, &gk, 0, nope, prep, prep_bytes, f->scratch[tid], 1, xb);
-          dsi_gemm_one(f, &gv, 0, vd, prep, prep_bytes, f->scratch[tid], 1, xb);
-          pack_head(&j, kx, vx, u0, nu, &K, &Vt);
+          dsi_gemm gk = {.w = &wkh, .x = x, .ldx = p->row, .m = nu, .y = bf.kx, .ldy = nope, .epi = DSI_EPI_STORE};
+          dsi_gemm gv = {.w = &wvh, .x = x, .ldx = p->row, .m = nu, .y = bf.vx, .ldy = vd, .epi = DSI_EPI_STORE};
+          dsi_mm_one(mm, &gk, 0, nope, prep, prep_bytes, bf.scratch, 1, xb);
+          dsi_mm_one(mm, &gv, 0, vd, prep, prep_bytes, bf.scratch, 1, xb);
+          pack_head(&j, bf.kx, bf.vx, u0, nu, &K, &Vt);
         }
-        for (int b = nqb - 1; b >= 0; b--) attend_item(&j, f, &K, &Vt, (int)hh, b * p->qb_step, ws, f->scratch[tid]);
+        for (int b = nqb - 1; b >= 0; b--) attend_item(&j, &K, &Vt, (int)hh, b * p->qb_step);
       }
     }
     dsi_barrier_wait(tm->bar); /* the group's last heads done: the next group's init reuses the softmax state */

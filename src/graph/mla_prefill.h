@@ -8,26 +8,24 @@
 
 #include "graph/exec.h"
 
-/* Which form a prefill segment's attention takes. */
-typedef enum {
-  DSI_MLA_AUTO,   /* the cost model decides, per segment */
-  DSI_MLA_ABSORB, /* queries in latent space (decode's form) */
-  DSI_MLA_NAIVE,  /* keys and values expanded per head */
-} dsi_mla_form;
+/* (Which form a prefill segment's attention takes: dsi_mla_form, DSI_MLA_*
+ * of dsinfer.h.) */
 
 /* Segments shorter than this always go the absorbed way (token by token
- * or, from ATTN_GEMM_MIN, as the absorbed matmuls): the same bound as
- * forward.c's, so the two agree on what a segment is. */
+ * or, from ATTN_GEMM_MIN, as the absorbed matmuls): the same bound as the
+ * core op's (ops.c), so the two agree on what a segment is. */
 #define DSI_MLA_SEGMENT_MIN 16
 
 typedef struct dsi_mla_prefill dsi_mla_prefill;
 
-/* Buffers for segments of up to max_tokens tokens over up to max_context
- * positions, run by teams whose thread ids are below nth; the form comes
- * from DSINFER_MLA (absorb | naive | auto, the default). NULL when the
- * allocation fails. */
-dsi_mla_prefill *dsi_mla_prefill_new(const dsi_config *c, int max_tokens, int max_context, int nth);
+/* The form's plan for segments of up to max_tokens tokens over up to
+ * max_context positions: its blocks, the cost model, the form to take
+ * (DSI_MLA_AUTO: the cost model's pick). */
+dsi_mla_prefill *dsi_mla_prefill_new(const dsi_config *c, int max_tokens, int max_context, dsi_mla_form form);
 void dsi_mla_prefill_free(dsi_mla_prefill *p);
+/* The workspace a segment runs in: *shared bytes for the team, *thread
+ * bytes for each thread (the graph plans them as the op's workspace). */
+void dsi_mla_prefill_ws(const dsi_mla_prefill *p, size_t *shared, size_t *thread);
 /* force a form (tests, measurements); DSI_MLA_AUTO restores the cost model */
 void dsi_mla_prefill_set_form(dsi_mla_prefill *p, dsi_mla_form form);
 /* tests, measurements: whether the core (scores, P V) may run on the AMX
@@ -36,7 +34,8 @@ void dsi_mla_prefill_set_form(dsi_mla_prefill *p, dsi_mla_form form);
 void dsi_mla_prefill_set_tiles(dsi_mla_prefill *p, int on);
 /* tests: smaller context blocks (a multiple of 32), query blocks (a
  * multiple of 16) and head groups than planned, so small shapes cross
- * their edges; values <= 0 or larger than planned keep the plan */
+ * their edges; values <= 0 or larger than planned keep the plan (the
+ * workspace keeps the planned size) */
 void dsi_mla_prefill_set_blocks(dsi_mla_prefill *p, int ctx_block, int q_block, int heads);
 
 /* The form a segment of L tokens at positions p0 .. p0+L-1 takes: the
@@ -53,22 +52,23 @@ void dsi_mla_prefill_cost(const dsi_mla_prefill *p, int L, int p0, dsi_dtype uk_
  * of one sequence whose latents (and those of positions < p0) are in the
  * cache. q: [L rows of ldq] each [H, nope + rope] with q_pe rotated; out:
  * [L rows of ldo] each [H, v] (written, not accumulated). w must hold
- * w_uk and w_uv (packed model). Run by every thread of a team (its
- * matmul lists, scratch and activation precision from f); the buffers
- * are p's, so one segment runs at a time. */
+ * w_uk and w_uv (packed model). Run by every thread of a team, with the
+ * matmul driver's kernels and precision mm, in a workspace of
+ * dsi_mla_prefill_ws's sizes: ws_shared the same for the whole team,
+ * ws_thread each thread's own. */
 typedef struct dsi_mla_segment {
   const float *q;
   int ldq;
   const float *cache;    /* [n_slots, kv_lora + rope]: this layer's latent cache, or */
-  const uint16_t *pairs; /* when not NULL: the same in bf16 position pairs (kernels/attn.h) */
+  const uint16_t *pairs; /* when not NULL: the same in bf16 position pairs (tensor/paged.h) */
   const int32_t *table;  /* the sequence's block table */
   int block_size;
   int p0, L;
   float *out;
   int ldo;
 } dsi_mla_segment;
-void dsi_mla_prefill_naive(dsi_mla_prefill *p, dsi_team *tm, const dsi_fctx *f, const dsi_layer_weights *w,
-                           const dsi_mla_segment *seg);
+void dsi_mla_prefill_naive(const dsi_mla_prefill *p, dsi_team *tm, const dsi_mm *mm, const dsi_layer_weights *w,
+                           const dsi_mla_segment *seg, void *ws_shared, void *ws_thread);
 
 /* naive[t] = 1 for the tokens of every segment of the batch
  * (DSI_MLA_SEGMENT_MIN or more consecutive positions of one sequence)

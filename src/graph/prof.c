@@ -12,6 +12,7 @@ typedef struct {
   const char *name; /* a string literal of the call site */
   int cat, layer, team;
   double flops, wbytes, abytes;
+  char out[48];     /* its output tensor, "f32[512,16,192]" ("" none) */
 } prof_op;
 
 typedef struct {
@@ -94,13 +95,13 @@ void dsi_prof_op_cost(dsi_prof *p, int op, double flops, double weight_bytes, do
   p->ops[op].abytes = act_bytes;
 }
 
-int dsi_prof_op(dsi_prof *p, const char *name, dsi_prof_cat cat, int layer, int team, double flops,
-                double weight_bytes, double act_bytes) {
+int dsi_prof_op(dsi_prof *p, const char *name, dsi_prof_cat cat, int layer, int team, const char *out) {
   if (p->n_ops == p->max_ops) {
     atomic_store(&p->full, 1);
     return -1;
   }
-  p->ops[p->n_ops] = (prof_op){name, cat, layer, team, flops, weight_bytes, act_bytes};
+  p->ops[p->n_ops] = (prof_op){name, cat, layer, team, 0, 0, 0, ""};
+  if (out) snprintf(p->ops[p->n_ops].out, sizeof p->ops[p->n_ops].out, "%s", out);
   return p->cur = p->n_ops++;
 }
 
@@ -185,11 +186,11 @@ int dsi_prof_write_trace(const dsi_prof *p, const char *path, dsi_err *err) {
     json_str(f, op ? op->name : "(unnamed)");
     fprintf(f, ",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":1,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"layer\":%d,"
                "\"flops\":%.0f,\"weight_bytes\":%.0f,\"act_bytes\":%.0f,\"bytes\":%.0f,\"phase\":\"%s\",\"op\":%d,"
-               "\"worker\":%d}},\n",
+               "\"worker\":%d,\"out\":\"%s\"}},\n",
             k_cat_names[op ? op->cat : DSI_PROF_OTHER], (op ? op->team : 0) * p->nth + s->ith, (s->t0 - p->origin) * 1e6,
             (s->t1 - s->t0) * 1e6,
             op ? op->layer : -1, op ? op->flops : 0, op ? op->wbytes : 0, op ? op->abytes : 0,
-            op ? op->wbytes + op->abytes : 0, phase, s->op, s->ith);
+            op ? op->wbytes + op->abytes : 0, phase, s->op, s->ith, op ? op->out : "");
   }
   for (int i = 0; i < p->n_steps; i++) {
     const prof_step *s = &p->steps[i];

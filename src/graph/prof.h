@@ -26,10 +26,10 @@ dsi_prof *dsi_prof_new(int n_threads, long max_spans);
 void dsi_prof_free(dsi_prof *p);
 void dsi_prof_reset(dsi_prof *p);  /* forget everything recorded (between steps) */
 
-/* An op of the current step (team: DSI_TEAM_* of the graph, its stream);
+/* An op of the current step (team: DSI_TEAM_* of the graph, its stream;
+ * out: its output tensor's dtype and planned shape, copied, or NULL);
  * returns its id for dsi_prof_span, -1 when the buffers are full. */
-int dsi_prof_op(dsi_prof *p, const char *name, dsi_prof_cat cat, int layer, int team, double flops,
-                double weight_bytes, double act_bytes);
+int dsi_prof_op(dsi_prof *p, const char *name, dsi_prof_cat cat, int layer, int team, const char *out);
 /* op's FLOPs and bytes, once known (from any one thread) */
 void dsi_prof_op_cost(dsi_prof *p, int op, double flops, double weight_bytes, double act_bytes);
 /* thread ith worked on op [t0, t1) (dsi_now's clock); callable from any thread */

@@ -1,22 +1,18 @@
 /* kernels: a token's absorbed attention over the bf16 latent cache, kept
  * in position pairs so that AMX reads it as tiles with no re-layout.
  *
- * The pair layout. Cache slots 2p and 2p+1 share one "pair row" of
- * 2 * row bf16: element j of slot s is at pair[(s / 2) * 2 * row + 2 j +
- * (s & 1)]. 16 pair rows hold 32 consecutive positions (block sizes are
- * multiples of 32, so they are one block's) and 16 columns of them are one
- * 16x32 bf16 tile in VNNI order:
- *   - P V: the tile is B with K = the 32 positions and N = 16 latent
- *     columns, A the probabilities [heads][32 positions];
- *   - q K^T: the tile is A with M = 16 pair rows and K = 16 latent columns
- *     x 2 positions; B is q (8 heads a tile) written twice per head, once
- *     against the even position of each pair and once against the odd one
- *     (zero against the other), so output column 2h + parity is head h's
- *     score of position 2p + parity. Half the products are zeros; the other
- *     layout (rows of one position) would make P V re-layout the cache
- *     every step.
+ * The cache's pair rows (tensor/paged.h) are read as tiles as they lie:
+ *   - P V: 16 pair rows x 16 latent columns are B with K = the 32
+ *     positions and N = 16 columns, A the probabilities [heads][32 positions];
+ *   - q K^T: the same tile is A with M = 16 pair rows and K = 16 latent
+ *     columns x 2 positions; B is q (8 heads a tile) written twice per head,
+ *     once against the even position of each pair and once against the odd
+ *     one (zero against the other), so output column 2h + parity is head
+ *     h's score of position 2p + parity. Half the products are zeros; the
+ *     other layout (rows of one position) would make P V re-layout the
+ *     cache every step.
  *
- * What is computed, per head h (the online softmax of the issue: one pass
+ * What is computed, per head h (an online softmax: one pass
  * over the cache, in blocks of DSI_ATTN_PAIR_BLOCK positions from 0):
  *   s[u] = scale * sum_j bf16(q[h][j]) * K[u][j]     (f32 sums)
  *   per block: m' = max(m, max s), a = e^(m - m'), e[u] = e^(s[u] - m'),
@@ -38,6 +34,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tensor/paged.h"
+
 #define DSI_ATTN_PAIR_CHUNK 32  /* positions per tile; block sizes are multiples of it */
 #define DSI_ATTN_PAIR_BLOCK 128 /* positions per online-softmax step: 147 KB of V3's cache, in L2 for every head group */
 #define DSI_ATTN_PAIR_GROUP 16  /* heads per pass of a block: two q tiles */
@@ -50,11 +48,6 @@ static inline int dsi_attn_pair_heads(int H, int n, int nth) {
   int calls = share < groups ? share : groups; /* calls per token */
   if (calls < 1) calls = 1;
   return ((H + calls - 1) / calls + 7) / 8 * 8;
-}
-
-/* element 0 of slot's row in the pair layout; element j is 2 j further */
-static inline size_t dsi_kv_pair_at(int row, int32_t slot) {
-  return (size_t)(slot >> 1) * 2 * row + (size_t)(slot & 1);
 }
 
 typedef struct dsi_attn_pairs {
@@ -76,9 +69,8 @@ typedef struct dsi_attn_pairs {
 typedef void dsi_attn_pairs_fn(const dsi_attn_pairs *a, const float *q, int ldq, float scale, float *o, int ldo,
                                void *ws);
 dsi_attn_pairs_fn dsi_attn_pairs_ref, dsi_attn_pairs_amx;
-/* the AMX version is built and this CPU runs it (at the current ISA level);
- * the same holds for dsi_attn_qk_tiles and dsi_attn_pv_tiles */
-int dsi_attn_pairs_amx_ok(void);
+/* (the AMX version, and dsi_attn_qk_tiles / pv_tiles, run where a kernel
+ * table's amx is set: cpu.h) */
 
 /* The non-absorbed prefill's core on AMX BF16 tiles (graph/mla_prefill.c):
  * one head's nq <= 32 queries over a block of keys and values packed as

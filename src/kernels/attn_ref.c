@@ -13,8 +13,8 @@ static float daz(uint16_t b) { return (b & 0x7f80) ? dsi_bf16_to_f32(b) : 0.0f; 
 static float ftz(float x) { return fabsf(x) < FLT_MIN ? 0.0f : x; }
 
 static const uint16_t *slot_row(const dsi_attn_pairs *a, int u) {
-  int32_t slot = a->table[u / a->block_size] * a->block_size + u % a->block_size;
-  return a->cache + dsi_kv_pair_at(a->row, slot);
+  int32_t slot = dsi_paged_slot(a->table, a->block_size, u);
+  return a->cache + dsi_paged_pair_at(a->row, slot);
 }
 
 void dsi_attn_pairs_ref(const dsi_attn_pairs *a, const float *q, int ldq, float scale, float *o, int ldo, void *ws) {
@@ -50,12 +50,4 @@ void dsi_attn_pairs_ref(const dsi_attn_pairs *a, const float *q, int ldq, float 
     }
     for (int c = 0; c < a->kvl; c++) oh[c] /= l;
   }
-}
-
-int dsi_attn_pairs_amx_ok(void) {
-#if DSI_HAVE_AMX
-  return dsi_cpu_get()->level >= DSI_ISA_AMX;
-#else
-  return 0;
-#endif
 }

@@ -1,9 +1,9 @@
 /* kernels: CPU feature detection (cpuid, xgetbv) and the AMX tile-data
- * permission request; the ISA level every kernel dispatch reads. */
+ * permission request, once; and the kernel tables, one per ISA level. */
 #define _GNU_SOURCE
 #include "kernels/cpu.h"
 #include "base/base.h"
-#include "dsinfer.h"
+#include "kernels/vec.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -24,7 +24,7 @@ static uint64_t xgetbv0(void) {
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
 
-static dsi_cpu g_cpu; /* read-only after the first dsi_cpu_get */
+static dsi_cpu g_cpu; /* written once, by detect; read-only after */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 static void detect(void) {
@@ -64,24 +64,11 @@ done:
   if (c->best == DSI_ISA_AVX2 && c->avx512f && c->avx512bw && c->avx512vl) c->best = DSI_ISA_AVX512;
   /* the AMX kernels also use AVX512-BF16 and VBMI, which every AMX CPU has */
   if (c->best == DSI_ISA_AVX512 && c->amx_tile && c->amx_bf16 && c->avx512bf16 && c->avx512vbmi) c->best = DSI_ISA_AMX;
-  c->level = c->best;
-  const char *env = getenv("DSINFER_ISA");
-  if (env && *env) {
-    int cap = dsi_isa_parse(env);
-    if (cap < 0) dsi_log(DSI_LOG_WARN, "DSINFER_ISA=%s is not one of scalar, avx2, avx512, amx; ignored", env);
-    else if ((dsi_isa)cap < c->level) c->level = (dsi_isa)cap;
-  }
 }
 
 const dsi_cpu *dsi_cpu_get(void) {
   pthread_once(&g_once, detect);
   return &g_cpu;
-}
-
-dsi_isa dsi_cpu_cap(dsi_isa cap) {
-  dsi_cpu_get();
-  g_cpu.level = cap < g_cpu.best ? cap : g_cpu.best;
-  return g_cpu.level;
 }
 
 static const char *k_isa_names[] = {"scalar", "avx2", "avx512", "amx"};
@@ -92,5 +79,30 @@ int dsi_isa_parse(const char *s) {
   return -1;
 }
 
-const char *dsi_isa_name(void) { return dsi_isa_str(dsi_cpu_get()->level); }
-void dsi_set_log_level(int level) { dsi_log_set_level(level); }
+/* ---- kernel tables ---- */
+static dsi_kern g_kern[DSI_ISA_AMX + 1];
+static pthread_once_t g_kern_once = PTHREAD_ONCE_INIT;
+
+static void make_tables(void) {
+  const dsi_cpu *c = dsi_cpu_get();
+  for (int l = DSI_ISA_SCALAR; l <= DSI_ISA_AMX; l++) {
+    dsi_kern *k = &g_kern[l];
+    k->level = (dsi_isa)l < c->best ? (dsi_isa)l : c->best;
+    k->vec = &dsi_vec_ops_generic;
+#if defined(__x86_64__)
+    if (k->level >= DSI_ISA_AVX512) k->vec = &dsi_vec_ops_avx512;
+    else if (k->level >= DSI_ISA_AVX2) k->vec = &dsi_vec_ops_avx2;
+#endif
+#if DSI_HAVE_AMX
+    k->amx = k->level >= DSI_ISA_AMX;
+    k->amx_int8 = k->amx && c->amx_int8;
+#endif
+  }
+}
+
+const dsi_kern *dsi_kern_get(dsi_isa cap) {
+  pthread_once(&g_kern_once, make_tables);
+  return &g_kern[(unsigned)cap <= DSI_ISA_AMX ? cap : DSI_ISA_AMX];
+}
+
+const dsi_kern *dsi_kern_best(void) { return dsi_kern_get(DSI_ISA_AMX); }

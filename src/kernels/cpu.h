@@ -1,6 +1,7 @@
-/* kernels: what this CPU (and its OS) can run, decided once at start. The
- * environment variable DSINFER_ISA=scalar|avx2|avx512|amx caps the level
- * (for tests and comparisons); it can never raise it. */
+/* kernels: what this CPU (and its OS) can run, detected once at start and
+ * read-only after; and the kernel table an engine runs with — its level,
+ * the best the CPU has or lower when capped (tests and comparisons run the
+ * lower paths on one machine; a cap never raises the level). */
 #ifndef DSI_CPU_H
 #define DSI_CPU_H
 
@@ -11,14 +12,25 @@ typedef struct dsi_cpu {
   int avx512f, avx512bw, avx512vl, avx512bf16, avx512vbmi;
   int amx_tile, amx_bf16, amx_int8; /* and the OS granted tile data */
   dsi_isa best;    /* what the hardware and OS support */
-  dsi_isa level;   /* what runs: best, capped by DSINFER_ISA or dsi_cpu_cap */
 } dsi_cpu;
 
 const dsi_cpu *dsi_cpu_get(void);
-/* cap the level at run time (bench comparisons, tests); returns the level in force */
-dsi_isa dsi_cpu_cap(dsi_isa cap);
 const char *dsi_isa_str(dsi_isa isa);
 /* parse "scalar" | "avx2" | "avx512" | "amx"; -1 if unknown */
 int dsi_isa_parse(const char *s);
+
+/* The kernels one engine (or benchmark, or test) runs: chosen once, passed
+ * down to every op. Tables are static, one per level. */
+struct dsi_vec_ops;
+typedef struct dsi_kern {
+  dsi_isa level;                 /* the CPU's best, capped */
+  const struct dsi_vec_ops *vec; /* the vector primitives of that level */
+  int amx;                       /* the AMX BF16 tile kernels run (matmul, attention) */
+  int amx_int8;                  /* and the AMX INT8 matmul */
+} dsi_kern;
+/* the table for this CPU at min(cap, its best level) */
+const dsi_kern *dsi_kern_get(dsi_isa cap);
+/* the best this CPU runs: dsi_kern_get(DSI_ISA_AMX) */
+const dsi_kern *dsi_kern_best(void);
 
 #endif

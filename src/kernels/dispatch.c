@@ -1,48 +1,40 @@
 /* kernels: choose, per call, the matmul kernel for a weight and a batch
- * size from what this CPU runs (cpu.h) and which ISA files were built. */
+ * size from a kernel table (cpu.h) and which ISA files were built. */
 #include "kernels/cpu.h"
 #include "kernels/gemm.h"
+#include "kernels/peak.h"
 
 
-dsi_gemm_fn dsi_gemm_pick(const dsi_mat *w, int m, int act_bf16, int *prep) {
-  const dsi_cpu *cpu = dsi_cpu_get();
+dsi_gemm_fn dsi_gemm_pick(const dsi_kern *k, const dsi_mat *w, int m, int act_bf16, int *prep) {
   *prep = DSI_PREP_NONE;
   if (w->layout != DSI_LAYOUT_TILES) return dsi_gemm_ref;
   int kernel_dtype = w->dtype == DSI_DTYPE_F32 || w->dtype == DSI_DTYPE_BF16 || w->dtype == DSI_DTYPE_F8_E4M3;
   (void)kernel_dtype;
   (void)m;
-  (void)cpu;
+  (void)k;
   (void)act_bf16;
 #if DSI_HAVE_AMX
   /* int8 activations are a reduced-precision mode like bf16: only with it */
-  if (act_bf16 && cpu->level >= DSI_ISA_AMX && cpu->amx_int8 && m >= DSI_AMX_MIN_ROWS && w->dtype == DSI_DTYPE_I8) {
+  if (act_bf16 && k->amx_int8 && m >= DSI_AMX_MIN_ROWS && w->dtype == DSI_DTYPE_I8) {
     *prep = DSI_PREP_I8;
     return dsi_gemm_amx_int8;
   }
-  if (act_bf16 && cpu->level >= DSI_ISA_AMX && m >= DSI_AMX_MIN_ROWS &&
+  if (act_bf16 && k->amx && m >= DSI_AMX_MIN_ROWS &&
       (w->dtype == DSI_DTYPE_BF16 || w->dtype == DSI_DTYPE_F8_E4M3)) {
     *prep = DSI_PREP_BF16;
     return dsi_gemm_amx;
   }
 #endif
 #if DSI_HAVE_AVX512
-  if (cpu->level >= DSI_ISA_AVX512 && (kernel_dtype || w->dtype == DSI_DTYPE_I8)) return dsi_gemm_avx512;
+  if (k->level >= DSI_ISA_AVX512 && (kernel_dtype || w->dtype == DSI_DTYPE_I8)) return dsi_gemm_avx512;
 #endif
 #if DSI_HAVE_AVX2
-  if (cpu->level >= DSI_ISA_AVX2 && (kernel_dtype || w->dtype == DSI_DTYPE_I8)) return dsi_gemm_avx2;
+  if (k->level >= DSI_ISA_AVX2 && (kernel_dtype || w->dtype == DSI_DTYPE_I8)) return dsi_gemm_avx2;
 #endif
   return dsi_gemm_ref;
 }
 
-int dsi_gemm_amx_rows(int m, int act_bf16) {
-#if DSI_HAVE_AMX
-  return act_bf16 && dsi_cpu_get()->level >= DSI_ISA_AMX && m >= DSI_AMX_MIN_ROWS;
-#else
-  (void)m;
-  (void)act_bf16;
-  return 0;
-#endif
-}
+int dsi_gemm_amx_rows(const dsi_kern *k, int m, int act_bf16) { return act_bf16 && k->amx && m >= DSI_AMX_MIN_ROWS; }
 
 const char *dsi_gemm_kernel_name(dsi_gemm_fn fn) {
 #if DSI_HAVE_AMX
@@ -57,3 +49,11 @@ const char *dsi_gemm_kernel_name(dsi_gemm_fn fn) {
 #endif
   return fn == dsi_gemm_ref ? "ref" : "?";
 }
+
+#if !defined(__x86_64__) /* no x86/amx_peak.c */
+double dsi_amx_peak_gflops(double seconds) { (void)seconds; return 0; }
+double dsi_amx_walk_gflops(int stage, const uint8_t *far, size_t far_bytes, double seconds) {
+  (void)stage, (void)far, (void)far_bytes, (void)seconds;
+  return 0;
+}
+#endif

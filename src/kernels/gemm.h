@@ -81,13 +81,15 @@ enum { DSI_PREP_NONE, DSI_PREP_BF16 /* g->xb */, DSI_PREP_I8 /* g->xq, g->xq_sca
  * 8-12 rows, and batch-8 decode 1.05-1.1x end to end. */
 #define DSI_AMX_MIN_ROWS 8
 
-/* The kernel for w at batch size m on this CPU; kernels that multiply
+/* The kernel of table k for w at batch size m; kernels that multiply
  * reduced-precision activations (AMX: bf16, or int8 for INT8 weights) only
  * when act_bf16 allows it. *prep says what the kernel reads (DSI_PREP_*). */
-dsi_gemm_fn dsi_gemm_pick(const dsi_mat *w, int m, int act_bf16, int *prep);
+struct dsi_kern;
+struct dsi_vec_ops;
+dsi_gemm_fn dsi_gemm_pick(const struct dsi_kern *k, const dsi_mat *w, int m, int act_bf16, int *prep);
 /* whether dsi_gemm_pick gives BF16 / FP8 weights the AMX kernel at m
  * (then activations are wanted as bf16 rows) */
-int dsi_gemm_amx_rows(int m, int act_bf16);
+int dsi_gemm_amx_rows(const struct dsi_kern *k, int m, int act_bf16);
 /* "ref", "avx2", "avx512", "amx", "amx-int8" */
 const char *dsi_gemm_kernel_name(dsi_gemm_fn fn);
 
@@ -100,7 +102,7 @@ void dsi_pack_gate_up(const dsi_mat *gate, const dsi_mat *up, dsi_mat *dst, void
 /* Pack cached latents as a TILES weight of dtype dt (F32 or BF16): rows
  * r < rows are source rows idx[r] (or r), columns c < cols; the source is
  * f32 rows src[row * ld + c], or, where pairs is not NULL, bf16 pair rows
- * of width ld (kernels/attn.h). transpose packs [cols, rows] instead. For
+ * of width ld (tensor/paged.h). transpose packs [cols, rows] instead. For
  * attention: the cached latents become K (scores = Q K^T) and V^T (out =
  * P V). Every thread describes dst; thread ith of nth fills its share of
  * the 16-row panels. */
@@ -111,8 +113,8 @@ void dsi_pack_latents(dsi_dtype dt, const float *src, const uint16_t *pairs, int
  * [m, cols] (what an AMX kernel multiplies, for kernels that read f32) */
 /* the same for INT8 weights: x rounded to its row's int8 grid (what the AMX
  * INT8 kernel multiplies), kept in f32 */
-void dsi_rows_round_i8(const float *x, int ldx, const int32_t *rows, int m, int cols, float *out);
-void dsi_rows_round_bf16(const float *x, int ldx, const int32_t *rows, int m, int cols, float *out);
+void dsi_rows_round_i8(const struct dsi_vec_ops *v, const float *x, int ldx, const int32_t *rows, int m, int cols, float *out);
+void dsi_rows_round_bf16(const struct dsi_vec_ops *v, const float *x, int ldx, const int32_t *rows, int m, int cols, float *out);
 /* bf16 activations in AMX tile order: 16-row blocks, each block its K
  * steps' 16x32 tiles one after another ([ceil(m/16)][kpad/32][16][32]), so
  * every A tile is 1 KiB of contiguous memory (rows kpad * 2 bytes apart
@@ -123,10 +125,10 @@ void dsi_rows_round_bf16(const float *x, int ldx, const int32_t *rows, int m, in
  * rows (gathered by rows when non-NULL); the call whose rows end at m_total
  * also zeroes the last block's padding rows. Threads may fill disjoint row
  * ranges of one buffer. */
-void dsi_rows_to_bf16_tiles(const float *x, int ldx, const int32_t *rows, int n, int cols, int kpad, int row0,
+void dsi_rows_to_bf16_tiles(const struct dsi_vec_ops *v, const float *x, int ldx, const int32_t *rows, int n, int cols, int kpad, int row0,
                             int m_total, uint16_t *out);
 /* x f32 rows (gathered by rows when non-NULL) -> int8 [m, ld], zero pad,
  * and scale[m]: symmetric per row, scale = amax / 127, q = round(x / scale) */
-void dsi_rows_to_i8(const float *x, int ldx, const int32_t *rows, int m, int cols, int ld, int8_t *out, float *scale);
+void dsi_rows_to_i8(const struct dsi_vec_ops *v, const float *x, int ldx, const int32_t *rows, int m, int cols, int ld, int8_t *out, float *scale);
 
 #endif

@@ -90,9 +90,8 @@ void dsi_pack_gate_up(const dsi_mat *gate, const dsi_mat *up, dsi_mat *dst, void
 }
 
 /* ---- activations to bf16 ---- */
-void dsi_rows_to_bf16_tiles(const float *x, int ldx, const int32_t *rows, int n, int cols, int kpad, int row0,
+void dsi_rows_to_bf16_tiles(const dsi_vec_ops *v, const float *x, int ldx, const int32_t *rows, int n, int cols, int kpad, int row0,
                             int m_total, uint16_t *out) {
-  const dsi_vec_ops *v = dsi_vec();
   const size_t steps = (size_t)kpad / DSI_TILE_K;
   for (int i = 0; i < n; i++) {
     const float *r = x + (size_t)(rows ? rows[i] : i) * ldx;
@@ -105,8 +104,7 @@ void dsi_rows_to_bf16_tiles(const float *x, int ldx, const int32_t *rows, int n,
         memset(out + ((row / 16) * steps + s) * 512 + (row % 16) * DSI_TILE_K, 0, DSI_TILE_K * sizeof(uint16_t));
 }
 
-void dsi_rows_to_i8(const float *x, int ldx, const int32_t *rows, int m, int cols, int ld, int8_t *out, float *scale) {
-  const dsi_vec_ops *v = dsi_vec();
+void dsi_rows_to_i8(const dsi_vec_ops *v, const float *x, int ldx, const int32_t *rows, int m, int cols, int ld, int8_t *out, float *scale) {
   for (int i = 0; i < m; i++) {
     int8_t *o = out + (size_t)i * ld;
     scale[i] = v->to_i8(x + (size_t)(rows ? rows[i] : i) * ldx, o, cols);
@@ -114,8 +112,7 @@ void dsi_rows_to_i8(const float *x, int ldx, const int32_t *rows, int m, int col
   }
 }
 
-void dsi_rows_round_i8(const float *x, int ldx, const int32_t *rows, int m, int cols, float *out) {
-  const dsi_vec_ops *v = dsi_vec();
+void dsi_rows_round_i8(const dsi_vec_ops *v, const float *x, int ldx, const int32_t *rows, int m, int cols, float *out) {
   for (int i = 0; i < m; i++) {
     float *o = out + (size_t)i * cols;
     /* quantize into the front of the output row (int8 takes a quarter of
@@ -126,15 +123,14 @@ void dsi_rows_round_i8(const float *x, int ldx, const int32_t *rows, int m, int 
   }
 }
 
-void dsi_rows_round_bf16(const float *x, int ldx, const int32_t *rows, int m, int cols, float *out) {
-  const dsi_vec_ops *v = dsi_vec();
+void dsi_rows_round_bf16(const dsi_vec_ops *v, const float *x, int ldx, const int32_t *rows, int m, int cols, float *out) {
   for (int i = 0; i < m; i++) v->round_bf16(x + (size_t)(rows ? rows[i] : i) * ldx, out + (size_t)i * cols, cols);
 }
 
 /* ---- activations packed as a weight (attention's K and V) ---- */
-/* source element (r, c): f32 rows, or bf16 pair rows (kernels/attn.h) */
+/* source element (r, c): f32 rows, or bf16 pair rows (tensor/paged.h) */
 static inline float src_at(const float *src, const uint16_t *pairs, int ld, int32_t r, int c) {
-  return pairs ? dsi_bf16_to_f32(pairs[dsi_kv_pair_at(ld, r) + 2 * (size_t)c]) : src[(size_t)r * ld + c];
+  return pairs ? dsi_bf16_to_f32(pairs[dsi_paged_pair_at(ld, r) + 2 * (size_t)c]) : src[(size_t)r * ld + c];
 }
 
 /* one 16-row panel, element by element */
@@ -166,7 +162,7 @@ static void pack_panel_pairs(const uint16_t *pairs, int ld, const int32_t *idx, 
   if (!transpose) {
     for (int i = 0; i < DSI_TILE_N; i++) {
       int r = r0 + i;
-      const uint16_t *pr = r < shape->rows ? pairs + dsi_kv_pair_at(ld, idx ? idx[r] : r) : NULL;
+      const uint16_t *pr = r < shape->rows ? pairs + dsi_paged_pair_at(ld, idx ? idx[r] : r) : NULL;
       for (int cp = 0; cp < kpad / 2; cp++) {
         uint32_t lo = 0, hi = 0;
         if (pr && 2 * cp < shape->cols) lo = pr[4 * (size_t)cp];
@@ -182,15 +178,15 @@ static void pack_panel_pairs(const uint16_t *pairs, int ld, const int32_t *idx, 
     int32_t s0 = u < shape->cols ? (idx ? idx[u] : u) : -1;
     int both = u + 1 < shape->cols && !(s0 & 1) && (idx ? idx[u + 1] : u + 1) == s0 + 1;
     if (both && r0 + DSI_TILE_N <= shape->rows) {
-      memcpy(d, pairs + dsi_kv_pair_at(ld, s0) + 2 * (size_t)r0, DSI_TILE_N * sizeof(uint32_t));
+      memcpy(d, pairs + dsi_paged_pair_at(ld, s0) + 2 * (size_t)r0, DSI_TILE_N * sizeof(uint32_t));
       continue;
     }
     for (int i = 0; i < DSI_TILE_N; i++) {
       int r = r0 + i;
       uint32_t lo = 0, hi = 0;
-      if (r < shape->rows && u < shape->cols) lo = pairs[dsi_kv_pair_at(ld, s0) + 2 * (size_t)r];
+      if (r < shape->rows && u < shape->cols) lo = pairs[dsi_paged_pair_at(ld, s0) + 2 * (size_t)r];
       if (r < shape->rows && u + 1 < shape->cols)
-        hi = pairs[dsi_kv_pair_at(ld, idx ? idx[u + 1] : u + 1) + 2 * (size_t)r];
+        hi = pairs[dsi_paged_pair_at(ld, idx ? idx[u + 1] : u + 1) + 2 * (size_t)r];
       d[i] = lo | hi << 16;
     }
   }

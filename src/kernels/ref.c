@@ -183,7 +183,6 @@ void dsi_k_row_f32(const dsi_mat *w, int r, int c0, int c1, float *out) {
 /* ---- matmul ---- */
 /* the baseline build of the vector primitives (vec_impl.h): 16 independent
  * partial sums in a fixed order, so results do not depend on the caller */
-extern const dsi_vec_ops dsi_vec_ops_generic;
 float dsi_k_dot(const float *a, const float *b, int n) { return dsi_vec_ops_generic.dot(a, b, n); }
 
 void dsi_k_matmul_rows(const dsi_mat *w, int r0, int r1, const float *x, int ldx, float *y,

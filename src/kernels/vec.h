@@ -1,6 +1,6 @@
 /* kernels: the small vector primitives the attention core, norms and
  * residuals are built from, compiled once per ISA from one source
- * (vec_impl.h) and chosen once at start like the matmul kernels. */
+ * (vec_impl.h); an engine's kernel table (cpu.h) holds its level's. */
 #ifndef DSI_VEC_H
 #define DSI_VEC_H
 
@@ -44,6 +44,10 @@ typedef struct dsi_vec_ops {
   float (*softmax_step)(float *x, int n, float scale, float *m);
 } dsi_vec_ops;
 
-const dsi_vec_ops *dsi_vec(void);
+/* each ISA's table; an engine reaches its level's through its kernel table (cpu.h) */
+extern const dsi_vec_ops dsi_vec_ops_generic;
+#if defined(__x86_64__)
+extern const dsi_vec_ops dsi_vec_ops_avx2, dsi_vec_ops_avx512;
+#endif
 
 #endif

@@ -22,7 +22,7 @@ static void pair_zero(dsi_kv *kv, int32_t b, int s0, int s1) {
   }
 }
 
-int dsi_kv_init(dsi_kv *kv, int n_layers, int row, int block_size, int n_blocks, int pairs, dsi_err *err) {
+int dsi_kv_init(dsi_kv *kv, int n_layers, int row, int block_size, int n_blocks, int pairs, int huge, dsi_err *err) {
   memset(kv, 0, sizeof *kv);
   kv->n_layers = n_layers;
   kv->row = row;
@@ -31,7 +31,7 @@ int dsi_kv_init(dsi_kv *kv, int n_layers, int row, int block_size, int n_blocks,
   kv->layer = dsi_xcalloc(n_layers, sizeof(float *));
   size_t bytes = (size_t)n_blocks * block_size * row * sizeof(float);
   for (int l = 0; !pairs && l < n_layers; l++) {
-    kv->layer[l] = dsi_alloc_big(bytes);
+    kv->layer[l] = dsi_alloc_big(bytes, huge);
     if (!kv->layer[l]) {
       dsi_kv_free(kv);
       return dsi_errf(err, DSI_E_NOMEM, "cannot allocate the KV cache: %d blocks of %d tokens (%zu MB per layer)",
@@ -42,7 +42,7 @@ int dsi_kv_init(dsi_kv *kv, int n_layers, int row, int block_size, int n_blocks,
     DSI_ASSERT(block_size % 32 == 0);
     kv->pair = dsi_xcalloc(n_layers, sizeof(uint16_t *));
     for (int l = 0; l < n_layers; l++)
-      if (!(kv->pair[l] = dsi_alloc_big(pair_bytes(kv)))) {
+      if (!(kv->pair[l] = dsi_alloc_big(pair_bytes(kv), huge))) {
         dsi_kv_free(kv);
         return dsi_errf(err, DSI_E_NOMEM, "cannot allocate the bf16 KV cache: %d blocks of %d tokens (%zu MB per layer)",
                         n_blocks, block_size, pair_bytes(kv) >> 20);

@@ -4,7 +4,7 @@
  * a sequence's blocks go back to the pool when it ends.
  *
  * Where AMX runs the bf16 forward, each layer keeps its rows in bf16
- * instead, in position pairs (kernels/attn.h) — DeepSeek's own cache dtype,
+ * instead, in position pairs (tensor/paged.h) — DeepSeek's own cache dtype,
  * half the memory, and what the decode attention reads as tiles. Blocks
  * are zeroed when handed out (and past the length after a truncation), so
  * a pair's second position holds a finite value before it is written. */
@@ -12,6 +12,7 @@
 #define DSI_KV_H
 
 #include "base/base.h"
+#include "tensor/paged.h"
 
 typedef struct dsi_kv {
   int n_layers, row;      /* row = kv_lora_rank + qk_rope_head_dim floats */
@@ -28,8 +29,9 @@ typedef struct dsi_kv_seq {
   int len;                /* tokens stored */
 } dsi_kv_seq;
 
-/* pairs: keep bf16 pair rows instead of f32 rows (block_size a multiple of 32) */
-int dsi_kv_init(dsi_kv *kv, int n_layers, int row, int block_size, int n_blocks, int pairs, dsi_err *err);
+/* pairs: keep bf16 pair rows instead of f32 rows (block_size a multiple of
+ * 32); huge: advise huge pages for the layers' blocks */
+int dsi_kv_init(dsi_kv *kv, int n_layers, int row, int block_size, int n_blocks, int pairs, int huge, dsi_err *err);
 void dsi_kv_free(dsi_kv *kv);
 /* Make room for seq to hold n_tokens in total; DSI_E_CAPACITY when the pool
  * is out of blocks (nothing is taken then). */
@@ -41,7 +43,7 @@ void dsi_kv_release(dsi_kv *kv, dsi_kv_seq *s);
 void dsi_kv_truncate(dsi_kv *kv, dsi_kv_seq *s, int n);
 /* cache row of position pos of seq (must be reserved) */
 static inline int32_t dsi_kv_slot(const dsi_kv *kv, const dsi_kv_seq *s, int pos) {
-  return s->blocks[pos / kv->block_size] * kv->block_size + pos % kv->block_size;
+  return dsi_paged_slot(s->blocks, kv->block_size, pos);
 }
 
 #endif

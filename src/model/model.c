@@ -623,13 +623,17 @@ int dsi_model_open(dsi_model **out, const char *dir, const dsi_load_opts *opts, 
       }
   size_t total = plan_storage(m, &l);
   m->mem_size = total;
-  m->mem = dsi_alloc_big(total);
+  m->mem = dsi_alloc_big(total, !opts->no_hugepage);
   if (!m->mem) {
     rc = dsi_errf(err, DSI_E_NOMEM, "%s: cannot allocate %zu MB for the weights", dir, total >> 20);
     goto fail;
   }
-  fill_all(m, &l, opts->n_threads > 0 ? opts->n_threads : dsi_default_threads(), opts->progress && isatty(2), t0);
+  fill_all(m, &l, opts->n_threads > 0 ? opts->n_threads : dsi_ncpu(), opts->progress && isatty(2), t0);
   if (m->cfg.tie_word_embeddings) m->lm_head = m->embed_tokens;
+  for (int L = 0; L < m->cfg.num_hidden_layers; L++) {
+    m->layers[L].mla_fmt = m->packed && can_pack_mla(&m->cfg) ? DSI_MLA_SPLIT : DSI_MLA_KV_B;
+    m->layers[L].ffn_fmt = m->packed ? DSI_FFN_GATE_UP : DSI_FFN_SEPARATE;
+  }
   m->weight_dtype = m->quant ? "int8" : dtype_summary(&l);
   m->weight_bytes = m->mlocked ? m->file_bytes : total;
   if (!m->mlocked) dsi_st_close(&m->st); /* weights live in m->mem now */
@@ -678,7 +682,7 @@ static size_t active_bytes(const dsi_model *m) {
                             &w->gate_up, &w->gate};
     for (size_t i = 0; i < DSI_ARRAY_LEN(all); i++) b += mat_bytes(all[i]);
     if (w->is_moe) {
-      size_t e = mat_bytes(&w->exp_down[0]) + (w->exp_gate_up[0].data ? mat_bytes(&w->exp_gate_up[0])
+      size_t e = mat_bytes(&w->exp_down[0]) + (w->ffn_fmt == DSI_FFN_GATE_UP ? mat_bytes(&w->exp_gate_up[0])
                                                                       : mat_bytes(&w->exp_gate[0]) + mat_bytes(&w->exp_up[0]));
       b += e * c->num_experts_per_tok;
     }

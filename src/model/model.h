@@ -5,11 +5,29 @@
 #define DSI_MODEL_H
 
 #include "base/base.h"
-#include "kernels/kernels.h"
+#include "dsinfer.h"
+#include "tensor/mat.h"
 #include "model/config.h"
 #include "model/safetensors.h"
 
+/* How a layer's weights are held; the forward's builder branches on
+ * these, never on which matrices happen to be set. */
+typedef enum {
+  DSI_MLA_KV_B,  /* kv_b_proj whole (row-major; or packed when a head's rows are not whole
+                    16-row panels): the attention runs token by token (ATTN_ROWMAJOR) */
+  DSI_MLA_SPLIT, /* kv_b_proj split at load into w_uk_t, w_uv and w_uk (packed): the absorbed
+                    attention, and the non-absorbed prefill */
+} dsi_mla_weights;
+typedef enum {
+  DSI_FFN_SEPARATE, /* gate_proj, up_proj, down_proj and the experts' exp_gate, exp_up, exp_down,
+                       row-major: one matmul each, the experts one by one */
+  DSI_FFN_GATE_UP,  /* gate_up and exp_gate_up (gate and up interleaved by panel), down_proj and
+                       exp_down, packed: SiLU-mul fused, the grouped expert matmul */
+} dsi_ffn_weights;
+
 typedef struct dsi_layer_weights {
+  dsi_mla_weights mla_fmt;
+  dsi_ffn_weights ffn_fmt;
   float *input_layernorm;          /* [hidden] */
   float *post_attention_layernorm; /* [hidden] */
   /* MLA */
@@ -19,8 +37,8 @@ typedef struct dsi_layer_weights {
   dsi_mat q_proj;                  /* [H*(nope+rope), hidden] (q_lora_rank == 0) */
   dsi_mat kv_a_proj_with_mqa;      /* [kv_lora+rope, hidden] */
   float *kv_a_layernorm;           /* [kv_lora] */
-  dsi_mat kv_b_proj;               /* [H*(nope+v), kv_lora] (row-major layout only) */
-  /* packed layout: kv_b_proj split into the two absorbed factors */
+  dsi_mat kv_b_proj;               /* [H*(nope+v), kv_lora] (DSI_MLA_KV_B) */
+  /* DSI_MLA_SPLIT: kv_b_proj split into the absorbed factors */
   dsi_mat w_uk_t;                  /* [H*kv_lora, nope]: W_UK per head, transposed */
   dsi_mat w_uv;                    /* [H*v, kv_lora]: W_UV per head */
   dsi_mat w_uk;                    /* [H*nope, kv_lora]: W_UK per head, row form: the
@@ -28,13 +46,15 @@ typedef struct dsi_layer_weights {
   dsi_mat o_proj;                  /* [hidden, H*v] */
   /* dense MLP, or the MoE's shared experts */
   int is_moe;
-  dsi_mat gate_proj, up_proj, down_proj; /* row-major layout */
-  dsi_mat gate_up;                 /* packed layout: gate and up in panel pairs */
+  dsi_mat gate_proj, up_proj;      /* DSI_FFN_SEPARATE */
+  dsi_mat gate_up;                 /* DSI_FFN_GATE_UP: gate and up in panel pairs */
+  dsi_mat down_proj;
   /* MoE */
   dsi_mat gate;                    /* router [n_experts, hidden] */
   float *e_score_correction_bias;  /* [n_experts] or NULL */
-  dsi_mat *exp_gate, *exp_up, *exp_down; /* [n_experts]; exp_gate/up row-major only */
-  dsi_mat *exp_gate_up;            /* [n_experts], packed layout */
+  dsi_mat *exp_gate, *exp_up;      /* [n_experts], DSI_FFN_SEPARATE */
+  dsi_mat *exp_gate_up;            /* [n_experts], DSI_FFN_GATE_UP */
+  dsi_mat *exp_down;               /* [n_experts] */
 } dsi_layer_weights;
 
 struct dsi_model {

@@ -17,12 +17,13 @@ typedef enum dsi_dtype {
   /* symmetric int8 with f32 scales per block (the kernels' quantized
    * weights; kernels.h says where the scales sit) */
   DSI_DTYPE_I8,
+  DSI_DTYPE_U8, /* raw bytes (a workspace) */
   DSI_DTYPE_COUNT
 } dsi_dtype;
 
 /* bytes per element */
 size_t dsi_dtype_size(dsi_dtype t);
-/* safetensors' name ("F32", "BF16", "F16", "F8_E4M3", "I32", "I64", "I8") */
+/* safetensors' name ("F32", "BF16", "F16", "F8_E4M3", "I32", "I64", "I8", "U8") */
 const char *dsi_dtype_st_name(dsi_dtype t);
 /* parse a safetensors dtype name; -1 if unknown */
 int dsi_dtype_from_st_name(const char *s);

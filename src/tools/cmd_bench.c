@@ -6,12 +6,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/base.h"
 #include "dsinfer.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
-
-#define DSI_MIN(a, b) ((a) < (b) ? (a) : (b))
-#define DSI_MAX(a, b) ((a) > (b) ? (a) : (b))
+#include "tools/internal.h"
 
 static double now(void) {
   struct timespec ts;
@@ -43,6 +42,9 @@ static int bench_kernels(int argc, char **argv) {
       if (mv[i] <= 0 || mv[i] > 4096) { free(mv); return dsi_cli_usage_error("bench kernels", "--m sizes must be in 1..4096"); }
     o.ms = (const int *)mv;
   }
+  dsi_engine_opts eo = {0};
+  dsi_cli_env_opts(NULL, &eo);
+  o.isa = eo.isa;
   dsi_err err = {0};
   rc = dsi_bench_kernels(&o, stdout, &err);
   free(mv);
@@ -144,6 +146,10 @@ static int bench_model(int argc, char **argv) {
   dsi_model *m;
   dsi_load_opts lo = {.progress = !json, .n_threads = threads, .op_opt_off = op_opt && !strcmp(op_opt, "off"),
                       .quant = quant && !strcmp(quant, "int8") ? DSI_QUANT_INT8 : DSI_QUANT_NONE};
+  dsi_engine_opts eo = {.n_threads = threads, .max_tokens = 512, .max_context = P + G + 1, .act_precision = act,
+                        .kv_blocks = (P + G + 64) / 64 * B + B, .profile = profile != NULL,
+                        .exec = exec && !strcmp(exec, "eager") ? DSI_EXEC_EAGER : DSI_EXEC_GRAPH, .streams = streams};
+  dsi_cli_env_opts(&lo, &eo);
   if (dsi_model_open(&m, model, &lo, &err)) {
     fprintf(stderr, "dsinfer bench: %s\n", err.msg);
     return 1;
@@ -151,9 +157,6 @@ static int bench_model(int argc, char **argv) {
   dsi_model_info info;
   dsi_model_get_info(m, &info);
   dsi_engine *e;
-  dsi_engine_opts eo = {.n_threads = threads, .max_tokens = 512, .max_context = P + G + 1, .act_precision = act,
-                        .kv_blocks = (P + G + 64) / 64 * B + B, .profile = profile != NULL,
-                        .exec = exec && !strcmp(exec, "eager") ? DSI_EXEC_EAGER : DSI_EXEC_GRAPH, .streams = streams};
   if (dsi_engine_open(&e, m, &eo, &err)) {
     fprintf(stderr, "dsinfer bench: %s\n", err.msg);
     dsi_model_free(m);
@@ -186,11 +189,11 @@ static int bench_model(int argc, char **argv) {
              "\"prefill_tokens_per_s\":%.2f,\"decode_tokens_per_s\":%.3f,\"ms_per_token\":%.3f,"
              "\"peak_rss_bytes\":%zu,\"threads\":%d,\"isa\":\"%s\",\"active_bytes_per_token\":%zu,"
              "\"read_bandwidth_gbs\":%.2f,\"roofline_decode_tokens_per_s\":%.3f,\"decode_roofline_fraction\":%.3f}\n",
-             model, info.weight_dtype, P, G, B, reps, p, d, ms, dsi_peak_rss(), pk.threads, dsi_isa_name(),
+             model, info.weight_dtype, P, G, B, reps, p, d, ms, dsi_peak_rss(), pk.threads, dsi_engine_isa(e),
              info.active_bytes_per_token, pk.read_gbs, roof, d / B / roof);
     } else {
       printf("model %s (%s weights, %.0f MB), %d threads, isa %s\n", model, info.weight_dtype,
-             info.weight_bytes / 1e6, pk.threads, dsi_isa_name());
+             info.weight_bytes / 1e6, pk.threads, dsi_engine_isa(e));
       printf("workload: %d sequence(s) x %d prompt tokens, %d decode steps; median of %d runs (min..max)\n", B, P, G, reps);
       printf("prefill: %10.1f tokens/s   (%.1f .. %.1f)\n", p, spread_lo, spread_hi);
       printf("decode:  %10.2f tokens/s   (%.2f .. %.2f), %.2f ms per step\n", d, dlo, dhi, ms);

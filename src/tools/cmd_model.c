@@ -9,6 +9,7 @@
 #include "dsinfer.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
+#include "tools/internal.h"
 
 static double now(void) {
   struct timespec ts;
@@ -48,10 +49,11 @@ int dsi_cli_open_engine(const char *cmd, const char *dir, const run_opts *r, int
   dsi_err err = {0};
   dsi_load_opts lo = {.mlock = r->mlock, .progress = 1, .n_threads = r->threads, .op_opt_off = r->op_opt_off,
                       .quant = r->quant_mode};
-  if (dsi_model_open(m, dir, &lo, &err)) return fail(cmd, &err);
   dsi_engine_opts eo = {.n_threads = r->threads, .max_tokens = max_tokens, .max_context = max_context,
                         .act_precision = act, .profile = r->profile, .kv_blocks = r->kv_blocks,
                         .exec = r->exec_mode, .streams = r->streams};
+  dsi_cli_env_opts(&lo, &eo);
+  if (dsi_model_open(m, dir, &lo, &err)) return fail(cmd, &err);
   if (dsi_engine_open(e, *m, &eo, &err)) {
     dsi_model_free(*m);
     return fail(cmd, &err);

@@ -53,7 +53,7 @@ int dsi_cmd_profile(int argc, char **argv) {
     fprintf(stderr, "dsinfer profile: %s\n", dsi_engine_error(e)->msg);
   } else {
     printf("model %s (%s weights), isa %s; %d sequence(s) x %d prompt tokens, %d decode steps\n", model,
-           info.weight_dtype, dsi_isa_name(), B, P, G);
+           info.weight_dtype, dsi_engine_isa(e), B, P, G);
     dsi_engine_profile_summary(e, stdout);
     dsi_plan_info pi;
     if (ro.exec_mode == DSI_EXEC_GRAPH && !dsi_engine_plan_info(e, B, &pi))

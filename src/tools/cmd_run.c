@@ -104,7 +104,7 @@ static int open_text(session *s) {
     return 1;
   }
   dsi_err err = {0};
-  if (dsi_tok_open(&s->tok, json, file_readable(cfg) ? cfg : NULL, &err) ||
+  if (dsi_tok_open(&s->tok, json, file_readable(cfg) ? cfg : NULL, dsi_cli_tok_flags(), &err) ||
       dsi_detok_open(&s->detok, s->tok, DSI_TOK_SKIP_UNKNOWN, &err) ||
       (s->a->chat && dsi_chat_fmt_open(&s->fmt, s->a->model, &err)))
     return fail_msg(s, err.msg);

@@ -55,7 +55,7 @@ static int open_tok(const char *cmd, const tok_src *src, dsi_tok **tok) {
     cfg_path = file_exists(cfg) ? cfg : NULL;
   }
   dsi_err err = {0};
-  if (dsi_tok_open(tok, json, cfg_path, &err)) {
+  if (dsi_tok_open(tok, json, cfg_path, dsi_cli_tok_flags(), &err)) {
     fprintf(stderr, "dsinfer %s: %s\n", cmd, err.msg);
     return 1;
   }

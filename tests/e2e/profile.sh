@@ -31,8 +31,12 @@ const stepTid = steps[0].tid;
 if (!x.some(e => e.tid === 1 && e.cat !== "step") || x.some(e => e.tid === stepTid && e.cat !== "step"))
   fail("want ops on threads 0 and 1 and only steps on tid " + stepTid);
 const o = x.find(e => e.name === "o_proj");
-for (const k of ["layer", "flops", "bytes", "phase"]) if (!(k in o.args)) fail("o_proj lacks args." + k);
+for (const k of ["layer", "flops", "bytes", "phase", "out"]) if (!(k in o.args)) fail("o_proj lacks args." + k);
 if (!(o.args.flops > 0)) fail("o_proj has no FLOPs");
+/* outputs carry their dtype and planned shape: o_proj [tokens, hidden] */
+if (!/^f32\[[0-9]+,[0-9]+\]$/.test(o.args.out)) fail("o_proj out is not f32[T,hidden]: " + o.args.out);
+const ids = x.find(e => e.name === "router_topk");
+if (ids && !/^i32\[/.test(ids.args.out)) fail("router_topk out is not i32: " + ids.args.out);
 ' "$scratch/trace.json"
 # with two streams, the side branch's ops have tracks of their own
 DSINFER_STREAM_TEAM_MIN=1 "$bin" profile --model "$model" --prompt-len 20 --gen-len 3 --threads 2 --streams 2 --no-peaks \

@@ -59,7 +59,7 @@ static void teardown(fixture *f) {
 
 static double kv(const fixture *f, int u, int j) {
   int32_t slot = f->table[u / BS] * BS + u % BS;
-  return dsi_bf16_to_f32(f->cache[dsi_kv_pair_at(f->a.row, slot) + 2 * (size_t)j]);
+  return dsi_bf16_to_f32(f->cache[dsi_paged_pair_at(f->a.row, slot) + 2 * (size_t)j]);
 }
 
 /* worst error of o against double-precision attention, relative to the
@@ -114,14 +114,14 @@ static int pair_rows_zero(const dsi_kv *kv, int32_t b, int s0, int s1) {
   int z = 1;
   for (int l = 0; l < kv->n_layers; l++)
     for (int s = s0; s < s1; s++)
-      for (int j = 0; j < kv->row; j++) z &= kv->pair[l][dsi_kv_pair_at(kv->row, b * kv->block_size + s) + 2 * (size_t)j] == 0;
+      for (int j = 0; j < kv->row; j++) z &= kv->pair[l][dsi_paged_pair_at(kv->row, b * kv->block_size + s) + 2 * (size_t)j] == 0;
   return z;
 }
 
 static void kv_pairs(void) {
   dsi_kv kv;
   dsi_err err = {0};
-  CHECK(dsi_kv_init(&kv, 2, 48, 32, 3, 1, &err) == DSI_OK);
+  CHECK(dsi_kv_init(&kv, 2, 48, 32, 3, 1, 1, &err) == DSI_OK);
   for (int l = 0; l < 2; l++) memset(kv.pair[l], 0x3f, (size_t)3 * 32 * 48 * sizeof(uint16_t)); /* stale: 0.75 */
   dsi_kv_seq s = {0};
   CHECK(dsi_kv_reserve(&kv, &s, 40, &err) == DSI_OK && s.n_blocks == 2);
@@ -147,7 +147,7 @@ static void pack_case(int ctx, int kvl, int rope, dsi_rng *rng) {
   for (int s = 0; s < N_BLOCKS * BS; s++)
     for (int j = 0; j < row; j++) {
       uint16_t v = dsi_f32_to_bf16((float)dsi_rng_normal(rng));
-      pairs[dsi_kv_pair_at(row, s) + 2 * (size_t)j] = v;
+      pairs[dsi_paged_pair_at(row, s) + 2 * (size_t)j] = v;
       rows[(size_t)s * row + j] = dsi_bf16_to_f32(v);
     }
   for (int u = 0; u < ctx; u++) slots[u] = table[u / BS] * BS + u % BS;
@@ -181,7 +181,7 @@ int main(void) {
   int cases = 0;
   for (size_t i = 0; i < DSI_ARRAY_LEN(ns); i += 2) run("oracle", dsi_attn_pairs_ref, 3, ns[i], 64, 32, 1, &rng);
   run("oracle", dsi_attn_pairs_ref, 17, 300, 512, 64, 1, &rng);
-  if (!dsi_attn_pairs_amx_ok()) {
+  if (!dsi_kern_best()->amx) {
     printf("AMX not available here: the oracle alone was checked\n");
     return check_done();
   }

@@ -8,6 +8,7 @@
 
 #include "base/base.h"
 #include "check.h"
+#include "test_isa.h"
 #include "dsinfer.h"
 
 #define N_GEN 12
@@ -36,9 +37,8 @@ static int argmax_f(const float *x, int n) {
 static void alone(dsi_model *m, const int32_t *prompt, int np, int V, int32_t *gen, float *lg) {
   dsi_engine *e;
   dsi_err err;
-  if (g_exec->team_min) setenv("DSINFER_STREAM_TEAM_MIN", "1", 1);
-  else unsetenv("DSINFER_STREAM_TEAM_MIN");
-  dsi_engine_opts o = {.n_threads = g_exec->threads, .kv_block_size = 4, .exec = g_exec->exec, .streams = g_exec->streams};
+  dsi_engine_opts o = {.n_threads = g_exec->threads, .kv_block_size = 4, .exec = g_exec->exec, .streams = g_exec->streams,
+                       .stream_team_min = g_exec->team_min, .isa = test_isa(), .mla_form = test_mla_form()};
   DSI_ASSERT(dsi_engine_open(&e, m, &o, &err) == 0);
   int s = dsi_seq_new(e);
   int32_t seqv[64];
@@ -109,9 +109,8 @@ static void run_case(int quant) {
   /* all 8 together: sequence s starts s steps late and prefills in chunks
    * of 2, so every step mixes prefill chunks with decode tokens */
   dsi_engine *e;
-  if (g_exec->team_min) setenv("DSINFER_STREAM_TEAM_MIN", "1", 1);
-  else unsetenv("DSINFER_STREAM_TEAM_MIN");
-  dsi_engine_opts o = {.n_threads = g_exec->threads, .kv_block_size = 4, .exec = g_exec->exec, .streams = g_exec->streams};
+  dsi_engine_opts o = {.n_threads = g_exec->threads, .kv_block_size = 4, .exec = g_exec->exec, .streams = g_exec->streams,
+                       .stream_team_min = g_exec->team_min, .isa = test_isa(), .mla_form = test_mla_form()};
   DSI_ASSERT(dsi_engine_open(&e, m, &o, &err) == 0);
   int ids[N_SEQ], fed[N_SEQ] = {0}, ngen[N_SEQ] = {0};
   int32_t next[N_SEQ], gen0[N_GEN];

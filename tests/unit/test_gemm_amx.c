@@ -9,7 +9,8 @@
 #include "base/pool.h"
 #include "kernels/cpu.h"
 #include "kernels/gemm.h"
-#include "graph/exec.h"
+#include "graph/matmul.h"
+#include "kernels/vec.h"
 
 #if defined(DSI_HAVE_AMX)
 
@@ -143,8 +144,8 @@ static void one_case(dsi_dtype dt, dsi_epilogue epi, int rows, int cols, int m, 
   size_t xb_bytes = DSI_XB_ROWS(m) * kpad * 2;
   uint16_t *xb = dsi_alloc_aligned(xb_bytes);
   memset(xb, 0x7f, xb_bytes);
-  dsi_rows_to_bf16_tiles(x, ldx, x_rows, m / 2, cols, kpad, 0, m, xb);
-  dsi_rows_to_bf16_tiles(x, ldx, x_rows + m / 2, m - m / 2, cols, kpad, m / 2, m, xb);
+  dsi_rows_to_bf16_tiles(dsi_kern_best()->vec, x, ldx, x_rows, m / 2, cols, kpad, 0, m, xb);
+  dsi_rows_to_bf16_tiles(dsi_kern_best()->vec, x, ldx, x_rows + m / 2, m - m / 2, cols, kpad, m / 2, m, xb);
   for (size_t r = m; r < DSI_XB_ROWS(m); r++)
     for (int s = 0; s < kpad / 32; s++)
       for (int c = 0; c < 32; c++) CHECK(xb[((r / 16) * (kpad / 32) + s) * 512 + (r % 16) * 32 + c] == 0);
@@ -247,8 +248,8 @@ static void one_case(dsi_dtype dt, dsi_epilogue epi, int rows, int cols, int m, 
   if (epi == DSI_EPI_SILU_PAIRS) weight_free(&up);
 }
 
-/* A batch of matmuls as the forward runs them (dsi_gemm_run: kernels
- * picked per call, activations prepared into dsi_prep_bytes' workspace,
+/* A batch of matmuls as the forward runs them (dsi_mm_run: kernels
+ * picked per call, activations prepared into the driver's workspace,
  * call-major units over two workers): many calls of 8-16 rows, the ones
  * whose tile-ordered bf16 rows pad the most, beside AVX-512 calls of a
  * few rows and some of none; each call against the scalar oracle. */
@@ -282,12 +283,11 @@ static void batch_case(dsi_dtype dt, dsi_rng *rng) {
                   .y = yref + (size_t)start[e] * ROWS, .ldy = ROWS, .epi = DSI_EPI_STORE};
     if (m) dsi_gemm_ref(&r, 0, ROWS, scr);
   }
-  dsi_fctx f = {.act_bf16 = 1};
-  DSI_ASSERT(dsi_fctx_workers(&f, 2, E, DSI_GEMM_SCRATCH(COLS + 64) / sizeof(float)) == DSI_OK);
-  size_t ws_bytes = dsi_prep_bytes(total, COLS, pk[0].kpad, E);
+  dsi_mm mm = {.k = dsi_kern_best(), .act_bf16 = 1, .nth = dsi_pool_size(g_pool)};
+  size_t ws_bytes = dsi_mm_run_bytes(mm.nth, E, total, COLS, pk[0].kpad);
   void *ws = dsi_alloc_aligned(ws_bytes);
   dsi_gemm_fn fns[E];
-  dsi_gemm_run(g_pool, &f, gs, E, ROWS, DSI_TILE_N, ws, ws_bytes, fns);
+  dsi_mm_run(g_pool, &mm, gs, E, ROWS, DSI_TILE_N, ws, ws_bytes, fns);
   int n_amx = 0;
   for (int e = 0; e < E; e++) {
     int m = start[e + 1] - start[e];
@@ -298,7 +298,6 @@ static void batch_case(dsi_dtype dt, dsi_rng *rng) {
   }
   CHECKF(n_amx >= E / 2, "only %d of %d calls ran on AMX", n_amx, E);
   dsi_free_aligned(ws);
-  dsi_fctx_workers_free(&f);
   for (int e = 0; e < E; e++) {
     dsi_free_aligned(mem[e]);
     weight_free(&w[e]);

@@ -9,6 +9,7 @@
 
 #include "base/base.h"
 #include "check.h"
+#include "test_isa.h"
 #include "kernels/cpu.h"
 #include "kernels/gemm.h"
 
@@ -137,7 +138,7 @@ static void check_shape(dsi_dtype dt, int rows, int cols, dsi_rng *r) {
     dsi_pack_gate_up(&gate, &up, &pgu, pgu_mem);
   }
 #if DSI_HAVE_AVX512
-  int vs512 = i8 && dsi_cpu_get()->level >= DSI_ISA_AVX512;
+  int vs512 = i8 && test_kern()->level >= DSI_ISA_AVX512;
 #else
   int vs512 = 0;
 #endif

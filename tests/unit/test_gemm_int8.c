@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "check.h"
+#include "test_isa.h"
 #include "base/base.h"
 #include "base/pool.h"
 #include "dsinfer.h"
@@ -273,7 +274,7 @@ static void one_case(dsi_epilogue epi, int rows, int cols, int m, int use_amx, d
     int ld = DSI_XQ_LD(pk.kpad);
     int8_t *xq = dsi_alloc_aligned((size_t)m * ld);
     float *xs = dsi_xmalloc(m * sizeof(float));
-    dsi_rows_to_i8(x, ldx, x_rows, m, cols, ld, xq, xs);
+    dsi_rows_to_i8(test_kern()->vec, x, ldx, x_rows, m, cols, ld, xq, xs);
     float *xd = dequant_rows(xq, xs, m, cols, ld);
     /* the oracle with the same int8 activations, then unquantized */
     dsi_gemm r = base, g = base;
@@ -337,16 +338,16 @@ static void one_case(dsi_epilogue epi, int rows, int cols, int m, int use_amx, d
 }
 
 static void test_kernels(dsi_rng *rng) {
-  const dsi_cpu *cpu = dsi_cpu_get();
+  const dsi_kern *kt = test_kern();
   static const int rows_set[] = {16, 48, 80, 200, 7, 1000};
   static const int cols_set[] = {32, 64, 96, 100, 128, 1000, 33, 2100};
   static const int m_set[] = {1, 3, 16, 17, 64, 100};
   int have[2] = {0, 0};
 #if DSI_HAVE_AVX512
-  have[0] = cpu->level >= DSI_ISA_AVX512;
+  have[0] = kt->level >= DSI_ISA_AVX512;
 #endif
 #if DSI_HAVE_AMX
-  have[1] = cpu->level >= DSI_ISA_AMX && cpu->amx_int8;
+  have[1] = kt->amx_int8;
 #endif
   for (int k = 0; k < 2; k++) {
     if (!have[k]) {

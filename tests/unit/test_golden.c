@@ -14,6 +14,8 @@
 
 #include "base/base.h"
 #include "check.h"
+#include "engine/engine_testing.h"
+#include "test_isa.h"
 #include "dsinfer.h"
 
 #define TOL 1e-5
@@ -74,7 +76,7 @@ typedef struct {
   const char *name;
   int exec, streams, poison;
   int threads;   /* 0: the mode's; else this many (a fork splits only into teams of >= 2) */
-  int team_min;  /* DSINFER_STREAM_TEAM_MIN, 0 unset */
+  int team_min;  /* stream_team_min, 0 unset */
 } exec_cfg;
 static const exec_cfg k_execs[] = {
   {"graph", DSI_EXEC_GRAPH, 1, 0, 0, 0},
@@ -102,11 +104,11 @@ static void run_mode(const golden *g, const char *mode, int chunk, int n_other, 
   dsi_engine *e;
   dsi_err err = {0};
   if (g_exec->threads && threads > 1) threads = g_exec->threads;
-  if (g_exec->team_min) setenv("DSINFER_STREAM_TEAM_MIN", "1", 1);
-  else unsetenv("DSINFER_STREAM_TEAM_MIN");
   dsi_engine_opts eo = {.n_threads = threads, .kv_block_size = 8, .max_tokens = 64, .act_precision = DSI_ACT_F32,
-                        .exec = g_exec->exec, .streams = g_exec->streams, .poison = g_exec->poison};
+                        .exec = g_exec->exec, .streams = g_exec->streams, .stream_team_min = g_exec->team_min,
+                        .isa = test_isa(), .mla_form = test_mla_form()};
   if (dsi_engine_open(&e, g->m, &eo, &err)) { CHECKF(0, "%s", err.msg); return; }
+  if (g_exec->poison) dsi_engine_set_poison(e, 1);
   int V = g->vocab, seq = dsi_seq_new(e);
   int others[8];
   for (int k = 0; k < n_other; k++) others[k] = dsi_seq_new(e);

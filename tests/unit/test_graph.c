@@ -5,6 +5,8 @@
  * and its arena is smaller than the intermediates laid end to end. The
  * checker itself catches a missing wait and an overlapping placement. The
  * plan cache is bounded and buckets are powers of two. */
+#define _GNU_SOURCE
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,11 +23,12 @@ static void check_model_plans(const char *dir, int op_opt_off) {
   if (!CHECK(dsi_model_open(&m, dir, &lo, &err) == 0)) return;
   for (int nth = 2; nth <= 4; nth++) {
     dsi_pool *pool = dsi_pool_new(nth);
-    dsi_fwd *f;
-    if (!CHECK(dsi_fwd_new(&f, m, pool, 64, 128, &err) == 0)) break;
-    for (int bf16 = 0; bf16 <= 1; bf16++)
+    for (int bf16 = 0; bf16 <= 1; bf16++) {
+      dsi_fwd *f;
+      dsi_fwd_opts fo = {.max_tokens = 64, .max_context = 128, .precision = bf16 ? DSI_ACT_BF16 : DSI_ACT_F32,
+                         .kv_block_size = 64};
+      if (!CHECK(dsi_fwd_new(&f, m, pool, &fo, &err) == 0)) break;
       for (int streams = 1; streams <= 3; streams++) { /* 3: two streams, teams of one worker */
-        dsi_fwd_set_act_bf16(f, bf16);
         dsi_fwd_exec_opts x = {.exec = DSI_EXEC_GRAPH, .streams = streams > 1 ? 2 : 1, .fuse = 1,
                                .min_team = streams == 3 ? 1 : 0};
         dsi_fwd_set_exec(f, &x);
@@ -49,7 +52,8 @@ static void check_model_plans(const char *dir, int op_opt_off) {
                    streams, s.n_ops, s.n_fused, s.n_waits, s.arena_bytes / 1e3, s.sum_bytes / 1e3);
         }
       }
-    dsi_fwd_free(f);
+      dsi_fwd_free(f);
+    }
     dsi_pool_free(pool);
   }
   dsi_model_free(m);
@@ -62,7 +66,8 @@ static void check_buckets(void) {
   if (!CHECK(dsi_model_open(&m, "golden/tiny-bf16/model", NULL, &err) == 0)) return;
   dsi_pool *pool = dsi_pool_new(2);
   dsi_fwd *f;
-  if (CHECK(dsi_fwd_new(&f, m, pool, 600, 64, &err) == 0)) {
+  dsi_fwd_opts fo = {.max_tokens = 600, .max_context = 64, .kv_block_size = 64};
+  if (CHECK(dsi_fwd_new(&f, m, pool, &fo, &err) == 0)) {
     CHECK(dsi_fwd_bucket(f, 1) == 1 && dsi_fwd_bucket(f, 5) == 8 && dsi_fwd_bucket(f, 64) == 64);
     CHECK(dsi_fwd_bucket(f, 513) == 600 && dsi_fwd_bucket(f, 600) == 600);
     dsi_fwd_stats s;
@@ -78,11 +83,44 @@ static void check_buckets(void) {
   dsi_model_free(m);
 }
 
+/* the plan's tensors carry a dtype and a shape, and every op's workspace
+ * is a tensor of the plan (so the checker and the poisoned arena cover it) */
+static void check_shapes(void) {
+  dsi_model *m;
+  dsi_err err = {0};
+  if (!CHECK(dsi_model_open(&m, "golden/tiny-bf16/model", NULL, &err) == 0)) return;
+  dsi_pool *pool = dsi_pool_new(2);
+  dsi_fwd *f;
+  dsi_fwd_opts fo = {.max_tokens = 64, .max_context = 128, .precision = DSI_ACT_F32, .kv_block_size = 64};
+  if (CHECK(dsi_fwd_new(&f, m, pool, &fo, &err) == 0)) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    dsi_fwd_dump_plan(f, 16, out);
+    fclose(out);
+    /* tiny: hidden 128, 4 heads of 32 + 16 (the golden tests' shape) */
+    CHECKF(strstr(text, " x ") && strstr(text, "f32[16,128]"), "the residual stream is not f32[16,128]");
+    const char *q = strstr(text, " q_b_proj ");
+    CHECKF(q && strstr(q, "f32[16,") && strchr(strchr(q, '[') + 1, ',') != strrchr(strchr(q, '['), ','),
+           "q_b_proj is not [T, H, qk_head_dim]");
+    CHECKF(strstr(text, " topk_ids ") && strstr(text, "i32[16,"), "the routing ids are not i32");
+    int n_ws = 0;
+    for (const char *p = text; (p = strstr(p, " ws ")); p++) n_ws += strstr(p, "u8[") != NULL;
+    CHECKF(n_ws > 10, "only %d workspaces planned", n_ws);
+    printf("plan of 16 tokens: %d op workspaces in the arena\n", n_ws);
+    free(text);
+    dsi_fwd_free(f);
+  }
+  dsi_pool_free(pool);
+  dsi_model_free(m);
+}
+
 /* the checker is not a rubber stamp */
 static void check_checker(void) {
   dsi_graph *g = dsi_graph_new(4);
-  int a = dsi_graph_tensor(g, "a", DSI_T_ARENA, 1024), b = dsi_graph_tensor(g, "b", DSI_T_ARENA, 1024);
-  int c = dsi_graph_tensor(g, "c", DSI_T_ARENA, 1024);
+  int64_t n = 256; /* 1 KiB of f32 */
+  int a = dsi_graph_tensor(g, "a", DSI_T_ARENA, DSI_DTYPE_F32, 1, &n), b = dsi_graph_tensor(g, "b", DSI_T_ARENA, DSI_DTYPE_F32, 1, &n);
+  int c = dsi_graph_tensor(g, "c", DSI_T_ARENA, DSI_DTYPE_F32, 1, &n);
   dsi_op *op = dsi_graph_op(g, DSI_OP_ADD, "make_a", 0);
   op->out[0] = a;
   op = dsi_graph_op(g, DSI_OP_ADD, "a_to_b", 0);
@@ -109,6 +147,7 @@ static void check_checker(void) {
 int main(void) {
   check_checker();
   check_buckets();
+  check_shapes();
   const char *models[] = {"golden/tiny-bf16/model", "golden/tiny-fp8/model", "golden/tiny-noqlora-bf16/model"};
   for (size_t i = 0; i < DSI_ARRAY_LEN(models); i++) {
     check_model_plans(models[i], 0);

@@ -13,6 +13,7 @@
 #include "check.h"
 #include "dsinfer.h"
 #include "model/safetensors.h"
+#include "tools/internal.h"
 
 static char g_tmp[64];
 

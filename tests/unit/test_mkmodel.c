@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "model/config.h"
+#include "tools/internal.h"
 #include "model/safetensors.h"
 #include "tensor/dtype.h"
 #include "tokenizer/tokenizer.h"
@@ -652,7 +653,7 @@ static int config_int(const char *dir, const char *key) {
 static dsi_tok *open_tok(const char *dir) {
   dsi_tok *tok = NULL;
   dsi_err err = {0};
-  CHECKF(dsi_tok_open(&tok, path_in(dir, "tokenizer.json"), path_in(dir, "tokenizer_config.json"), &err) == DSI_OK,
+  CHECKF(dsi_tok_open(&tok, path_in(dir, "tokenizer.json"), path_in(dir, "tokenizer_config.json"), 0, &err) == DSI_OK,
          "%s: %s", dir, err.msg);
   return tok;
 }
@@ -737,7 +738,7 @@ static void test_tokenizer(void) {
   /* a generated one for a larger vocabulary: more merges, then the added tokens */
   dsi_tok_made made;
   CHECK(mkdir(big, 0777) == 0);
-  CHECKF(dsi_tok_write_checkpoint(big, "builtin", 2000, &made, &err) == DSI_OK, "%s", err.msg);
+  CHECKF(dsi_tok_write_checkpoint(big, NULL, 0, 2000, &made, &err) == DSI_OK, "%s", err.msg);
   CHECKF(made.vocab_size > 512 && made.vocab_size < 2000 && made.bos_id == 0 && made.eos_id == 1 &&
          made.n_merges > 249 && !made.from[0], "vocab %d, %d merges", made.vocab_size, made.n_merges);
   tok = open_tok(big);

@@ -72,20 +72,29 @@ static void pack_heads(int r0, int n, dsi_mat *dst) {
   free(rows);
 }
 
-/* a team of the pool's threads to run the naive form on, with the
- * forward's per-worker state */
+/* a team of the pool's threads to run the naive form on, in a workspace
+ * of the sizes it declares, filled with NaN first: it must write whatever
+ * it reads there, as the graph's poisoned arena demands */
 typedef struct {
   dsi_mla_prefill *p;
-  dsi_fctx *f;
+  dsi_mm *mm;
   const dsi_layer_weights *w;
   const dsi_mla_segment *seg;
+  uint8_t *shared, *thread;
+  size_t thread_bytes;
   dsi_barrier bar;
 } team_job;
 
 static void team_task(void *ctx, int ith, int nth) {
   team_job *j = ctx;
   dsi_team tm = {.ith = ith, .nth = nth, .tid = ith, .bar = &j->bar};
-  dsi_mla_prefill_naive(j->p, &tm, j->f, j->w, j->seg);
+  dsi_mla_prefill_naive(j->p, &tm, j->mm, j->w, j->seg, j->shared, j->thread + (size_t)ith * j->thread_bytes);
+}
+
+static uint8_t *nan_buffer(size_t bytes) {
+  uint8_t *b = dsi_alloc_aligned(bytes);
+  memset(b, 0xff, bytes); /* every float a NaN */
+  return b;
 }
 
 static dsi_pool *g_pool, *g_pool1;
@@ -93,7 +102,7 @@ static dsi_pool *g_pool, *g_pool1;
 enum { LDO = H * VD + 3 }; /* a row stride of its own: out is not assumed packed */
 
 /* the segment's queries (from a seed of p0, L) and output [L, LDO] on pool */
-static float *attend(dsi_mla_prefill *p, dsi_fctx *f, const dsi_layer_weights *w, dsi_pool *pool, int p0, int L,
+static float *attend(dsi_mla_prefill *p, dsi_mm *mm, const dsi_layer_weights *w, dsi_pool *pool, int p0, int L,
                      float **q_out) {
   dsi_rng r;
   dsi_rng_seed(&r, 1000 + p0 + L);
@@ -102,9 +111,14 @@ static float *attend(dsi_mla_prefill *p, dsi_fctx *f, const dsi_layer_weights *w
   for (size_t i = 0; i < (size_t)L * LDO; i++) out[i] = NAN; /* every output is written */
   dsi_mla_segment seg = {.q = q, .ldq = H * QK, .cache = &cache[0][0], .table = table, .block_size = BS,
                          .p0 = p0, .L = L, .out = out, .ldo = LDO};
-  team_job j = {.p = p, .f = f, .w = w, .seg = &seg};
+  size_t shared, thread;
+  dsi_mla_prefill_ws(p, &shared, &thread);
+  team_job j = {.p = p, .mm = mm, .w = w, .seg = &seg, .shared = nan_buffer(shared),
+                .thread = nan_buffer(thread * dsi_pool_size(pool)), .thread_bytes = thread};
   dsi_barrier_init(&j.bar, dsi_pool_size(pool));
   dsi_pool_run(pool, team_task, &j);
+  dsi_free_aligned(j.shared);
+  dsi_free_aligned(j.thread);
   if (q_out) *q_out = q;
   else free(q);
   return out;
@@ -118,8 +132,8 @@ static int same_bits(const float *a, const float *b, int L) {
 }
 
 /* the same segment on one thread and on two: bitwise equal */
-static void run_threads(dsi_mla_prefill *p, dsi_fctx *f, const dsi_layer_weights *w, int p0, int L, const char *what) {
-  float *a = attend(p, f, w, g_pool, p0, L, NULL), *b = attend(p, f, w, g_pool1, p0, L, NULL);
+static void run_threads(dsi_mla_prefill *p, dsi_mm *mm, const dsi_layer_weights *w, int p0, int L, const char *what) {
+  float *a = attend(p, mm, w, g_pool, p0, L, NULL), *b = attend(p, mm, w, g_pool1, p0, L, NULL);
   CHECKF(same_bits(a, b, L), "%s: p0 %d L %d: one thread and two differ", what, p0, L);
   printf("  %-28s p0 %4d L %3d  one thread = two\n", what, p0, L);
   free(a);
@@ -128,20 +142,20 @@ static void run_threads(dsi_mla_prefill *p, dsi_fctx *f, const dsi_layer_weights
 
 /* the AMX attention kernels against the matmul kernels: bitwise where the
  * matmuls take AMX too (every query block of 8 rows or more) */
-static void run_tiles(dsi_mla_prefill *p, dsi_fctx *f, const dsi_layer_weights *w, int p0, int L, const char *what) {
+static void run_tiles(dsi_mla_prefill *p, dsi_mm *mm, const dsi_layer_weights *w, int p0, int L, const char *what) {
   dsi_mla_prefill_set_tiles(p, 0);
-  float *a = attend(p, f, w, g_pool, p0, L, NULL);
+  float *a = attend(p, mm, w, g_pool, p0, L, NULL);
   dsi_mla_prefill_set_tiles(p, 1);
-  float *b = attend(p, f, w, g_pool, p0, L, NULL);
+  float *b = attend(p, mm, w, g_pool, p0, L, NULL);
   CHECKF(same_bits(a, b, L), "%s: p0 %d L %d: the AMX attention kernels differ from the matmuls", what, p0, L);
   printf("  %-28s p0 %4d L %3d  AMX attention kernels = matmuls\n", what, p0, L);
   free(a);
   free(b);
 }
 
-static void run_case(dsi_mla_prefill *p, dsi_fctx *f, const dsi_layer_weights *w, int p0, int L, float scale,
+static void run_case(dsi_mla_prefill *p, dsi_mm *mm, const dsi_layer_weights *w, int p0, int L, float scale,
                      double tol, const char *what) {
-  float *q, *out = attend(p, f, w, g_pool, p0, L, &q);
+  float *q, *out = attend(p, mm, w, g_pool, p0, L, &q);
   double *ref = malloc((size_t)L * H * VD * sizeof(double));
   int ldo = LDO;
   reference(q, p0, L, scale, ref);
@@ -182,36 +196,33 @@ int main(void) {
 
   g_pool = dsi_pool_new(2);
   g_pool1 = dsi_pool_new(1);
-  dsi_fctx f = {0};
-  DSI_ASSERT(dsi_fctx_workers(&f, 2, H + 2, DSI_GEMM_SCRATCH(1024) / sizeof(float)) == DSI_OK);
-  dsi_mla_prefill *p = dsi_mla_prefill_new(&c, 128, N_BLOCKS * BS, 2);
-  DSI_ASSERT(p);
+  dsi_mm mm = {.k = dsi_kern_best(), .act_bf16 = 0, .nth = 2};
+  dsi_mla_prefill *p = dsi_mla_prefill_new(&c, 128, N_BLOCKS * BS, DSI_MLA_AUTO);
   printf("f32 activations:\n");
-  run_case(p, &f, &w, 0, 37, scale, 1e-5, "planned blocks");
-  run_case(p, &f, &w, 150, 70, scale, 1e-5, "planned blocks");
+  run_case(p, &mm, &w, 0, 37, scale, 1e-5, "planned blocks");
+  run_case(p, &mm, &w, 150, 70, scale, 1e-5, "planned blocks");
   /* 64-position blocks, 16-query passes, groups of 4 heads: a segment
    * that starts mid-block and crosses every edge */
   dsi_mla_prefill_set_blocks(p, 64, 16, 4);
-  run_case(p, &f, &w, 0, 37, scale, 1e-5, "small blocks");
-  run_case(p, &f, &w, 150, 70, scale, 1e-5, "small blocks");
-  run_case(p, &f, &w, 277, 16, scale, 1e-5, "small blocks");
-  run_threads(p, &f, &w, 150, 70, "small blocks");
+  run_case(p, &mm, &w, 0, 37, scale, 1e-5, "small blocks");
+  run_case(p, &mm, &w, 150, 70, scale, 1e-5, "small blocks");
+  run_case(p, &mm, &w, 277, 16, scale, 1e-5, "small blocks");
+  run_threads(p, &mm, &w, 150, 70, "small blocks");
   printf("bf16 activations:\n");
-  f.act_bf16 = 1; /* keys, values, queries and probabilities rounded to bf16 */
-  run_case(p, &f, &w, 150, 70, scale, 2e-2, "small blocks");
-  run_threads(p, &f, &w, 150, 70, "small blocks");
-  if (dsi_attn_pairs_amx_ok()) { /* 72 = 4 query blocks of 16 and one of 8 */
-    run_tiles(p, &f, &w, 150, 72, "small blocks");
-    run_tiles(p, &f, &w, 277, 16, "small blocks");
+  mm.act_bf16 = 1; /* keys, values, queries and probabilities rounded to bf16 */
+  run_case(p, &mm, &w, 150, 70, scale, 2e-2, "small blocks");
+  run_threads(p, &mm, &w, 150, 70, "small blocks");
+  if (mm.k->amx) { /* 72 = 4 query blocks of 16 and one of 8 */
+    run_tiles(p, &mm, &w, 150, 72, "small blocks");
+    run_tiles(p, &mm, &w, 277, 16, "small blocks");
   }
   dsi_mla_prefill_free(p);
-  p = dsi_mla_prefill_new(&c, 128, N_BLOCKS * BS, 2);
-  DSI_ASSERT(p);
-  run_case(p, &f, &w, 0, 72, scale, 2e-2, "planned blocks");
-  run_threads(p, &f, &w, 0, 72, "planned blocks");
-  if (dsi_attn_pairs_amx_ok()) { /* 72 = two query blocks of 32 and one of 8 */
-    run_tiles(p, &f, &w, 0, 72, "planned blocks");
-    run_tiles(p, &f, &w, 40, 104, "planned blocks");
+  p = dsi_mla_prefill_new(&c, 128, N_BLOCKS * BS, DSI_MLA_AUTO);
+  run_case(p, &mm, &w, 0, 72, scale, 2e-2, "planned blocks");
+  run_threads(p, &mm, &w, 0, 72, "planned blocks");
+  if (mm.k->amx) { /* 72 = two query blocks of 32 and one of 8 */
+    run_tiles(p, &mm, &w, 0, 72, "planned blocks");
+    run_tiles(p, &mm, &w, 40, 104, "planned blocks");
   }
   dsi_mla_prefill_free(p);
 
@@ -222,8 +233,7 @@ int main(void) {
   v3.qk_rope_head_dim = 64;
   v3.v_head_dim = 128;
   v3.kv_lora_rank = 512;
-  p = dsi_mla_prefill_new(&v3, 1024, 8192, 2);
-  DSI_ASSERT(p);
+  p = dsi_mla_prefill_new(&v3, 1024, 8192, DSI_MLA_AUTO);
   double a, n;
   dsi_mla_prefill_cost(p, 512, 0, DSI_DTYPE_BF16, &a, &n);
   printf("V3 dims, 512-token prompt: cost absorbed %.3g, naive %.3g\n", a, n);
@@ -236,7 +246,6 @@ int main(void) {
   dsi_mla_prefill_free(p);
   dsi_pool_free(g_pool);
   dsi_pool_free(g_pool1);
-  dsi_fctx_workers_free(&f);
   dsi_free_aligned((void *)w.w_uk.data);
   dsi_free_aligned((void *)w.w_uv.data);
   return check_done();

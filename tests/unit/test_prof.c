@@ -114,7 +114,8 @@ static void check_trace(const char *path, const double *wall) {
 static void check_full(void) {
   dsi_prof *p = dsi_prof_new(2, 8);
   dsi_prof_step_begin(p);
-  int op = dsi_prof_op(p, "tiny\"op", DSI_PROF_OTHER, 0, 0, 1, 1, 1);
+  int op = dsi_prof_op(p, "tiny\"op", DSI_PROF_OTHER, 0, 0, "f32[1,8]");
+  dsi_prof_op_cost(p, op, 1, 1, 1);
   for (int i = 0; i < 8; i++) dsi_prof_span(p, op, i % 2, dsi_now(), dsi_now());
   dsi_prof_step_end(p, 0, 1, 1);
   char *buf = NULL;

@@ -37,7 +37,7 @@ static char *write_temp(const char *text) {
 static dsi_tok *open_text(const char *json, dsi_err *err, int *status) {
   char *path = write_temp(json);
   dsi_tok *t = NULL;
-  *status = dsi_tok_open(&t, path, NULL, err);
+  *status = dsi_tok_open(&t, path, NULL, 0, err);
   unlink(path);
   return t;
 }
@@ -439,7 +439,7 @@ static void test_load_errors(void) {
   dsi_err err = {0};
   dsi_tok *t = NULL;
   int st;
-  CHECK_ERR(dsi_tok_open(&t, "data/tokenizer/missing.json", NULL, &err), DSI_E_IO, err, "missing.json");
+  CHECK_ERR(dsi_tok_open(&t, "data/tokenizer/missing.json", NULL, 0, &err), DSI_E_IO, err, "missing.json");
   t = open_text("{\"model\": ", &err, &st);
   CHECK(st == DSI_E_FORMAT && strstr(err.msg, "not valid JSON"));
   t = open_text("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, "
@@ -489,7 +489,7 @@ int main(void) {
   test_utf8();
   dsi_tok *t = NULL;
   dsi_err err = {0};
-  if (!CHECK(dsi_tok_open(&t, TINY, TINY_CFG, &err) == DSI_OK)) {
+  if (!CHECK(dsi_tok_open(&t, TINY, TINY_CFG, 0, &err) == DSI_OK)) {
     fprintf(stderr, "    %s\n", err.msg);
     return check_done();
   }

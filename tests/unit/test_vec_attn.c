@@ -20,6 +20,7 @@
 
 /* the FMA builds (AVX2, AVX-512) fuse each multiply-add; the portable
  * build, compiled for x86-64's baseline, rounds the product first */
+static const dsi_vec_ops *g_v; /* the ISA level under test */
 static int g_fused;
 static float madd(float a, float b, float c) { return g_fused ? fmaf(a, b, c) : (float)(a * b) + c; }
 
@@ -32,7 +33,7 @@ static float dot_model(const float *a, const float *b, int n) {
 }
 
 static void run(const char *isa, int nh, int nu, int n, dsi_rng *rng) {
-  const dsi_vec_ops *v = dsi_vec();
+  const dsi_vec_ops *v = g_v;
   int ldq = n + 5, lds = nu + 3, ldo = n + 7;
   float *q = dsi_xmalloc((size_t)nh * ldq * sizeof(float)), *cache = dsi_xmalloc((size_t)nu * n * sizeof(float));
   const float **rows = dsi_xmalloc((size_t)nu * sizeof(float *));
@@ -66,7 +67,7 @@ static void run_softmax(const char *isa, int n, double spread, dsi_rng *rng) {
   double *ref = dsi_xmalloc((size_t)n * sizeof(double)), mx = -1e300, sum = 0;
   for (int i = 0; i < n; i++) x[i] = (float)(dsi_rng_normal(rng) * spread), mx = fmax(mx, x[i]);
   for (int i = 0; i < n; i++) sum += (ref[i] = exp((double)x[i] - mx));
-  dsi_vec()->softmax(x, n);
+  g_v->softmax(x, n);
   double worst = 0, tot = 0;
   for (int i = 0; i < n; i++) {
     worst = fmax(worst, fabs(x[i] - ref[i] / sum) / (ref[i] / sum + 1e-30));
@@ -86,7 +87,7 @@ static void run_softmax_step(const char *isa, int n, float m0, dsi_rng *rng) {
   for (int i = 0; i < n; i++) x[i] = (float)(dsi_rng_normal(rng) * 20), mx = fmaxf(mx, x[i]);
   float want_m = fmaxf(m0, mx * scale);
   for (int i = 0; i < n; i++) sum += (ref[i] = exp((double)x[i] * scale - want_m));
-  float got = dsi_vec()->softmax_step(x, n, scale, &m);
+  float got = g_v->softmax_step(x, n, scale, &m);
   double worst = 0;
   for (int i = 0; i < n; i++) worst = fmax(worst, fabs(x[i] - ref[i]) / (ref[i] + 1e-30));
   CHECKF(m == want_m && worst <= 1e-5 && fabs(got - sum) <= 1e-5 * sum,
@@ -115,7 +116,7 @@ static float conv_value(dsi_rng *rng, int i) {
  * rows [n of kpad] into tile rows, a panel of nr rows x n columns, and its
  * transpose of nu rows x ni elements; every other word is zero */
 static void run_conv(const char *isa, int n, int kpad, int nr, dsi_rng *rng) {
-  const dsi_vec_ops *v = dsi_vec();
+  const dsi_vec_ops *v = g_v;
   int ld = n + 3, words = DSI_MAX(kpad * 16, (n + 1) / 2 * 32) + 64;
   float *x = dsi_xmalloc((size_t)16 * ld * sizeof(float));
   uint16_t *out = dsi_xmalloc((size_t)words * 2), *want = dsi_xmalloc((size_t)words * 2);
@@ -154,27 +155,27 @@ int main(void) {
   static const int heads[] = {8, 1, 3, 16};
   static const int nus[] = {1, 2, 5, 64, 131};
   for (int l = DSI_ISA_SCALAR; l <= (int)cpu->best; l++) {
-    dsi_cpu_cap((dsi_isa)l);
+    g_v = dsi_kern_get((dsi_isa)l)->vec;
     g_fused = l >= DSI_ISA_AVX2;
     int n = 0;
     for (size_t a = 0; a < DSI_ARRAY_LEN(widths); a++)
       for (size_t b = 0; b < DSI_ARRAY_LEN(heads); b++)
-        for (size_t c = 0; c < DSI_ARRAY_LEN(nus); c++, n++) run(dsi_vec()->name, heads[b], nus[c], widths[a], &rng);
-    printf("%s: %d attention cases bitwise equal to the documented order\n", dsi_vec()->name, n);
+        for (size_t c = 0; c < DSI_ARRAY_LEN(nus); c++, n++) run(g_v->name, heads[b], nus[c], widths[a], &rng);
+    printf("%s: %d attention cases bitwise equal to the documented order\n", g_v->name, n);
     static const int sn[] = {1, 7, 16, 33, 544, 4099};
     for (size_t a = 0; a < DSI_ARRAY_LEN(sn); a++)
-      for (double spread = 0.5; spread <= 20; spread *= 4) run_softmax(dsi_vec()->name, sn[a], spread, &rng);
+      for (double spread = 0.5; spread <= 20; spread *= 4) run_softmax(g_v->name, sn[a], spread, &rng);
     for (size_t a = 0; a < DSI_ARRAY_LEN(sn); a++) {
-      run_softmax_step(dsi_vec()->name, sn[a], -INFINITY, &rng); /* a first block */
-      run_softmax_step(dsi_vec()->name, sn[a], 3.0f, &rng);      /* the running max may stay */
+      run_softmax_step(g_v->name, sn[a], -INFINITY, &rng); /* a first block */
+      run_softmax_step(g_v->name, sn[a], 3.0f, &rng);      /* the running max may stay */
     }
     static const int cn[] = {1, 2, 15, 16, 17, 31, 32, 33, 64, 100, 192, 513};
     static const int rows[] = {16, 1, 7, 15};
     int nc = 0;
     for (size_t a = 0; a < DSI_ARRAY_LEN(cn); a++)
       for (size_t b = 0; b < DSI_ARRAY_LEN(rows); b++, nc++)
-        run_conv(dsi_vec()->name, cn[a], (cn[a] + 31) / 32 * 32 + (b & 1) * 32, rows[b], &rng);
-    printf("%s: %d bf16 conversion cases bitwise equal to dsi_f32_to_bf16 at their places\n", dsi_vec()->name, nc);
+        run_conv(g_v->name, cn[a], (cn[a] + 31) / 32 * 32 + (b & 1) * 32, rows[b], &rng);
+    printf("%s: %d bf16 conversion cases bitwise equal to dsi_f32_to_bf16 at their places\n", g_v->name, nc);
   }
   return check_done();
 }

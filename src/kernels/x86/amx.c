@@ -16,8 +16,8 @@
 
 /* Tiles (amx_util.h): C f32 16x16, A bf16 16x32 from xb (tile order: each
  * A tile 1 KiB contiguous, gemm.h), B bf16 VNNI 16x32 from one panel. */
-/* Blocking, chosen by measurement on this project's 2-core Sapphire Rapids
- * machines (L1 48 KiB, L2 2 MiB per core); see the driver's comment */
+/* Blocking, sized for a Sapphire Rapids core (L1 48 KiB, L2 2 MiB); see
+ * the driver's comment and docs/perf-notes.md for the sizes compared */
 #define KC_STEPS 8  /* K chunk: a pair's B chunk (16 KiB) and an M block's A (16 KiB) share L1 */
 #define KC_STEPS_1 32 /* K chunk when the rows are one 32-row M block */
 #define MC_ROWS 512 /* M chunk: B reuse against the L2 footprint */
@@ -29,8 +29,8 @@
  * low and high bytes (128 each, two registers each). A byte's 7 magnitude
  * bits index both (vpermi2b ignores the index's top bit), its sign bit is
  * or-ed into the high byte, and vpermt2b interleaves the bytes into words:
- * 6 uops per 64 weights, half the time of widening through f16 / f32
- * arithmetic (the route before), and bitwise the same. The magnitudes
+ * 6 uops per 64 weights, half the uops of widening through f16 / f32
+ * arithmetic, and bitwise the same. The magnitudes
  * come from f16: v << 7 as f16 bits is v's e4m3 value x 2^-8, exactly for
  * normals and subnormals, so the entries are the products the oracle
  * rounds, bf16(fp8 * scale), with one rounding. */
@@ -78,10 +78,9 @@ static inline void fp8_lut_64(const fp8_lut *t, const uint8_t *in, uint16_t *out
 /* The tables of a pair's two panels and the scales they map, kept across
  * calls of widen_panels: a table is built only when its panel's scale
  * changes (a scale block is 4 K steps, and the driver widens a chunk in
- * shares of a step or less, one per M block: 1.02x at M = 256 on one
- * thread), and the second panel takes the first's when their scales are
- * equal (two panels of one weight in one 128-row block, not a gate / up
- * pair: 1.1x at M = 24). */
+ * shares of a step or less, one per M block), and the second panel takes
+ * the first's when their scales are equal (two panels of one weight in one
+ * 128-row block; not a gate / up pair). */
 typedef struct {
   fp8_lut t[2];
   float s[2];
@@ -139,18 +138,11 @@ static void widen_item(const dsi_mat *w, item c, size_t panel_bytes, int spb, in
  * memory between K chunks), and its FP8 is widened FEW_STEPS K steps at a
  * time into one of two 8 KiB buffers that stay in L1, the next chunk (or
  * the next pair's first) after this one's products are issued. Bitwise the
- * driver below (the same products in the same order). Measured (one
- * thread, expert_up shape): 2-2.3x the driver's K-chunked loop at 8-32
- * rows with the same widening; 4 steps a chunk against 1 (0.8x), 2 (1.0x),
- * 8 (0.9x); software prefetch of the FP8 bytes, 0.5-32 KiB ahead into L1
- * or L2, 0.75-1.07x (two sequential panel streams, which the hardware
- * prefetchers follow). The widening and the tile products hardly overlap:
- * without the widening this loop runs at 3.3 TFLOP/s (M = 32), with it
- * widening from L1 at 1.1, and the two times add up. A panel-at-a-time
- * loop for 33-64 rows (C in 4 tiles of one panel, each widened weight
- * meeting 64 rows) measured 0.95-1.0x the driver for the same reason: the
- * widening halved per product, but the tile loop (an A load per product)
- * ran at 2.2 TFLOP/s, not 3.3. */
+ * driver below (the same products in the same order). No software
+ * prefetch: the FP8 bytes are two sequential panel streams, which the
+ * hardware prefetchers follow. The widening and the tile products hardly
+ * overlap, so the loop's time is the two added; docs/perf-notes.md has
+ * the chunk sizes and the panel-at-a-time loop it was compared with. */
 #define FEW_STEPS 4
 
 /* chunk c (FEW_STEPS K steps) of pair q's panels (one or two) into dst, panel j's at dst + j * FEW_STEPS steps */
@@ -196,17 +188,16 @@ static void gemm_fp8_few_rows(const dsi_gemm *g, int p0, int p1, int ksteps, siz
  * and B once per M chunk. Neither is waited for: while its tiles multiply,
  * each M block prefetches into L2 a share of the next pair's B chunk and
  * a share of the next A chunk (for FP8 B, it widens a share of the next
- * chunk into the other of two buffers instead). Tile loads from beyond L2
- * have few misses in flight, and stalled every pass here before. The
+ * chunk into the other of two buffers instead): tile loads from beyond L2
+ * have few misses in flight and would stall every pass. The
  * group's C blocks wait in scratch between K chunks (a tile store and load
  * per block and chunk). K is always cut into chunks: a whole panel pair of
  * V3's shortest K (1536) is 96 KiB, past L1. The activations come in tile
  * order (gemm.h), prepared so by whoever rounds them to bf16, so an A tile
  * is 1 KiB of contiguous lines: with rows kpad * 2 bytes apart (14 KiB for
- * V3's hidden size) a tile's 16 lines fell into two L1 sets. With that,
- * 8-step K chunks and 512-row M chunks measured best (1.1-1.35x over
- * row-ordered A with 16-step chunks and 256-row M chunks, bitwise equal):
- * a pair's B chunk and an M block's A chunk then fit L1 together. */
+ * V3's hidden size) a tile's 16 lines would fall into two L1 sets. With
+ * 8-step K chunks and 512-row M chunks a pair's B chunk and an M block's
+ * A chunk fit L1 together (the sizes compared: docs/perf-notes.md). */
 void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch) {
   const dsi_mat *w = g->w;
   DSI_ASSERT(w->layout == DSI_LAYOUT_TILES && g->xb);

@@ -19,8 +19,8 @@
 
 /* bytes of the pair row holding position u of the sequence (u even) */
 static inline const uint8_t *pair_row(const dsi_attn_pairs *a, int u) {
-  int32_t slot = a->table[u / a->block_size] * a->block_size + u % a->block_size;
-  return (const uint8_t *)(a->cache + dsi_kv_pair_at(a->row, slot));
+  int32_t slot = dsi_paged_slot(a->table, a->block_size, u);
+  return (const uint8_t *)(a->cache + dsi_paged_pair_at(a->row, slot));
 }
 
 /* q as B tiles, one per 16 latent columns: row k (column 16 ks + k) holds,
@@ -154,7 +154,7 @@ static void qk_block(const dsi_attn_pairs *a, const uint16_t *qb0, const uint16_
  * p = bf16(e) (zero past nb), o = a o when earlier blocks wrote it. */
 static void softmax_block(float *s, uint16_t *p, int nh, int nb, int npad, float scale, float *m, float *l,
                           float *o, int ldo, int kvl, int first) {
-  const dsi_vec_ops *v = dsi_vec();
+  const dsi_vec_ops *v = &dsi_vec_ops_avx512; /* AMX implies AVX-512 */
   for (int h = 0; h < nh; h++) {
     float *sh = s + (size_t)h * BLOCK, m_old = m[h];
     float sum = v->softmax_step(sh, nb, scale, &m[h]), alpha = expf(m_old - m[h]);
@@ -261,7 +261,7 @@ void dsi_attn_qk_tiles(const dsi_mat *K, const float *q, int ldq, int nq, float 
   const int ks = DSI_CEIL_DIV(K->cols, DSI_TILE_K), np = DSI_CEIL_DIV(K->rows, DSI_TILE_N), nm = nq > 16 ? 2 : 1;
   const size_t lda = (size_t)(K->kpad / DSI_TILE_K) * TILE_BYTES, pb = (size_t)DSI_TILE_N * K->kpad * 2;
   uint8_t *qa = ws;
-  dsi_rows_to_bf16_tiles(q, ldq, NULL, nq, K->cols, K->kpad, 0, nq, (uint16_t *)qa);
+  dsi_rows_to_bf16_tiles(&dsi_vec_ops_avx512, q, ldq, NULL, nq, K->cols, K->kpad, 0, nq, (uint16_t *)qa);
   tiles_configure();
   for (int p = 0; p < np; p += 2) {
     const int nn = DSI_MIN(2, np - p);
@@ -279,7 +279,7 @@ void dsi_attn_pv_tiles(const dsi_mat *Vt, const float *p, int lds, int nq, float
   const size_t lda = (size_t)ks * TILE_BYTES, pb = (size_t)DSI_TILE_N * Vt->kpad * 2;
   uint8_t *pa = ws;
   float *c = (float *)(pa + DSI_XB_ROWS(nq) * lda / DSI_TILE_N); /* [32][32] */
-  dsi_rows_to_bf16_tiles(p, lds, NULL, nq, Vt->cols, ks * DSI_TILE_K, 0, nq, (uint16_t *)pa);
+  dsi_rows_to_bf16_tiles(&dsi_vec_ops_avx512, p, lds, NULL, nq, Vt->cols, ks * DSI_TILE_K, 0, nq, (uint16_t *)pa);
   tiles_configure();
   for (int q = 0; q < np; q += 2) {
     const int nn = DSI_MIN(2, np - q);

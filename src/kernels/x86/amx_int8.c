@@ -100,9 +100,8 @@ static void block_run(const int8_t *a, size_t lda, const int8_t *b0, const int8_
  * read by every M block of it; the group's f32 blocks wait in scratch
  * between K chunks (K chunks are whole 128-column blocks; the f32 blocks
  * are read and written once per 128 columns anyway, so short chunks cost
- * nothing more). Measured on this machine: the f32 adding is ~25% of the
- * time beside the tile products alone; issuing it after the next block's
- * products (so the two units overlap) was no faster. */
+ * nothing more). The f32 adding is issued in order: overlapping it with
+ * the next block's products gained nothing (docs/perf-notes.md). */
 void dsi_gemm_amx_int8(const dsi_gemm *g, int r0, int r1, void *scratch) {
   const dsi_mat *w = g->w;
   DSI_ASSERT(w->layout == DSI_LAYOUT_TILES && w->dtype == DSI_DTYPE_I8 && g->xq && g->xq_scale);

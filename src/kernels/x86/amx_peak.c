@@ -9,6 +9,7 @@
 
 #include "base/base.h"
 #include "kernels/cpu.h"
+#include "kernels/peak.h"
 #include "kernels/x86/amx_util.h"
 
 double dsi_amx_peak_gflops(double seconds) {

@@ -27,10 +27,8 @@
  * latency times bandwidth, and a page ahead, which starts the L2 streamer
  * (it stops at 4 KiB pages) on the next page before the loads get there.
  * Into L2 (T1): a prefetch into L1 holds one of its few fill buffers for
- * the whole DRAM latency, and the loop stalled on them (perf); the matmuls
- * of a decode step (0.5-3 MB each on the bench preset) 1.03-1.06x end to
- * end against T0, DRAM-sized ones unchanged. Measured among 1-8 KiB and
- * T0 / T1 / T2 / NTA (NTA: 0.35x); overridable for such tests. */
+ * the whole DRAM latency, and the loop stalls on them. Overridable at
+ * build time to compare distances and hints (docs/perf-notes.md). */
 #ifndef PF_AHEAD
 #define PF_AHEAD 4096
 #endif

@@ -211,8 +211,7 @@ static void vec_attn_pv_avx512(float *restrict o, int ldo, const float *restrict
 }
 
 /* exp512 (1-2 ulp) 16 lanes at a time, the sum in 16 lanes folded at the
- * end: ~6x the scalar libm loop, which was a fifth of a decode step's
- * attention */
+ * end (a scalar libm loop would be a fifth of a decode step's attention) */
 static void vec_softmax_avx512(float *x, int n) {
   const int nb = n / 16 * 16;
   const __mmask16 tail = (__mmask16)((1u << (n - nb)) - 1);

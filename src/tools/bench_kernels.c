@@ -1,14 +1,17 @@
-/* engine: benchmarks that need the engine's insides — this machine's peaks
- * (memory bandwidth, AMX BF16 compute), every matmul kernel on
- * DeepSeek-V3's real shapes beside OpenBLAS when it is installed, the
- * grouped experts, and a decode token's latent attention. */
+/* tools: `bench kernels` — the kernels alone, beside this machine's peaks
+ * (memory bandwidth, AMX BF16 compute): every matmul kernel on
+ * DeepSeek-V3's real shapes through the matmul driver the forward uses,
+ * beside OpenBLAS when it is installed; the grouped experts; a decode
+ * token's latent attention; and the ceilings of the kernels' designs. */
 #define _GNU_SOURCE
 #include "base/base.h"
 #include "base/pool.h"
-#include "graph/exec.h"
+#include "graph/matmul.h"
 #include "kernels/attn.h"
 #include "kernels/cpu.h"
+#include "kernels/peak.h"
 #include "kernels/vec.h"
+#include "tools/internal.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -17,108 +20,6 @@
 #include <cblas.h>
 void openblas_set_num_threads(int);
 #endif
-
-#if defined(__x86_64__) /* kernels/x86/amx_peak.c */
-double dsi_amx_peak_gflops(double seconds);
-double dsi_amx_walk_gflops(int stage, const uint8_t *far, size_t far_bytes, double seconds);
-#else
-static double dsi_amx_peak_gflops(double seconds) { (void)seconds; return 0; }
-static double dsi_amx_walk_gflops(int stage, const uint8_t *far, size_t far_bytes, double seconds) {
-  (void)stage, (void)far, (void)far_bytes, (void)seconds;
-  return 0;
-}
-#endif
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-double dsi_median(double *v, int n) {
-  qsort(v, n, sizeof(double), cmp_double);
-  return n ? (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2])) : 0;
-}
-
-/* ---- peaks ---- */
-typedef struct {
-  uint64_t *a;
-  float *x, *y, *z;
-  size_t n;
-  uint64_t sink[64];
-} bw_job;
-
-/* read with the widest loads this CPU has (the kernels' own dot product,
- * one stream): a scalar loop understates what the matvec kernels can get */
-static void read_task(void *ctx, int ith, int nth) {
-  bw_job *j = ctx;
-  long a, e;
-  const float *x = (const float *)j->a;
-  dsi_split((long)j->n * 2, ith, nth, &a, &e);
-  const dsi_vec_ops *v = dsi_vec();
-  float s = 0;
-  for (long i = a; i < e; i += 1 << 20) s += v->dot(x + i, x + i, (int)DSI_MIN(1l << 20, e - i));
-  j->sink[ith % 64] = (uint64_t)s;
-}
-
-static void triad_task(void *ctx, int ith, int nth) {
-  bw_job *j = ctx;
-  long a, e;
-  dsi_split((long)j->n, ith, nth, &a, &e);
-  for (long i = a; i < e; i++) j->x[i] = j->y[i] + 3.0f * j->z[i];
-}
-
-static void amx_task(void *ctx, int ith, int nth) {
-  double *out = ctx;
-  (void)nth;
-  out[ith] = dsi_amx_peak_gflops(0.3);
-}
-
-int dsi_measure_peaks(int n_threads, dsi_peaks *out) {
-  memset(out, 0, sizeof *out);
-  dsi_pool *pool = dsi_pool_new(n_threads > 0 ? n_threads : dsi_default_threads());
-  int nth = dsi_pool_size(pool);
-  out->threads = nth;
-  /* 1 GiB, far past the caches that are ours (the L3 is shared and large:
-   * anything smaller than it can be served from it) */
-  size_t bytes = (size_t)1 << 30;
-  bw_job j = {0};
-  j.a = dsi_alloc_big(bytes);
-  if (!j.a) { dsi_pool_free(pool); return DSI_E_NOMEM; }
-  j.n = bytes / sizeof(uint64_t);
-  float *xf = (float *)j.a; /* normal numbers: denormal operands slow the FMAs down */
-  for (size_t i = 0; i < bytes / sizeof(float); i++) xf[i] = 1.0f;
-  double t[7];
-  for (int r = 0; r < 7; r++) {
-    double t0 = dsi_now();
-    dsi_pool_run(pool, read_task, &j);
-    t[r] = bytes / (dsi_now() - t0) * 1e-9;
-  }
-  out->read_gbs = dsi_median(t, 7);
-  dsi_free_big(j.a, bytes);
-  size_t n = (256u << 20) / sizeof(float);
-  j.x = dsi_alloc_big(n * 4);
-  j.y = dsi_alloc_big(n * 4);
-  j.z = dsi_alloc_big(n * 4);
-  j.n = n;
-  if (j.x && j.y && j.z) {
-    for (size_t i = 0; i < n; i++) j.x[i] = 0, j.y[i] = 1, j.z[i] = 2;
-    for (int r = 0; r < 7; r++) {
-      double t0 = dsi_now();
-      dsi_pool_run(pool, triad_task, &j);
-      t[r] = 3.0 * n * sizeof(float) / (dsi_now() - t0) * 1e-9;
-    }
-    out->triad_gbs = dsi_median(t, 7);
-  }
-  dsi_free_big(j.x, n * 4);
-  dsi_free_big(j.y, n * 4);
-  dsi_free_big(j.z, n * 4);
-  double per[256] = {0};
-  if (dsi_cpu_get()->amx_bf16 && nth <= 256) {
-    dsi_pool_run(pool, amx_task, per);
-    for (int i = 0; i < nth; i++) out->amx_bf16_gflops += per[i];
-  }
-  dsi_pool_free(pool);
-  return DSI_OK;
-}
 
 /* ---- kernels on DeepSeek-V3's shapes ---- */
 static const struct { const char *name; int rows, cols; } k_shapes[] = {
@@ -131,7 +32,7 @@ static int random_packed(dsi_mat *w, dsi_dtype dt, int rows, int cols, void **me
   dsi_mat shape = {.dtype = dt, .rows = rows, .cols = cols, .block = 128, .scale_cols = DSI_CEIL_DIV(cols, 128)};
   *bytes = dsi_pack_bytes(&shape);
   if (dt == DSI_DTYPE_I8) { /* as quantized at load: values in [-127, 127], a scale per 16x128 tile */
-    *mem = dsi_alloc_big(*bytes);
+    *mem = dsi_alloc_big(*bytes, 1);
     if (!*mem) return DSI_E_NOMEM;
     dsi_pack_describe_i8(&shape, w, *mem);
     size_t n = (size_t)DSI_CEIL_DIV(rows, DSI_TILE_N) * DSI_TILE_N * w->kpad;
@@ -141,7 +42,7 @@ static int random_packed(dsi_mat *w, dsi_dtype dt, int rows, int cols, void **me
     for (size_t i = 0; i < (size_t)DSI_CEIL_DIV(rows, DSI_TILE_N) * w->scale_cols; i++) sc[i] = 1e-4f * (1 + dsi_rng_uniform(r));
     return DSI_OK;
   }
-  *mem = dsi_alloc_big(*bytes);
+  *mem = dsi_alloc_big(*bytes, 1);
   if (!*mem) return DSI_E_NOMEM;
   float *scales = NULL;
   if (dt == DSI_DTYPE_F8_E4M3) {
@@ -169,7 +70,7 @@ static int random_packed(dsi_mat *w, dsi_dtype dt, int rows, int cols, void **me
  * the forward runs them (one dispatch per projection over all experts), vs
  * the same two matrices of one expert applied to all 1536 (token, expert)
  * pairs as plain matmuls. Weights are random in the TILES layout. */
-static void bench_grouped(FILE *out, const dsi_peaks *pk, int nth, int reps, dsi_dtype dt) {
+static void bench_grouped(FILE *out, const dsi_kern *k, const dsi_peaks *pk, int nth, int reps, dsi_dtype dt) {
   enum { G_E = 64, G_T = 256, G_K = 6, G_D = 7168, G_I = 2048 };
   const int P = G_T * G_K;
   dsi_rng r;
@@ -207,10 +108,9 @@ static void bench_grouped(FILE *out, const dsi_peaks *pk, int nth, int reps, dsi
       wt[at] = 1.0f / G_K;
     }
   dsi_pool *pool = dsi_pool_new(nth);
-  /* the forward's machinery: per-worker lists and scratch, prepared rows in ws */
-  dsi_fctx f = {.act_bf16 = dsi_cpu_get()->level >= DSI_ISA_AMX};
-  if (dsi_fctx_workers(&f, nth, G_E, DSI_GEMM_SCRATCH(G_D + 64) / sizeof(float))) ok = 0;
-  size_t ws_bytes = dsi_prep_bytes(P, G_D, G_D, G_E);
+  /* the forward's matmul driver: prepared rows and each thread's lists and scratch in ws */
+  dsi_mm mm = {.k = k, .act_bf16 = k->amx, .nth = nth};
+  size_t ws_bytes = dsi_mm_run_bytes(nth, G_E, P, G_D, G_D);
   void *ws = dsi_alloc_aligned(ws_bytes);
   float *x = dsi_alloc_aligned((size_t)P * G_D * sizeof(float)), *h = dsi_alloc_aligned((size_t)P * G_I * sizeof(float));
   float *y = dsi_alloc_aligned((size_t)P * G_D * sizeof(float));
@@ -231,19 +131,19 @@ static void bench_grouped(FILE *out, const dsi_peaks *pk, int nth, int reps, dsi
       if (cnt[e])
         gs[ng++] = (dsi_gemm){.w = &gu[e], .x = x, .ldx = G_D, .x_rows = tok + start[e], .m = cnt[e],
                               .y = h + (size_t)start[e] * G_I, .ldy = G_I, .epi = DSI_EPI_SILU_PAIRS};
-    dsi_gemm_run(pool, &f, gs, ng, 2 * G_I, 2 * DSI_TILE_N, ws, ws_bytes, NULL);
+    dsi_mm_run(pool, &mm, gs, ng, 2 * G_I, 2 * DSI_TILE_N, ws, ws_bytes, NULL);
     memset(y, 0, (size_t)G_T * G_D * sizeof(float));
     ng = 0;
     for (int e = 0; e < G_E; e++)
       if (cnt[e])
         gs[ng++] = (dsi_gemm){.w = &dn[e], .x = h + (size_t)start[e] * G_I, .ldx = G_I, .m = cnt[e], .y = y, .ldy = G_D,
                               .epi = DSI_EPI_SCATTER_ADD, .y_rows = tok + start[e], .y_scale = wt + start[e]};
-    dsi_gemm_run(pool, &f, gs, ng, G_D, DSI_TILE_N, ws, ws_bytes, NULL);
+    dsi_mm_run(pool, &mm, gs, ng, G_D, DSI_TILE_N, ws, ws_bytes, NULL);
     double t1 = dsi_now();
     gs[0] = (dsi_gemm){.w = &gu[0], .x = x, .ldx = G_D, .m = P, .y = h, .ldy = G_I, .epi = DSI_EPI_SILU_PAIRS};
-    dsi_gemm_run(pool, &f, gs, 1, 2 * G_I, 2 * DSI_TILE_N, ws, ws_bytes, NULL);
+    dsi_mm_run(pool, &mm, gs, 1, 2 * G_I, 2 * DSI_TILE_N, ws, ws_bytes, NULL);
     gs[0] = (dsi_gemm){.w = &dn[0], .x = h, .ldx = G_I, .m = P, .y = y, .ldy = G_D, .epi = DSI_EPI_STORE};
-    dsi_gemm_run(pool, &f, gs, 1, G_D, DSI_TILE_N, ws, ws_bytes, NULL);
+    dsi_mm_run(pool, &mm, gs, 1, G_D, DSI_TILE_N, ws, ws_bytes, NULL);
     double t2 = dsi_now();
     if (rep > 0) tg[n] = t1 - t0, tp[n++] = t2 - t1;
   }
@@ -269,7 +169,6 @@ static void bench_grouped(FILE *out, const dsi_peaks *pk, int nth, int reps, dsi
   }
 done:
   for (int i = 0; i < 2 * made; i++) dsi_free_big(mem[i], bytes[i]);
-  dsi_fctx_workers_free(&f);
   free(gs);
   free(tok);
   free(pick);
@@ -287,6 +186,7 @@ done:
  * groups of 8 heads (each group reads the cache twice), the bf16 pair rows
  * through AMX with every thread's heads in one pass (kernels/attn.h). */
 typedef struct {
+  const dsi_kern *k;
   int ctx, pairs;
   const float *cache, *q;
   const uint16_t *pc;
@@ -299,7 +199,7 @@ enum { A_H = 128, A_G = 8, A_KVL = 512, A_ROW = 576, A_BS = 64 };
 
 static void attn_task(void *ctx, int ith, int nth) {
   attn_job *j = ctx;
-  const dsi_vec_ops *v = dsi_vec();
+  const dsi_vec_ops *v = j->k->vec;
   float *s = j->ws[ith], *o = j->out[ith];
   if (j->pairs) {
     int hpi = dsi_attn_pair_heads(A_H, 1, nth);
@@ -312,7 +212,7 @@ static void attn_task(void *ctx, int ith, int nth) {
   }
   for (int g = ith; g < A_H / A_G; g += nth) {
     const float **rows = (const float **)(s + (size_t)A_G * j->ctx);
-    for (int u = 0; u < j->ctx; u++) rows[u] = j->cache + ((size_t)j->table[u / A_BS] * A_BS + u % A_BS) * A_ROW;
+    for (int u = 0; u < j->ctx; u++) rows[u] = j->cache + (size_t)dsi_paged_slot(j->table, A_BS, u) * A_ROW;
     v->attn_qk(s, j->ctx, j->q + (size_t)g * A_G * A_ROW, A_ROW, A_G, rows, j->ctx, A_ROW, 0.07f);
     for (int h = 0; h < A_G; h++) v->softmax(s + (size_t)h * j->ctx, j->ctx);
     memset(o, 0, (size_t)A_G * A_KVL * sizeof(float));
@@ -320,13 +220,13 @@ static void attn_task(void *ctx, int ith, int nth) {
   }
 }
 
-static void bench_attention(FILE *out, int nth, int reps) {
+static void bench_attention(FILE *out, const dsi_kern *k, int nth, int reps) {
   static const int ctxs[] = {512, 4096, 16384};
-  int amx = dsi_attn_pairs_amx_ok(), max_ctx = ctxs[DSI_ARRAY_LEN(ctxs) - 1], nb = max_ctx / A_BS;
+  int amx = k->amx, max_ctx = ctxs[DSI_ARRAY_LEN(ctxs) - 1], nb = max_ctx / A_BS;
   dsi_rng r;
   dsi_rng_seed(&r, 3);
-  float *cache = dsi_alloc_big((size_t)nb * A_BS * A_ROW * sizeof(float));
-  uint16_t *pc = dsi_alloc_big((size_t)nb * A_BS * A_ROW * sizeof(uint16_t));
+  float *cache = dsi_alloc_big((size_t)nb * A_BS * A_ROW * sizeof(float), 1);
+  uint16_t *pc = dsi_alloc_big((size_t)nb * A_BS * A_ROW * sizeof(uint16_t), 1);
   float *q = dsi_alloc_aligned((size_t)A_H * A_ROW * sizeof(float));
   int32_t *table = dsi_xmalloc(nb * sizeof(int32_t));
   float **ws = dsi_xcalloc(nth, sizeof(float *)), **outs = dsi_xcalloc(nth, sizeof(float *));
@@ -347,7 +247,7 @@ static void bench_attention(FILE *out, int nth, int reps) {
     for (int c = 0; c < A_ROW; c++) {
       float x = dsi_rng_normal(&r);
       cache[sl * A_ROW + c] = x;
-      pc[dsi_kv_pair_at(A_ROW, (int32_t)sl) + 2 * (size_t)c] = dsi_f32_to_bf16(x);
+      pc[dsi_paged_pair_at(A_ROW, (int32_t)sl) + 2 * (size_t)c] = dsi_f32_to_bf16(x);
     }
   fprintf(out, "decode attention, one token over one sequence's paged latent cache: %d heads, latent %d + rope %d, "
                "%d threads; f32 rows: groups of %d heads, two passes each; bf16 pairs: a thread's heads in one pass\n",
@@ -356,7 +256,7 @@ static void bench_attention(FILE *out, int nth, int reps) {
   for (size_t c = 0; c < DSI_ARRAY_LEN(ctxs); c++) {
     double med[2] = {0, 0};
     for (int pairs = 0; pairs <= amx; pairs++) {
-      attn_job j = {ctxs[c], pairs, cache, q, pc, table, ws, outs};
+      attn_job j = {k, ctxs[c], pairs, cache, q, pc, table, ws, outs};
       double t[32];
       int n = 0;
       for (int rep = 0; rep <= reps && n < 32; rep++) {
@@ -414,14 +314,14 @@ static double median_rate(const kernel_calls *k, int reps, double work) {
 }
 
 /* one thread's matvec (M = 1) over 1 MiB of weights, which stay in L2 */
-static double matvec_hot_gbs(dsi_dtype dt, int reps, dsi_rng *r, dsi_gemm_fn *fn) {
+static double matvec_hot_gbs(const dsi_kern *k, dsi_dtype dt, int reps, dsi_rng *r, dsi_gemm_fn *fn) {
   const int rows = dt == DSI_DTYPE_BF16 ? 512 : 1024, cols = 1024;
   dsi_mat w;
   void *mem;
   size_t bytes;
   if (random_packed(&w, dt, rows, cols, &mem, &bytes, r)) return 0;
   int prep;
-  *fn = dsi_gemm_pick(&w, 1, 1, &prep);
+  *fn = dsi_gemm_pick(k, &w, 1, 1, &prep);
   float *x = dsi_alloc_aligned(cols * sizeof(float)), *y = dsi_alloc_aligned(rows * sizeof(float));
   void *scratch = dsi_alloc_aligned(DSI_GEMM_SCRATCH(cols));
   double med = 0;
@@ -445,12 +345,12 @@ static double gemm_one_thread_gflops(int reps, dsi_rng *r) {
   void *mem;
   size_t bytes;
   if (random_packed(&w, DSI_DTYPE_BF16, rows, cols, &mem, &bytes, r)) return 0;
-  float *x = dsi_alloc_big((size_t)m * cols * sizeof(float)), *y = dsi_alloc_big((size_t)m * rows * sizeof(float));
-  uint16_t *xb = dsi_alloc_big(DSI_XB_ROWS(m) * w.kpad * sizeof(uint16_t));
+  float *x = dsi_alloc_big((size_t)m * cols * sizeof(float), 1), *y = dsi_alloc_big((size_t)m * rows * sizeof(float), 1);
+  uint16_t *xb = dsi_alloc_big(DSI_XB_ROWS(m) * w.kpad * sizeof(uint16_t), 1);
   void *scratch = dsi_alloc_aligned(DSI_GEMM_SCRATCH(cols));
   if (x && y && xb && scratch) {
     for (size_t i = 0; i < (size_t)m * cols; i++) x[i] = dsi_rng_uniform(r) - 0.5f;
-    dsi_rows_to_bf16_tiles(x, cols, NULL, m, cols, w.kpad, 0, m, xb);
+    dsi_rows_to_bf16_tiles(&dsi_vec_ops_avx512, x, cols, NULL, m, cols, w.kpad, 0, m, xb);
     dsi_gemm g = {.w = &w, .x = x, .ldx = cols, .xb = xb, .m = m, .y = y, .ldy = rows, .epi = DSI_EPI_STORE};
     med = median_rate(&(kernel_calls){dsi_gemm_amx, &g, scratch, 1}, reps, 2.0 * m * rows * cols * 1e-9);
   }
@@ -464,14 +364,14 @@ static double gemm_one_thread_gflops(int reps, dsi_rng *r) {
   return med;
 }
 
-static void bench_ceilings(FILE *out, const dsi_peaks *pk, int reps) {
+static void bench_ceilings(FILE *out, const dsi_kern *k, const dsi_peaks *pk, int reps) {
   dsi_rng r;
   dsi_rng_seed(&r, 7);
   fprintf(out, "ceilings, one thread (medians of %d)\n", reps);
-  if (dsi_cpu_get()->level >= DSI_ISA_AMX) {
+  if (k->amx) {
     /* a buffer past the caches, its pages touched (untouched ones all map one zero page) */
     const size_t far_bytes = (size_t)1 << 30;
-    uint8_t *far = dsi_alloc_big(far_bytes);
+    uint8_t *far = dsi_alloc_big(far_bytes, 1);
     if (far) memset(far, 1, far_bytes);
     double t[64], peak;
     for (int i = 0; i < reps; i++) t[i] = dsi_amx_peak_gflops(0.2);
@@ -494,7 +394,7 @@ static void bench_ceilings(FILE *out, const dsi_peaks *pk, int reps) {
     fprintf(out, "  (AMX not in use here: no tile loop to measure)\n");
   }
   dsi_gemm_fn fb, f8;
-  double bf = matvec_hot_gbs(DSI_DTYPE_BF16, reps, &r, &fb), f8g = matvec_hot_gbs(DSI_DTYPE_F8_E4M3, reps, &r, &f8);
+  double bf = matvec_hot_gbs(k, DSI_DTYPE_BF16, reps, &r, &fb), f8g = matvec_hot_gbs(k, DSI_DTYPE_F8_E4M3, reps, &r, &f8);
   double share = pk->read_gbs / pk->threads;
   fprintf(out, "  matvec M=1 on 1 MiB of weights in L2: bf16 %.1f GB/s (%s), fp8 %.1f GB/s (%s)\n", bf,
           dsi_gemm_kernel_name(fb), f8g, dsi_gemm_kernel_name(f8));
@@ -504,7 +404,10 @@ static void bench_ceilings(FILE *out, const dsi_peaks *pk, int reps) {
 }
 
 int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) {
-  int nth = o->n_threads > 0 ? o->n_threads : dsi_default_threads();
+  int nth = o->n_threads > 0 ? o->n_threads : dsi_ncpu();
+  int cap = o->isa ? dsi_isa_parse(o->isa) : DSI_ISA_AMX;
+  if (cap < 0) return dsi_errf(err, DSI_E_INVAL, "isa '%s' is not one of scalar, avx2, avx512, amx", o->isa);
+  const dsi_kern *k = dsi_kern_get((dsi_isa)cap);
   int reps = o->reps > 0 ? o->reps : 5;
   static const int default_ms[] = {1, 4, 16, 64, 256, 1024};
   const int *ms = o->n_ms ? o->ms : default_ms;
@@ -513,9 +416,8 @@ int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) 
   dsi_peaks pk;
   int rc = dsi_measure_peaks(nth, &pk);
   if (rc) return dsi_errf(err, rc, "cannot allocate the bandwidth test's buffers");
-  const dsi_cpu *cpu = dsi_cpu_get();
   fprintf(out, "machine: %d threads, isa %s; memory read %.1f GB/s, triad %.1f GB/s; AMX BF16 peak %.0f GFLOP/s (%d cores)\n",
-          pk.threads, dsi_isa_str(cpu->level), pk.read_gbs, pk.triad_gbs, pk.amx_bf16_gflops, pk.threads);
+          pk.threads, dsi_isa_str(k->level), pk.read_gbs, pk.triad_gbs, pk.amx_bf16_gflops, pk.threads);
 #if DSI_HAVE_OPENBLAS
   fprintf(out, "baseline: OpenBLAS cblas_sgemm (f32 weights; this OpenBLAS has no cblas_sbgemm)\n");
   openblas_set_num_threads(nth);
@@ -525,29 +427,29 @@ int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) 
   if (strstr(o->dtypes ? o->dtypes : "", "int8"))
     fprintf(out, "int8: GFLOP/s counts int8 multiply-adds as 2 ops; %%amx is of twice the BF16 peak (tdpbssd's rate)\n");
   if (o->attention) {
-    bench_attention(out, nth, reps);
+    bench_attention(out, k, nth, reps);
     return DSI_OK;
   }
   if (o->ceilings) {
-    bench_ceilings(out, &pk, DSI_MIN(reps, 64));
+    bench_ceilings(out, k, &pk, DSI_MIN(reps, 64));
     return DSI_OK;
   }
   if (o->grouped) {
-    if (strstr(o->dtypes ? o->dtypes : "bf16", "bf16")) bench_grouped(out, &pk, nth, reps, DSI_DTYPE_BF16);
-    if (strstr(o->dtypes ? o->dtypes : "fp8", "fp8")) bench_grouped(out, &pk, nth, reps, DSI_DTYPE_F8_E4M3);
+    if (strstr(o->dtypes ? o->dtypes : "bf16", "bf16")) bench_grouped(out, k, &pk, nth, reps, DSI_DTYPE_BF16);
+    if (strstr(o->dtypes ? o->dtypes : "fp8", "fp8")) bench_grouped(out, k, &pk, nth, reps, DSI_DTYPE_F8_E4M3);
     return DSI_OK;
   }
   fprintf(out, "%-12s %6s %6s %-5s %5s %9s %8s %6s %9s %6s %10s %7s\n", "shape", "rows", "cols", "dtype", "M", "ms",
           "GB/s", "%bw", "GFLOP/s", "%amx", "blas GF/s", "x blas");
   dsi_pool *pool = dsi_pool_new(nth);
   size_t kmax = 16384 + 64;
-  dsi_fctx f = {.act_bf16 = cpu->level >= DSI_ISA_AMX};
-  int ok = dsi_fctx_workers(&f, nth, 1, DSI_GEMM_SCRATCH(kmax) / sizeof(float)) == DSI_OK;
-  size_t ws_bytes = dsi_prep_bytes(max_m, (int)kmax, (int)kmax, 1);
+  dsi_mm mm = {.k = k, .act_bf16 = k->amx, .nth = nth};
+  size_t ws_bytes = dsi_mm_run_bytes(nth, 1, max_m, (int)kmax, (int)kmax);
   void *ws = dsi_alloc_aligned(ws_bytes);
   dsi_gemm_fn picked = NULL;
   float *x = dsi_alloc_aligned((size_t)max_m * kmax * sizeof(float));
-  if (!ok || !ws || !x) {
+  int ok = 1;
+  if (!ws || !x) {
     ok = 0;
     goto done;
   }
@@ -558,10 +460,10 @@ int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) 
   for (size_t s = 0; s < DSI_ARRAY_LEN(k_shapes); s++) {
     if (o->shape && strcmp(o->shape, k_shapes[s].name)) continue;
     int rows = k_shapes[s].rows, cols = k_shapes[s].cols;
-    float *y = dsi_alloc_big((size_t)max_m * rows * sizeof(float));
+    float *y = dsi_alloc_big((size_t)max_m * rows * sizeof(float), 1);
     float *wf = NULL;
 #if DSI_HAVE_OPENBLAS
-    wf = dsi_alloc_big((size_t)rows * cols * sizeof(float));
+    wf = dsi_alloc_big((size_t)rows * cols * sizeof(float), 1);
     if (wf)
       for (size_t i = 0; i < (size_t)rows * cols; i++) wf[i] = dsi_rng_uniform(&r) - 0.5f;
 #endif
@@ -586,7 +488,7 @@ int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) 
         for (int rep = 0; rep < reps + 1 && n < 64; rep++) {
           g = (dsi_gemm){.w = &w, .x = x, .ldx = cols, .m = m, .y = y, .ldy = rows, .epi = DSI_EPI_STORE};
           double t0 = dsi_now();
-          dsi_gemm_run(pool, &f, &g, 1, rows, DSI_TILE_N, ws, ws_bytes, &picked);
+          dsi_mm_run(pool, &mm, &g, 1, rows, DSI_TILE_N, ws, ws_bytes, &picked);
           double el = dsi_now() - t0;
           spent += el;
           if (rep > 0) t[n++] = el; /* the first run warms caches and pages */
@@ -625,7 +527,6 @@ int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) 
     dsi_free_big(wf, (size_t)rows * cols * sizeof(float));
   }
 done:
-  dsi_fctx_workers_free(&f);
   dsi_free_aligned(ws);
   dsi_free_aligned(x);
   dsi_pool_free(pool);

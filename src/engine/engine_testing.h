@@ -1,0 +1,14 @@
+/* engine: entry points for tests, not for embedding programs (those use
+ * include/dsinfer.h alone). */
+#ifndef DSI_ENGINE_TESTING_H
+#define DSI_ENGINE_TESTING_H
+
+#include "dsinfer.h"
+
+/* Graph executor only: run op by op, the arena filled with NaN before a
+ * step and every tensor filled with NaN after its last use, so a memory
+ * plan that lets a tensor be read after its bytes were handed on shows
+ * up as NaN logits. Drops the captured plans. */
+void dsi_engine_set_poison(dsi_engine *e, int on);
+
+#endif

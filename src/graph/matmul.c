@@ -1,0 +1,256 @@
+/* graph: the matmul team driver (see matmul.h), in the order a batch runs:
+ * how much memory it takes, claiming work, preparing activations, the
+ * team's run, one matmul alone, and a dispatch outside a graph. */
+#include "graph/matmul.h"
+
+#include "base/base.h"
+#include "kernels/vec.h"
+
+#include <string.h>
+
+static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+/* ---- memory ---- */
+size_t dsi_mm_thread_bytes(int calls, int kpad) {
+  return align64((size_t)calls * sizeof(dsi_gemm)) + align64((size_t)calls * sizeof(dsi_gemm_fn)) +
+         align64(DSI_GEMM_SCRATCH(kpad));
+}
+
+dsi_mm_thread dsi_mm_thread_at(void *mem, int calls) {
+  uint8_t *p = mem;
+  dsi_mm_thread t = {(dsi_gemm *)p, NULL, NULL};
+  p += align64((size_t)calls * sizeof(dsi_gemm));
+  t.fns = (dsi_gemm_fn *)p;
+  t.scratch = p + align64((size_t)calls * sizeof(dsi_gemm_fn));
+  return t;
+}
+
+size_t dsi_mm_prep_bytes(long m, int cols, int kpad, int calls) {
+  /* bf16 rows: each call's rounded up to a 16-row block; AMX takes calls
+   * of DSI_AMX_MIN_ROWS rows and more only, so at most m / DSI_AMX_MIN_ROWS
+   * calls add up to 15 rows each */
+  size_t xb_rows = (size_t)m + 15 * (size_t)DSI_MIN(calls, m / DSI_AMX_MIN_ROWS + 1);
+  return align64((size_t)m * cols * sizeof(float)) + align64(xb_rows * kpad * sizeof(uint16_t)) +
+         align64((size_t)m * DSI_XQ_LD(kpad)) + align64((size_t)m * sizeof(float)) + 64;
+}
+
+/* ---- claiming ---- */
+/* Units are claimed in chunks. Streaming work (matvecs, reading weights
+ * from memory) takes one contiguous chunk per thread of the pool: each
+ * chunk starts its streams afresh (the prefetch ramp, and per call the
+ * kernel's set-up), and on the FP8 decode step, side by side, halves beat
+ * eighths by 3% (the routed experts' row-major units, six matrices a
+ * chunk, by 13%). Compute-bound work (AMX) takes a few chunks per thread,
+ * which keeps the team balanced when one core runs slower. */
+static long claim_chunk(long units, int nth, int streaming) { return DSI_MAX(1, units / ((streaming ? 1l : 4l) * nth)); }
+
+void dsi_team_claim(dsi_team *tm, int nth, long units, int streaming, dsi_units_fn run, void *ctx, void *scratch) {
+  dsi_opstate *st = tm->st;
+  if (tm->helper && !atomic_load_explicit(&st->ready, memory_order_acquire)) return;
+  if (!tm->helper && tm->ith == 0) {
+    atomic_store_explicit(&st->units, units, memory_order_relaxed);
+    atomic_store_explicit(&st->ready, 1, memory_order_release);
+    if (tm->open) atomic_store_explicit(tm->open, tm->op, memory_order_release);
+  }
+  long chunk = claim_chunk(units, nth, streaming);
+  for (;;) {
+    long u0 = atomic_fetch_add_explicit(&st->next, chunk, memory_order_relaxed);
+    if (u0 >= units) break;
+    long u1 = DSI_MIN(units, u0 + chunk);
+    run(ctx, u0, u1, scratch);
+    atomic_fetch_add_explicit(&st->finished, u1 - u0, memory_order_release);
+  }
+  if (tm->helper) return;
+  for (int spins = 0; atomic_load_explicit(&st->finished, memory_order_acquire) < units;) dsi_spin_pause(&spins);
+}
+
+/* Units of a batch of n matmuls: row-major, unit u is rows [u unit, (u + 1)
+ * unit) of every call (the routed experts' scatter-add, where calls add
+ * into the same outputs and one thread must own an output row in every
+ * call); or call-major (flat), unit u is a row range of call u / upc alone,
+ * so a claimed range runs as a few long kernel calls instead of n short
+ * ones (W_UK, W_UV: 16 heads of 128 KiB would otherwise be cut into 16 KiB
+ * calls). */
+typedef struct {
+  const dsi_gemm *gs;
+  const dsi_gemm_fn *fns;
+  int n, rows, unit, flat;
+} gemm_units;
+
+static void gemm_units_run(void *ctx, long u0, long u1, void *scratch) {
+  const gemm_units *g = ctx;
+  if (g->flat) {
+    const long upc = DSI_CEIL_DIV(g->rows, g->unit);
+    for (long i = u0 / upc; i < g->n && i * upc < u1; i++) {
+      long a = DSI_MAX(u0, i * upc) - i * upc, b = DSI_MIN(u1, (i + 1) * upc) - i * upc;
+      if (g->gs[i].m > 0 && a < b)
+        g->fns[i](&g->gs[i], (int)(a * g->unit), (int)DSI_MIN(b * g->unit, (long)g->rows), scratch);
+    }
+    return;
+  }
+  int r0 = (int)(u0 * g->unit), r1 = (int)DSI_MIN(u1 * g->unit, (long)g->rows);
+  if (r0 >= r1) return;
+  for (int i = 0; i < g->n; i++)
+    if (g->gs[i].m > 0) g->fns[i](&g->gs[i], r0, r1, scratch);
+}
+
+/* ---- preparing activations ---- */
+/* How a call's activations are prepared for its kernel. */
+enum { P_NONE, P_ROUND, P_BF16, P_I8 };
+
+/* rows [s0, s1) of call g's activations prepared as `kind` says into the
+ * call's own buffers: bf16 tiles at xb, int8 rows at xq (row stride ldq)
+ * with their scales, or rounded f32 rows at xr */
+static void prep_rows(const dsi_vec_ops *v, const dsi_gemm *g, int kind, long s0, long s1, size_t ldq, float *xr,
+                      uint16_t *xb, int8_t *xq, float *xq_scale) {
+  int cols = g->w->cols, kpad = g->w->kpad, nr = (int)(s1 - s0);
+  const float *x = g->x_rows ? g->x : g->x + (size_t)s0 * g->ldx;
+  const int32_t *rows = g->x_rows ? g->x_rows + s0 : NULL;
+  if (kind == P_BF16) dsi_rows_to_bf16_tiles(v, x, g->ldx, rows, nr, cols, kpad, (int)s0, g->m, xb);
+  else if (kind == P_I8) dsi_rows_to_i8(v, x, g->ldx, rows, nr, cols, (int)ldq, xq + s0 * ldq, xq_scale + s0);
+  else if (g->w->dtype == DSI_DTYPE_I8) dsi_rows_round_i8(v, x, g->ldx, rows, nr, cols, xr + s0 * cols);
+  else dsi_rows_round_bf16(v, x, g->ldx, rows, nr, cols, xr + s0 * cols);
+}
+
+/* the preparation a call's kernel wants, given what is ready */
+static int prep_kind(const dsi_mm *mm, int wants, int x_ready, const uint16_t *xb_ready) {
+  return wants == DSI_PREP_BF16 ? (xb_ready ? P_NONE : P_BF16)
+         : wants == DSI_PREP_I8 ? P_I8
+         : mm->act_bf16 && !x_ready ? P_ROUND
+                                   : P_NONE;
+}
+
+/* ---- a team's batch ---- */
+void dsi_mm_team(dsi_team *tm, const dsi_mm *mm, dsi_mm_thread th, int n, int rows, int unit, void *prep,
+                 size_t prep_bytes, int claim, int x_ready, const uint16_t *xb_ready) {
+  dsi_gemm *gs = th.gs;
+  dsi_gemm_fn *fns = th.fns;
+  /* every thread lays out the same plan: kernel, and where its prepared rows go */
+  size_t n_r = 0, n_b = 0, n_q = 0;
+  int any_prep = 0, streaming = 1;
+  uint8_t kind[1024];
+  size_t slot[1024];
+  DSI_ASSERT(n <= 1024);
+  for (int i = 0; i < n; i++) {
+    int wants = DSI_PREP_NONE;
+    fns[i] = dsi_gemm_pick(mm->k, gs[i].w, gs[i].m, mm->act_bf16, &wants);
+    gs[i].xb = wants == DSI_PREP_BF16 ? xb_ready : NULL;
+    gs[i].xq = NULL;
+    gs[i].xq_scale = NULL;
+    kind[i] = (uint8_t)prep_kind(mm, wants, x_ready, xb_ready);
+    if (kind[i] == P_BF16) slot[i] = n_b, n_b += DSI_XB_ROWS(gs[i].m);
+    else if (kind[i] == P_I8) slot[i] = n_q, n_q += gs[i].m;
+    else if (kind[i] == P_ROUND) slot[i] = n_r, n_r += gs[i].m;
+    any_prep |= kind[i] != P_NONE;
+    streaming &= wants != DSI_PREP_BF16 && wants != DSI_PREP_I8; /* not AMX */
+  }
+  if (any_prep) {
+    /* cols and kpad are the same for every call of a batch */
+    int cols = gs[0].w->cols, kpad = gs[0].w->kpad;
+    size_t ldq = DSI_XQ_LD(kpad);
+    size_t r_bytes = align64(n_r * cols * sizeof(float)), b_bytes = align64(n_b * kpad * sizeof(uint16_t));
+    size_t q_bytes = align64(n_q * ldq);
+    DSI_ASSERT(r_bytes + b_bytes + q_bytes + n_q * sizeof(float) <= prep_bytes);
+    uint8_t *base = prep;
+    float *xr = (float *)base;
+    uint16_t *xb = (uint16_t *)(base + r_bytes);
+    int8_t *xq = (int8_t *)(base + r_bytes + b_bytes);
+    float *xq_scale = (float *)(base + r_bytes + b_bytes + q_bytes);
+    if (!tm->helper) {
+      /* prepare every call's rows, split over the team */
+      long total = (long)(n_r + n_b + n_q), a, e, at = 0;
+      dsi_split(total, tm->ith, tm->nth, &a, &e);
+      for (int i = 0; i < n && a < e; i++) {
+        if (kind[i] == P_NONE) continue;
+        long lo = at, hi = at + gs[i].m;
+        at = hi;
+        if (hi <= a || lo >= e) continue;
+        prep_rows(mm->k->vec, &gs[i], kind[i], DSI_MAX(a, lo) - lo, DSI_MIN(e, hi) - lo, ldq, xr + slot[i] * cols,
+                  xb + slot[i] * kpad, xq + slot[i] * ldq, xq_scale + slot[i]);
+      }
+    }
+    for (int i = 0; i < n; i++) {
+      if (kind[i] == P_BF16) {
+        gs[i].xb = xb + slot[i] * kpad;
+      } else if (kind[i] == P_I8) {
+        gs[i].xq = xq + slot[i] * ldq;
+        gs[i].xq_scale = xq_scale + slot[i];
+      } else if (kind[i] == P_ROUND) {
+        gs[i].x = xr + slot[i] * cols;
+        gs[i].ldx = cols;
+        gs[i].x_rows = NULL;
+      }
+    }
+    if (!tm->helper) dsi_barrier_wait(tm->bar);
+  }
+  int flat = n > 1;
+  for (int i = 0; i < n; i++) flat &= gs[i].epi != DSI_EPI_SCATTER_ADD;
+  long units = DSI_CEIL_DIV(rows, unit) * (flat ? n : 1);
+  gemm_units gu = {gs, fns, n, rows, unit, flat};
+  if (!claim) {
+    long u0, u1;
+    dsi_split(units, tm->ith, tm->nth, &u0, &u1);
+    gemm_units_run(&gu, u0, u1, th.scratch);
+    return;
+  }
+  dsi_team_claim(tm, mm->nth, units, streaming, gemm_units_run, &gu, th.scratch);
+}
+
+/* ---- one matmul alone ---- */
+void dsi_mm_one(const dsi_mm *mm, dsi_gemm *g, int r0, int r1, void *prep, size_t prep_bytes, void *scratch,
+                int x_ready, const uint16_t *xb_ready) {
+  int wants = DSI_PREP_NONE;
+  dsi_gemm_fn fn = dsi_gemm_pick(mm->k, g->w, g->m, mm->act_bf16, &wants);
+  int kind = prep_kind(mm, wants, x_ready, xb_ready);
+  size_t ldq = DSI_XQ_LD(g->w->kpad);
+  g->xb = wants == DSI_PREP_BF16 ? xb_ready : NULL;
+  g->xq = NULL;
+  g->xq_scale = NULL;
+  if (kind != P_NONE) {
+    DSI_ASSERT(dsi_mm_prep_bytes(g->m, g->w->cols, g->w->kpad, 1) <= prep_bytes);
+    uint8_t *base = prep;
+    float *xq_scale = (float *)(base + align64((size_t)g->m * ldq));
+    prep_rows(mm->k->vec, g, kind, 0, g->m, ldq, prep, prep, prep, xq_scale);
+    if (kind == P_BF16) g->xb = prep;
+    else if (kind == P_I8) g->xq = prep, g->xq_scale = xq_scale;
+    else g->x = prep, g->ldx = g->w->cols, g->x_rows = NULL;
+  }
+  fn(g, r0, r1, scratch);
+}
+
+/* ---- outside a graph ---- */
+size_t dsi_mm_run_bytes(int nth, int calls, long m, int cols, int kpad) {
+  return align64(dsi_mm_prep_bytes(m, cols, kpad, calls)) + (size_t)nth * dsi_mm_thread_bytes(calls, kpad);
+}
+
+typedef struct {
+  const dsi_mm *mm;
+  const dsi_gemm *gs;
+  int n, rows, unit;
+  uint8_t *ws;
+  size_t prep_bytes, thread_bytes;
+  dsi_gemm_fn *fns_out;
+  dsi_barrier bar;
+} run_job;
+
+static void run_task(void *ctx, int ith, int nth) {
+  run_job *j = ctx;
+  dsi_mm_thread th = dsi_mm_thread_at(j->ws + j->prep_bytes + (size_t)ith * j->thread_bytes, j->n);
+  memcpy(th.gs, j->gs, (size_t)j->n * sizeof *th.gs); /* dsi_mm_team fills in where each call's prepared rows are */
+  dsi_team tm = {.ith = ith, .nth = nth, .tid = ith, .bar = &j->bar};
+  dsi_mm_team(&tm, j->mm, th, j->n, j->rows, j->unit, j->ws, j->prep_bytes, 0, 0, NULL);
+  if (ith == 0 && j->fns_out) memcpy(j->fns_out, th.fns, (size_t)j->n * sizeof *j->fns_out);
+}
+
+void dsi_mm_run(dsi_pool *pool, const dsi_mm *mm, const dsi_gemm *gs, int n, int rows, int unit, void *ws,
+                size_t ws_bytes, dsi_gemm_fn *fns_out) {
+  long m = 0;
+  int kpad = gs[0].w->kpad;
+  for (int i = 0; i < n; i++) m += gs[i].m;
+  int nth = dsi_pool_size(pool);
+  run_job j = {mm, gs, n, rows, unit, ws, align64(dsi_mm_prep_bytes(m, gs[0].w->cols, kpad, n)),
+               dsi_mm_thread_bytes(n, kpad), fns_out, {0}};
+  DSI_ASSERT(j.prep_bytes + (size_t)nth * j.thread_bytes <= ws_bytes);
+  dsi_barrier_init(&j.bar, nth);
+  dsi_pool_run(pool, run_task, &j);
+}

@@ -1,0 +1,95 @@
+/* graph: this machine's peaks, measured on the spot with the kernels'
+ * own loops — memory read bandwidth (the decode roof), a STREAM triad,
+ * and the AMX BF16 tile rate summed over the threads (the prefill roof)
+ * — which the profile and the benchmarks set their rates beside. */
+#define _GNU_SOURCE
+#include "base/base.h"
+#include "base/pool.h"
+#include "dsinfer.h"
+#include "kernels/cpu.h"
+#include "kernels/peak.h"
+#include "kernels/vec.h"
+
+#include <string.h>
+
+typedef struct {
+  uint64_t *a;
+  float *x, *y, *z;
+  size_t n;
+  uint64_t sink[64];
+} bw_job;
+
+/* read with the widest loads this CPU has (the kernels' own dot product,
+ * one stream): a scalar loop understates what the matvec kernels can get */
+static void read_task(void *ctx, int ith, int nth) {
+  bw_job *j = ctx;
+  long a, e;
+  const float *x = (const float *)j->a;
+  dsi_split((long)j->n * 2, ith, nth, &a, &e);
+  const dsi_vec_ops *v = dsi_kern_best()->vec;
+  float s = 0;
+  for (long i = a; i < e; i += 1 << 20) s += v->dot(x + i, x + i, (int)DSI_MIN(1l << 20, e - i));
+  j->sink[ith % 64] = (uint64_t)s;
+}
+
+static void triad_task(void *ctx, int ith, int nth) {
+  bw_job *j = ctx;
+  long a, e;
+  dsi_split((long)j->n, ith, nth, &a, &e);
+  for (long i = a; i < e; i++) j->x[i] = j->y[i] + 3.0f * j->z[i];
+}
+
+static void amx_task(void *ctx, int ith, int nth) {
+  double *out = ctx;
+  (void)nth;
+  out[ith] = dsi_amx_peak_gflops(0.3);
+}
+
+int dsi_measure_peaks(int n_threads, dsi_peaks *out) {
+  memset(out, 0, sizeof *out);
+  dsi_pool *pool = dsi_pool_new(n_threads > 0 ? n_threads : dsi_ncpu());
+  int nth = dsi_pool_size(pool);
+  out->threads = nth;
+  /* 1 GiB, far past the caches that are ours (the L3 is shared and large:
+   * anything smaller than it can be served from it) */
+  size_t bytes = (size_t)1 << 30;
+  bw_job j = {0};
+  j.a = dsi_alloc_big(bytes, 1);
+  if (!j.a) { dsi_pool_free(pool); return DSI_E_NOMEM; }
+  j.n = bytes / sizeof(uint64_t);
+  float *xf = (float *)j.a; /* normal numbers: denormal operands slow the FMAs down */
+  for (size_t i = 0; i < bytes / sizeof(float); i++) xf[i] = 1.0f;
+  double t[7];
+  for (int r = 0; r < 7; r++) {
+    double t0 = dsi_now();
+    dsi_pool_run(pool, read_task, &j);
+    t[r] = bytes / (dsi_now() - t0) * 1e-9;
+  }
+  out->read_gbs = dsi_median(t, 7);
+  dsi_free_big(j.a, bytes);
+  size_t n = (256u << 20) / sizeof(float);
+  j.x = dsi_alloc_big(n * 4, 1);
+  j.y = dsi_alloc_big(n * 4, 1);
+  j.z = dsi_alloc_big(n * 4, 1);
+  j.n = n;
+  if (j.x && j.y && j.z) {
+    for (size_t i = 0; i < n; i++) j.x[i] = 0, j.y[i] = 1, j.z[i] = 2;
+    for (int r = 0; r < 7; r++) {
+      double t0 = dsi_now();
+      dsi_pool_run(pool, triad_task, &j);
+      t[r] = 3.0 * n * sizeof(float) / (dsi_now() - t0) * 1e-9;
+    }
+    out->triad_gbs = dsi_median(t, 7);
+  }
+  dsi_free_big(j.x, n * 4);
+  dsi_free_big(j.y, n * 4);
+  dsi_free_big(j.z, n * 4);
+  double per[256] = {0};
+  if (dsi_cpu_get()->amx_bf16 && nth <= 256) {
+    dsi_pool_run(pool, amx_task, per);
+    for (int i = 0; i < nth; i++) out->amx_bf16_gflops += per[i];
+  }
+  dsi_pool_free(pool);
+  return DSI_OK;
+}
+

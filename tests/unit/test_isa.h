@@ -1,0 +1,30 @@
+/* tests: the kernel table a test runs — this CPU's best, capped by
+ * $DSINFER_ISA as the `dsinfer` command maps it (ctest runs some tests
+ * again at each lower level), so one machine checks the lower paths. */
+#ifndef DSI_TEST_ISA_H
+#define DSI_TEST_ISA_H
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu.h"
+
+static inline const dsi_kern *test_kern(void) {
+  const char *e = getenv("DSINFER_ISA");
+  int l = e && *e ? dsi_isa_parse(e) : -1;
+  return dsi_kern_get(l >= 0 ? (dsi_isa)l : DSI_ISA_AMX);
+}
+
+/* the same cap as a string for dsi_engine_opts.isa (NULL: none) */
+static inline const char *test_isa(void) {
+  const char *e = getenv("DSINFER_ISA");
+  return e && *e && dsi_isa_parse(e) >= 0 ? e : NULL;
+}
+
+/* $DSINFER_MLA (absorb | naive) as dsi_engine_opts.mla_form (0: the cost model's) */
+static inline int test_mla_form(void) {
+  const char *e = getenv("DSINFER_MLA");
+  return !e ? 0 : !strcmp(e, "absorb") ? 1 : !strcmp(e, "naive") ? 2 : 0;
+}
+
+#endif
