@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Reproduce the README's figures: this machine's peaks and the kernels on
-# DeepSeek-V3's shapes, then the `bench` preset end to end in BF16 and FP8,
-# before (the core issue's scalar row-major path) and after (packed weights,
-# AVX-512 / AMX kernels); then the ablation (eager, graph, streams, op-opt)
-# on `small` and `bench`, graph vs eager at several batch sizes, and one vs
-# two streams. Writes results under bench-results/.
+# DeepSeek-V3's shapes, then the `bench` preset end to end in BF16, FP8 and
+# INT8 (the defaults: packed weights, the best kernels) beside the scalar
+# row-major baseline; then the ablation (eager, graph, streams, op-opt) on
+# `small` and `bench`, graph vs eager at several batch sizes, and one vs two
+# streams. Writes results under bench-results/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=bench-results; mkdir -p "$out" models

@@ -1,5 +1,6 @@
 /* tools: the dsinfer command — dispatches to one function per subcommand. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dsinfer.h"
@@ -35,7 +36,10 @@ int main(int argc, char **argv) {
   }
   const char *cmd = argv[1];
   if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
-    printf("dsinfer %s (isa: %s)\n", DSINFER_VERSION, dsi_isa_name());
+    /* the best kernels this CPU runs, and the cap DSINFER_ISA sets the commands */
+    const char *cap = getenv("DSINFER_ISA");
+    printf("dsinfer %s (isa: %s%s%s)\n", DSINFER_VERSION, dsi_isa_name(), cap && *cap ? "; DSINFER_ISA caps it at " : "",
+           cap && *cap ? cap : "");
     return 0;
   }
   if (!strcmp(cmd, "--help") || !strcmp(cmd, "help") || !strcmp(cmd, "-h")) {
