@@ -127,17 +127,156 @@ typedef struct dsi_batch {
 } dsi_batch;
 int dsi_engine_forward(dsi_engine *e, const dsi_batch *b, float *logits);
 
+/* How many tokens of the KV pool's blocks there are, and how many of them
+ * a new sequence can still get (free, or cached prefixes no sequence holds). */
+void dsi_engine_kv_blocks(const dsi_engine *e, int *available, int *total, int *block_size);
+
 /* ---- sampling ---- */
+/* From a position's logits to a token, in this order: logit_bias added;
+ * repetition_penalty over the prompt's and the output's tokens (a positive
+ * logit divided by it, a negative one multiplied); frequency_penalty x count
+ * + presence_penalty subtracted for each token of the output; then greedy
+ * (temperature 0: the first largest logit) or: logits / temperature, top_k
+ * keeps the k most likely, top_p the fewest most likely whose mass reaches
+ * top_p of what is kept, min_p those at least min_p times as likely as the
+ * most likely, and one uniform draw from the seed's stream picks among
+ * them. The same logits and history give the same token, alone or batched. */
 typedef struct dsi_sampling {
   float temperature; /* 0 = greedy */
-  float top_p;       /* 1 = off */
+  float top_p;       /* 1 (or 0) = off */
   int top_k;         /* 0 = off */
   uint64_t seed;
+  float min_p;       /* 0 = off */
+  float repetition_penalty; /* 1 (or 0) = off */
+  float presence_penalty;   /* 0 = off */
+  float frequency_penalty;  /* 0 = off */
+  const int32_t *bias_ids;  /* logit_bias: bias[i] added to token bias_ids[i]'s logit */
+  const float *bias;
+  int n_bias;
 } dsi_sampling;
 typedef struct dsi_sampler dsi_sampler;
-dsi_sampler *dsi_sampler_new(const dsi_sampling *s, int vocab);
+dsi_sampler *dsi_sampler_new(const dsi_sampling *s, int vocab); /* NULL: out of memory */
 void dsi_sampler_free(dsi_sampler *s);
-int dsi_sampler_sample(dsi_sampler *s, const float *logits);
+/* A token from logits[0..n_valid) (n_valid <= 0: the whole vocabulary; ids
+ * past it, a checkpoint's padding rows, are never drawn), which it changes.
+ * hist: the tokens before this position, the prompt's first n_prompt. */
+int dsi_sampler_sample(dsi_sampler *s, float *logits, int n_valid, const int32_t *hist, int n_hist, int n_prompt);
+
+/* ---- serving: requests on a continuous-batching scheduler ----
+ * A scheduler owns an engine (nothing else may step it while the scheduler
+ * is open) and one thread, the engine loop, that runs its steps. Every
+ * function below may be called from any thread at any time; the request
+ * callbacks run on the engine loop thread, one at a time, in token order,
+ * and may call dsi_sched_cancel. A callback must not block for long: the
+ * whole batch waits for it.
+ *
+ * Each step packs one decode token of every running completion and
+ * prefill chunks of the ones still reading their prompt (oldest first) and
+ * of waiting ones it admits (first come, first served) into one forward
+ * pass, up to max_batched_tokens tokens and max_seqs completions. A request
+ * is admitted when the KV pool has the blocks for its next chunk; when the
+ * pool runs out mid-generation the newest running completion is preempted
+ * (its blocks let go, its output kept) and recomputed later, with the same
+ * result. A prompt that starts with a prefix some earlier request computed
+ * takes that prefix's KV blocks instead of prefilling it. */
+typedef struct dsi_sched dsi_sched;
+typedef struct dsi_tok dsi_tok; /* the tokenizer, below */
+
+typedef struct dsi_sched_opts {
+  int max_seqs;           /* completions running at once (0 = 64) */
+  int max_batched_tokens; /* tokens in one step (0 = the engine's max_tokens) */
+  int prefill_chunk;      /* most prompt tokens a step gives one completion while others decode
+                             (0 = sized on the fly so a step costs at most about two decode steps) */
+  int no_prefix_cache;    /* 1: every prompt prefilled in full */
+} dsi_sched_opts;
+
+#define DSI_MAX_TOP_LOGPROBS 20
+typedef struct dsi_token_logprob {
+  int32_t id;
+  float logprob;
+} dsi_token_logprob;
+
+/* why a completion ended */
+typedef enum dsi_finish {
+  DSI_FINISH_NONE = 0,   /* not yet */
+  DSI_FINISH_STOP,       /* a stop token (EOS, stop_ids) or a stop string */
+  DSI_FINISH_LENGTH,     /* max_tokens, or the context is full */
+  DSI_FINISH_CANCELLED,  /* dsi_sched_cancel, or the scheduler closed */
+  DSI_FINISH_ERROR,      /* the step failed for this request: error says why */
+} dsi_finish;
+const char *dsi_finish_str(dsi_finish f); /* "stop", "length", "cancelled", "error" */
+
+/* What a request's callback is told: a token with the text it made final,
+ * or (finish set) the end of one completion. Pointers are borrowed for the
+ * call. */
+typedef struct dsi_request_event {
+  uint64_t id;              /* the request's */
+  int index;                /* its completion, 0..n-1 */
+  int32_t token;            /* the token drawn; -1 on an event that only ends the completion */
+  const char *text;         /* text that became final with it: never half a UTF-8 character, nor
+                               the start of a stop string (with a tokenizer; else empty) */
+  size_t text_len;
+  float logprob;            /* the token's log-probability under the model (with logprobs) */
+  const dsi_token_logprob *top; /* the most likely tokens at its position (top_logprobs of them) */
+  int n_top;
+  dsi_finish finish;        /* set on the completion's last event */
+  const char *stop;         /* FINISH_STOP by a stop string: which; NULL otherwise */
+  int32_t stop_token;       /* FINISH_STOP by a token: which; -1 otherwise */
+  int context_full;         /* FINISH_LENGTH because the context is full */
+  const char *error;        /* FINISH_ERROR: the cause */
+  /* on the last event of a completion */
+  int prompt_tokens, cached_tokens, completion_tokens;
+  double queue_s, prefill_s, decode_s; /* submit to first step, to the first token, first to last token */
+} dsi_request_event;
+typedef void (*dsi_request_cb)(void *user, const dsi_request_event *ev);
+
+typedef struct dsi_request {
+  const int32_t *prompt;    /* token ids (copied); the CLI or server renders and tokenizes */
+  int n_prompt;
+  dsi_sampling sampling;    /* completion i draws from seed + i; the bias arrays are copied */
+  int max_tokens;           /* most tokens per completion (0 = until the context is full) */
+  const int32_t *stop_ids;  /* more tokens that end a completion (copied) */
+  int n_stop_ids;
+  const char *const *stop;  /* stop strings, matched on the text across tokens, not emitted (copied) */
+  int n_stop;
+  int ignore_eos;           /* 1: the model's end-of-sentence token does not end it */
+  int n;                    /* completions sharing the prompt (0 = 1) */
+  int logprobs;             /* 1: each token's logprob */
+  int top_logprobs;         /* 0..DSI_MAX_TOP_LOGPROBS most likely tokens per position */
+  dsi_request_cb on_event;
+  void *user;
+} dsi_request;
+
+/* Open a scheduler on e (tok: for stop strings and text; may be NULL, then
+ * events carry no text and stop strings are refused) and start its loop. */
+int dsi_sched_open(dsi_sched **out, dsi_engine *e, const dsi_tok *tok, const dsi_sched_opts *o, dsi_err *err);
+/* Stop: every request still in flight ends FINISH_CANCELLED (its callback
+ * told), the loop joined. The engine is the caller's again. */
+void dsi_sched_free(dsi_sched *s);
+/* Queue a request; *id names it. DSI_E_INVAL for a bad request (empty or
+ * over-long prompt, an id outside the vocabulary, bad parameters),
+ * DSI_E_CAPACITY when the prompt could never fit the KV pool. */
+int dsi_sched_submit(dsi_sched *s, const dsi_request *r, uint64_t *id, dsi_err *err);
+/* End request id's completions with FINISH_CANCELLED at the next step
+ * boundary (their blocks let go then); DSI_E_INVAL if it is not in flight. */
+int dsi_sched_cancel(dsi_sched *s, uint64_t id);
+/* Forget the prefix cache before the next step (a conversation reset,
+ * new weights): later prompts are prefilled in full. */
+void dsi_sched_reset_prefix_cache(dsi_sched *s);
+/* Wait until nothing is in flight, at most timeout_s seconds (< 0: no
+ * limit); 0 when idle, DSI_E_CAPACITY on the timeout. */
+int dsi_sched_wait_idle(dsi_sched *s, double timeout_s);
+
+typedef struct dsi_sched_stats {
+  int running, waiting;            /* completions */
+  int kv_blocks_used, kv_blocks_cached, kv_blocks_total; /* held by sequences; cached, held by none */
+  long prefix_queries, prefix_hits; /* prompt tokens looked up in the prefix cache, found */
+  long prompt_tokens, generation_tokens, preemptions, steps;
+  long requests_finished[DSI_FINISH_ERROR + 1]; /* by reason */
+  double batch_tokens_mean;        /* tokens per step */
+  double batch_seqs_mean;          /* completions per step */
+} dsi_sched_stats;
+void dsi_sched_get_stats(dsi_sched *s, dsi_sched_stats *st);
 
 /* ---- benchmarks ---- */
 typedef struct dsi_peaks {

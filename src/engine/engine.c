@@ -1,32 +1,12 @@
 /* engine: sequences over the paged KV cache, the batched forward step
  * behind dsi_engine_forward, and the thread pool they share. */
+#include "engine/engine_impl.h"
 #include "engine/engine_testing.h"
 
-#include "base/pool.h"
-#include "graph/forward.h"
 #include "graph/prof.h"
-#include "kv/kv.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-struct dsi_engine {
-  dsi_model *m;
-  dsi_pool *pool;
-  dsi_fwd *fwd;
-  dsi_prof *prof;     /* NULL unless opts.profile */
-  int step_prefill;   /* the last window fed some sequence more than one token */
-  dsi_kv kv;
-  dsi_kv_seq *seqs;   /* by id */
-  uint8_t *live;
-  int n_seqs_cap;
-  int max_tokens, max_context;
-  /* per-step scratch, [max_tokens] each */
-  int32_t *pos, *slot, *seq_idx, *logit_rows, *seq_count;
-  const int32_t **tables;
-  dsi_fwd_exec_opts exec;
-  dsi_err err;
-};
 
 /* ---- the process (public helpers) ---- */
 int dsi_default_threads(void) { return dsi_ncpu(); }
@@ -38,6 +18,12 @@ void dsi_set_log_level(int level) { dsi_log_set_level(level); }
 const dsi_err *dsi_engine_error(const dsi_engine *e) { return &e->err; }
 
 const char *dsi_engine_isa(const dsi_engine *e) { return dsi_fwd_isa(e->fwd); }
+
+void dsi_engine_kv_blocks(const dsi_engine *e, int *available, int *total, int *block_size) {
+  if (available) *available = dsi_kv_available(&e->kv);
+  if (total) *total = e->kv.n_blocks;
+  if (block_size) *block_size = e->kv.block_size;
+}
 
 void dsi_engine_set_poison(dsi_engine *e, int on) {
   e->exec.poison = on;
@@ -87,7 +73,7 @@ int dsi_engine_open(dsi_engine **out, dsi_model *m, const dsi_engine_opts *o, ds
 void dsi_engine_free(dsi_engine *e) {
   if (!e) return;
   for (int i = 0; i < e->n_seqs_cap; i++)
-    if (e->live[i]) dsi_kv_release(&e->kv, &e->seqs[i]);
+    if (e->live[i]) dsi_kv_release(&e->kv, &e->seqs[i], NULL);
   dsi_fwd_free(e->fwd);
   dsi_prof_free(e->prof);
   dsi_kv_free(&e->kv);
@@ -123,9 +109,11 @@ int dsi_seq_new(dsi_engine *e) {
   return id;
 }
 
-void dsi_seq_free(dsi_engine *e, int seq) {
+void dsi_seq_free(dsi_engine *e, int seq) { dsi_engine_seq_release(e, seq, NULL); }
+
+void dsi_engine_seq_release(dsi_engine *e, int seq, const int32_t *toks) {
   if (seq < 0 || seq >= e->n_seqs_cap || !e->live[seq]) return;
-  dsi_kv_release(&e->kv, &e->seqs[seq]);
+  dsi_kv_release(&e->kv, &e->seqs[seq], toks);
   e->live[seq] = 0;
 }
 

@@ -192,12 +192,17 @@ int dsi_cmd_generate(int argc, char **argv) {
   for (int i = 0; i < np; i++) seqv[i] = seq;
   double t0 = now();
   dsi_batch b = {.n_tokens = np, .tokens = prompt, .seq = seqv, .want_logits = want};
-  if (dsi_engine_forward(e, &b, logits)) rc = fail("generate", dsi_engine_error(e));
+  if (!logits || !smp) {
+    fprintf(stderr, "dsinfer generate: out of memory for the logits\n");
+    rc = 1;
+  } else if (dsi_engine_forward(e, &b, logits)) {
+    rc = fail("generate", dsi_engine_error(e));
+  }
   double t1 = now();
   int produced = 0;
   double t2 = t1;
   for (int i = 0; !rc && i < n_gen; i++) {
-    int32_t tok = dsi_sampler_sample(smp, logits);
+    int32_t tok = dsi_sampler_sample(smp, logits, 0, NULL, 0, 0);
     printf("%s%d", produced ? "," : "", tok);
     fflush(stdout);
     produced++;

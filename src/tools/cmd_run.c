@@ -1,10 +1,12 @@
 /* tools: `dsinfer run` (a prompt in, the model's text streamed out) and
  * `dsinfer chat` (a multi-turn conversation in the terminal), both through
- * the checkpoint's own tokenizer and chat template, reasoning shown apart
- * from the answer, and a chat's KV cache reused from turn to turn. */
+ * the checkpoint's own tokenizer and chat template, as requests on the
+ * engine's scheduler (dsi_sched): reasoning shown apart from the answer,
+ * and a chat's earlier turns found in the prefix cache. */
 #define _GNU_SOURCE /* getline, sigaction */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,12 +18,6 @@
 #include "tools/cli.h"
 #include "tools/commands.h"
 #include "tools/sbuf.h"
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void sb_str(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
 
@@ -62,25 +58,20 @@ static int check_args(const char *cmd, run_args *a) {
   return dsi_cli_check_run_opts(cmd, &a->ro, &a->act);
 }
 
-/* ---- the session: tokenizer, template, model, one sequence ---- */
+/* ---- the session: tokenizer, template, model, a scheduler ---- */
 
 typedef struct session {
   const char *cmd;
   const run_args *a;
   dsi_tok *tok;
-  dsi_detok *detok;
   dsi_chat_fmt *fmt; /* NULL without --chat */
   dsi_model *m;
   dsi_engine *e;
-  dsi_sampler *smp;
+  dsi_sched *sched;
   dsi_model_info info;
-  int seq, ctx;
-  int32_t stop[3]; /* ids that end an answer: the model's and the tokenizer's EOS */
-  int n_stop;
-  int32_t *cached; /* the tokens in seq's KV cache, in order */
-  int n_cached;
-  float *logits;   /* [vocab]: after the last token fed */
-  int color;       /* stdout is a terminal (and NO_COLOR unset) */
+  int ctx;
+  int32_t stop_id;   /* the chat format's EOS, when it is not the model's; -1 */
+  int color;         /* stdout is a terminal (and NO_COLOR unset) */
 } session;
 
 static int fail_msg(const session *s, const char *msg) {
@@ -105,49 +96,40 @@ static int open_text(session *s) {
   }
   dsi_err err = {0};
   if (dsi_tok_open(&s->tok, json, file_readable(cfg) ? cfg : NULL, dsi_cli_tok_flags(), &err) ||
-      dsi_detok_open(&s->detok, s->tok, DSI_TOK_SKIP_UNKNOWN, &err) ||
       (s->a->chat && dsi_chat_fmt_open(&s->fmt, s->a->model, &err)))
     return fail_msg(s, err.msg);
   return 0;
 }
 
-/* Weights, engine and sampler; ctx_want 0 = the model's default,
- * min(max_position_embeddings, 4096), as the engine's. */
+/* Weights, engine and scheduler; ctx_want 0 = the model's default,
+ * min(max_position_embeddings, 4096), as the engine's. One completion at
+ * a time, with a KV pool for one full context (which keeps a chat's turns
+ * in the prefix cache). */
 static int open_model(session *s, int ctx_want, int max_tokens) {
   int ctx = s->a->ctx ? s->a->ctx : ctx_want ? ctx_want : 4096;
   run_opts ro = s->a->ro;
-  ro.kv_blocks = (ctx + 63) / 64 + 1; /* one sequence: blocks for its context only */
+  ro.kv_blocks = (ctx + 1 + 63) / 64 + 1;
   if (dsi_cli_open_engine(s->cmd, s->a->model, &ro, s->a->act, max_tokens, ctx, &s->m, &s->e)) return 1;
   dsi_model_get_info(s->m, &s->info);
   s->ctx = ctx < s->info.max_position_embeddings ? ctx : s->info.max_position_embeddings;
   if (dsi_tok_vocab_size(s->tok) > s->info.vocab_size)
     fprintf(stderr, "dsinfer %s: warning: the tokenizer has %d ids, the model only %d\n", s->cmd,
             dsi_tok_vocab_size(s->tok), s->info.vocab_size);
-  s->smp = dsi_sampler_new(&s->a->sp, s->info.vocab_size);
-  s->logits = malloc((size_t)s->info.vocab_size * sizeof(float));
-  s->cached = malloc((size_t)s->ctx * sizeof(int32_t));
-  if (!s->logits || !s->cached) return fail_msg(s, "out of memory for the logits");
-  s->seq = dsi_seq_new(s->e);
-  int32_t cand[3] = {s->info.eos_token_id, dsi_tok_eos_id(s->tok), -1};
-  if (s->fmt && dsi_chat_fmt_eos(s->fmt)) cand[2] = dsi_tok_token_to_id(s->tok, dsi_chat_fmt_eos(s->fmt));
-  for (int i = 0; i < 3 && !s->a->ignore_eos; i++) {
-    int dup = cand[i] < 0;
-    for (int k = 0; k < s->n_stop; k++) dup |= s->stop[k] == cand[i];
-    if (!dup) s->stop[s->n_stop++] = cand[i];
-  }
+  dsi_err err = {0};
+  dsi_sched_opts so = {.max_seqs = 1};
+  if (dsi_sched_open(&s->sched, s->e, s->tok, &so, &err)) return fail_msg(s, err.msg);
+  s->stop_id = -1;
+  if (s->fmt && dsi_chat_fmt_eos(s->fmt)) s->stop_id = dsi_tok_token_to_id(s->tok, dsi_chat_fmt_eos(s->fmt));
   const char *nc = getenv("NO_COLOR");
   s->color = isatty(STDOUT_FILENO) && !(nc && *nc);
   return 0;
 }
 
 static void session_close(session *s) {
-  free(s->logits);
-  free(s->cached);
-  dsi_sampler_free(s->smp);
+  dsi_sched_free(s->sched);
   dsi_engine_free(s->e);
   dsi_model_free(s->m);
   dsi_chat_fmt_free(s->fmt);
-  dsi_detok_free(s->detok);
   dsi_tok_free(s->tok);
 }
 
@@ -169,46 +151,6 @@ static void print_ids(const session *s, const int32_t *ids, size_t n) {
   fprintf(stderr, "dsinfer %s: prompt (%zu tokens):", s->cmd, n);
   for (size_t i = 0; i < n; i++) fprintf(stderr, "%s%d", i ? "," : " ", ids[i]);
   fputc('\n', stderr);
-}
-
-/* Make seq hold ids and leave the logits after the last: the part already
- * cached is kept (*reused tokens), the cache cut back to where they part,
- * the rest fed. Returns 0, or 1 after printing the cause. */
-static int feed_prompt(session *s, const int32_t *ids, int n, int *reused) {
-  if (n <= 0) return fail_msg(s, "the prompt is empty (it has no tokens)");
-  if (n >= s->ctx) {
-    fprintf(stderr, "dsinfer %s: the prompt has %d tokens; the context holds %d (--ctx)\n", s->cmd, n, s->ctx);
-    return 1;
-  }
-  int p = 0;
-  while (p < n && p < s->n_cached && s->cached[p] == ids[p]) p++;
-  if (p == n) p--; /* the last token is fed again: its logits are wanted */
-  if (p < s->n_cached && dsi_seq_truncate(s->e, s->seq, p)) return fail_msg(s, dsi_engine_error(s->e)->msg);
-  s->n_cached = p;
-  *reused = p;
-  int k = n - p;
-  int32_t *seqv = malloc((size_t)k * sizeof(int32_t));
-  uint8_t *want = calloc((size_t)k, 1);
-  if (!seqv || !want) {
-    free(seqv);
-    free(want);
-    return fail_msg(s, "out of memory for the prompt");
-  }
-  for (int i = 0; i < k; i++) seqv[i] = s->seq;
-  want[k - 1] = 1;
-  dsi_batch b = {.n_tokens = k, .tokens = ids + p, .seq = seqv, .want_logits = want};
-  int rc = dsi_engine_forward(s->e, &b, s->logits);
-  free(seqv);
-  free(want);
-  if (rc) {
-    /* what the engine kept is unknown: start the next prompt afresh */
-    dsi_seq_truncate(s->e, s->seq, 0);
-    s->n_cached = 0;
-    return fail_msg(s, dsi_engine_error(s->e)->msg);
-  }
-  memcpy(s->cached + p, ids + p, (size_t)k * sizeof(int32_t));
-  s->n_cached = n;
-  return 0;
 }
 
 /* ---- showing the answer ---- */
@@ -290,50 +232,74 @@ typedef struct gen_stats {
   double t_prefill, t_decode;
 } gen_stats;
 
-/* Sample after the prompt until a stop token, n tokens, a full context or
- * (with check_sigint) Ctrl-C; each piece of text shown as it becomes final.
- * The sampled tokens that were fed stay in the cache (s->cached). */
-static int generate(session *s, view *v, int n_max, int check_sigint, gen_stats *st) {
+/* One answer as a request: its events shown as they come (on the
+ * scheduler's thread), this thread waiting for the last one. */
+typedef struct answer {
+  view *v;
+  gen_stats *st;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int done;
+  char error[1100];
+} answer;
+
+static void on_event(void *user, const dsi_request_event *ev) {
+  answer *a = user;
+  if (ev->token >= 0) a->st->produced++;
+  view_piece(a->v, ev->text, ev->text_len);
+  if (!ev->finish) return;
+  a->st->reused = ev->cached_tokens;
+  a->st->t_prefill = ev->prefill_s;
+  a->st->t_decode = ev->decode_s;
+  a->st->stopped_by = ev->finish == DSI_FINISH_CANCELLED ? 1 : ev->finish == DSI_FINISH_LENGTH && ev->context_full ? 2 : 0;
+  if (ev->finish == DSI_FINISH_ERROR) snprintf(a->error, sizeof a->error, "%s", ev->error ? ev->error : "error");
+  pthread_mutex_lock(&a->mu);
+  a->done = 1;
+  pthread_cond_signal(&a->cv);
+  pthread_mutex_unlock(&a->mu);
+}
+
+/* The prompt's answer until a stop token, n tokens, a full context or
+ * (with check_sigint) Ctrl-C; each piece of text shown as it becomes
+ * final. Returns 0; 1 after printing the cause; 2 after printing why the
+ * prompt was not taken (nothing was answered). */
+static int generate(session *s, view *v, const int32_t *ids, int n, int n_max, int check_sigint, gen_stats *st) {
+  const run_args *ra = s->a;
+  dsi_request r = {.prompt = ids, .n_prompt = n, .sampling = ra->sp, .max_tokens = n_max, .ignore_eos = ra->ignore_eos,
+                   .stop_ids = &s->stop_id, .n_stop_ids = s->stop_id >= 0 && !ra->ignore_eos, .on_event = on_event};
+  answer a = {.v = v, .st = st};
+  pthread_mutex_init(&a.mu, NULL);
+  pthread_cond_init(&a.cv, NULL);
+  r.user = &a;
   dsi_err err = {0};
-  dsi_detok_reset(s->detok);
-  double t0 = now();
+  uint64_t id;
   int rc = 0;
-  for (int i = 0; i < n_max; i++) {
-    if (check_sigint && g_interrupted) {
-      st->stopped_by = 1;
-      break;
+  if (n_max == 0) { /* nothing to generate: the prompt alone */
+    rc = 0;
+  } else if (dsi_sched_submit(s->sched, &r, &id, &err)) {
+    fail_msg(s, err.msg);
+    rc = 2;
+  } else {
+    int cancelled = 0;
+    pthread_mutex_lock(&a.mu);
+    while (!a.done) {
+      if (check_sigint && g_interrupted && !cancelled) {
+        dsi_sched_cancel(s->sched, id);
+        cancelled = 1;
+      }
+      struct timespec until;
+      clock_gettime(CLOCK_REALTIME, &until);
+      until.tv_nsec += 50 * 1000000;
+      if (until.tv_nsec >= 1000000000) until.tv_sec++, until.tv_nsec -= 1000000000;
+      pthread_cond_timedwait(&a.cv, &a.mu, &until);
     }
-    /* ids past the tokenizer's (a checkpoint's padding rows) are never drawn */
-    for (int id = dsi_tok_vocab_size(s->tok); id < s->info.vocab_size; id++) s->logits[id] = -INFINITY;
-    int32_t tok = dsi_sampler_sample(s->smp, s->logits);
-    int stop = 0;
-    for (int k = 0; k < s->n_stop; k++) stop |= tok == s->stop[k];
-    if (stop) break;
-    st->produced++;
-    const char *piece;
-    size_t len;
-    if ((rc = dsi_detok_push(s->detok, tok, &piece, &len, &err))) break;
-    view_piece(v, piece, len);
-    if (i + 1 == n_max) break;
-    if (s->n_cached + 1 > s->ctx) {
-      st->stopped_by = 2;
-      break;
-    }
-    dsi_batch d = {.n_tokens = 1, .tokens = &tok, .seq = &s->seq};
-    if ((rc = dsi_engine_forward(s->e, &d, s->logits))) {
-      err = *dsi_engine_error(s->e);
-      break;
-    }
-    s->cached[s->n_cached++] = tok;
+    pthread_mutex_unlock(&a.mu);
+    if (a.error[0]) rc = fail_msg(s, a.error);
   }
-  st->t_decode = now() - t0;
-  const char *piece;
-  size_t len;
-  dsi_detok_flush(s->detok, &piece, &len);
-  view_piece(v, piece, len);
   view_finish(v);
-  if (rc) return fail_msg(s, err.msg);
-  return 0;
+  pthread_cond_destroy(&a.cv);
+  pthread_mutex_destroy(&a.mu);
+  return rc;
 }
 
 static void print_stats(const session *s, const gen_stats *st, int chat) {
@@ -397,12 +363,12 @@ int dsi_cmd_run(int argc, char **argv) {
     goto done;
   }
   gen_stats st = {.prompt = (int)n};
-  double t0 = now();
-  if ((rc = feed_prompt(&s, ids, (int)n, &st.reused))) goto done;
-  st.t_prefill = now() - t0;
   /* without --chat the text is a continuation: shown as generated */
   view v = {.s = &s, .raw = a.raw || !a.chat, .out = out};
-  rc = generate(&s, &v, a.n, 0, &st);
+  if ((rc = generate(&s, &v, ids, (int)n, a.n, 0, &st)) == 2) {
+    rc = 1;
+    goto done;
+  }
   fputc('\n', stdout);
   if (fflush(stdout)) rc = 1;
   if (!rc) print_stats(&s, &st, 0);
@@ -469,12 +435,10 @@ static int chat_turn(session *s, turn **hist, int *n_hist, sbuf *msgs) {
   dsi_chat_out *out = NULL;
   dsi_err err = {0};
   int rc = dsi_chat_out_open(&out, dsi_chat_prompt_in_reasoning(text), &err) ? fail_msg(s, err.msg) : 0;
-  double t0 = now();
-  if (!rc) rc = feed_prompt(s, ids, (int)n, &st.reused);
-  st.t_prefill = now() - t0;
-  if (!rc) { /* from here the turn stands, even if generating fails part way */
-    view v = {.s = s, .raw = s->a->raw, .out = out};
-    int grc = generate(s, &v, s->a->n, 1, &st);
+  view v = {.s = s, .raw = s->a->raw, .out = out};
+  int grc = rc ? 2 : generate(s, &v, ids, (int)n, s->a->n, 1, &st);
+  if (grc == 2) rc = 1; /* the prompt was not taken */
+  if (!rc) { /* from here the turn stands, even if generating failed part way */
     fputc('\n', stdout);
     fflush(stdout);
     history_push(hist, n_hist, "assistant", dsi_chat_out_content(out));
@@ -529,8 +493,7 @@ int dsi_cmd_chat(int argc, char **argv) {
     if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) break;
     if (!strcmp(line, "/reset")) {
       history_clear(hist, &n_hist);
-      dsi_seq_truncate(s.e, s.seq, 0);
-      s.n_cached = 0;
+      dsi_sched_reset_prefix_cache(s.sched);
       fprintf(stderr, "[conversation cleared]\n");
       continue;
     }

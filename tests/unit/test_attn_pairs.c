@@ -131,7 +131,7 @@ static void kv_pairs(void) {
   dsi_kv_truncate(&kv, &s, 37); /* odd: slot 36 stays, its pair partner 37 goes */
   CHECK(s.n_blocks == 2 && pair_rows_zero(&kv, s.blocks[1], 5, 32) && !pair_rows_zero(&kv, s.blocks[1], 4, 5));
   CHECK(!pair_rows_zero(&kv, s.blocks[0], 31, 32));
-  dsi_kv_release(&kv, &s);
+  dsi_kv_release(&kv, &s, NULL);
   dsi_kv_free(&kv);
 }
 

@@ -1,0 +1,48 @@
+/* engine: the sampler — from a position's logits to one token, for one
+ * completion, deterministic for its seed, and the same alone or batched
+ * (it reads only its own logits, token history and random stream).
+ *
+ * In order: logprobs of the raw logits (log-softmax) and the most likely
+ * tokens, when asked; logit_bias added; repetition penalty over the
+ * prompt's and the output's tokens (a positive logit divided by it, a
+ * negative one multiplied), then frequency and presence penalties over the
+ * output's (minus f * count + p); greedy (temperature 0) takes the first
+ * largest logit; otherwise the logits over temperature, top_k keeps the k
+ * most likely, top_p the fewest most likely whose mass reaches p of the
+ * kept mass, min_p those at least min_p times as likely as the most
+ * likely, and one uniform draw picks among what is left in proportion to
+ * its probability. Ties are broken toward the lower id. No full sort of
+ * the vocabulary: the selections are partial (quickselect), and only the
+ * few hundred tokens top_p keeps are sorted. */
+#ifndef DSI_SAMPLER_H
+#define DSI_SAMPLER_H
+
+#include "base/base.h"
+#include "dsinfer.h"
+
+/* scratch for one sampling at a time over a vocabulary of n_vocab ids */
+typedef struct dsi_sample_ws {
+  int n_vocab;
+  float *p;      /* [n_vocab] */
+  float *raw;    /* [n_vocab] the raw logits, when a logprob is wanted */
+  int32_t *idx;  /* [n_vocab] */
+  int32_t *cnt;  /* [n_vocab] zero between calls */
+} dsi_sample_ws;
+int dsi_sample_ws_init(dsi_sample_ws *w, int n_vocab);
+void dsi_sample_ws_free(dsi_sample_ws *w);
+
+/* what to return beside the token */
+typedef struct dsi_sample_out {
+  int want_logprob;
+  int n_top;                  /* most likely tokens wanted, <= DSI_MAX_TOP_LOGPROBS */
+  float logprob;              /* of the token drawn, under the raw logits */
+  dsi_token_logprob top[DSI_MAX_TOP_LOGPROBS];
+} dsi_sample_out;
+
+/* One token from logits[0..n_valid) (ids past n_valid are never drawn),
+ * changed in place. hist[0..n_hist) are the tokens before this position
+ * (the prompt's first n_prompt of them, then the output's). */
+int32_t dsi_sample(const dsi_sampling *sp, dsi_rng *rng, float *logits, int n_valid, const int32_t *hist, int n_hist,
+                   int n_prompt, dsi_sample_ws *ws, dsi_sample_out *out);
+
+#endif
