@@ -25,6 +25,8 @@ void dsi_engine_kv_blocks(const dsi_engine *e, int *available, int *total, int *
   if (block_size) *block_size = e->kv.block_size;
 }
 
+void dsi_engine_fail_token(dsi_engine *e, int32_t token) { e->fail_token = token; }
+
 void dsi_engine_set_poison(dsi_engine *e, int on) {
   e->exec.poison = on;
   dsi_fwd_set_exec(e->fwd, &e->exec);
@@ -37,6 +39,7 @@ int dsi_engine_open(dsi_engine **out, dsi_model *m, const dsi_engine_opts *o, ds
   const dsi_config *c = &m->cfg;
   dsi_engine *e = dsi_xcalloc(1, sizeof *e);
   e->m = m;
+  e->fail_token = -1;
   e->max_tokens = o->max_tokens > 0 ? o->max_tokens : 512;
   e->max_context = o->max_context > 0 ? o->max_context : DSI_MIN(c->max_position_embeddings, 4096);
   if (e->max_context > c->max_position_embeddings) e->max_context = c->max_position_embeddings;
@@ -144,6 +147,8 @@ static int forward_window(dsi_engine *e, const dsi_batch *b, int t0, int n, floa
     if (b->tokens[i] < 0 || b->tokens[i] >= c->vocab_size)
       return dsi_errf(&e->err, DSI_E_INVAL, "batch token %d: id %d is outside the vocabulary [0, %d)", i,
                       b->tokens[i], c->vocab_size);
+    if (b->tokens[i] == e->fail_token)
+      return dsi_errf(&e->err, DSI_E_NOMEM, "injected fault: batch token %d is id %d", i, b->tokens[i]);
     e->seq_count[s]++;
   }
   e->step_prefill = 0;

@@ -23,6 +23,7 @@ struct dsi_engine {
   int32_t *pos, *slot, *seq_idx, *logit_rows, *seq_count;
   const int32_t **tables;
   dsi_fwd_exec_opts exec;
+  int32_t fail_token;  /* tests: a batch holding it fails (-1 none) */
   dsi_err err;
 };
 

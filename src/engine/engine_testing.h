@@ -11,4 +11,8 @@
  * up as NaN logits. Drops the captured plans. */
 void dsi_engine_set_poison(dsi_engine *e, int on);
 
+/* A forward step whose batch holds token id `token` fails (DSI_E_NOMEM,
+ * "injected fault"), as a failed allocation would; -1 turns it off. */
+void dsi_engine_fail_token(dsi_engine *e, int32_t token);
+
 #endif

@@ -1,30 +1,35 @@
 /* engine: the sampler (see sampler.h) — in order: logprobs, bias and
  * penalties, greedy, then temperature, top_k, top_p, min_p and the draw;
  * and the public dsi_sampler, one completion's state around it. */
-#define _GNU_SOURCE /* qsort_r */
 #include "engine/sampler.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#define N_BINS 1024 /* the cuts' histogram: p in (0, 1], float bits >> 20 <= 0x3f8 */
+
 int dsi_sample_ws_init(dsi_sample_ws *w, int n_vocab) {
   memset(w, 0, sizeof *w);
   w->n_vocab = n_vocab;
-  w->p = malloc((size_t)n_vocab * sizeof(float));
+  w->cand = malloc((size_t)n_vocab * sizeof *w->cand);
   w->raw = malloc((size_t)n_vocab * sizeof(float));
-  w->idx = malloc((size_t)n_vocab * sizeof(int32_t));
+  w->raw2 = malloc((size_t)n_vocab * sizeof(float));
   w->cnt = calloc((size_t)n_vocab, sizeof(int32_t));
-  if (w->p && w->raw && w->idx && w->cnt) return DSI_OK;
+  w->bin_mass = malloc(N_BINS * sizeof *w->bin_mass);
+  w->bin_count = malloc(N_BINS * sizeof *w->bin_count);
+  if (w->cand && w->raw && w->raw2 && w->cnt && w->bin_mass && w->bin_count) return DSI_OK;
   dsi_sample_ws_free(w);
   return DSI_E_NOMEM;
 }
 
 void dsi_sample_ws_free(dsi_sample_ws *w) {
-  free(w->p);
+  free(w->cand);
   free(w->raw);
-  free(w->idx);
+  free(w->raw2);
   free(w->cnt);
+  free(w->bin_mass);
+  free(w->bin_count);
   memset(w, 0, sizeof *w);
 }
 
@@ -79,39 +84,139 @@ static void penalize(const dsi_sampling *sp, float *l, int v, const int32_t *his
   }
 }
 
-/* ---- partial selection: probability descending, then id ascending ---- */
-static inline int before(const float *p, int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); }
+/* ---- partial selection over candidates (probability, id): probability
+ * descending, then id ascending; the pairs sit together in memory ---- */
+static inline int before(dsi_cand a, dsi_cand b) { return a.p > b.p || (a.p == b.p && a.id < b.id); }
 
-static inline void swap32(int32_t *a, int32_t *b) {
-  int32_t t = *a;
+static inline void swap_c(dsi_cand *a, dsi_cand *b) {
+  dsi_cand t = *a;
   *a = *b;
   *b = t;
 }
 
-/* reorder idx[0..n) so its first k are the k most likely, in any order */
-static void select_top(const float *p, int32_t *idx, int n, int k) {
+/* median of three of c[lo], c[mid], c[hi], moved to c[hi] */
+static void pivot_to_end(dsi_cand *c, int lo, int hi) {
+  int mid = lo + (hi - lo) / 2;
+  if (before(c[mid], c[lo])) swap_c(&c[mid], &c[lo]);
+  if (before(c[hi], c[lo])) swap_c(&c[hi], &c[lo]);
+  if (before(c[mid], c[hi])) swap_c(&c[mid], &c[hi]);
+}
+
+/* c[lo..hi] split around the pivot at c[hi]: the more likely first; returns
+ * the pivot's place, *left the mass before it */
+static int partition(dsi_cand *c, int lo, int hi, double *left) {
+  dsi_cand pivot = c[hi];
+  int store = lo;
+  double m = 0;
+  for (int i = lo; i < hi; i++)
+    if (before(c[i], pivot)) {
+      m += c[i].p;
+      swap_c(&c[i], &c[store++]);
+    }
+  swap_c(&c[store], &c[hi]);
+  *left = m;
+  return store;
+}
+
+/* reorder c[0..n) so its first k are the k most likely, in any order */
+static void select_top(dsi_cand *c, int n, int k) {
   int lo = 0, hi = n - 1;
   while (lo < hi) {
-    int mid = lo + (hi - lo) / 2; /* median of three */
-    if (before(p, idx[mid], idx[lo])) swap32(&idx[mid], &idx[lo]);
-    if (before(p, idx[hi], idx[lo])) swap32(&idx[hi], &idx[lo]);
-    if (before(p, idx[hi], idx[mid])) swap32(&idx[hi], &idx[mid]);
-    int32_t pivot = idx[mid];
-    int i = lo, j = hi;
-    while (i <= j) {
-      while (before(p, idx[i], pivot)) i++;
-      while (before(p, pivot, idx[j])) j--;
-      if (i <= j) swap32(&idx[i++], &idx[j--]);
-    }
-    if (k - 1 <= j) hi = j;
-    else if (k - 1 >= i) lo = i;
-    else break;
+    pivot_to_end(c, lo, hi);
+    double unused;
+    int at = partition(c, lo, hi, &unused);
+    if (at == k - 1 || at == k) return;
+    if (at > k) hi = at - 1;
+    else lo = at + 1;
   }
 }
 
-static int by_p(const void *a, const void *b, void *p) {
-  int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-  return before(p, x, y) ? -1 : before(p, y, x) ? 1 : 0;
+/* reorder c[0..n) so its first k are the fewest most likely whose mass
+ * reaches target (k = n when none do); returns k. A quickselect that
+ * follows the mass instead of a rank: expected O(n), no sort. */
+static int select_mass(dsi_cand *c, int n, double target) {
+  int lo = 0, hi = n - 1;
+  double acc = 0; /* mass of c[0..lo), all more likely than c[lo..] */
+  while (lo <= hi) {
+    pivot_to_end(c, lo, hi);
+    double left;
+    int at = partition(c, lo, hi, &left);
+    if (acc + left >= target) {
+      hi = at - 1; /* the cut is among the more likely */
+    } else if (acc + left + c[at].p >= target) {
+      return at + 1; /* the pivot reaches it */
+    } else {
+      acc += left + c[at].p;
+      lo = at + 1;
+    }
+  }
+  return lo > 0 ? lo : 1;
+}
+
+/* ---- cutting by bins: a histogram of the candidates' probabilities by
+ * their float bits (exponent and 3 mantissa bits: monotone in p), then the
+ * exact selection only among the bin the cut falls in ---- */
+
+static inline int bin_of(float p) {
+  uint32_t u;
+  memcpy(&u, &p, 4);
+  return (int)(u >> 20);
+}
+
+/* keep the k most likely (k > 0), or with k = 0 the fewest most likely
+ * whose mass reaches target: the kept first in c; returns how many */
+static int cut(dsi_cand *c, int n, int k, double target, dsi_sample_ws *ws) {
+  double *mass = ws->bin_mass;
+  int32_t *count = ws->bin_count;
+  memset(mass, 0, N_BINS * sizeof *mass);
+  memset(count, 0, N_BINS * sizeof *count);
+  for (int i = 0; i < n; i++) {
+    int b = bin_of(c[i].p);
+    mass[b] += c[i].p;
+    count[b]++;
+  }
+  int B = N_BINS - 1, above = 0; /* the bin the cut falls in; candidates in the bins above it */
+  double acc = 0;
+  for (; B > 0; B--) {
+    if (k ? above + count[B] >= k : acc + mass[B] >= target) break;
+    above += count[B];
+    acc += mass[B];
+  }
+  /* the bins above B first, then B's */
+  int at = 0;
+  for (int i = 0; i < n; i++)
+    if (bin_of(c[i].p) > B) swap_c(&c[i], &c[at++]);
+  int inb = at;
+  for (int i = at; i < n; i++)
+    if (bin_of(c[i].p) == B) swap_c(&c[i], &c[inb++]);
+  int m = inb - at;
+  if (k) {
+    select_top(c + at, m, k - above);
+    return k;
+  }
+  return at + select_mass(c + at, m, target - acc);
+}
+
+/* 2^x for x <= 0, to float precision (a degree-6 polynomial on the
+ * fraction, the exponent in the bits), in plain arithmetic the compiler
+ * vectorizes: the same bits on every ISA */
+static inline float exp2_neg(float x0) {
+  float x = x0 < -126.0f ? -126.0f : x0; /* selects, not branches: the loop vectorizes */
+  int xi = (int)x;
+  xi -= x < (float)xi; /* floor */
+  float f = x - (float)xi;
+  float p = 1.5353362e-4f;
+  p = p * f + 1.3398874e-3f;
+  p = p * f + 9.6181291e-3f;
+  p = p * f + 5.5504109e-2f;
+  p = p * f + 2.4022651e-1f;
+  p = p * f + 6.9314718e-1f;
+  p = p * f + 1.0f;
+  union {
+    uint32_t u;
+    float f;
+  } s = {.u = (uint32_t)(xi + 127) << 23};
+  return x0 < -126.0f ? 0.0f : p * s.f;
 }
 
 /* ---- the draw ---- */
@@ -131,59 +236,39 @@ int32_t dsi_sample(const dsi_sampling *sp, dsi_rng *rng, float *l, int v, const 
     for (int i = 1; i < v; i++)
       if (l[i] > l[tok]) tok = i;
   } else {
-    float *p = ws->p, mx = -INFINITY;
-    int32_t *idx = ws->idx;
+    dsi_cand *c = ws->cand;
+    float mx = -INFINITY, scale = 1.4426950f / sp->temperature; /* log2(e) / T */
     for (int i = 0; i < v; i++) mx = l[i] > mx ? l[i] : mx;
-    for (int i = 0; i < v; i++) p[i] = expf((l[i] - mx) / sp->temperature);
-    int n = 0; /* candidates idx[0..n) */
+    float *p = ws->raw2;
+    for (int i = 0; i < v; i++) p[i] = exp2_neg((l[i] - mx) * scale);
+    int n = 0; /* the candidates: every id of a probability above 0 */
     for (int i = 0; i < v; i++)
-      if (p[i] > 0) idx[n++] = i;
-    if (n == 0) idx[n++] = 0;
-    if (sp->top_k > 0 && sp->top_k < n) {
-      select_top(p, idx, n, sp->top_k);
-      n = sp->top_k;
-    }
-    if (sp->top_p > 0 && sp->top_p < 1) {
+      if (p[i] > 0) c[n++] = (dsi_cand){p[i], i};
+    if (n == 0) c[n++] = (dsi_cand){1, 0};
+    if (sp->top_k > 0 && sp->top_k < n) n = cut(c, n, sp->top_k, 0, ws);
+    if (sp->top_p > 0 && sp->top_p < 1) { /* the fewest most likely reaching top_p of the mass */
       double mass = 0;
-      for (int i = 0; i < n; i++) mass += p[idx[i]];
-      /* the fewest most likely reaching top_p of the mass: select the top
-       * m for m = 64, 128, ... until their mass reaches it, then sort them */
-      for (int m = DSI_MIN(64, n);; m = DSI_MIN(2 * m, n)) {
-        if (m < n) select_top(p, idx, n, m);
-        double top = 0;
-        for (int i = 0; i < m; i++) top += p[idx[i]];
-        if (top >= sp->top_p * mass || m == n) {
-          qsort_r(idx, (size_t)m, sizeof *idx, by_p, p);
-          double c = 0;
-          int keep = m;
-          for (int i = 0; i < m; i++)
-            if ((c += p[idx[i]]) >= sp->top_p * mass) {
-              keep = i + 1;
-              break;
-            }
-          n = keep;
-          break;
-        }
-      }
+      for (int i = 0; i < n; i++) mass += c[i].p;
+      n = cut(c, n, 0, sp->top_p * mass, ws);
     }
     if (sp->min_p > 0) {
       float pmax = 0;
-      for (int i = 0; i < n; i++) pmax = p[idx[i]] > pmax ? p[idx[i]] : pmax;
+      for (int i = 0; i < n; i++) pmax = c[i].p > pmax ? c[i].p : pmax;
       int k = 0;
       for (int i = 0; i < n; i++)
-        if (p[idx[i]] >= sp->min_p * pmax) idx[k++] = idx[i];
+        if (c[i].p >= sp->min_p * pmax) c[k++] = c[i];
       n = k;
     }
     /* walk the candidates in the order the selections left them, which
      * depends on the logits alone: the draw depends on nothing but the
      * logits and the random stream */
     double mass = 0;
-    for (int i = 0; i < n; i++) mass += p[idx[i]];
-    double r = dsi_rng_uniform(rng) * mass, c = 0;
-    tok = idx[n - 1];
+    for (int i = 0; i < n; i++) mass += c[i].p;
+    double r = dsi_rng_uniform(rng) * mass, acc = 0;
+    tok = c[n - 1].id;
     for (int i = 0; i < n; i++)
-      if (r < (c += p[idx[i]])) {
-        tok = idx[i];
+      if (r < (acc += c[i].p)) {
+        tok = c[i].id;
         break;
       }
   }

@@ -11,22 +11,32 @@
  * most likely, top_p the fewest most likely whose mass reaches p of the
  * kept mass, min_p those at least min_p times as likely as the most
  * likely, and one uniform draw picks among what is left in proportion to
- * its probability. Ties are broken toward the lower id. No full sort of
- * the vocabulary: the selections are partial (quickselect), and only the
- * few hundred tokens top_p keeps are sorted. */
+ * its probability. Ties are broken toward the lower id. Nothing is sorted:
+ * top_k and top_p first bin the candidates by probability (a histogram of
+ * their float exponents), then select exactly within the one bin the cut
+ * falls in (a quickselect; top_p's follows the mass); the draw walks the
+ * candidates in the order they leave, which depends on the logits alone. */
 #ifndef DSI_SAMPLER_H
 #define DSI_SAMPLER_H
 
 #include "base/base.h"
 #include "dsinfer.h"
 
+/* a candidate token: its probability (unnormalized) and id */
+typedef struct dsi_cand {
+  float p;
+  int32_t id;
+} dsi_cand;
+
 /* scratch for one sampling at a time over a vocabulary of n_vocab ids */
 typedef struct dsi_sample_ws {
   int n_vocab;
-  float *p;      /* [n_vocab] */
-  float *raw;    /* [n_vocab] the raw logits, when a logprob is wanted */
-  int32_t *idx;  /* [n_vocab] */
-  int32_t *cnt;  /* [n_vocab] zero between calls */
+  dsi_cand *cand; /* [n_vocab] */
+  float *raw;     /* [n_vocab] the raw logits, when a logprob is wanted */
+  float *raw2;    /* [n_vocab] probabilities */
+  int32_t *cnt;   /* [n_vocab] zero between calls */
+  double *bin_mass; /* [1024] the cuts' histogram */
+  int32_t *bin_count;
 } dsi_sample_ws;
 int dsi_sample_ws_init(dsi_sample_ws *w, int n_vocab);
 void dsi_sample_ws_free(dsi_sample_ws *w);

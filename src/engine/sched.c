@@ -418,9 +418,35 @@ static void drop_text(completion *c, size_t used) {
   c->n_pend -= used;
 }
 
-/* ---- finishing ---- */
+/* ---- statistics ---- */
 static void stats_lock(dsi_sched *s) { pthread_mutex_lock(&s->mu); }
 static void stats_unlock(dsi_sched *s) { pthread_mutex_unlock(&s->mu); }
+
+/* the loop's counters and state into the snapshot dsi_sched_get_stats
+ * reads; the caller holds mu */
+static void publish_locked(dsi_sched *s) {
+  int waiting = 0;
+  for (completion *c = s->wait_head; c; c = c->next) waiting++;
+  const dsi_kv *kv = &s->e->kv;
+  s->st = s->acc;
+  s->st.running = s->n_run;
+  s->st.waiting = waiting;
+  s->st.kv_blocks_total = kv->n_blocks;
+  s->st.kv_blocks_used = dsi_kv_used(kv);
+  s->st.kv_blocks_cached = kv->n_lru;
+  s->st.prefix_queries = kv->queries;
+  s->st.prefix_hits = kv->hits;
+  s->st.batch_tokens_mean = s->acc.steps ? (double)s->sum_tokens / s->acc.steps : 0;
+  s->st.batch_seqs_mean = s->acc.steps ? (double)s->sum_seqs / s->acc.steps : 0;
+}
+
+static void publish_stats(dsi_sched *s) {
+  stats_lock(s);
+  publish_locked(s);
+  stats_unlock(s);
+}
+
+/* ---- finishing ---- */
 
 /* c's last event: any text still held, the reason, its counts; then its
  * KV let go (kept in the prefix cache) and, with the request's last
@@ -461,7 +487,10 @@ static void finish(dsi_sched *s, completion *c, dsi_finish why, const dsi_reques
       break;
     }
   s->n_live--;
-  if (!s->n_live) pthread_cond_broadcast(&s->idle);
+  if (!s->n_live) { /* nothing in flight: the stats a waiter reads next are final */
+    publish_locked(s);
+    pthread_cond_broadcast(&s->idle);
+  }
   stats_unlock(s);
   request_free(q);
 }
@@ -541,6 +570,8 @@ static void add_seg(dsi_sched *s, int *n_seg, int *T, completion *c, int take) {
  * while the KV pool has their blocks; returns the segments */
 static int plan_step(dsi_sched *s, int *n_tokens, int *n_decode) {
   int budget = s->o.max_batched_tokens, T = 0, n_seg = 0, decoding = 0;
+  int planned = 0; /* blocks the step's segments will take when the engine reserves them */
+  const dsi_kv *kv = &s->e->kv;
   for (int i = 0; i < s->n_run; i++) decoding += s->run[i]->n_tok - s->run[i]->computed == 1;
   int cap = chunk_cap(s, decoding, budget);
   *n_decode = 0;
@@ -548,12 +579,13 @@ static int plan_step(dsi_sched *s, int *n_tokens, int *n_decode) {
     completion *c = s->run[i];
     int need = c->n_tok - c->computed, take = need == 1 ? 1 : DSI_MIN(need, DSI_MIN(cap, budget - T));
     /* the pool: preempt the newest running completions until c fits, or c itself */
-    while (blocks_short(s, c, c->computed + take) > dsi_kv_available(&s->e->kv)) {
+    while (blocks_short(s, c, c->computed + take) > dsi_kv_available(kv) - planned) {
       completion *victim = s->run[s->n_run - 1];
       preempt(s, victim);
       if (victim == c) break;
     }
     if (c->state != C_RUNNING) continue; /* c was the newest: preempted; run[i] is the next */
+    planned += blocks_short(s, c, c->computed + take);
     add_seg(s, &n_seg, &T, c, take);
     *n_decode += need == 1;
     i++;
@@ -567,10 +599,11 @@ static int plan_step(dsi_sched *s, int *n_tokens, int *n_decode) {
       continue;
     if (c->seq < 0 && open_seq(s, c)) break;
     int need = c->n_tok - c->computed, take = need == 1 ? 1 : DSI_MIN(need, DSI_MIN(cap, budget - T));
-    if (blocks_short(s, c, c->computed + take) > dsi_kv_available(&s->e->kv)) {
+    if (blocks_short(s, c, c->computed + take) > dsi_kv_available(kv) - planned) {
       release_kv(s, c, 1);
       break; /* first come, first served: no one overtakes it */
     }
+    planned += blocks_short(s, c, c->computed + take);
     wait_remove(s, c);
     run_insert(s, c);
     if (!c->admitted) {
@@ -699,24 +732,6 @@ static int step(dsi_sched *s) {
 }
 
 /* ---- the loop ---- */
-static void publish_stats(dsi_sched *s) {
-  int waiting = 0;
-  for (completion *c = s->wait_head; c; c = c->next) waiting++;
-  const dsi_kv *kv = &s->e->kv;
-  stats_lock(s);
-  s->st = s->acc;
-  s->st.running = s->n_run;
-  s->st.waiting = waiting;
-  s->st.kv_blocks_total = kv->n_blocks;
-  s->st.kv_blocks_used = dsi_kv_used(kv);
-  s->st.kv_blocks_cached = kv->n_lru;
-  s->st.prefix_queries = kv->queries;
-  s->st.prefix_hits = kv->hits;
-  s->st.batch_tokens_mean = s->acc.steps ? (double)s->sum_tokens / s->acc.steps : 0;
-  s->st.batch_seqs_mean = s->acc.steps ? (double)s->sum_seqs / s->acc.steps : 0;
-  stats_unlock(s);
-}
-
 static void *loop(void *arg) {
   dsi_sched *s = arg;
   int busy = 0;

@@ -1,0 +1,522 @@
+/* tests: the serving core (dsi_sched). Greedy outputs of 32 requests with
+ * mixed prompt lengths, shared prefixes and arrivals spread over the run,
+ * on a KV pool small enough to force preemptions, equal each request run
+ * alone through the engine (token for token); a prompt seen before comes
+ * from the prefix cache with the same output; cancelling frees every block
+ * and silences the callback; requests submitted and cancelled from several
+ * threads at once (run under TSan too) all end once; stop strings that
+ * span two tokens and stop tokens; n = 4 completions equal four requests
+ * seeded seed + i; a failing forward ends the failing request with its
+ * error while the others finish; a long request among a flood of short
+ * ones is not starved; logprobs. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "check.h"
+#include "dsinfer.h"
+#include "engine/engine_testing.h"
+#include "test_isa.h"
+#include "tools/internal.h"
+
+#define MAX_OUT 48
+#define BS 8 /* KV block size: small, so prompts cross blocks and pools run out */
+
+static dsi_model *g_m;
+static dsi_tok *g_tok;
+static int g_vocab;
+static char g_dir[256];
+
+/* ---- what a completion's callback saw ---- */
+typedef struct {
+  int32_t out[MAX_OUT];
+  int n_out;
+  char text[4096];
+  size_t n_text;
+  int finish, stop_token, context_full, cached, prompt_tokens, completion_tokens;
+  char stop[64], error[256];
+  int after_finish; /* events after the last: must stay 0 */
+  float logprob[MAX_OUT];
+  dsi_token_logprob top[MAX_OUT][5];
+  int n_top;
+} result;
+
+typedef struct {
+  result r[4];          /* per completion */
+  atomic_int finished;  /* completions ended */
+  int n;
+} record;
+
+static atomic_long g_events;
+
+static void on_event(void *user, const dsi_request_event *ev) {
+  record *rec = user;
+  result *r = &rec->r[ev->index];
+  atomic_fetch_add(&g_events, 1);
+  if (r->finish) {
+    r->after_finish++;
+    return;
+  }
+  if (ev->token >= 0 && r->n_out < MAX_OUT) {
+    r->logprob[r->n_out] = ev->logprob;
+    for (int i = 0; i < ev->n_top && i < 5; i++) r->top[r->n_out][i] = ev->top[i];
+    r->n_top = ev->n_top;
+    r->out[r->n_out++] = ev->token;
+  }
+  if (ev->text_len && r->n_text + ev->text_len < sizeof r->text) {
+    memcpy(r->text + r->n_text, ev->text, ev->text_len);
+    r->n_text += ev->text_len;
+  }
+  if (!ev->finish) return;
+  r->stop_token = ev->stop_token;
+  r->context_full = ev->context_full;
+  r->cached = ev->cached_tokens;
+  r->prompt_tokens = ev->prompt_tokens;
+  r->completion_tokens = ev->completion_tokens;
+  if (ev->stop) snprintf(r->stop, sizeof r->stop, "%s", ev->stop);
+  if (ev->error) snprintf(r->error, sizeof r->error, "%s", ev->error);
+  r->finish = ev->finish;
+  atomic_fetch_add(&rec->finished, 1);
+}
+
+/* ---- engines and the oracle ---- */
+static dsi_engine *open_engine(int kv_blocks, int max_context, int threads) {
+  dsi_engine *e;
+  dsi_err err = {0};
+  dsi_engine_opts o = {.n_threads = threads, .kv_block_size = BS, .kv_blocks = kv_blocks, .max_context = max_context,
+                       .max_tokens = 64, .isa = test_isa(), .mla_form = test_mla_form()};
+  if (dsi_engine_open(&e, g_m, &o, &err)) {
+    fprintf(stderr, "engine: %s\n", err.msg);
+    abort();
+  }
+  return e;
+}
+
+static dsi_sched *open_sched(dsi_engine *e, int max_seqs, int budget, int chunk) {
+  dsi_sched *s;
+  dsi_err err = {0};
+  dsi_sched_opts o = {.max_seqs = max_seqs, .max_batched_tokens = budget, .prefill_chunk = chunk};
+  if (dsi_sched_open(&s, e, g_tok, &o, &err)) {
+    fprintf(stderr, "sched: %s\n", err.msg);
+    abort();
+  }
+  return s;
+}
+
+static int argmax(const float *x, int n) {
+  int b = 0;
+  for (int i = 1; i < n; i++)
+    if (x[i] > x[b]) b = i;
+  return b;
+}
+
+/* the oracle: n greedy tokens of prompt alone, through the engine's batch API */
+static void alone(const int32_t *prompt, int np, int n, int32_t *out) {
+  dsi_engine *e = open_engine(64, 128, 2);
+  float *lg = malloc((size_t)g_vocab * sizeof(float));
+  int s = dsi_seq_new(e);
+  int32_t seqv[128];
+  uint8_t want[128] = {0};
+  for (int i = 0; i < np; i++) seqv[i] = s;
+  want[np - 1] = 1;
+  dsi_batch b = {.n_tokens = np, .tokens = prompt, .seq = seqv, .want_logits = want};
+  DSI_ASSERT(dsi_engine_forward(e, &b, lg) == 0);
+  for (int i = 0; i < n; i++) {
+    int32_t t = argmax(lg, dsi_tok_vocab_size(g_tok) < g_vocab ? dsi_tok_vocab_size(g_tok) : g_vocab);
+    out[i] = t;
+    dsi_batch d = {.n_tokens = 1, .tokens = &t, .seq = &s};
+    DSI_ASSERT(dsi_engine_forward(e, &d, lg) == 0);
+  }
+  free(lg);
+  dsi_engine_free(e);
+}
+
+static uint64_t submit(dsi_sched *s, const int32_t *p, int np, int max_tokens, record *rec, dsi_request *tmpl) {
+  dsi_request r = tmpl ? *tmpl : (dsi_request){0};
+  r.prompt = p;
+  r.n_prompt = np;
+  r.max_tokens = max_tokens;
+  r.on_event = on_event;
+  r.user = rec;
+  if (!tmpl) r.ignore_eos = 1;
+  uint64_t id = 0;
+  dsi_err err = {0};
+  int rc = dsi_sched_submit(s, &r, &id, &err);
+  CHECKF(rc == 0, "submit: %s", err.msg);
+  return id;
+}
+
+static void wait_events(long n) {
+  for (int i = 0; i < 20000 && atomic_load(&g_events) < n; i++) usleep(100);
+}
+
+/* ---- 32 requests against each alone ---- */
+#define N_REQ 32
+static void test_many(void) {
+  static int32_t prompts[N_REQ][48];
+  int np[N_REQ];
+  dsi_rng rng;
+  dsi_rng_seed(&rng, 5);
+  int32_t shared[24];
+  for (int i = 0; i < 24; i++) shared[i] = 2 + (int)(dsi_rng_u64(&rng) % (unsigned)(g_vocab - 2));
+  for (int q = 0; q < N_REQ; q++) {
+    np[q] = 3 + (int)(dsi_rng_u64(&rng) % 38);
+    for (int i = 0; i < np[q]; i++) prompts[q][i] = 2 + (int)(dsi_rng_u64(&rng) % (unsigned)(g_vocab - 2));
+    if (q % 4 == 1) { /* a quarter start with the same 24 tokens: prefix hits */
+      np[q] = 24 + np[q] % 16;
+      memcpy(prompts[q], shared, sizeof shared);
+    }
+  }
+  /* 30 blocks of 8 tokens for up to 8 sequences of ~20-55 tokens: preemptions */
+  dsi_engine *e = open_engine(30, 64, 2);
+  dsi_sched *s = open_sched(e, 8, 32, 16);
+  static record rec[N_REQ];
+  memset(rec, 0, sizeof rec);
+  atomic_store(&g_events, 0);
+  for (int q = 0; q < N_REQ; q++) { /* arrivals spread over the run */
+    if (q >= 8 && q % 4 == 0) wait_events(3 * q);
+    submit(s, prompts[q], np[q], 12, &rec[q], NULL);
+  }
+  CHECK(dsi_sched_wait_idle(s, 120) == 0);
+  dsi_sched_stats st;
+  dsi_sched_get_stats(s, &st);
+  int same = 0;
+  for (int q = 0; q < N_REQ; q++) {
+    int32_t want[12];
+    alone(prompts[q], np[q], 12, want);
+    const result *r = &rec[q].r[0];
+    int eq = r->finish == DSI_FINISH_LENGTH && r->n_out == 12 && !memcmp(r->out, want, sizeof want);
+    CHECKF(eq, "request %d (%d prompt tokens): %d tokens, finish %d, differ from alone", q, np[q], r->n_out, r->finish);
+    same += eq;
+    CHECK(r->after_finish == 0 && r->prompt_tokens == np[q] && r->completion_tokens == 12);
+  }
+  printf("32 requests: %d equal alone; %ld steps, %.1f tokens and %.1f sequences a step, %ld preemptions, "
+         "prefix cache %ld of %ld tokens\n",
+         same, st.steps, st.batch_tokens_mean, st.batch_seqs_mean, st.preemptions, st.prefix_hits, st.prefix_queries);
+  CHECKF(st.preemptions > 0, "no preemption with a pool of 30 blocks");
+  CHECKF(st.prefix_hits > 0, "no prefix cache hit");
+  CHECK(st.running == 0 && st.waiting == 0 && st.kv_blocks_used == 0);
+  CHECK(st.requests_finished[DSI_FINISH_LENGTH] == N_REQ);
+
+  /* a prompt seen just before: all of it but its last token from the
+   * cache (token-granular), and the same output */
+  record first = {0}, again = {0};
+  submit(s, prompts[1], np[1], 12, &first, NULL);
+  CHECK(dsi_sched_wait_idle(s, 60) == 0);
+  submit(s, prompts[1], np[1], 12, &again, NULL);
+  CHECK(dsi_sched_wait_idle(s, 60) == 0);
+  CHECKF(again.r[0].cached == np[1] - 1, "cached %d of %d prompt tokens", again.r[0].cached, np[1]);
+  CHECK(again.r[0].n_out == 12 && !memcmp(again.r[0].out, rec[1].r[0].out, 12 * sizeof(int32_t)));
+  dsi_sched_free(s);
+  dsi_engine_free(e);
+}
+
+/* ---- cancelling ---- */
+static void test_cancel(void) {
+  dsi_engine *e = open_engine(64, 128, 2);
+  dsi_sched *s = open_sched(e, 8, 64, 0);
+  int32_t p[16];
+  for (int i = 0; i < 16; i++) p[i] = 3 + i;
+  record rec[6] = {0};
+  uint64_t id[6];
+  atomic_store(&g_events, 0);
+  for (int q = 0; q < 6; q++) id[q] = submit(s, p, 8 + q, 0, &rec[q], NULL); /* until the context is full */
+  wait_events(12);
+  for (int q = 0; q < 6; q += 2) CHECK(dsi_sched_cancel(s, id[q]) == 0);
+  CHECK(dsi_sched_wait_idle(s, 60) == 0);
+  for (int q = 0; q < 6; q++) {
+    const result *r = &rec[q].r[0];
+    CHECKF(r->finish == (q % 2 ? DSI_FINISH_LENGTH : DSI_FINISH_CANCELLED), "request %d ended %d", q, r->finish);
+    CHECK(r->after_finish == 0);
+    if (q % 2)
+      CHECKF(r->context_full && r->completion_tokens == 128 - (8 + q) + 1, "request %d: %d tokens, context_full %d", q,
+             r->completion_tokens, r->context_full);
+  }
+  CHECK(dsi_sched_cancel(s, id[0]) == DSI_E_INVAL); /* no longer in flight */
+  dsi_sched_stats st;
+  dsi_sched_get_stats(s, &st);
+  int avail, total;
+  dsi_engine_kv_blocks(e, &avail, &total, NULL);
+  CHECKF(st.kv_blocks_used == 0 && avail == total, "after cancelling: %d blocks used, %d of %d available",
+         st.kv_blocks_used, avail, total);
+  /* cancelled while waiting, before any step took it */
+  record late = {0};
+  uint64_t lid = submit(s, p, 16, 20, &late, NULL);
+  dsi_sched_cancel(s, lid);
+  CHECK(dsi_sched_wait_idle(s, 60) == 0);
+  CHECK(late.r[0].finish == DSI_FINISH_CANCELLED || late.r[0].finish == DSI_FINISH_LENGTH);
+  /* closing with requests in flight: each told it was cancelled */
+  record open[3] = {0};
+  for (int q = 0; q < 3; q++) submit(s, p, 10, 0, &open[q], NULL);
+  dsi_sched_free(s);
+  for (int q = 0; q < 3; q++) CHECK(open[q].r[0].finish == DSI_FINISH_CANCELLED && open[q].r[0].after_finish == 0);
+  dsi_engine_free(e);
+  printf("cancel: blocks back to the pool, callbacks silent after the end\n");
+}
+
+/* ---- many threads submitting and cancelling at once ---- */
+#define N_THREADS 4
+#define PER_THREAD 8
+typedef struct {
+  dsi_sched *s;
+  int t;
+  record rec[PER_THREAD];
+} thread_job;
+
+static void *hammer(void *arg) {
+  thread_job *j = arg;
+  dsi_rng rng;
+  dsi_rng_seed(&rng, 100 + j->t);
+  int32_t p[24];
+  for (int i = 0; i < 24; i++) p[i] = 2 + (int)(dsi_rng_u64(&rng) % 300);
+  uint64_t ids[PER_THREAD];
+  for (int q = 0; q < PER_THREAD; q++) {
+    dsi_request r = {.prompt = p, .n_prompt = 4 + q, .max_tokens = 6 + q, .ignore_eos = 1, .on_event = on_event,
+                     .user = &j->rec[q], .n = 1 + q % 2, .sampling = {.temperature = 0.7f, .seed = (uint64_t)q}};
+    j->rec[q].n = r.n;
+    dsi_err err = {0};
+    if (dsi_sched_submit(j->s, &r, &ids[q], &err)) ids[q] = 0;
+    if (q % 3 == 1) dsi_sched_cancel(j->s, ids[q]);
+    if (q % 3 == 2) usleep((useconds_t)(dsi_rng_u64(&rng) % 3000));
+  }
+  dsi_sched_stats st;
+  dsi_sched_get_stats(j->s, &st);
+  if (j->t == 0) dsi_sched_cancel(j->s, ids[PER_THREAD - 1]);
+  return NULL;
+}
+
+static void test_threads(void) {
+  dsi_engine *e = open_engine(48, 64, 2);
+  dsi_sched *s = open_sched(e, 6, 32, 0);
+  static thread_job jobs[N_THREADS];
+  pthread_t th[N_THREADS];
+  for (int t = 0; t < N_THREADS; t++) {
+    memset(&jobs[t], 0, sizeof jobs[t]);
+    jobs[t].s = s;
+    jobs[t].t = t;
+    pthread_create(&th[t], NULL, hammer, &jobs[t]);
+  }
+  for (int t = 0; t < N_THREADS; t++) pthread_join(th[t], NULL);
+  CHECK(dsi_sched_wait_idle(s, 120) == 0);
+  int ended = 0, bad = 0;
+  for (int t = 0; t < N_THREADS; t++)
+    for (int q = 0; q < PER_THREAD; q++)
+      for (int i = 0; i < jobs[t].rec[q].n; i++) {
+        const result *r = &jobs[t].rec[q].r[i];
+        ended += r->finish != DSI_FINISH_NONE;
+        bad += r->after_finish != 0 || (r->finish != DSI_FINISH_LENGTH && r->finish != DSI_FINISH_CANCELLED);
+      }
+  int want = 0;
+  for (int q = 0; q < PER_THREAD; q++) want += N_THREADS * (1 + q % 2);
+  CHECKF(ended == want && bad == 0, "%d of %d completions ended, %d badly", ended, want, bad);
+  dsi_sched_stats st;
+  dsi_sched_get_stats(s, &st);
+  CHECK(st.kv_blocks_used == 0 && st.running == 0 && st.waiting == 0);
+  printf("threads: %d submitters, %d completions, each ended once\n", N_THREADS, ended);
+  dsi_sched_free(s);
+  dsi_engine_free(e);
+}
+
+/* ---- stop strings and stop tokens ---- */
+static void test_stops(void) {
+  dsi_engine *e = open_engine(64, 128, 2);
+  dsi_sched *s = open_sched(e, 4, 64, 0);
+  const char *prompt = "The capital of France is";
+  int32_t *ids;
+  size_t np;
+  dsi_err err = {0};
+  DSI_ASSERT(dsi_tok_encode(g_tok, prompt, strlen(prompt), DSI_TOK_ADD_SPECIAL, &ids, &np, &err) == 0);
+  record full = {0};
+  submit(s, ids, (int)np, 40, &full, NULL);
+  CHECK(dsi_sched_wait_idle(s, 60) == 0);
+  const result *f = &full.r[0];
+  /* the text each token added, to find a boundary with text on both sides */
+  size_t ends[MAX_OUT];
+  for (int k = 0; k < f->n_out; k++) {
+    char *t;
+    size_t n;
+    DSI_ASSERT(dsi_tok_decode(g_tok, f->out, (size_t)k + 1, DSI_TOK_SKIP_UNKNOWN, &t, &n, &err) == 0);
+    ends[k] = n;
+    free(t);
+  }
+  int tested = 0;
+  for (int k = 1; k + 1 < f->n_out && !tested; k++) {
+    size_t a = ends[k - 1], b = ends[k]; /* token k's text is [a, b) */
+    if (b - a < 1 || ends[k + 1] - b < 1 || a < 1) continue;
+    char stop[8];
+    size_t sl = 0;
+    stop[sl++] = f->text[b - 1]; /* the last byte of token k, the first of token k + 1 */
+    stop[sl++] = f->text[b];
+    stop[sl] = 0;
+    if ((stop[0] & 0xc0) == 0x80 || (stop[1] & 0x80)) continue; /* plain ASCII, whole characters */
+    const char *first = memmem(f->text, f->n_text, stop, sl);
+    record cut = {0};
+    const char *stops[1] = {stop};
+    dsi_request r = {.ignore_eos = 1, .stop = stops, .n_stop = 1};
+    submit(s, ids, (int)np, 40, &cut, &r);
+    CHECK(dsi_sched_wait_idle(s, 60) == 0);
+    const result *c = &cut.r[0];
+    size_t want = (size_t)(first - f->text);
+    CHECKF(c->finish == DSI_FINISH_STOP && !strcmp(c->stop, stop), "stop string '%s': finish %d", stop, c->finish);
+    CHECKF(c->n_text == want && !memcmp(c->text, f->text, want), "stop string '%s': %zu bytes of text, want %zu", stop,
+           c->n_text, want);
+    tested = 1;
+    printf("stop string '%s' across tokens %d and %d: text cut at byte %zu of %zu\n", stop, k, k + 1, want, f->n_text);
+  }
+  CHECKF(tested, "no token boundary with text on both sides in '%.*s'", (int)f->n_text, f->text);
+  /* a stop token: the completion ends before it, the token not delivered */
+  record st = {0};
+  int32_t stop_id = f->out[5];
+  int first_at = 0;
+  while (f->out[first_at] != stop_id) first_at++;
+  dsi_request r = {.ignore_eos = 1, .stop_ids = &stop_id, .n_stop_ids = 1};
+  submit(s, ids, (int)np, 40, &st, &r);
+  CHECK(dsi_sched_wait_idle(s, 60) == 0);
+  CHECKF(st.r[0].finish == DSI_FINISH_STOP && st.r[0].stop_token == stop_id && st.r[0].n_out == first_at &&
+             !memcmp(st.r[0].out, f->out, (size_t)first_at * sizeof(int32_t)),
+         "stop token %d: finish %d after %d tokens, want %d", stop_id, st.r[0].finish, st.r[0].n_out, first_at);
+  free(ids);
+  dsi_sched_free(s);
+  dsi_engine_free(e);
+}
+
+/* ---- n completions, seeded ---- */
+static void test_n(void) {
+  dsi_engine *e = open_engine(96, 64, 2);
+  dsi_sched *s = open_sched(e, 8, 64, 0);
+  int32_t p[20];
+  for (int i = 0; i < 20; i++) p[i] = 10 + 7 * i;
+  dsi_request t = {.n = 4, .ignore_eos = 1, .sampling = {.temperature = 1.0f, .top_p = 0.95f, .seed = 77}};
+  record four = {.n = 4};
+  submit(s, p, 20, 16, &four, &t);
+  CHECK(dsi_sched_wait_idle(s, 60) == 0);
+  int distinct = 0;
+  for (int i = 0; i < 4; i++) {
+    record one = {0};
+    dsi_request u = t;
+    u.n = 1;
+    u.sampling.seed = 77 + (uint64_t)i;
+    submit(s, p, 20, 16, &one, &u);
+    CHECK(dsi_sched_wait_idle(s, 60) == 0);
+    CHECKF(four.r[i].n_out == 16 && !memcmp(four.r[i].out, one.r[0].out, 16 * sizeof(int32_t)),
+           "completion %d of 4 differs from a request seeded %d", i, 77 + i);
+    if (i && memcmp(four.r[i].out, four.r[0].out, 16 * sizeof(int32_t))) distinct++;
+  }
+  CHECKF(distinct > 0, "four completions drew the same tokens");
+  CHECK(four.r[1].cached > 0); /* the later completions take the first's prompt from the cache */
+  printf("n = 4: each equals a request seeded seed + i; %d differ from the first\n", distinct);
+  dsi_sched_free(s);
+  dsi_engine_free(e);
+}
+
+/* ---- a failing forward ---- */
+static void test_fault(void) {
+  dsi_engine *e = open_engine(64, 64, 2);
+  dsi_sched *s = open_sched(e, 4, 64, 0);
+  int32_t a[6] = {5, 6, 7, 8, 9, 10}, b[6] = {5, 6, 7, 400, 9, 10}, c[6] = {11, 12, 13, 14, 15, 16};
+  dsi_engine_fail_token(e, 400);
+  record ra = {0}, rb = {0}, rc = {0};
+  submit(s, a, 6, 8, &ra, NULL);
+  submit(s, b, 6, 8, &rb, NULL);
+  submit(s, c, 6, 8, &rc, NULL);
+  CHECK(dsi_sched_wait_idle(s, 60) == 0);
+  int32_t wa[8], wc[8];
+  alone(a, 6, 8, wa);
+  alone(c, 6, 8, wc);
+  CHECKF(rb.r[0].finish == DSI_FINISH_ERROR && strstr(rb.r[0].error, "injected"), "the failing request: finish %d, '%s'",
+         rb.r[0].finish, rb.r[0].error);
+  CHECK(ra.r[0].finish == DSI_FINISH_LENGTH && !memcmp(ra.r[0].out, wa, sizeof wa));
+  CHECK(rc.r[0].finish == DSI_FINISH_LENGTH && !memcmp(rc.r[0].out, wc, sizeof wc));
+  dsi_sched_stats st;
+  dsi_sched_get_stats(s, &st);
+  CHECK(st.kv_blocks_used == 0);
+  printf("fault: the failing request ended with '%s', the others finished\n", rb.r[0].error);
+  dsi_engine_fail_token(e, -1);
+  dsi_sched_free(s);
+  dsi_engine_free(e);
+}
+
+/* ---- no starvation: one long request in a flood of short ones ---- */
+static void test_fair(void) {
+  dsi_engine *e = open_engine(24, 96, 2);
+  dsi_sched *s = open_sched(e, 4, 24, 8);
+  int32_t longp[60], shortp[4] = {20, 21, 22, 23};
+  for (int i = 0; i < 60; i++) longp[i] = 30 + i;
+  static record shorts[200];
+  memset(shorts, 0, sizeof shorts);
+  record lr = {0};
+  atomic_store(&g_events, 0);
+  for (int q = 0; q < 4; q++) submit(s, shortp, 4, 4, &shorts[q], NULL);
+  submit(s, longp, 60, 30, &lr, NULL);
+  int q = 4, before = 0;
+  for (; q < 200; q++) { /* the flood goes on while the long one runs */
+    submit(s, shortp, 4, 4, &shorts[q], NULL);
+    if (q % 4 == 3) wait_events(atomic_load(&g_events) + 4);
+    if (atomic_load(&lr.finished) && !before) before = q;
+  }
+  CHECK(dsi_sched_wait_idle(s, 120) == 0);
+  CHECKF(lr.r[0].finish == DSI_FINISH_LENGTH && lr.r[0].n_out == 30, "the long request: finish %d, %d tokens",
+         lr.r[0].finish, lr.r[0].n_out);
+  CHECKF(before > 0 && before < 150, "the long request ended after %d of 200 short ones were submitted", before);
+  printf("fair: the long request ended while short request %d of 200 was being submitted\n", before);
+  dsi_sched_free(s);
+  dsi_engine_free(e);
+}
+
+/* ---- logprobs ---- */
+static void test_logprobs(void) {
+  dsi_engine *e = open_engine(64, 64, 2);
+  dsi_sched *s = open_sched(e, 4, 64, 0);
+  int32_t p[8] = {3, 4, 5, 6, 7, 8, 9, 10};
+  record r = {0};
+  dsi_request t = {.ignore_eos = 1, .logprobs = 1, .top_logprobs = 5};
+  submit(s, p, 8, 6, &r, &t);
+  CHECK(dsi_sched_wait_idle(s, 60) == 0);
+  const result *x = &r.r[0];
+  CHECK(x->n_out == 6 && x->n_top == 5);
+  for (int k = 0; k < x->n_out; k++) {
+    CHECKF(x->logprob[k] <= 0 && x->top[k][0].id == x->out[k] && fabsf(x->top[k][0].logprob - x->logprob[k]) < 1e-6f,
+           "token %d: logprob %g, top %d %g", k, x->logprob[k], x->top[k][0].id, x->top[k][0].logprob);
+    for (int i = 1; i < 5; i++) CHECK(x->top[k][i].logprob <= x->top[k][i - 1].logprob);
+  }
+  dsi_sched_free(s);
+  dsi_engine_free(e);
+}
+
+int main(void) {
+  setvbuf(stdout, NULL, _IONBF, 0);
+  snprintf(g_dir, sizeof g_dir, "/tmp/test_sched_XXXXXX");
+  DSI_ASSERT(mkdtemp(g_dir));
+  dsi_err err = {0};
+  dsi_mkmodel_opts mo = {.preset = "tiny", .dtype = "bf16", .seed = 3, .out_dir = g_dir, .tokenizer = "builtin"};
+  DSI_ASSERT(dsi_mkmodel(&mo, &err) == 0);
+  dsi_load_opts lo = {0};
+  DSI_ASSERT(dsi_model_open(&g_m, g_dir, &lo, &err) == 0);
+  char json[300], cfg[300];
+  snprintf(json, sizeof json, "%s/tokenizer.json", g_dir);
+  snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", g_dir);
+  DSI_ASSERT(dsi_tok_open(&g_tok, json, cfg, 0, &err) == 0);
+  dsi_model_info info;
+  dsi_model_get_info(g_m, &info);
+  g_vocab = info.vocab_size;
+  test_many();
+  test_cancel();
+  test_threads();
+  test_stops();
+  test_n();
+  test_fault();
+  test_fair();
+  test_logprobs();
+  dsi_tok_free(g_tok);
+  dsi_model_free(g_m);
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
+  if (system(cmd)) {}
+  return check_done();
+}
