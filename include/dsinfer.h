@@ -185,7 +185,7 @@ typedef struct dsi_tok dsi_tok; /* the tokenizer, below */
 typedef struct dsi_sched_opts {
   int max_seqs;           /* completions running at once (0 = 64) */
   int max_batched_tokens; /* tokens in one step (0 = the engine's max_tokens) */
-  int prefill_chunk;      /* most prompt tokens a step gives one completion while others decode
+  int prefill_chunk;      /* most prompt tokens in one step while completions decode in it
                              (0 = sized on the fly so a step costs at most about two decode steps) */
   int no_prefix_cache;    /* 1: every prompt prefilled in full */
 } dsi_sched_opts;

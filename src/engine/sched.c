@@ -91,7 +91,11 @@ struct dsi_sched {
   uint8_t *b_want;      /* [max_batched_tokens] */
   float *logits;        /* [max_seqs, vocab] */
   dsi_sample_ws ws;
-  double t_decode, t_prefill_tok; /* the step-cost model: a decode-only step; a prompt token */
+  /* the step-cost model, t = a + b decode tokens + c prompt tokens, fitted
+   * by exponentially weighted least squares over the steps: sums of w x x^T
+   * and w x t for x = (1, decode tokens, prompt tokens) */
+  double fit_xx[3][3], fit_xt[3];
+  int fit_steps;
   dsi_sched_stats acc;  /* the loop's counters */
   dsi_sched_stats st;   /* under mu: what dsi_sched_get_stats reads, published after each step */
   long sum_tokens, sum_seqs;
@@ -540,12 +544,46 @@ static void take_cancels(dsi_sched *s) {
   }
 }
 
-/* prompt tokens a completion may take this step */
+/* ---- the step-cost model ---- */
+static void fit_add(dsi_sched *s, int n_decode, int n_prefill, double t) {
+  const double x[3] = {1, n_decode, n_prefill}, decay = 0.97;
+  for (int i = 0; i < 3; i++) {
+    for (int j = 0; j < 3; j++) s->fit_xx[i][j] = decay * s->fit_xx[i][j] + x[i] * x[j];
+    s->fit_xt[i] = decay * s->fit_xt[i] + x[i] * t;
+  }
+  s->fit_steps++;
+}
+
+static double det3(double m[3][3]) {
+  return m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1]) - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0]) +
+         m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0]);
+}
+
+/* the fitted (a, b, c), by Cramer's rule; 0 while the steps seen do not
+ * determine it (too few, or no variety in their mix) */
+static int fit_solve(const dsi_sched *s, double abc[3]) {
+  double m[3][3];
+  memcpy(m, s->fit_xx, sizeof m);
+  double d = det3(m);
+  if (s->fit_steps < 8 || !(fabs(d) > 1e-6 * fabs(m[0][0] * m[1][1] * m[2][2]) + 1e-12)) return 0;
+  for (int k = 0; k < 3; k++) {
+    memcpy(m, s->fit_xx, sizeof m);
+    for (int i = 0; i < 3; i++) m[i][k] = s->fit_xt[i];
+    abc[k] = det3(m) / d;
+  }
+  return abc[2] > 0;
+}
+
+/* prompt tokens the step may take in all, with `decoding` completions
+ * decoding in it: a mixed step at most about two decode steps long, so long
+ * prompts do not stall the others' tokens */
 static int chunk_cap(const dsi_sched *s, int decoding, int budget) {
   if (s->o.prefill_chunk > 0) return DSI_MIN(s->o.prefill_chunk, budget);
-  if (!decoding || s->t_decode <= 0 || s->t_prefill_tok <= 0) return budget;
-  /* a mixed step at most about two decode steps long */
-  int cap = (int)(s->t_decode / s->t_prefill_tok);
+  if (!decoding) return budget;
+  double abc[3];
+  if (!fit_solve(s, abc)) return DSI_MIN(64, budget); /* until the model knows better */
+  double decode_step = abc[0] + abc[1] * decoding;
+  int cap = (int)(decode_step / abc[2]);
   return DSI_MAX(16, DSI_MIN(cap, budget));
 }
 
@@ -573,11 +611,15 @@ static int plan_step(dsi_sched *s, int *n_tokens, int *n_decode) {
   int planned = 0; /* blocks the step's segments will take when the engine reserves them */
   const dsi_kv *kv = &s->e->kv;
   for (int i = 0; i < s->n_run; i++) decoding += s->run[i]->n_tok - s->run[i]->computed == 1;
-  int cap = chunk_cap(s, decoding, budget);
+  int prefill = chunk_cap(s, decoding, budget); /* prompt tokens left to the step */
   *n_decode = 0;
   for (int i = 0; i < s->n_run && T < budget;) {
     completion *c = s->run[i];
-    int need = c->n_tok - c->computed, take = need == 1 ? 1 : DSI_MIN(need, DSI_MIN(cap, budget - T));
+    int need = c->n_tok - c->computed, take = need == 1 ? 1 : DSI_MIN(need, DSI_MIN(prefill, budget - T));
+    if (!take) { /* the step's prompt tokens are spent */
+      i++;
+      continue;
+    }
     /* the pool: preempt the newest running completions until c fits, or c itself */
     while (blocks_short(s, c, c->computed + take) > dsi_kv_available(kv) - planned) {
       completion *victim = s->run[s->n_run - 1];
@@ -588,9 +630,10 @@ static int plan_step(dsi_sched *s, int *n_tokens, int *n_decode) {
     planned += blocks_short(s, c, c->computed + take);
     add_seg(s, &n_seg, &T, c, take);
     *n_decode += need == 1;
+    if (need > 1) prefill -= take;
     i++;
   }
-  for (completion *c = s->wait_head, *n; c && T < budget && s->n_run < s->o.max_seqs; c = n) {
+  for (completion *c = s->wait_head, *n; c && T < budget && prefill > 0 && s->n_run < s->o.max_seqs; c = n) {
     n = c->next;
     request *q = c->req;
     /* a request's later completions start once the first has read the prompt (its blocks are then cached) */
@@ -598,7 +641,7 @@ static int plan_step(dsi_sched *s, int *n_tokens, int *n_decode) {
         !s->o.no_prefix_cache)
       continue;
     if (c->seq < 0 && open_seq(s, c)) break;
-    int need = c->n_tok - c->computed, take = need == 1 ? 1 : DSI_MIN(need, DSI_MIN(cap, budget - T));
+    int need = c->n_tok - c->computed, take = need == 1 ? 1 : DSI_MIN(need, DSI_MIN(prefill, budget - T));
     if (blocks_short(s, c, c->computed + take) > dsi_kv_available(kv) - planned) {
       release_kv(s, c, 1);
       break; /* first come, first served: no one overtakes it */
@@ -613,6 +656,7 @@ static int plan_step(dsi_sched *s, int *n_tokens, int *n_decode) {
     }
     add_seg(s, &n_seg, &T, c, take);
     *n_decode += need == 1;
+    if (need > 1) prefill -= take;
   }
   /* logits rows in batch order */
   int row = 0;
@@ -705,13 +749,7 @@ static int step(dsi_sched *s) {
   dsi_batch b = {.n_tokens = T, .tokens = s->b_tok, .seq = s->b_seq, .want_logits = s->b_want};
   if (dsi_engine_forward(s->e, &b, s->logits)) retry_alone(s, n_seg, s->logits + (size_t)s->o.max_seqs * s->vocab);
   double dt = now() - t0;
-  /* the step-cost model for the prefill chunks (exponential averages) */
-  int n_prefill = T - n_decode;
-  if (!n_prefill && n_decode) s->t_decode = s->t_decode > 0 ? 0.8 * s->t_decode + 0.2 * dt : dt;
-  if (n_prefill >= 16) {
-    double per = (dt - (n_decode && s->t_decode > 0 ? s->t_decode : 0)) / n_prefill;
-    if (per > 0) s->t_prefill_tok = s->t_prefill_tok > 0 ? 0.8 * s->t_prefill_tok + 0.2 * per : per;
-  }
+  fit_add(s, n_decode, T - n_decode, dt);
   s->acc.steps++;
   s->sum_tokens += T;
   s->sum_seqs += n_seg;

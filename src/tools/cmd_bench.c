@@ -119,7 +119,9 @@ static int bench_model(int argc, char **argv) {
     {"--profile", NULL, OPT_STR, &profile, "write a Chrome trace of the measured runs to FILE"},
     {0}};
   int rc = dsi_cli_parse("bench", "--model DIR [--prompt-len P] [--gen-len G] [--batch B] [--reps R] [--threads N] [--ablation] [--json]\n"
-                                  "       dsinfer bench kernels [options]   (dsinfer bench kernels --help)",
+                                  "       dsinfer bench kernels [options]   (dsinfer bench kernels --help)\n"
+                                  "       dsinfer bench serve [options]     (dsinfer bench serve --help)\n"
+                                  "       dsinfer bench tokenizer [options] (dsinfer bench tokenizer --help)",
                          opts, argc, argv);
   if (rc) return rc == 1 ? 0 : 2;
   if (!model) return dsi_cli_usage_error("bench", "--model is required (or use 'dsinfer bench kernels')");
@@ -214,5 +216,6 @@ static int bench_model(int argc, char **argv) {
 int dsi_cmd_bench(int argc, char **argv) {
   if (argc >= 1 && !strcmp(argv[0], "kernels")) return bench_kernels(argc - 1, argv + 1);
   if (argc >= 1 && !strcmp(argv[0], "tokenizer")) return dsi_cmd_bench_tokenizer(argc - 1, argv + 1);
+  if (argc >= 1 && !strcmp(argv[0], "serve")) return dsi_cmd_bench_serve(argc - 1, argv + 1);
   return bench_model(argc, argv);
 }

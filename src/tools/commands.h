@@ -28,6 +28,8 @@ int dsi_bench_ablation(const dsi_bench_ablation_opts *o);
 int dsi_cmd_tokenize(int argc, char **argv);
 int dsi_cmd_detokenize(int argc, char **argv);
 int dsi_cmd_bench_tokenizer(int argc, char **argv);
+/* cmd_bench_serve.c: the scheduler under a synthetic load */
+int dsi_cmd_bench_serve(int argc, char **argv);
 /* cmd_run.c: text in, text out */
 int dsi_cmd_run(int argc, char **argv);
 int dsi_cmd_chat(int argc, char **argv);
