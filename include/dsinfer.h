@@ -72,7 +72,8 @@ typedef struct dsi_engine_opts {
   int stream_team_min; /* streams: workers each team needs for a fork to be split (0 = 2;
                         1 forces teams of one, for measuring) */
   const char *isa;   /* NULL: the best kernels this CPU runs; "scalar" | "avx2" | "avx512" |
-                        "amx": no higher than that (tests and comparisons; never raises) */
+                        "avx512bf16" | "amx": no higher than that (tests and comparisons;
+                        never raises) */
   int mla_form;      /* DSI_MLA_*: the attention form of prefill segments (0 = the cost model's pick) */
   int no_hugepage;   /* 1: do not advise huge pages for the KV cache and the activation arena */
 } dsi_engine_opts;
@@ -94,12 +95,13 @@ typedef enum dsi_mla_form { DSI_MLA_AUTO = 0, DSI_MLA_ABSORB = 1, DSI_MLA_NAIVE 
 /* What the matmuls multiply. F32 is exact to float rounding (the golden
  * tests' mode); BF16 rounds activations as DeepSeek's own inference does,
  * so the AMX and AVX-512 kernels multiply the same numbers and a sequence's
- * results do not depend on the batch it ran in. AUTO: BF16 where AMX runs. */
+ * results do not depend on the batch it ran in. AUTO: BF16 where a bf16
+ * kernel runs (AMX, or AVX512-BF16's dot products), F32 elsewhere. */
 enum { DSI_ACT_AUTO = 0, DSI_ACT_F32 = 1, DSI_ACT_BF16 = 2 };
 
 int dsi_engine_open(dsi_engine **out, dsi_model *m, const dsi_engine_opts *opts, dsi_err *err);
 void dsi_engine_free(dsi_engine *e);
-/* the level of the kernels the engine runs: "scalar", "avx2", "avx512", "amx" */
+/* the level of the kernels the engine runs: "scalar", "avx2", "avx512", "avx512bf16", "amx" */
 const char *dsi_engine_isa(const dsi_engine *e);
 /* The last error of a call on this engine. */
 const dsi_err *dsi_engine_error(const dsi_engine *e);
@@ -275,6 +277,8 @@ typedef struct dsi_sched_stats {
   long requests_finished[DSI_FINISH_ERROR + 1]; /* by reason */
   double batch_tokens_mean;        /* tokens per step */
   double batch_seqs_mean;          /* completions per step */
+  double step_seconds;             /* the loop's time in steps: planning, forward, sampling, delivery */
+  double forward_seconds;          /* of which in forward passes */
 } dsi_sched_stats;
 void dsi_sched_get_stats(dsi_sched *s, dsi_sched_stats *st);
 

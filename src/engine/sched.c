@@ -743,6 +743,7 @@ static void retry_alone(dsi_sched *s, int n_seg, float *one) {
 
 /* one step; 0 when there was nothing to run */
 static int step(dsi_sched *s) {
+  double t_plan = now();
   int T, n_decode, n_seg = plan_step(s, &T, &n_decode);
   if (!T) return 0;
   double t0 = now();
@@ -750,6 +751,7 @@ static int step(dsi_sched *s) {
   if (dsi_engine_forward(s->e, &b, s->logits)) retry_alone(s, n_seg, s->logits + (size_t)s->o.max_seqs * s->vocab);
   double dt = now() - t0;
   fit_add(s, n_decode, T - n_decode, dt);
+  s->acc.forward_seconds += dt;
   s->acc.steps++;
   s->sum_tokens += T;
   s->sum_seqs += n_seg;
@@ -766,6 +768,7 @@ static int step(dsi_sched *s) {
     int32_t tok = dsi_sample(&q->r.sampling, &c->rng, lg, s->n_valid, c->toks, c->n_tok, q->r.n_prompt, &s->ws, &so);
     deliver(s, c, tok, &so);
   }
+  s->acc.step_seconds += now() - t_plan;
   return 1;
 }
 

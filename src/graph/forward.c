@@ -469,7 +469,7 @@ int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, const dsi_fwd
   const dsi_config *c = &m->cfg;
   int max_tokens = o->max_tokens, max_context = o->max_context;
   int cap = o->isa ? dsi_isa_parse(o->isa) : DSI_ISA_AMX;
-  if (cap < 0) return dsi_errf(err, DSI_E_INVAL, "isa '%s' is not one of scalar, avx2, avx512, amx", o->isa);
+  if (cap < 0) return dsi_errf(err, DSI_E_INVAL, "isa '%s' is not one of " DSI_ISA_NAMES, o->isa);
   if (o->mla_form < DSI_MLA_AUTO || o->mla_form > DSI_MLA_NAIVE)
     return dsi_errf(err, DSI_E_INVAL, "MLA form %d is not one of auto, absorb, naive", o->mla_form);
   dsi_fwd *fw = dsi_xcalloc(1, sizeof *fw);
@@ -479,11 +479,11 @@ int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, const dsi_fwd
   fw->x = (dsi_fwd_exec_opts){.exec = DSI_EXEC_GRAPH, .streams = 1, .fuse = 1};
   f->m = m;
   f->c = c;
-  /* the kernels, and what they multiply: bf16 activations where AMX runs
-   * (packed weights), unless told; the cache in bf16 pair rows where AMX
-   * runs the bf16 forward (the row-major attention reads f32 rows) */
+  /* the kernels, and what they multiply: bf16 activations where a bf16
+   * kernel runs (packed weights), unless told; the cache in bf16 pair rows
+   * where AMX runs the bf16 forward (the row-major attention reads f32 rows) */
   const dsi_kern *k = dsi_kern_get((dsi_isa)cap);
-  int bf16 = o->precision == DSI_ACT_BF16 || (o->precision == DSI_ACT_AUTO && m->packed && k->amx);
+  int bf16 = o->precision == DSI_ACT_BF16 || (o->precision == DSI_ACT_AUTO && m->packed && (k->amx || k->dot_bf16));
   int H = c->num_attention_heads, kvl = c->kv_lora_rank, row = kvl + c->qk_rope_head_dim;
   f->mm = (dsi_mm){.k = k, .act_bf16 = bf16, .nth = dsi_pool_size(pool)};
   f->kv_pairs = bf16 && m->packed && k->amx && o->kv_block_size % DSI_ATTN_PAIR_CHUNK == 0 && kvl % 16 == 0 &&

@@ -43,7 +43,7 @@ typedef struct dsi_fwd_opts {
   int max_tokens;    /* most tokens in one batch */
   int max_context;   /* longest sequence */
   const char *isa;   /* the kernels' level: NULL for the best this CPU runs, or a cap
-                        ("scalar" | "avx2" | "avx512" | "amx") */
+                        (one of DSI_ISA_NAMES, kernels/cpu.h) */
   int precision;     /* DSI_ACT_* (dsinfer.h) */
   int kv_block_size; /* the cache's block size: pair rows need a multiple of 32 */
   int mla_form;      /* DSI_MLA_* (dsinfer.h): the prefill attention's form */

@@ -116,7 +116,7 @@ static void prep_rows(const dsi_vec_ops *v, const dsi_gemm *g, int kind, long s0
 static int prep_kind(const dsi_mm *mm, int wants, int x_ready, const uint16_t *xb_ready) {
   return wants == DSI_PREP_BF16 ? (xb_ready ? P_NONE : P_BF16)
          : wants == DSI_PREP_I8 ? P_I8
-         : mm->act_bf16 && !x_ready ? P_ROUND
+         : mm->act_bf16 && !x_ready && wants != DSI_PREP_OWN ? P_ROUND
                                    : P_NONE;
 }
 

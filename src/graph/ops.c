@@ -395,10 +395,13 @@ static void core_tokens(dsi_xrun *r, const dsi_op *op, dsi_team *tm, const core_
 }
 
 /* The segment [ts, ts + L) of the chunk: the sequence's cache is packed
- * once as K [ctx, kv_lora + rope] and V^T [kv_lora, ctx] (bf16 in bf16
- * mode, where AMX runs them); scores = [q_lat | q_pe] K^T for every
- * (token, head) row, a causal softmax, then o_lat = P V. Passes of at most
- * 64 tokens only multiply the keys their last token can see. */
+ * once as K [ctx, kv_lora + rope] and V^T [kv_lora, ctx]; scores = [q_lat |
+ * q_pe] K^T for every (token, head) row, a causal softmax, then o_lat = P
+ * V. Passes of at most 64 tokens only multiply the keys their last token
+ * can see. It multiplies what the per-token path (core_tokens) multiplies,
+ * so a token's result does not depend on whether its chunk made a
+ * segment: bf16 latents, queries and probabilities where the cache holds
+ * bf16 pairs, f32 ones, unrounded, where it holds f32 rows. */
 static void core_segment(dsi_xrun *r, const dsi_op *op, dsi_team *tm, const core_bufs *cb, dsi_mm_thread th, int ts,
                          int L) {
   const dsi_fctx *f = r->f;
@@ -406,7 +409,8 @@ static void core_segment(dsi_xrun *r, const dsi_op *op, dsi_team *tm, const core
   int H = c->num_attention_heads, kvl = c->kv_lora_rank, row = kvl + c->qk_rope_head_dim;
   int bs = r->cache->block_size, ctx = r->b->pos[ts + L - 1] + 1;
   const int32_t *table = r->b->block_tables[r->b->seq[ts]];
-  dsi_dtype dt = f->mm.act_bf16 ? DSI_DTYPE_BF16 : DSI_DTYPE_F32;
+  const int bf16 = cb->pairs != NULL;
+  dsi_dtype dt = bf16 ? DSI_DTYPE_BF16 : DSI_DTYPE_F32;
   dsi_mat K, Vt;
   if (tm->ith == 0)
     for (int u = 0; u < ctx; u++) cb->slots[u] = dsi_paged_slot(table, bs, u);
@@ -422,7 +426,7 @@ static void core_segment(dsi_xrun *r, const dsi_op *op, dsi_team *tm, const core
     Vv.cols = seen;
     th.gs[0] = (dsi_gemm){.w = &Kv, .x = cb->q_lat + (size_t)tc * H * row, .ldx = row, .m = n * H, .y = cb->att_s,
                           .ldy = ctx_pad, .epi = DSI_EPI_STORE};
-    dsi_mm_team(tm, &f->mm, th, 1, Kv.rows, DSI_TILE_N, cb->prep, cb->prep_bytes, 0, 0, NULL);
+    dsi_mm_team(tm, &f->mm, th, 1, Kv.rows, DSI_TILE_N, cb->prep, cb->prep_bytes, 0, !bf16, NULL);
     dsi_barrier_wait(tm->bar);
     long a, e;
     dsi_split((long)n * H, tm->ith, tm->nth, &a, &e);
@@ -436,7 +440,7 @@ static void core_segment(dsi_xrun *r, const dsi_op *op, dsi_team *tm, const core
     dsi_barrier_wait(tm->bar);
     th.gs[0] = (dsi_gemm){.w = &Vv, .x = cb->att_s, .ldx = ctx_pad, .m = n * H, .y = cb->o_lat + (size_t)tc * H * kvl,
                           .ldy = kvl, .epi = DSI_EPI_STORE};
-    dsi_mm_team(tm, &f->mm, th, 1, Vv.rows, DSI_TILE_N, cb->prep, cb->prep_bytes, 0, 0, NULL);
+    dsi_mm_team(tm, &f->mm, th, 1, Vv.rows, DSI_TILE_N, cb->prep, cb->prep_bytes, 0, !bf16, NULL);
     dsi_barrier_wait(tm->bar); /* att_s and the prepared rows are reused */
   }
 }

@@ -62,8 +62,9 @@ done:
   c->best = DSI_ISA_SCALAR;
   if (c->avx2) c->best = DSI_ISA_AVX2;
   if (c->best == DSI_ISA_AVX2 && c->avx512f && c->avx512bw && c->avx512vl) c->best = DSI_ISA_AVX512;
+  if (c->best == DSI_ISA_AVX512 && c->avx512bf16 && c->avx512vbmi) c->best = DSI_ISA_AVX512BF16;
   /* the AMX kernels also use AVX512-BF16 and VBMI, which every AMX CPU has */
-  if (c->best == DSI_ISA_AVX512 && c->amx_tile && c->amx_bf16 && c->avx512bf16 && c->avx512vbmi) c->best = DSI_ISA_AMX;
+  if (c->best == DSI_ISA_AVX512BF16 && c->amx_tile && c->amx_bf16) c->best = DSI_ISA_AMX;
 }
 
 const dsi_cpu *dsi_cpu_get(void) {
@@ -71,10 +72,10 @@ const dsi_cpu *dsi_cpu_get(void) {
   return &g_cpu;
 }
 
-static const char *k_isa_names[] = {"scalar", "avx2", "avx512", "amx"};
-const char *dsi_isa_str(dsi_isa isa) { return (unsigned)isa < 4 ? k_isa_names[isa] : "?"; }
+static const char *k_isa_names[] = {"scalar", "avx2", "avx512", "avx512bf16", "amx"};
+const char *dsi_isa_str(dsi_isa isa) { return (unsigned)isa <= DSI_ISA_AMX ? k_isa_names[isa] : "?"; }
 int dsi_isa_parse(const char *s) {
-  for (int i = 0; i < 4; i++)
+  for (int i = 0; i <= DSI_ISA_AMX; i++)
     if (!strcmp(s, k_isa_names[i])) return i;
   return -1;
 }
@@ -92,6 +93,9 @@ static void make_tables(void) {
 #if defined(__x86_64__)
     if (k->level >= DSI_ISA_AVX512) k->vec = &dsi_vec_ops_avx512;
     else if (k->level >= DSI_ISA_AVX2) k->vec = &dsi_vec_ops_avx2;
+#endif
+#if DSI_HAVE_AVX512
+    k->dot_bf16 = k->level >= DSI_ISA_AVX512BF16;
 #endif
 #if DSI_HAVE_AMX
     k->amx = k->level >= DSI_ISA_AMX;

@@ -5,7 +5,10 @@
 #ifndef DSI_CPU_H
 #define DSI_CPU_H
 
-typedef enum { DSI_ISA_SCALAR, DSI_ISA_AVX2, DSI_ISA_AVX512, DSI_ISA_AMX } dsi_isa;
+/* levels in order; AVX512BF16 is AVX-512 with AVX512-BF16 and VBMI (the
+ * bf16 dot-product matmul), which every AMX CPU also has */
+typedef enum { DSI_ISA_SCALAR, DSI_ISA_AVX2, DSI_ISA_AVX512, DSI_ISA_AVX512BF16, DSI_ISA_AMX } dsi_isa;
+#define DSI_ISA_NAMES "scalar, avx2, avx512, avx512bf16, amx"
 
 typedef struct dsi_cpu {
   int avx2, fma, f16c;
@@ -16,7 +19,7 @@ typedef struct dsi_cpu {
 
 const dsi_cpu *dsi_cpu_get(void);
 const char *dsi_isa_str(dsi_isa isa);
-/* parse "scalar" | "avx2" | "avx512" | "amx"; -1 if unknown */
+/* parse one of DSI_ISA_NAMES; -1 if unknown */
 int dsi_isa_parse(const char *s);
 
 /* The kernels one engine (or benchmark, or test) runs: chosen once, passed
@@ -25,6 +28,7 @@ struct dsi_vec_ops;
 typedef struct dsi_kern {
   dsi_isa level;                 /* the CPU's best, capped */
   const struct dsi_vec_ops *vec; /* the vector primitives of that level */
+  int dot_bf16;                  /* the AVX512-BF16 matmul runs (bf16 activations) */
   int amx;                       /* the AMX BF16 tile kernels run (matmul, attention) */
   int amx_int8;                  /* and the AMX INT8 matmul */
 } dsi_kern;

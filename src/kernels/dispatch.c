@@ -26,6 +26,10 @@ dsi_gemm_fn dsi_gemm_pick(const dsi_kern *k, const dsi_mat *w, int m, int act_bf
   }
 #endif
 #if DSI_HAVE_AVX512
+  if (act_bf16 && k->dot_bf16 && (w->dtype == DSI_DTYPE_BF16 || w->dtype == DSI_DTYPE_F8_E4M3)) {
+    *prep = DSI_PREP_OWN;
+    return dsi_gemm_avx512_bf16;
+  }
   if (k->level >= DSI_ISA_AVX512 && (kernel_dtype || w->dtype == DSI_DTYPE_I8)) return dsi_gemm_avx512;
 #endif
 #if DSI_HAVE_AVX2
@@ -43,6 +47,7 @@ const char *dsi_gemm_kernel_name(dsi_gemm_fn fn) {
 #endif
 #if DSI_HAVE_AVX512
   if (fn == dsi_gemm_avx512) return "avx512";
+  if (fn == dsi_gemm_avx512_bf16) return "avx512-bf16";
 #endif
 #if DSI_HAVE_AVX2
   if (fn == dsi_gemm_avx2) return "avx2";

@@ -59,6 +59,9 @@ typedef void (*dsi_gemm_fn)(const dsi_gemm *g, int r0, int r1, void *scratch);
 void dsi_gemm_ref(const dsi_gemm *g, int r0, int r1, void *scratch);
 /* AVX-512 (any m; TILES layout, F32 / BF16 / FP8) — x86/avx512.c */
 void dsi_gemm_avx512(const dsi_gemm *g, int r0, int r1, void *scratch);
+/* AVX512-BF16 dot products (any m; TILES layout, BF16 / FP8): x rounded to
+ * bf16 by the kernel itself, as the AMX kernels multiply it — x86/avx512.c */
+void dsi_gemm_avx512_bf16(const dsi_gemm *g, int r0, int r1, void *scratch);
 /* AMX BF16 tiles (m >= 8 worthwhile; TILES layout, BF16 / FP8; needs xb) — x86/amx.c */
 void dsi_gemm_amx(const dsi_gemm *g, int r0, int r1, void *scratch);
 /* AMX INT8 tiles (m >= 8 worthwhile; TILES layout, INT8; needs xq) — x86/amx_int8.c */
@@ -68,7 +71,12 @@ void dsi_gemm_amx_int8(const dsi_gemm *g, int r0, int r1, void *scratch);
 void dsi_gemm_avx2(const dsi_gemm *g, int r0, int r1, void *scratch);
 
 /* What a kernel reads besides x, prepared once by the caller. */
-enum { DSI_PREP_NONE, DSI_PREP_BF16 /* g->xb */, DSI_PREP_I8 /* g->xq, g->xq_scale */ };
+enum {
+  DSI_PREP_NONE, /* x as it is (with bf16 activations: rounded to bf16 values first) */
+  DSI_PREP_BF16, /* g->xb */
+  DSI_PREP_I8,   /* g->xq, g->xq_scale */
+  DSI_PREP_OWN,  /* x as it is: the kernel rounds it to bf16 itself */
+};
 /* row stride of int8 activations: the AMX INT8 kernel steps K 64 at a time */
 #define DSI_XQ_LD(kpad) (((kpad) + 63) / 64 * 64)
 
@@ -90,7 +98,7 @@ dsi_gemm_fn dsi_gemm_pick(const struct dsi_kern *k, const dsi_mat *w, int m, int
 /* whether dsi_gemm_pick gives BF16 / FP8 weights the AMX kernel at m
  * (then activations are wanted as bf16 rows) */
 int dsi_gemm_amx_rows(const struct dsi_kern *k, int m, int act_bf16);
-/* "ref", "avx2", "avx512", "amx", "amx-int8" */
+/* "ref", "avx2", "avx512", "avx512-bf16", "amx", "amx-int8" */
 const char *dsi_gemm_kernel_name(dsi_gemm_fn fn);
 
 /* Pack gate [I, D] and up [I, D] (row-major, same dtype) into one TILES

@@ -109,7 +109,7 @@ static void bench_grouped(FILE *out, const dsi_kern *k, const dsi_peaks *pk, int
     }
   dsi_pool *pool = dsi_pool_new(nth);
   /* the forward's matmul driver: prepared rows and each thread's lists and scratch in ws */
-  dsi_mm mm = {.k = k, .act_bf16 = k->amx, .nth = nth};
+  dsi_mm mm = {.k = k, .act_bf16 = k->amx || k->dot_bf16, .nth = nth};
   size_t ws_bytes = dsi_mm_run_bytes(nth, G_E, P, G_D, G_D);
   void *ws = dsi_alloc_aligned(ws_bytes);
   float *x = dsi_alloc_aligned((size_t)P * G_D * sizeof(float)), *h = dsi_alloc_aligned((size_t)P * G_I * sizeof(float));
@@ -406,7 +406,7 @@ static void bench_ceilings(FILE *out, const dsi_kern *k, const dsi_peaks *pk, in
 int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) {
   int nth = o->n_threads > 0 ? o->n_threads : dsi_ncpu();
   int cap = o->isa ? dsi_isa_parse(o->isa) : DSI_ISA_AMX;
-  if (cap < 0) return dsi_errf(err, DSI_E_INVAL, "isa '%s' is not one of scalar, avx2, avx512, amx", o->isa);
+  if (cap < 0) return dsi_errf(err, DSI_E_INVAL, "isa '%s' is not one of " DSI_ISA_NAMES, o->isa);
   const dsi_kern *k = dsi_kern_get((dsi_isa)cap);
   int reps = o->reps > 0 ? o->reps : 5;
   static const int default_ms[] = {1, 4, 16, 64, 256, 1024};
@@ -443,7 +443,7 @@ int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) 
           "GB/s", "%bw", "GFLOP/s", "%amx", "blas GF/s", "x blas");
   dsi_pool *pool = dsi_pool_new(nth);
   size_t kmax = 16384 + 64;
-  dsi_mm mm = {.k = k, .act_bf16 = k->amx, .nth = nth};
+  dsi_mm mm = {.k = k, .act_bf16 = k->amx || k->dot_bf16, .nth = nth};
   size_t ws_bytes = dsi_mm_run_bytes(nth, 1, max_m, (int)kmax, (int)kmax);
   void *ws = dsi_alloc_aligned(ws_bytes);
   dsi_gemm_fn picked = NULL;

@@ -2,6 +2,7 @@
 #include "tools/cli.h"
 
 #include "dsinfer.h"
+#include "kernels/cpu.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -125,8 +126,8 @@ static const char *env(const char *name) {
 void dsi_cli_env_opts(dsi_load_opts *lo, dsi_engine_opts *eo) {
   const char *v;
   if (eo && (v = env("DSINFER_ISA"))) {
-    if (!strcmp(v, "scalar") || !strcmp(v, "avx2") || !strcmp(v, "avx512") || !strcmp(v, "amx")) eo->isa = v;
-    else fprintf(stderr, "dsinfer: DSINFER_ISA=%s is not one of scalar, avx2, avx512, amx; ignored\n", v);
+    if (dsi_isa_parse(v) >= 0) eo->isa = v;
+    else fprintf(stderr, "dsinfer: DSINFER_ISA=%s is not one of " DSI_ISA_NAMES "; ignored\n", v);
   }
   if (eo && (v = env("DSINFER_MLA"))) {
     if (!strcmp(v, "absorb")) eo->mla_form = DSI_MLA_ABSORB;

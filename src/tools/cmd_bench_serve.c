@@ -211,16 +211,17 @@ int dsi_cmd_bench_serve(int argc, char **argv) {
   double mean_batch = steps ? (st.batch_seqs_mean * st.steps - st0.batch_seqs_mean * st0.steps) / steps : 0;
   long q = st.prefix_queries - st0.prefix_queries, h = st.prefix_hits - st0.prefix_hits;
   double hit = q ? (double)h / q : 0;
+  double step_s = st.step_seconds - st0.step_seconds, fwd_s = st.forward_seconds - st0.forward_seconds;
   if (json) {
     printf("{\"model\":\"%s\",\"requests\":%d,\"concurrency\":%d,\"rate\":%g,\"prompt_len\":%d,\"gen_len\":%d,"
            "\"shared_prefix\":%d,\"threads\":%d,\"isa\":\"%s\",\"output_tokens_per_s\":%.3f,\"ttft_p50_s\":%.4f,"
            "\"ttft_p99_s\":%.4f,\"itl_p50_s\":%.5f,\"itl_p99_s\":%.5f,\"e2e_p50_s\":%.4f,\"e2e_p99_s\":%.4f,"
            "\"mean_batch\":%.2f,\"mean_batch_tokens\":%.1f,\"prefix_hit_rate\":%.4f,\"preemptions\":%ld,"
-           "\"wall_s\":%.3f}\n",
+           "\"step_s\":%.3f,\"forward_s\":%.3f,\"wall_s\":%.3f}\n",
            model, submitted, conc, rate, L, G, P, ro.threads ? ro.threads : dsi_default_threads(), dsi_engine_isa(e), tps,
            pct(ttft, submitted, 0.5), pct(ttft, submitted, 0.99), pct(itl, (int)n_itl, 0.5), pct(itl, (int)n_itl, 0.99),
            pct(e2e, submitted, 0.5), pct(e2e, submitted, 0.99), mean_batch, steps ? (double)(st.batch_tokens_mean * st.steps - st0.batch_tokens_mean * st0.steps) / steps : 0,
-           hit, st.preemptions - st0.preemptions, wall);
+           hit, st.preemptions - st0.preemptions, step_s, fwd_s, wall);
   } else {
     printf("model %s, isa %s; %d requests, %s %g; prompts %d tokens (%d shared), %d generated each\n", model,
            dsi_engine_isa(e), submitted, conc ? "concurrency" : "rate", conc ? (double)conc : rate, L, P, G);
@@ -230,6 +231,7 @@ int dsi_cmd_bench_serve(int argc, char **argv) {
            pct(itl, (int)n_itl, 0.99) * 1e3);
     printf("end to end: p50 %.3f s, p99 %.3f s; prefix cache: %.1f%% of prompt tokens; %ld preemptions\n",
            pct(e2e, submitted, 0.5), pct(e2e, submitted, 0.99), 100 * hit, st.preemptions - st0.preemptions);
+    printf("engine loop: %.2f s in steps, %.2f s of it in forward passes\n", step_s, fwd_s);
   }
   for (int i = 0; i < requests; i++) free(ld.t[i].gaps);
   free(ld.t);

@@ -85,12 +85,18 @@ static void on_event(void *user, const dsi_request_event *ev) {
   atomic_fetch_add(&rec->finished, 1);
 }
 
-/* ---- engines and the oracle ---- */
+/* ---- engines and the oracle ----
+ * f32 activations: what is checked is the scheduler's bookkeeping (chunks,
+ * preemption and recompute, shared prefixes), token for token against a
+ * request alone. Where the scheduler cuts a prompt differently, its tokens
+ * take the per-token or the segment attention, whose f32 sums differ in
+ * order (~1e-6); bf16 activations would round that to bf16 steps and flip
+ * the near ties of a random model's logits. */
 static dsi_engine *open_engine(int kv_blocks, int max_context, int threads) {
   dsi_engine *e;
   dsi_err err = {0};
   dsi_engine_opts o = {.n_threads = threads, .kv_block_size = BS, .kv_blocks = kv_blocks, .max_context = max_context,
-                       .max_tokens = 64, .isa = test_isa(), .mla_form = test_mla_form()};
+                       .max_tokens = 64, .isa = test_isa(), .mla_form = test_mla_form(), .act_precision = DSI_ACT_F32};
   if (dsi_engine_open(&e, g_m, &o, &err)) {
     fprintf(stderr, "engine: %s\n", err.msg);
     abort();

@@ -1,5 +1,6 @@
-/* kernels: the AVX-512 matmul of the gemm.h contract on TILES weights (F32,
- * BF16, FP8 e4m3 and INT8 with per-panel block scales), for decode and small batches:
+/* kernels: the AVX-512 matmuls of the gemm.h contract on TILES weights (F32,
+ * BF16, FP8 e4m3 and INT8 with per-panel block scales; and, where
+ * AVX512-BF16 runs, BF16 and FP8 by bf16 dot products), for decode and small batches:
  * each 16-row panel is streamed once per pass and widened in registers, so
  * the kernel runs at memory bandwidth, not at the FMA ports' rate. */
 #include "kernels/gemm.h"
@@ -384,14 +385,118 @@ static void i8_pass_n(const uint8_t *wp, int nl, int lb, const float *sc, const 
   }
 }
 
+/* ---- bf16 activations: AVX512-BF16 dot products ----
+ * A BF16 line is vdpbf16ps's operand as it stands: dword j is row j's
+ * (column 2kk, column 2kk + 1). With x's pair for the line rounded to bf16
+ * and broadcast, one instruction adds both products to row i's 16 sums in
+ * f32: half the multiply-add instructions of the f32 route and no
+ * widening, so the compute-bound shapes (prefill, batches) run about twice
+ * as fast; decode stays at the memory bandwidth. FP8 lines widen to
+ * bf16(fp8 * scale) by the AMX kernel's tables (fp8_lut.h), a table per
+ * 128-column block, so an FP8 weight gives bitwise what its BF16 twin
+ * gives and a row needs one accumulator. One accumulator a row and one
+ * chain over K whatever the pass height: a row's result does not depend on
+ * the batch it came in. The staged rows are bf16 pairs, one dword per line
+ * and row, rows next to each other (xs[kk * mb + i]). */
+#define MB_DP 16
+
+#pragma GCC push_options
+#pragma GCC target("avx512bf16,avx512vbmi")
+#include "kernels/x86/fp8_lut.h"
+
+/* rows i0 .. i0 + mb - 1 of x, rounded to bf16 (to nearest even, as
+ * vcvtne2ps2bf16 rounds), as pairs; an odd last column pairs with zero */
+static void stage_x_dp(const dsi_gemm *g, int i0, int mb, int cols, uint32_t *xs) {
+  uint32_t row[16];
+  for (int i = 0; i < mb; i++) {
+    const float *x = x_row(g, i0 + i);
+    for (int c0 = 0; c0 < cols; c0 += 32) {
+      int n = DSI_MIN(32, cols - c0), np = (n + 1) / 2;
+      __mmask16 m0 = (__mmask16)(n >= 16 ? 0xffff : (1u << n) - 1);
+      __mmask16 m1 = (__mmask16)(n >= 32 ? 0xffff : n > 16 ? (1u << (n - 16)) - 1 : 0);
+      __m512 lo = _mm512_maskz_loadu_ps(m0, x + c0), hi = _mm512_maskz_loadu_ps(m1, x + c0 + 16);
+      __m512i b = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+      uint32_t *dst = xs + (size_t)(c0 / 2) * mb + i;
+      if (mb == 1) {
+        _mm512_mask_storeu_epi32(dst, (__mmask16)((1u << np) - 1), b);
+        continue;
+      }
+      _mm512_storeu_si512(row, b);
+      for (int t = 0; t < np; t++) dst[(size_t)t * mb] = row[t];
+    }
+  }
+}
+
+ALWAYS_INLINE void dp_bf16_pass(const uint8_t *wp, int nl, const uint32_t *xs, int MB, float *out) {
+  __m512 acc[MB_DP];
+#pragma GCC unroll 16
+  for (int i = 0; i < MB; i++) acc[i] = _mm512_setzero_ps();
+  for (int kk = 0; kk < nl; kk++, wp += 64, xs += MB) {
+    _mm_prefetch((const char *)wp + PF_AHEAD, PF_HINT);
+    const __m512bh v = (__m512bh)_mm512_loadu_si512(wp);
+#pragma GCC unroll 16
+    for (int i = 0; i < MB; i++) acc[i] = _mm512_dpbf16_ps(acc[i], v, (__m512bh)_mm512_set1_epi32((int)xs[i]));
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < MB; i++) _mm512_storeu_ps(out + 16 * i, acc[i]);
+}
+
+/* FP8: lines of 32 bytes, two at a time through the block's table */
+ALWAYS_INLINE void dp_fp8_pass(const uint8_t *wp, int nl, int lb, const float *sc, const uint32_t *xs, int MB,
+                               float *out) {
+  __m512 acc[MB_DP];
+#pragma GCC unroll 16
+  for (int i = 0; i < MB; i++) acc[i] = _mm512_setzero_ps();
+  for (int l0 = 0; l0 < nl; l0 += lb, sc++) {
+    const int l1 = DSI_MIN(l0 + lb, nl);
+    const fp8_lut t = fp8_lut_make(*sc);
+    int kk = l0;
+    for (; kk < l1; kk += 2) {
+      const uint8_t *p = wp + (size_t)kk * 32;
+      const uint32_t *xk = xs + (size_t)kk * MB;
+      _mm_prefetch((const char *)p + PF_AHEAD, PF_HINT);
+      /* an odd last line: the next 32 bytes are not this panel's */
+      const int two = kk + 1 < l1;
+      __m512i w0, w1;
+      fp8_lut_64r(&t, two ? _mm512_loadu_si512(p) : _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)p)),
+                  &w0, &w1);
+#pragma GCC unroll 16
+      for (int i = 0; i < MB; i++) acc[i] = _mm512_dpbf16_ps(acc[i], (__m512bh)w0, (__m512bh)_mm512_set1_epi32((int)xk[i]));
+      if (two)
+#pragma GCC unroll 16
+        for (int i = 0; i < MB; i++)
+          acc[i] = _mm512_dpbf16_ps(acc[i], (__m512bh)w1, (__m512bh)_mm512_set1_epi32((int)xk[MB + i]));
+    }
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < MB; i++) _mm512_storeu_ps(out + 16 * i, acc[i]);
+}
+
+static void dp_pass_n(const dsi_mat *w, const uint8_t *wp, int nl, const float *sc, const uint32_t *xs, int mb,
+                      float *out) {
+  if (w->dtype == DSI_DTYPE_BF16) switch (mb) {
+#define F(n) case n: dp_bf16_pass(wp, nl, xs, n, out); return;
+      CASES_16(F)
+#undef F
+    }
+  else switch (mb) {
+#define F(n) case n: dp_fp8_pass(wp, nl, w->block / 2, sc, xs, n, out); return;
+      CASES_16(F)
+#undef F
+    }
+  DSI_ASSERT(0);
+}
+#pragma GCC pop_options
+
 /* ---- driver: row groups -> panels -> passes -> epilogue ---- */
 typedef struct plan {
   const dsi_gemm *g;
+  int dp;             /* bf16 activations, AVX512-BF16 passes */
   int nl;             /* lines of a panel that hold columns < cols */
   int mbmax;          /* rows of x per pass */
   int n, npass;       /* rows of x in this group, and passes over them */
   int pass_i0[GROUP + 1];
-  float *xs;          /* staged rows of the group, pass after pass */
+  float *xs;          /* staged rows of the group, pass after pass (dp: bf16 pairs) */
 } plan;
 
 /* acc(i, 16p + j) for the group's rows into t[i * 16 + j] */
@@ -404,7 +509,8 @@ static void panel_run(const plan *pl, int p, float *t) {
     int i0 = pl->pass_i0[q], mb = pl->pass_i0[q + 1] - i0;
     const float *xs = pl->xs + (size_t)i0 * 2 * pl->nl;
     float *out = t + (size_t)i0 * DSI_TILE_N;
-    if (w->dtype == DSI_DTYPE_BF16) bf16_pass_n(wp, pl->nl, xs, mb, out);
+    if (pl->dp) dp_pass_n(w, wp, pl->nl, sc, (const uint32_t *)pl->xs + (size_t)i0 * pl->nl, mb, out);
+    else if (w->dtype == DSI_DTYPE_BF16) bf16_pass_n(wp, pl->nl, xs, mb, out);
     else if (w->dtype == DSI_DTYPE_F32) f32_pass_n((const float *)wp, pl->nl, xs, mb, out);
     else if (w->dtype == DSI_DTYPE_I8) i8_pass_n(wp, pl->nl, w->block / 2, sc, xs, mb, out);
     else if (pl->mbmax == MB_FP8_W) fp8_pass_w_n(wp, pl->nl, w->block / 2, sc, xs, mb, out);
@@ -412,11 +518,12 @@ static void panel_run(const plan *pl, int p, float *t) {
   }
 }
 
-void dsi_gemm_avx512(const dsi_gemm *g, int r0, int r1, void *scratch) {
+static void gemm_run(const dsi_gemm *g, int r0, int r1, void *scratch, int dp) {
   const dsi_mat *w = g->w;
   DSI_ASSERT(w->layout == DSI_LAYOUT_TILES);
   DSI_ASSERT(w->dtype == DSI_DTYPE_F32 || w->dtype == DSI_DTYPE_BF16 || w->dtype == DSI_DTYPE_F8_E4M3 ||
              w->dtype == DSI_DTYPE_I8);
+  DSI_ASSERT(!dp || w->dtype == DSI_DTYPE_BF16 || w->dtype == DSI_DTYPE_F8_E4M3);
   DSI_ASSERT(!w->scale || (w->block % 2 == 0 && w->block > 0));
   DSI_ASSERT(r0 % DSI_TILE_N == 0);
   int silu_pairs = g->epi == DSI_EPI_SILU_PAIRS;
@@ -424,12 +531,13 @@ void dsi_gemm_avx512(const dsi_gemm *g, int r0, int r1, void *scratch) {
   int rows_out = silu_pairs ? r1 : DSI_MIN(r1, w->rows);
   if (g->m <= 0 || rows_out <= r0) return;
 
-  plan pl = {.g = g, .nl = (w->cols + 1) / 2};
+  plan pl = {.g = g, .dp = dp, .nl = (w->cols + 1) / 2};
   pl.mbmax = w->dtype == DSI_DTYPE_BF16 ? MB_BF16 : w->dtype == DSI_DTYPE_F32 ? MB_F32 : w->dtype == DSI_DTYPE_I8 ? MB_I8 : MB_FP8;
   /* FP8 decode and small batches: the word-order route (fp8_pass_w), one
    * pass; taller batches keep the route above, which takes 16 rows a pass
    * and so widens each panel half as often */
   if (w->dtype == DSI_DTYPE_F8_E4M3 && g->m <= MB_FP8_W) pl.mbmax = MB_FP8_W;
+  if (dp) pl.mbmax = MB_DP;
 
   /* scratch, DSI_GEMM_SCRATCH(cols) = (cols + 64) * 64 floats, holds GROUP
    * rows of x: two result tiles ([GROUP][16] each) and the staged rows
@@ -445,7 +553,8 @@ void dsi_gemm_avx512(const dsi_gemm *g, int r0, int r1, void *scratch) {
     for (int q = 0; q <= pl.npass; q++) pl.pass_i0[q] = (int)((int64_t)pl.n * q / pl.npass);
     for (int q = 0; q < pl.npass; q++) {
       int i0 = pl.pass_i0[q];
-      stage_x(g, ig + i0, pl.pass_i0[q + 1] - i0, w->cols, pl.xs + (size_t)i0 * 2 * pl.nl);
+      if (dp) stage_x_dp(g, ig + i0, pl.pass_i0[q + 1] - i0, w->cols, (uint32_t *)pl.xs + (size_t)i0 * pl.nl);
+      else stage_x(g, ig + i0, pl.pass_i0[q + 1] - i0, w->cols, pl.xs + (size_t)i0 * 2 * pl.nl);
     }
 
     if (silu_pairs) {
@@ -473,3 +582,6 @@ void dsi_gemm_avx512(const dsi_gemm *g, int r0, int r1, void *scratch) {
     }
   }
 }
+
+void dsi_gemm_avx512(const dsi_gemm *g, int r0, int r1, void *scratch) { gemm_run(g, r0, r1, scratch, 0); }
+void dsi_gemm_avx512_bf16(const dsi_gemm *g, int r0, int r1, void *scratch) { gemm_run(g, r0, r1, scratch, 1); }

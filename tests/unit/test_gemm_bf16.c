@@ -1,6 +1,8 @@
-/* tests: the AMX matmul (dsi_gemm_amx) against the scalar oracle run on the
- * row-major originals — BF16 and FP8, every epilogue, ragged rows, columns
- * and M, gathered activations, scattered outputs, two row ranges at once. */
+/* tests: the matmuls that multiply bf16 activations — AMX (dsi_gemm_amx)
+ * and AVX512-BF16 (dsi_gemm_avx512_bf16), each where this CPU runs it —
+ * against the scalar oracle run on the row-major originals: BF16 and FP8,
+ * every epilogue, ragged rows, columns and M, gathered activations,
+ * scattered outputs, two row ranges at once; FP8 bitwise its BF16 twin. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,7 +14,10 @@
 #include "graph/matmul.h"
 #include "kernels/vec.h"
 
-#if defined(DSI_HAVE_AMX)
+#if defined(DSI_HAVE_AVX512)
+
+static dsi_gemm_fn g_fn;      /* the kernel under test */
+static const dsi_kern *g_kern; /* the table that picks it */
 
 /* bf16-representable values, so the oracle on x sees what the kernel sees in xb */
 static float bf16_round(float v) { return dsi_bf16_to_f32(dsi_f32_to_bf16(v)); }
@@ -100,7 +105,7 @@ static void run_share(void *ctx, int ith, int nth) {
   job *j = ctx;
   (void)nth;
   int r0 = ith ? j->split : 0, r1 = ith ? j->g->w->rows : j->split;
-  if (r0 < r1) dsi_gemm_amx(j->g, r0, r1, j->scratch[ith]);
+  if (r0 < r1) g_fn(j->g, r0, r1, j->scratch[ith]);
 }
 
 static dsi_pool *g_pool;
@@ -201,8 +206,8 @@ static void one_case(dsi_dtype dt, dsi_epilogue epi, int rows, int cols, int m, 
   double e = norm_err(y, yref, epi == DSI_EPI_SCATTER_ADD ? y0 : NULL, ny, ldy, ldy);
   int di = dt != DSI_DTYPE_BF16;
   if (!(e <= g_worst[di])) g_worst[di] = e;
-  CHECKF(e <= tol, "%s epi %d rows %d cols %d m %d: normalized error %.3g > %.0e", dt == DSI_DTYPE_BF16 ? "bf16" : "fp8",
-         (int)epi, rows, cols, m, e, tol);
+  CHECKF(e <= tol, "%s %s epi %d rows %d cols %d m %d: normalized error %.3g > %.0e", dsi_gemm_kernel_name(g_fn),
+         dt == DSI_DTYPE_BF16 ? "bf16" : "fp8", (int)epi, rows, cols, m, e, tol);
   /* nothing written past the outputs (ragged rows) or into padding columns */
   int clean = 1;
   for (int i = 0; i < ny; i++)
@@ -283,20 +288,20 @@ static void batch_case(dsi_dtype dt, dsi_rng *rng) {
                   .y = yref + (size_t)start[e] * ROWS, .ldy = ROWS, .epi = DSI_EPI_STORE};
     if (m) dsi_gemm_ref(&r, 0, ROWS, scr);
   }
-  dsi_mm mm = {.k = dsi_kern_best(), .act_bf16 = 1, .nth = dsi_pool_size(g_pool)};
+  dsi_mm mm = {.k = g_kern, .act_bf16 = 1, .nth = dsi_pool_size(g_pool)};
   size_t ws_bytes = dsi_mm_run_bytes(mm.nth, E, total, COLS, pk[0].kpad);
   void *ws = dsi_alloc_aligned(ws_bytes);
   dsi_gemm_fn fns[E];
   dsi_mm_run(g_pool, &mm, gs, E, ROWS, DSI_TILE_N, ws, ws_bytes, fns);
-  int n_amx = 0;
+  int n_run = 0;
   for (int e = 0; e < E; e++) {
     int m = start[e + 1] - start[e];
-    n_amx += fns[e] == dsi_gemm_amx && m > 0;
+    n_run += fns[e] == g_fn && m > 0;
     double err = norm_err(y + (size_t)start[e] * ROWS, yref + (size_t)start[e] * ROWS, NULL, m, ROWS, ROWS);
     CHECKF(err <= tol, "%s batch call %d (%d rows, %s): normalized error %.3g", dt == DSI_DTYPE_BF16 ? "bf16" : "fp8", e, m,
            dsi_gemm_kernel_name(fns[e]), err);
   }
-  CHECKF(n_amx >= E / 2, "only %d of %d calls ran on AMX", n_amx, E);
+  CHECKF(n_run >= E / 2, "only %d of %d calls ran on %s", n_run, E, dsi_gemm_kernel_name(g_fn));
   dsi_free_aligned(ws);
   for (int e = 0; e < E; e++) {
     dsi_free_aligned(mem[e]);
@@ -305,13 +310,38 @@ static void batch_case(dsi_dtype dt, dsi_rng *rng) {
   free(x), free(x_rows), free(y), free(yref), free(scr);
 }
 
-int main(void) {
-  if (!dsi_cpu_get()->amx_bf16) {
-    printf("skipped: no AMX-BF16 on this CPU (or tile data not granted)\n");
-    return 0;
+/* AVX512-BF16 rounds x itself: on f32 rows it gives bitwise what it gives
+ * on the same rows rounded to bf16 beforehand (to nearest even, as
+ * dsi_f32_to_bf16), odd column counts included */
+static void rounding_case(int cols, int m, dsi_rng *rng) {
+  weight w;
+  weight_make(&w, DSI_DTYPE_BF16, 48, cols, rng);
+  dsi_mat pk;
+  void *mem;
+  pack(&w, NULL, &pk, &mem);
+  float *x = malloc((size_t)m * cols * sizeof(float)), *xr = malloc((size_t)m * cols * sizeof(float));
+  for (int i = 0; i < m * cols; i++) {
+    x[i] = dsi_rng_normal(rng);
+    xr[i] = bf16_round(x[i]);
   }
-  dsi_dtype_init();
-  g_pool = dsi_pool_new(2);
+  float *y = malloc((size_t)m * 48 * sizeof(float)), *yr = malloc((size_t)m * 48 * sizeof(float));
+  void *scr = dsi_alloc_aligned(DSI_GEMM_SCRATCH(cols));
+  dsi_gemm g = {.w = &pk, .x = x, .ldx = cols, .m = m, .y = y, .ldy = 48, .epi = DSI_EPI_STORE};
+  dsi_gemm_avx512_bf16(&g, 0, 48, scr);
+  g.x = xr;
+  g.y = yr;
+  dsi_gemm_avx512_bf16(&g, 0, 48, scr);
+  CHECKF(!memcmp(y, yr, (size_t)m * 48 * sizeof(float)), "cols %d m %d: f32 rows differ from their bf16 rounding", cols, m);
+  dsi_free_aligned(scr);
+  free(x), free(xr), free(y), free(yr);
+  dsi_free_aligned(mem);
+  weight_free(&w);
+}
+
+static void run_kernel(dsi_gemm_fn fn, const dsi_kern *k) {
+  g_fn = fn;
+  g_kern = k;
+  g_worst[0] = g_worst[1] = 0;
   dsi_rng rng;
   dsi_rng_seed(&rng, 42);
   static const int rows_set[] = {16, 32, 48, 80, 200, 7, 1000};
@@ -341,14 +371,34 @@ int main(void) {
     }
   batch_case(DSI_DTYPE_BF16, &rng);
   batch_case(DSI_DTYPE_F8_E4M3, &rng);
+  printf("%s: worst normalized error: bf16 %.2e, fp8 %.2e\n", dsi_gemm_kernel_name(fn), g_worst[0], g_worst[1]);
+}
+
+int main(void) {
+  dsi_dtype_init();
+  g_pool = dsi_pool_new(2);
+  int ran = 0;
+  const dsi_kern *dot = dsi_kern_get(DSI_ISA_AVX512BF16);
+  if (dot->dot_bf16) {
+    run_kernel(dsi_gemm_avx512_bf16, dot), ran++;
+    dsi_rng rng;
+    dsi_rng_seed(&rng, 7);
+    for (int cols = 31; cols <= 100; cols += 23)
+      for (int m = 1; m <= 20; m += 19) rounding_case(cols, m, &rng);
+  }
+  else printf("AVX512-BF16: skipped, not on this CPU\n");
+#if defined(DSI_HAVE_AMX)
+  if (dsi_kern_best()->amx) run_kernel(dsi_gemm_amx, dsi_kern_best()), ran++;
+  else printf("AMX: skipped, not on this CPU (or tile data not granted)\n");
+#endif
   dsi_pool_free(g_pool);
-  printf("worst normalized error: bf16 %.2e, fp8 %.2e\n", g_worst[0], g_worst[1]);
+  if (!ran) printf("skipped: no bf16 matmul runs on this CPU\n");
   return check_done();
 }
 
 #else
 int main(void) {
-  printf("skipped: built without the AMX kernel\n");
+  printf("skipped: built without the AVX-512 kernels\n");
   return 0;
 }
 #endif
