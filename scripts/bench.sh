@@ -4,7 +4,10 @@
 # INT8 (the defaults: packed weights, the best kernels) beside the scalar
 # row-major baseline; then the ablation (eager, graph, streams, op-opt) on
 # `small` and `bench`, graph vs eager at several batch sizes, and one vs two
-# streams. Writes results under bench-results/.
+# streams; and the serving engine (bench serve): throughput at concurrency
+# 16 beside 1, inter-token latency while 512-token prompts keep arriving,
+# and TTFT with a 2,048-token shared prefix beside none. Writes results
+# under bench-results/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=bench-results; mkdir -p "$out" models
@@ -40,4 +43,14 @@ for m in small bench-bf16; do
     done
   done
 done | tee "$out/exec-batches.txt"
+# serving, side by side, three rounds
+for round in 1 2 3; do
+  for c in 1 16; do
+    echo "round $round concurrency $c: $($bin bench serve --model models/bench-bf16 --requests 32 --concurrency $c --prompt-len 32 --gen-len 128 --json)"
+  done
+  echo "round $round arrivals of 512-token prompts: $($bin bench serve --model models/bench-bf16 --requests 48 --concurrency 16 --prompt-len 512 --gen-len 64 --json)"
+  for p in 0 2048; do
+    echo "round $round shared prefix $p: $($bin bench serve --model models/bench-bf16 --requests 6 --concurrency 1 --prompt-len 2112 --shared-prefix $p --gen-len 8 --json)"
+  done
+done | tee "$out/serve.txt"
 $bin bench tokenizer | tee "$out/tokenizer.txt" || true

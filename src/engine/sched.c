@@ -90,7 +90,13 @@ struct dsi_sched {
   int32_t *b_tok, *b_seq;
   uint8_t *b_want;      /* [max_batched_tokens] */
   float *logits;        /* [max_seqs, vocab] */
-  dsi_sample_ws ws;
+  /* sampling a step's rows on the engine's pool: a workspace per thread
+   * (up to SAMPLE_WS), and per row its segment, token and extras */
+  dsi_sample_ws *ws;
+  int n_ws;
+  int *todo;
+  int32_t *drawn;
+  dsi_sample_out *outs;
   /* the step-cost model, t = a + b decode tokens + c prompt tokens, fitted
    * by exponentially weighted least squares over the steps: sums of w x x^T
    * and w x t for x = (1, decode tokens, prompt tokens) */
@@ -741,6 +747,30 @@ static void retry_alone(dsi_sched *s, int n_seg, float *one) {
   }
 }
 
+/* the rows of a step to sample, split over the pool's first n_ws threads
+ * (each row reads its own completion's history and random stream, so who
+ * samples it changes nothing) */
+#define SAMPLE_WS 16
+typedef struct {
+  dsi_sched *s;
+  int n;
+} sample_job;
+
+static void sample_rows(void *ctx, int ith, int nth) {
+  (void)nth;
+  const sample_job *j = ctx;
+  dsi_sched *s = j->s;
+  for (int k = ith; ith < s->n_ws && k < j->n; k += s->n_ws) {
+    const seg *g = &s->segs[s->todo[k]];
+    completion *c = g->c;
+    const request *q = c->req;
+    s->outs[k] = (dsi_sample_out){.want_logprob = q->r.logprobs, .n_top = q->r.top_logprobs};
+    float *lg = s->logits + (size_t)g->logits * s->vocab;
+    s->drawn[k] = dsi_sample(&q->r.sampling, &c->rng, lg, s->n_valid, c->toks, c->n_tok, q->r.n_prompt, &s->ws[ith],
+                             &s->outs[k]);
+  }
+}
+
 /* one step; 0 when there was nothing to run */
 static int step(dsi_sched *s) {
   double t_plan = now();
@@ -755,19 +785,18 @@ static int step(dsi_sched *s) {
   s->acc.steps++;
   s->sum_tokens += T;
   s->sum_seqs += n_seg;
+  sample_job j = {s, 0};
   for (int i = 0; i < n_seg; i++) {
     seg *g = &s->segs[i];
     completion *c = g->c;
     if (!c) continue; /* failed alone */
     c->computed += g->n;
     dsi_kv_commit(&s->e->kv, &s->e->seqs[c->seq], c->toks);
-    if (g->logits < 0) continue;
-    request *q = c->req;
-    dsi_sample_out so = {.want_logprob = q->r.logprobs, .n_top = q->r.top_logprobs};
-    float *lg = s->logits + (size_t)g->logits * s->vocab;
-    int32_t tok = dsi_sample(&q->r.sampling, &c->rng, lg, s->n_valid, c->toks, c->n_tok, q->r.n_prompt, &s->ws, &so);
-    deliver(s, c, tok, &so);
+    if (g->logits >= 0) s->todo[j.n++] = i;
   }
+  if (j.n > 1 && s->n_ws > 1) dsi_pool_run(s->e->pool, sample_rows, &j);
+  else sample_rows(&j, 0, 1);
+  for (int k = 0; k < j.n; k++) deliver(s, s->segs[s->todo[k]].c, s->drawn[k], &s->outs[k]);
   s->acc.step_seconds += now() - t_plan;
   return 1;
 }
@@ -803,6 +832,12 @@ static void *loop(void *arg) {
   return NULL;
 }
 
+static void free_buffers(dsi_sched *s) {
+  free(s->run), free(s->segs), free(s->b_tok), free(s->b_seq), free(s->b_want), free(s->logits);
+  for (int i = 0; s->ws && i < s->n_ws; i++) dsi_sample_ws_free(&s->ws[i]);
+  free(s->ws), free(s->todo), free(s->drawn), free(s->outs);
+}
+
 int dsi_sched_open(dsi_sched **out, dsi_engine *e, const dsi_tok *tok, const dsi_sched_opts *o, dsi_err *err) {
   *out = NULL;
   dsi_sched *s = dsi_xcalloc(1, sizeof *s);
@@ -830,7 +865,13 @@ int dsi_sched_open(dsi_sched **out, dsi_engine *e, const dsi_tok *tok, const dsi
   s->b_seq = malloc((size_t)mt * sizeof(int32_t));
   s->b_want = malloc((size_t)mt);
   s->logits = malloc(((size_t)ms + 1) * s->vocab * sizeof(float)); /* and a row for retries */
-  int ok = s->run && s->segs && s->b_tok && s->b_seq && s->b_want && s->logits && !dsi_sample_ws_init(&s->ws, s->vocab);
+  s->n_ws = DSI_MAX(1, DSI_MIN(DSI_MIN(dsi_pool_size(e->pool), ms), SAMPLE_WS));
+  s->ws = calloc((size_t)s->n_ws, sizeof *s->ws);
+  s->todo = malloc((size_t)ms * sizeof *s->todo);
+  s->drawn = malloc((size_t)ms * sizeof *s->drawn);
+  s->outs = malloc((size_t)ms * sizeof *s->outs);
+  int ok = s->run && s->segs && s->b_tok && s->b_seq && s->b_want && s->logits && s->ws && s->todo && s->drawn && s->outs;
+  for (int i = 0; ok && i < s->n_ws; i++) ok = !dsi_sample_ws_init(&s->ws[i], s->vocab);
   if (ok) {
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->wake, NULL);
@@ -843,8 +884,7 @@ int dsi_sched_open(dsi_sched **out, dsi_engine *e, const dsi_tok *tok, const dsi
     }
   }
   if (!ok) {
-    free(s->run), free(s->segs), free(s->b_tok), free(s->b_seq), free(s->b_want), free(s->logits);
-    dsi_sample_ws_free(&s->ws);
+    free_buffers(s);
     free(s);
     return dsi_errf(err, DSI_E_NOMEM, "cannot set up the scheduler for %d sequences (%d tokens a step)", ms, mt);
   }
@@ -862,12 +902,6 @@ void dsi_sched_free(dsi_sched *s) {
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->wake);
   pthread_cond_destroy(&s->idle);
-  free(s->run);
-  free(s->segs);
-  free(s->b_tok);
-  free(s->b_seq);
-  free(s->b_want);
-  free(s->logits);
-  dsi_sample_ws_free(&s->ws);
+  free_buffers(s);
   free(s);
 }

@@ -95,7 +95,10 @@ static void make_tables(void) {
     else if (k->level >= DSI_ISA_AVX2) k->vec = &dsi_vec_ops_avx2;
 #endif
 #if DSI_HAVE_AVX512
-    k->dot_bf16 = k->level >= DSI_ISA_AVX512BF16;
+    /* not beside AMX: there vdpbf16ps issues one a cycle against two FMAs,
+     * and below AMX's 8 rows the f32 route measured as fast or faster
+     * (docs/perf-notes.md) */
+    k->dot_bf16 = k->level == DSI_ISA_AVX512BF16;
 #endif
 #if DSI_HAVE_AMX
     k->amx = k->level >= DSI_ISA_AMX;

@@ -28,7 +28,8 @@ struct dsi_vec_ops;
 typedef struct dsi_kern {
   dsi_isa level;                 /* the CPU's best, capped */
   const struct dsi_vec_ops *vec; /* the vector primitives of that level */
-  int dot_bf16;                  /* the AVX512-BF16 matmul runs (bf16 activations) */
+  int dot_bf16;                  /* the AVX512-BF16 matmul runs (bf16 activations; levels
+                                    with it and without AMX) */
   int amx;                       /* the AMX BF16 tile kernels run (matmul, attention) */
   int amx_int8;                  /* and the AMX INT8 matmul */
 } dsi_kern;

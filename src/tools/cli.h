@@ -42,7 +42,7 @@ typedef struct {
   {"--threads", NULL, OPT_INT, &(r).threads, "worker threads (default: all cores)"},                   \
   {"--mlock", NULL, OPT_FLAG, &(r).mlock, "lock the file mapping and compute from it (row-major)"},   \
   {"--op-opt", NULL, OPT_STR, &(r).op_opt, "on: pack weights into the kernels' layout (default); off: keep row-major"}, \
-  {"--precision", NULL, OPT_STR, &(r).precision, "activations into matmuls: auto | f32 | bf16 (default auto: bf16 where AMX runs)"}, \
+  {"--precision", NULL, OPT_STR, &(r).precision, "activations into matmuls: auto | f32 | bf16 (default auto: bf16 where AMX or AVX512-BF16 runs)"}, \
   {"--quant", NULL, OPT_STR, &(r).quant, "none | int8: quantize the packed weights while loading (default none)"}, \
   {"--exec", NULL, OPT_STR, &(r).exec, "graph: replay a plan captured per shape bucket (default); eager: op by op"}, \
   {"--streams", NULL, OPT_INT, &(r).streams, "1, or 2: shared expert beside routed experts, q beside kv (default 1)"}
