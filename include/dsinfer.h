@@ -386,6 +386,9 @@ typedef struct dsi_chat_fmt dsi_chat_fmt;
 /* Read model_dir/tokenizer_config.json; without that file, the built-in
  * template with DeepSeek's BOS/EOS. */
 int dsi_chat_fmt_open(dsi_chat_fmt **out, const char *model_dir, dsi_err *err);
+/* The same with the Jinja template read from template_path instead (BOS and
+ * EOS still from model_dir): a file that fails to read or parse is named. */
+int dsi_chat_fmt_open_file(dsi_chat_fmt **out, const char *model_dir, const char *template_path, dsi_err *err);
 void dsi_chat_fmt_free(dsi_chat_fmt *f);
 /* Render a conversation: messages_json is a JSON array of {role, content,
  * reasoning_content, tool_calls, ...}; extra_json NULL or a JSON object of

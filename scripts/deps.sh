@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install the Debian packages dsinfer builds and tests with (Debian 12). The
-# build's packages are required; node and npm (test-only: the reference
-# tokenizer and template renderer) are installed when missing, and a machine
+# build's packages are required; node, npm and chromium (test-only: the
+# reference tokenizer and template renderer, the OpenAI client, the chat
+# page's browser) are installed when missing, and a machine
 # where that fails (NodeSource's nodejs conflicts with Debian's npm) goes on.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libcjson-dev libpcre2-dev libmicrohttpd-dev libopenblas-dev
@@ -9,6 +10,7 @@ pkgs=(build-essential cmake pkg-config libcjson-dev libpcre2-dev libmicrohttpd-d
 test_pkgs=()
 command -v node >/dev/null 2>&1 || test_pkgs+=(nodejs)
 command -v npm >/dev/null 2>&1 || test_pkgs+=(npm)
+command -v chromium >/dev/null 2>&1 || test_pkgs+=(chromium) # the chat page's test
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo

@@ -7,6 +7,7 @@
  * a request is submitted or the scheduler opened, never per step. */
 #define _GNU_SOURCE
 #include "engine/engine_impl.h"
+#include "engine/engine_testing.h"
 #include "engine/sampler.h"
 
 #include <math.h>
@@ -97,6 +98,8 @@ struct dsi_sched {
   int *todo;
   int32_t *drawn;
   dsi_sample_out *outs;
+  int32_t *script; /* tests: every completion's tokens (dsi_sched_testing_script) */
+  int n_script;
   /* the step-cost model, t = a + b decode tokens + c prompt tokens, fitted
    * by exponentially weighted least squares over the steps: sums of w x x^T
    * and w x t for x = (1, decode tokens, prompt tokens) */
@@ -768,6 +771,7 @@ static void sample_rows(void *ctx, int ith, int nth) {
     float *lg = s->logits + (size_t)g->logits * s->vocab;
     s->drawn[k] = dsi_sample(&q->r.sampling, &c->rng, lg, s->n_valid, c->toks, c->n_tok, q->r.n_prompt, &s->ws[ith],
                              &s->outs[k]);
+    if (s->script) s->drawn[k] = c->n_out < s->n_script ? s->script[c->n_out] : s->eos[0];
   }
 }
 
@@ -832,10 +836,17 @@ static void *loop(void *arg) {
   return NULL;
 }
 
+void dsi_sched_testing_script(dsi_sched *s, const int32_t *ids, int n) {
+  free(s->script);
+  s->script = dsi_xmalloc((size_t)(n > 0 ? n : 1) * sizeof *ids);
+  memcpy(s->script, ids, (size_t)n * sizeof *ids);
+  s->n_script = n;
+}
+
 static void free_buffers(dsi_sched *s) {
   free(s->run), free(s->segs), free(s->b_tok), free(s->b_seq), free(s->b_want), free(s->logits);
   for (int i = 0; s->ws && i < s->n_ws; i++) dsi_sample_ws_free(&s->ws[i]);
-  free(s->ws), free(s->todo), free(s->drawn), free(s->outs);
+  free(s->ws), free(s->todo), free(s->drawn), free(s->outs), free(s->script);
 }
 
 int dsi_sched_open(dsi_sched **out, dsi_engine *e, const dsi_tok *tok, const dsi_sched_opts *o, dsi_err *err) {

@@ -34,7 +34,7 @@ static int probe_thinks(const dsi_chat_fmt *f) {
   return thinks;
 }
 
-int dsi_chat_fmt_open(dsi_chat_fmt **out, const char *model_dir, dsi_err *err) {
+static int fmt_open(dsi_chat_fmt **out, const char *model_dir, const char *template_path, dsi_err *err) {
   *out = NULL;
   if (!model_dir) return dsi_errf(err, DSI_E_INVAL, "chat format: no model folder");
   char path[4096];
@@ -52,14 +52,20 @@ int dsi_chat_fmt_open(dsi_chat_fmt **out, const char *model_dir, dsi_err *err) {
     }
   }
   dsi_chat_fmt *f = dsi_xcalloc(1, sizeof *f);
-  int st = dsi_tmpl_open_config(&f->tmpl, cfg, err);
-  if (st) {
+  int st;
+  if (template_path) {
+    char *src = NULL;
+    st = dsi_read_file(template_path, &src, NULL, err);
+    if (!st && (st = dsi_tmpl_open(&f->tmpl, src, err))) dsi_err_prefix(err, st, "%s", template_path);
+    free(src);
+  } else if ((st = dsi_tmpl_open_config(&f->tmpl, cfg, err))) {
     dsi_err_prefix(err, st, "%s", path);
-  } else if (cfg) {
+  }
+  if (!st && cfg) {
     const char *bos = dsi_tmpl_config_token(cfg, "bos_token"), *eos = dsi_tmpl_config_token(cfg, "eos_token");
     f->bos = bos ? dsi_xstrdup(bos) : NULL;
     f->eos = eos ? dsi_xstrdup(eos) : NULL;
-  } else {
+  } else if (!st) {
     f->bos = dsi_xstrdup(DEEPSEEK_BOS);
     f->eos = dsi_xstrdup(DEEPSEEK_EOS);
   }
@@ -71,6 +77,15 @@ int dsi_chat_fmt_open(dsi_chat_fmt **out, const char *model_dir, dsi_err *err) {
   f->thinks = probe_thinks(f);
   *out = f;
   return DSI_OK;
+}
+
+int dsi_chat_fmt_open(dsi_chat_fmt **out, const char *model_dir, dsi_err *err) {
+  return fmt_open(out, model_dir, NULL, err);
+}
+
+int dsi_chat_fmt_open_file(dsi_chat_fmt **out, const char *model_dir, const char *template_path, dsi_err *err) {
+  if (!template_path) return dsi_errf(err, DSI_E_INVAL, "chat format: no template file");
+  return fmt_open(out, model_dir, template_path, err);
 }
 
 void dsi_chat_fmt_free(dsi_chat_fmt *f) {

@@ -17,7 +17,7 @@
 #include "dsinfer.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
-#include "tools/sbuf.h"
+#include "base/sbuf.h"
 
 static void sb_str(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
 

@@ -12,7 +12,7 @@
 #include "dsinfer.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
-#include "tools/sbuf.h"
+#include "base/sbuf.h"
 
 /* ---- shared: opening the tokenizer ---- */
 

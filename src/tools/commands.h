@@ -33,5 +33,7 @@ int dsi_cmd_bench_serve(int argc, char **argv);
 /* cmd_run.c: text in, text out */
 int dsi_cmd_run(int argc, char **argv);
 int dsi_cmd_chat(int argc, char **argv);
+/* cmd_serve.c: the OpenAI-compatible server */
+int dsi_cmd_serve(int argc, char **argv);
 
 #endif

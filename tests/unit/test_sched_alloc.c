@@ -16,6 +16,7 @@
 #include "dsinfer.h"
 #include "test_isa.h"
 #include "tools/internal.h"
+#include "test_tiny.h"
 
 static atomic_long g_allocs;
 
@@ -60,18 +61,10 @@ static void on_event(void *user, const dsi_request_event *ev) {
 
 int main(void) {
   char dir[] = "/tmp/test_sched_alloc_XXXXXX";
-  DSI_ASSERT(mkdtemp(dir));
-  dsi_err err = {0};
-  dsi_mkmodel_opts mo = {.preset = "tiny", .dtype = "bf16", .seed = 3, .out_dir = dir, .tokenizer = "builtin"};
-  DSI_ASSERT(dsi_mkmodel(&mo, &err) == 0);
   dsi_model *m;
-  dsi_load_opts lo = {0};
-  DSI_ASSERT(dsi_model_open(&m, dir, &lo, &err) == 0);
-  char json[300], cfg[300];
-  snprintf(json, sizeof json, "%s/tokenizer.json", dir);
-  snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", dir);
   dsi_tok *tok;
-  DSI_ASSERT(dsi_tok_open(&tok, json, cfg, 0, &err) == 0);
+  tiny_checkpoint(dir, &m, &tok);
+  dsi_err err = {0};
   dsi_engine *e;
   dsi_engine_opts eo = {.n_threads = 2, .kv_block_size = 8, .max_context = 128, .max_tokens = 64, .isa = test_isa()};
   DSI_ASSERT(dsi_engine_open(&e, m, &eo, &err) == 0);

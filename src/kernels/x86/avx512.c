@@ -400,13 +400,14 @@ static void i8_pass_n(const uint8_t *wp, int nl, int lb, const float *sc, const 
  * and row, rows next to each other (xs[kk * mb + i]). */
 #define MB_DP 16
 
-#pragma GCC push_options
-#pragma GCC target("avx512bf16,avx512vbmi")
+/* these functions also use VBMI, which the AVX-512 level does not imply */
+#define DP_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16,avx512vbmi")))
+#define FP8_LUT_TARGET DP_TARGET
 #include "kernels/x86/fp8_lut.h"
 
 /* rows i0 .. i0 + mb - 1 of x, rounded to bf16 (to nearest even, as
  * vcvtne2ps2bf16 rounds), as pairs; an odd last column pairs with zero */
-static void stage_x_dp(const dsi_gemm *g, int i0, int mb, int cols, uint32_t *xs) {
+DP_TARGET static void stage_x_dp(const dsi_gemm *g, int i0, int mb, int cols, uint32_t *xs) {
   uint32_t row[16];
   for (int i = 0; i < mb; i++) {
     const float *x = x_row(g, i0 + i);
@@ -427,7 +428,7 @@ static void stage_x_dp(const dsi_gemm *g, int i0, int mb, int cols, uint32_t *xs
   }
 }
 
-ALWAYS_INLINE void dp_bf16_pass(const uint8_t *wp, int nl, const uint32_t *xs, int MB, float *out) {
+DP_TARGET ALWAYS_INLINE void dp_bf16_pass(const uint8_t *wp, int nl, const uint32_t *xs, int MB, float *out) {
   __m512 acc[MB_DP];
 #pragma GCC unroll 16
   for (int i = 0; i < MB; i++) acc[i] = _mm512_setzero_ps();
@@ -442,7 +443,7 @@ ALWAYS_INLINE void dp_bf16_pass(const uint8_t *wp, int nl, const uint32_t *xs, i
 }
 
 /* FP8: lines of 32 bytes, two at a time through the block's table */
-ALWAYS_INLINE void dp_fp8_pass(const uint8_t *wp, int nl, int lb, const float *sc, const uint32_t *xs, int MB,
+DP_TARGET ALWAYS_INLINE void dp_fp8_pass(const uint8_t *wp, int nl, int lb, const float *sc, const uint32_t *xs, int MB,
                                float *out) {
   __m512 acc[MB_DP];
 #pragma GCC unroll 16
@@ -472,7 +473,7 @@ ALWAYS_INLINE void dp_fp8_pass(const uint8_t *wp, int nl, int lb, const float *s
   for (int i = 0; i < MB; i++) _mm512_storeu_ps(out + 16 * i, acc[i]);
 }
 
-static void dp_pass_n(const dsi_mat *w, const uint8_t *wp, int nl, const float *sc, const uint32_t *xs, int mb,
+DP_TARGET static void dp_pass_n(const dsi_mat *w, const uint8_t *wp, int nl, const float *sc, const uint32_t *xs, int mb,
                       float *out) {
   if (w->dtype == DSI_DTYPE_BF16) switch (mb) {
 #define F(n) case n: dp_bf16_pass(wp, nl, xs, n, out); return;
@@ -486,7 +487,6 @@ static void dp_pass_n(const dsi_mat *w, const uint8_t *wp, int nl, const float *
     }
   DSI_ASSERT(0);
 }
-#pragma GCC pop_options
 
 /* ---- driver: row groups -> panels -> passes -> epilogue ---- */
 typedef struct plan {

@@ -1,12 +1,17 @@
 /* kernels: e4m3 -> bf16(fp8 * scale) by table, for the kernels that widen
  * FP8 weights to bf16 (the AMX matmul's B tiles, the AVX512-BF16 matmul's
  * lines). Needs AVX512-BF16 and VBMI: included by files compiled with the
- * AMX flags, or inside a region that targets them. */
+ * AMX flags, or by one that defines FP8_LUT_TARGET as a function attribute
+ * naming them (GCC's and clang's target attribute). */
 #ifndef DSI_FP8_LUT_H
 #define DSI_FP8_LUT_H
 
 #include <immintrin.h>
 #include <stdint.h>
+
+#ifndef FP8_LUT_TARGET
+#define FP8_LUT_TARGET
+#endif
 
 /* e4m3 -> bf16(fp8 * scale) by table: one scale covers a block of columns, so
  * bf16(v * scale) for the 128 magnitudes v is the whole map, kept as its
@@ -22,7 +27,7 @@ typedef struct {
   __m512i lo0, lo1, hi0, hi1;
 } fp8_lut;
 
-static inline fp8_lut fp8_lut_make(float scale) {
+FP8_LUT_TARGET static inline fp8_lut fp8_lut_make(float scale) {
   const __m512 f = _mm512_set1_ps(scale * 256.0f);
   const __m512i iota = _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13,
                                         12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
@@ -44,7 +49,7 @@ static inline fp8_lut fp8_lut_make(float scale) {
 }
 
 /* 64 e4m3 bytes -> 64 bf16 words, in order: words 0-31 in *w0, 32-63 in *w1 */
-static inline void fp8_lut_64r(const fp8_lut *t, __m512i x, __m512i *w0, __m512i *w1) {
+FP8_LUT_TARGET static inline void fp8_lut_64r(const fp8_lut *t, __m512i x, __m512i *w0, __m512i *w1) {
   /* output word i of a half: byte i of the low bytes, then byte i of the high */
   const __m512i ilo = _mm512_set_epi8(95, 31, 94, 30, 93, 29, 92, 28, 91, 27, 90, 26, 89, 25, 88, 24, 87, 23, 86, 22,
                                       85, 21, 84, 20, 83, 19, 82, 18, 81, 17, 80, 16, 79, 15, 78, 14, 77, 13, 76, 12,
@@ -59,7 +64,7 @@ static inline void fp8_lut_64r(const fp8_lut *t, __m512i x, __m512i *w0, __m512i
 }
 
 /* the same from in to out */
-static inline void fp8_lut_64(const fp8_lut *t, const uint8_t *in, uint16_t *out) {
+FP8_LUT_TARGET static inline void fp8_lut_64(const fp8_lut *t, const uint8_t *in, uint16_t *out) {
   __m512i w0, w1;
   fp8_lut_64r(t, _mm512_loadu_si512(in), &w0, &w1);
   _mm512_store_si512((__m512i *)out, w0);

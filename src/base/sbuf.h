@@ -1,5 +1,5 @@
-/* tools: a growable text buffer for the commands (always NUL-terminated);
- * out of memory is fatal here, as for any small allocation of a tool. */
+/* base: a growable text buffer (always NUL-terminated), for the commands
+ * and the server; out of memory is fatal, as for any small allocation. */
 #ifndef DSI_SBUF_H
 #define DSI_SBUF_H
 
@@ -14,5 +14,7 @@ typedef struct sbuf {
 void sb_put(sbuf *b, const void *s, size_t n);
 /* append s as a JSON string literal (quotes, escapes) */
 void sb_json(sbuf *b, const char *s);
+/* append printf's output */
+void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif

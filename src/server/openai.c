@@ -1,0 +1,1289 @@
+/* server: the OpenAI endpoints — a request's JSON checked field by field
+ * (unknown fields ignored, wrong types and ranges a 400 naming the field),
+ * a chat rendered by the checkpoint's template and tokenized, submitted to
+ * the scheduler, and the answer: whole, or streamed as server-sent events.
+ * Chat output is split into reasoning, answer and tool calls by the chat
+ * format's parser (dsi_chat_out), the same whether streamed or not. */
+#define _GNU_SOURCE
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/base.h"
+#include "server/server_impl.h"
+
+#define SB_LIT(b, lit) sb_put((b), (lit), sizeof(lit) - 1)
+
+/* ---- JSON out ---- */
+
+/* s[0..n) as a JSON string; invalid UTF-8 (a token's piece of a
+ * character) becomes U+FFFD */
+static void jstr(sbuf *b, const char *s, size_t n) {
+  SB_LIT(b, "\"");
+  const unsigned char *p = (const unsigned char *)s, *e = p + n;
+  while (p < e) {
+    unsigned c = *p;
+    if (c < 0x80) {
+      char esc[8];
+      if (c == '"' || c == '\\') snprintf(esc, sizeof esc, "\\%c", c);
+      else if (c == '\n') snprintf(esc, sizeof esc, "\\n");
+      else if (c == '\r') snprintf(esc, sizeof esc, "\\r");
+      else if (c == '\t') snprintf(esc, sizeof esc, "\\t");
+      else if (c < 0x20 || c == 0x7f) snprintf(esc, sizeof esc, "\\u%04x", c);
+      else esc[0] = (char)c, esc[1] = 0;
+      sb_put(b, esc, strlen(esc));
+      p++;
+      continue;
+    }
+    int len = c >= 0xf0 && c < 0xf5 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
+    int ok = len && p + len <= e;
+    for (int k = 1; ok && k < len; k++) ok = (p[k] & 0xc0) == 0x80;
+    if (ok && len == 3) ok = !(c == 0xe0 && p[1] < 0xa0) && !(c == 0xed && p[1] >= 0xa0);
+    if (ok && len == 4) ok = !(c == 0xf0 && p[1] < 0x90) && !(c == 0xf4 && p[1] >= 0x90);
+    if (ok) {
+      sb_put(b, p, (size_t)len);
+      p += len;
+    } else {
+      SB_LIT(b, "\xef\xbf\xbd");
+      p++;
+    }
+  }
+  SB_LIT(b, "\"");
+}
+
+static void jcstr(sbuf *b, const char *s) { jstr(b, s, strlen(s)); }
+
+/* a float as JSON (no NaN / Inf in JSON: a logprob of -Inf is -9999) */
+static void jnum(sbuf *b, double v) {
+  if (!isfinite(v)) v = v < 0 ? -9999.0 : 9999.0;
+  sb_printf(b, "%.9g", v);
+}
+
+/* ---- JSON in: fields, checked ---- */
+
+typedef struct in {
+  const cJSON *o;
+  reply *rp;
+  int bad; /* an error reply is set */
+} in;
+
+static int bad(in *j, const char *param, const char *fmt, const char *detail) {
+  if (!j->bad) reply_error(j->rp, 400, "invalid_request_error", param, NULL, fmt, param, detail);
+  j->bad = 1;
+  return -1;
+}
+
+static const cJSON *field(const in *j, const char *k) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(j->o, k);
+  return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+static int get_num(in *j, const char *k, double lo, double hi, double *out) {
+  const cJSON *v = field(j, k);
+  if (!v) return 0;
+  if (!cJSON_IsNumber(v)) return bad(j, k, "'%s' must be a number%s", "");
+  if (!(v->valuedouble >= lo && v->valuedouble <= hi)) {
+    char r[96];
+    snprintf(r, sizeof r, " in [%g, %g], not %g", lo, hi, v->valuedouble);
+    return bad(j, k, "'%s' must be a number%s", r);
+  }
+  *out = v->valuedouble;
+  return 1;
+}
+
+static int get_float(in *j, const char *k, double lo, double hi, float *out) {
+  double d;
+  int r = get_num(j, k, lo, hi, &d);
+  if (r == 1) *out = (float)d;
+  return r;
+}
+
+static int get_int(in *j, const char *k, double lo, double hi, long long *out) {
+  const cJSON *v = field(j, k);
+  if (!v) return 0;
+  if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble)) return bad(j, k, "'%s' must be an integer%s", "");
+  if (!(v->valuedouble >= lo && v->valuedouble <= hi)) {
+    char r[96];
+    snprintf(r, sizeof r, " in [%.0f, %.0f], not %.0f", lo, hi, v->valuedouble);
+    return bad(j, k, "'%s' must be an integer%s", r);
+  }
+  *out = (long long)v->valuedouble;
+  return 1;
+}
+
+static int get_bool(in *j, const char *k, int *out) {
+  const cJSON *v = field(j, k);
+  if (!v) return 0;
+  if (!cJSON_IsBool(v)) return bad(j, k, "'%s' must be true or false%s", "");
+  *out = cJSON_IsTrue(v);
+  return 1;
+}
+
+/* ---- what chat and completions share ---- */
+
+
+static void params_free(params *p) {
+  for (int i = 0; i < MAX_STOP; i++) free(p->stop_buf[i]);
+}
+
+static uint64_t random_seed(dsi_server *srv) {
+  struct timespec t;
+  clock_gettime(CLOCK_REALTIME, &t);
+  uint64_t x = (uint64_t)t.tv_nsec ^ ((uint64_t)t.tv_sec << 30) ^ (atomic_fetch_add(&srv->next_id, 1) * 0x9e3779b97f4a7c15ull);
+  x ^= x >> 31;
+  x *= 0xbf58476d1ce4e5b9ull;
+  return x ^ (x >> 29);
+}
+
+/* sampling, limits and stops, as OpenAI names them (with vLLM's
+ * extensions: top_k, min_p, repetition_penalty, ignore_eos, stop_token_ids) */
+static int get_params(dsi_server *srv, in *j, params *p, int chat) {
+  dsi_sampling *sp = &p->r.sampling;
+  sp->temperature = 1.0f;
+  sp->top_p = 1.0f;
+  long long v;
+  get_float(j, "temperature", 0, 100, &sp->temperature);
+  get_float(j, "top_p", 1e-9, 1, &sp->top_p);
+  if (get_int(j, "top_k", -1, 1 << 30, &v) == 1) sp->top_k = v < 0 ? 0 : (int)v;
+  get_float(j, "min_p", 0, 1, &sp->min_p);
+  get_float(j, "presence_penalty", -2, 2, &sp->presence_penalty);
+  get_float(j, "frequency_penalty", -2, 2, &sp->frequency_penalty);
+  get_float(j, "repetition_penalty", 1e-3, 100, &sp->repetition_penalty);
+  if (get_int(j, "seed", -9.2e18, 9.2e18, &v) == 1) sp->seed = (uint64_t)v;
+  else sp->seed = random_seed(srv);
+  if (get_int(j, "n", 1, MAX_N, &v) == 1) p->r.n = (int)v;
+  long long best_of;
+  if (get_int(j, "best_of", 1, MAX_N, &best_of) == 1 && best_of != (p->r.n ? p->r.n : 1))
+    bad(j, "best_of", "'%s' must equal n%s", " (the server returns every completion it makes)");
+  if (chat && get_int(j, "max_completion_tokens", 1, 1 << 30, &p->max_tokens) == 0)
+    get_int(j, "max_tokens", 1, 1 << 30, &p->max_tokens);
+  if (!chat) get_int(j, "max_tokens", 1, 1 << 30, &p->max_tokens);
+  get_bool(j, "ignore_eos", &p->r.ignore_eos);
+  get_bool(j, "stream", &p->stream);
+  const cJSON *so = field(j, "stream_options");
+  if (so) {
+    if (!cJSON_IsObject(so)) return bad(j, "stream_options", "'%s' must be an object%s", "");
+    in sub = {so, j->rp, 0};
+    get_bool(&sub, "include_usage", &p->include_usage);
+    if (sub.bad) j->bad = 1;
+  }
+  /* stop strings */
+  const cJSON *st = field(j, "stop");
+  if (st) {
+    int n = 0;
+    if (cJSON_IsString(st)) {
+      if (*st->valuestring) p->stop_buf[n++] = dsi_xstrdup(st->valuestring);
+    } else if (cJSON_IsArray(st)) {
+      const cJSON *e;
+      cJSON_ArrayForEach(e, st) {
+        if (!cJSON_IsString(e)) return bad(j, "stop", "'%s' must be a string or an array of strings%s", "");
+        if (n == MAX_STOP) return bad(j, "stop", "'%s' holds at most 16 strings%s", "");
+        if (*e->valuestring) p->stop_buf[n++] = dsi_xstrdup(e->valuestring);
+      }
+    } else {
+      return bad(j, "stop", "'%s' must be a string or an array of strings%s", "");
+    }
+    for (int i = 0; i < n; i++) p->stop[i] = p->stop_buf[i];
+    p->r.stop = p->stop;
+    p->r.n_stop = n;
+  }
+  /* stop token ids, and the chat format's end token */
+  const cJSON *sti = field(j, "stop_token_ids");
+  int ns = 0;
+  if (sti) {
+    if (!cJSON_IsArray(sti)) return bad(j, "stop_token_ids", "'%s' must be an array of token ids%s", "");
+    const cJSON *e;
+    cJSON_ArrayForEach(e, sti) {
+      if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 ||
+          e->valuedouble >= srv->n_valid)
+        return bad(j, "stop_token_ids", "'%s' must hold token ids of this model%s", "");
+      if (ns == 64) return bad(j, "stop_token_ids", "'%s' holds at most 64 ids%s", "");
+      p->stop_ids[ns++] = (int32_t)e->valuedouble;
+    }
+  }
+  if (chat && srv->chat_eos >= 0 && !p->r.ignore_eos) p->stop_ids[ns++] = srv->chat_eos;
+  p->r.stop_ids = p->stop_ids;
+  p->r.n_stop_ids = ns;
+  /* logit_bias: {"token id": bias} */
+  const cJSON *lb = field(j, "logit_bias");
+  if (lb) {
+    if (!cJSON_IsObject(lb)) return bad(j, "logit_bias", "'%s' must be an object of token ids to biases%s", "");
+    int n = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, lb) {
+      char *end;
+      long id = strtol(e->string, &end, 10);
+      if (*end || end == e->string || id < 0 || id >= srv->n_valid)
+        return bad(j, "logit_bias", "'%s' keys must be token ids of this model%s", "");
+      if (!cJSON_IsNumber(e) || !(e->valuedouble >= -100 && e->valuedouble <= 100))
+        return bad(j, "logit_bias", "'%s' values must be numbers in [-100, 100]%s", "");
+      if (n == MAX_BIAS) return bad(j, "logit_bias", "'%s' holds at most 1024 tokens%s", "");
+      p->bias_ids[n] = (int32_t)id;
+      p->bias[n++] = (float)e->valuedouble;
+    }
+    sp->bias_ids = p->bias_ids;
+    sp->bias = p->bias;
+    sp->n_bias = n;
+  }
+  /* logprobs: chat's a flag with top_logprobs beside; completions' a count */
+  if (chat) {
+    get_bool(j, "logprobs", &p->logprobs);
+    if (get_int(j, "top_logprobs", 0, DSI_MAX_TOP_LOGPROBS, &v) == 1) {
+      if (!p->logprobs && v > 0) return bad(j, "top_logprobs", "'%s' needs logprobs set to true%s", "");
+      p->r.top_logprobs = (int)v;
+    }
+  } else if (get_int(j, "logprobs", 0, DSI_MAX_TOP_LOGPROBS, &v) == 1) {
+    p->logprobs = 1;
+    p->r.top_logprobs = (int)v;
+  }
+  p->r.logprobs = p->logprobs;
+  return j->bad ? -1 : 0;
+}
+
+/* the model named, if any, is the one served */
+static int check_model(dsi_server *srv, in *j) {
+  const cJSON *m = field(j, "model");
+  if (!m) return 0;
+  if (!cJSON_IsString(m)) return bad(j, "model", "'%s' must be a string%s", "");
+  if (strcmp(m->valuestring, srv->model_name)) {
+    reply_error(j->rp, 404, "invalid_request_error", "model", "model_not_found", "the model '%s' does not exist",
+                m->valuestring);
+    j->bad = 1;
+    return -1;
+  }
+  return 0;
+}
+
+/* prompt length and max_tokens against the context; 0 or an error reply */
+static int check_length(dsi_server *srv, reply *rp, size_t n_prompt, params *p) {
+  if (n_prompt == 0) {
+    reply_error(rp, 400, "invalid_request_error", NULL, NULL, "the prompt is empty");
+    return -1;
+  }
+  if ((long long)n_prompt + (p->max_tokens ? p->max_tokens : 1) > srv->o.ctx) {
+    reply_error(rp, 400, "invalid_request_error", p->max_tokens ? "max_tokens" : "messages", "context_length_exceeded",
+                "this model's maximum context length is %d tokens; the prompt has %zu tokens%s", srv->o.ctx, n_prompt,
+                p->max_tokens ? " and max_tokens asks for more than the rest" : "");
+    return -1;
+  }
+  p->r.max_tokens = (int)(p->max_tokens ? p->max_tokens : srv->o.ctx - (long long)n_prompt);
+  return 0;
+}
+
+/* submit, or the reply that says why not */
+static sreq *submit(dsi_server *srv, reply *rp, params *p) {
+  dsi_sched_stats st;
+  dsi_sched_get_stats(srv->s, &st);
+  if (st.waiting >= srv->o.max_waiting) {
+    reply_error(rp, 503, "server_error", NULL, "overloaded", "the server is overloaded: %d completions are waiting",
+                st.waiting);
+    return NULL;
+  }
+  dsi_err err = {0};
+  sreq *q = sreq_submit(srv, &p->r, p->r.top_logprobs, &err);
+  if (!q) {
+    if (err.status == DSI_E_INVAL || err.status == DSI_E_CAPACITY)
+      reply_error(rp, 400, "invalid_request_error", NULL, err.status == DSI_E_CAPACITY ? "context_length_exceeded" : NULL,
+                  "%s", err.msg);
+    else reply_error(rp, 500, "server_error", NULL, NULL, "%s", err.msg);
+  }
+  return q;
+}
+
+static const char *finish_str(dsi_finish f, int tool_calls) {
+  return f == DSI_FINISH_LENGTH ? "length" : f == DSI_FINISH_STOP ? (tool_calls ? "tool_calls" : "stop") : "abort";
+}
+
+/* a token's text, for logprobs */
+static void token_text(dsi_server *srv, int32_t id, sbuf *b) {
+  char *t = NULL;
+  size_t n = 0;
+  dsi_err err = {0};
+  if (id >= 0 && !dsi_tok_decode(srv->tok, &id, 1, 0, &t, &n, &err)) sb_put(b, t, n);
+  free(t);
+}
+
+/* "token":..,"logprob":..,"bytes":[..] of id */
+static void token_fields(dsi_server *srv, sbuf *b, int32_t id, float lp) {
+  sbuf t = {0};
+  token_text(srv, id, &t);
+  SB_LIT(b, "\"token\":");
+  jstr(b, t.p ? t.p : "", t.n);
+  SB_LIT(b, ",\"logprob\":");
+  jnum(b, lp);
+  SB_LIT(b, ",\"bytes\":[");
+  for (size_t i = 0; i < t.n; i++) sb_printf(b, "%s%u", i ? "," : "", (unsigned char)t.p[i]);
+  SB_LIT(b, "]");
+  free(t.p);
+}
+
+/* chat logprobs entries of tokens [a, e) of c */
+static void chat_logprobs(dsi_server *srv, const scomp *c, int n_top, int a, int e, sbuf *b) {
+  SB_LIT(b, "{\"content\":[");
+  for (int k = a; k < e; k++) {
+    sb_put(b, k > a ? ",{" : "{", k > a ? 2 : 1);
+    token_fields(srv, b, c->tok[k], c->lp[k]);
+    SB_LIT(b, ",\"top_logprobs\":[");
+    for (int t = 0; t < n_top && c->top[(size_t)k * n_top + t].id >= 0; t++) {
+      const dsi_token_logprob *x = &c->top[(size_t)k * n_top + t];
+      sb_put(b, t ? ",{" : "{", t ? 2 : 1);
+      token_fields(srv, b, x->id, x->logprob);
+      SB_LIT(b, "}");
+    }
+    SB_LIT(b, "]}");
+  }
+  SB_LIT(b, "]}");
+}
+
+/* completions' logprobs of tokens [a, e): tokens, their logprobs, the top
+ * ones as {text: logprob}, the text offsets (from at) */
+static void text_logprobs(dsi_server *srv, const scomp *c, int n_top, int a, int e, size_t at, sbuf *b) {
+  sbuf toks = {0}, lps = {0}, tops = {0}, offs = {0};
+  for (int k = a; k < e; k++) {
+    sbuf t = {0};
+    token_text(srv, c->tok[k], &t);
+    if (k > a) SB_LIT(&toks, ","), SB_LIT(&lps, ","), SB_LIT(&tops, ","), SB_LIT(&offs, ",");
+    jstr(&toks, t.p ? t.p : "", t.n);
+    jnum(&lps, c->lp[k]);
+    sb_printf(&offs, "%zu", at);
+    at += t.n;
+    free(t.p);
+    SB_LIT(&tops, "{");
+    for (int x = 0; x < n_top && c->top[(size_t)k * n_top + x].id >= 0; x++) {
+      const dsi_token_logprob *tl = &c->top[(size_t)k * n_top + x];
+      sbuf tt = {0};
+      token_text(srv, tl->id, &tt);
+      if (x) SB_LIT(&tops, ",");
+      jstr(&tops, tt.p ? tt.p : "", tt.n);
+      SB_LIT(&tops, ":");
+      jnum(&tops, tl->logprob);
+      free(tt.p);
+    }
+    SB_LIT(&tops, "}");
+  }
+  sb_printf(b, "{\"tokens\":[%s],\"token_logprobs\":[%s],\"top_logprobs\":[%s],\"text_offset\":[%s]}",
+            toks.p ? toks.p : "", lps.p ? lps.p : "", tops.p ? tops.p : "", offs.p ? offs.p : "");
+  free(toks.p), free(lps.p), free(tops.p), free(offs.p);
+}
+
+static void usage_json(sbuf *b, int prompt, int cached, int completion, int reasoning, int chat) {
+  sb_printf(b, "{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d,"
+               "\"prompt_tokens_details\":{\"cached_tokens\":%d}",
+            prompt, completion, prompt + completion, cached);
+  if (chat) sb_printf(b, ",\"completion_tokens_details\":{\"reasoning_tokens\":%d}", reasoning);
+  SB_LIT(b, "}");
+}
+
+/* ---- the output of one completion, as a chat message ---- */
+
+/* tokens of c's output up to the end of its reasoning (the </think> token
+ * included); all of them when it never ended */
+static int reasoning_tokens(dsi_server *srv, const scomp *c, int in_reasoning) {
+  int32_t end = dsi_tok_token_to_id(srv->tok, "</think>"), begin = dsi_tok_token_to_id(srv->tok, "<think>");
+  if (!in_reasoning && !(c->n_tok && c->tok[0] == begin)) return 0;
+  for (int k = 0; k < c->n_tok; k++)
+    if (c->tok[k] == end) return k + 1;
+  return c->n_tok;
+}
+
+static void tool_call_json(sbuf *b, const char *name, const char *args, uint64_t id, int i, int k, int index) {
+  SB_LIT(b, "{");
+  if (index >= 0) sb_printf(b, "\"index\":%d,", index);
+  sb_printf(b, "\"id\":\"call_%016llx%02x%02x\",\"type\":\"function\",\"function\":{\"name\":",
+            (unsigned long long)(id * 0x9e3779b97f4a7c15ull), i & 0xff, k & 0xff);
+  jcstr(b, name);
+  SB_LIT(b, ",\"arguments\":");
+  jcstr(b, args);
+  SB_LIT(b, "}}");
+}
+
+/* ---- streaming ---- */
+
+/* one choice of a stream: a completion of one of its requests */
+typedef struct choice {
+  sreq *q;
+  int i;            /* completion of q */
+  int index;        /* the choice's index in the response */
+  int seen_tok;     /* tokens sent */
+  size_t seen_text; /* bytes of text taken */
+  size_t text_at;   /* completions' logprobs: text offset of the next token */
+  dsi_chat_out *out;
+  int n_calls;      /* tool calls sent */
+  int started, ended;
+} choice;
+
+typedef struct stream {
+  dsi_server *srv;
+  int chat, fd;
+  int n_req, n_choice;
+  sreq **reqs;
+  choice *ch;
+  int include_usage, logprobs, n_top;
+  char **echoes;    /* completions with echo: [n_req] prompt texts, sent first */
+  char id[48];
+  long created;
+  sbuf out;
+  size_t off;
+  int done;
+  int in_reasoning;
+  uint64_t rid;
+  double t0;
+} stream;
+
+static void chunk_head(stream *st, sbuf *b) {
+  sb_printf(b, "data: {\"id\":\"%s\",\"object\":\"%s\",\"created\":%ld,\"model\":", st->id,
+            st->chat ? "chat.completion.chunk" : "text_completion", st->created);
+  jcstr(b, st->srv->model_name);
+  SB_LIT(b, ",\"choices\":[");
+}
+
+/* one chunk of choice ch: delta (chat) or text, logprobs of tokens [a, e) */
+static void emit(stream *st, choice *ch, const char *delta_or_text, size_t len, const char *finish, int a, int e,
+                 const scomp *c) {
+  sbuf *b = &st->out;
+  chunk_head(st, b);
+  sb_printf(b, "{\"index\":%d,", ch->index);
+  if (st->chat) {
+    SB_LIT(b, "\"delta\":");
+    sb_put(b, delta_or_text, len);
+  } else {
+    SB_LIT(b, "\"text\":");
+    jstr(b, delta_or_text, len);
+  }
+  SB_LIT(b, ",\"logprobs\":");
+  if (st->logprobs && e > a) {
+    if (st->chat) chat_logprobs(st->srv, c, st->n_top, a, e, b);
+    else {
+      text_logprobs(st->srv, c, st->n_top, a, e, ch->text_at, b);
+      for (int k = a; k < e; k++) {
+        sbuf t = {0};
+        token_text(st->srv, c->tok[k], &t);
+        ch->text_at += t.n;
+        free(t.p);
+      }
+    }
+  } else {
+    SB_LIT(b, "null");
+  }
+  SB_LIT(b, ",\"finish_reason\":");
+  if (finish) jcstr(b, finish);
+  else SB_LIT(b, "null");
+  SB_LIT(b, "}]}\n\n");
+}
+
+/* the chat deltas of a piece of text (and of the parser's end when fin) */
+static void chat_deltas(stream *st, choice *ch, const dsi_chat_out_delta *d, int a, int e, const scomp *c) {
+  sbuf delta = {0};
+  int any = 0;
+  if (d->reasoning_len) {
+    SB_LIT(&delta, "{\"reasoning_content\":");
+    jstr(&delta, d->reasoning, d->reasoning_len);
+    SB_LIT(&delta, ",\"reasoning\":");
+    jstr(&delta, d->reasoning, d->reasoning_len);
+    any = 1;
+  }
+  if (d->content_len) {
+    sb_put(&delta, any ? ",\"content\":" : "{\"content\":", any ? 11 : 11);
+    jstr(&delta, d->content, d->content_len);
+    any = 1;
+  }
+  if (d->n_tool_calls > ch->n_calls) {
+    sb_put(&delta, any ? ",\"tool_calls\":[" : "{\"tool_calls\":[", 15);
+    for (int k = ch->n_calls; k < d->n_tool_calls; k++) {
+      const char *name, *args;
+      dsi_chat_out_tool_call(ch->out, k, &name, &args);
+      if (k > ch->n_calls) SB_LIT(&delta, ",");
+      tool_call_json(&delta, name, args, st->rid, ch->index, k, k);
+    }
+    SB_LIT(&delta, "]");
+    ch->n_calls = d->n_tool_calls;
+    any = 1;
+  }
+  if (any) SB_LIT(&delta, "}");
+  if (any || (st->logprobs && e > a)) emit(st, ch, any ? delta.p : "{}", any ? delta.n : 2, NULL, a, e, c);
+  free(delta.p);
+}
+
+/* take what choice ch's completion made since last time into chunks */
+static void take(stream *st, choice *ch, const char *text, size_t len, int a, int e, const scomp *c, int ended) {
+  if (!ch->started) {
+    ch->started = 1;
+    if (st->chat) {
+      static const char role[] = "{\"role\":\"assistant\",\"content\":\"\"}";
+      emit(st, ch, role, sizeof role - 1, NULL, 0, 0, c);
+    }
+  }
+  if (st->chat) {
+    dsi_chat_out_delta d;
+    if (len || e > a) {
+      dsi_chat_out_feed(ch->out, text, len, &d, NULL);
+      chat_deltas(st, ch, &d, a, e, c);
+    }
+    if (ended && c->finish != DSI_FINISH_ERROR) {
+      dsi_chat_out_finish(ch->out, &d, NULL);
+      chat_deltas(st, ch, &d, e, e, c);
+    }
+  } else if (len || (st->logprobs && e > a)) {
+    emit(st, ch, text, len, NULL, a, e, c);
+  }
+  if (!ended) return;
+  ch->ended = 1;
+  if (c->finish == DSI_FINISH_ERROR) {
+    SB_LIT(&st->out, "data: {\"error\":{\"message\":");
+    jcstr(&st->out, c->error ? c->error : "the request failed");
+    SB_LIT(&st->out, ",\"type\":\"server_error\",\"param\":null,\"code\":null}}\n\n");
+    return;
+  }
+  const char *fin = finish_str(c->finish, ch->n_calls > 0);
+  if (st->chat) emit(st, ch, "{}", 2, fin, 0, 0, c);
+  else emit(st, ch, "", 0, fin, 0, 0, c);
+}
+
+/* the usage chunk and [DONE] */
+static void finish_stream(stream *st) {
+  if (st->include_usage) {
+    int prompt = 0, cached = 0, completion = 0, reasoning = 0;
+    for (int r = 0; r < st->n_req; r++) {
+      prompt += st->reqs[r]->c[0].prompt_tokens;
+      cached += st->reqs[r]->c[0].cached_tokens;
+    }
+    for (int k = 0; k < st->n_choice; k++) {
+      const scomp *c = &st->ch[k].q->c[st->ch[k].i];
+      completion += c->completion_tokens;
+      if (st->chat) reasoning += reasoning_tokens(st->srv, c, st->in_reasoning);
+    }
+    chunk_head(st, &st->out);
+    SB_LIT(&st->out, "],\"usage\":");
+    usage_json(&st->out, prompt, cached, completion, reasoning, st->chat);
+    SB_LIT(&st->out, "}\n\n");
+  }
+  SB_LIT(&st->out, "data: [DONE]\n\n");
+  st->done = 1;
+}
+
+/* one round: wait for news (on the first request still running), then
+ * turn what every choice has into chunks. -1: the client left */
+static int stream_round(stream *st) {
+  sreq *wait_on = NULL;
+  for (int k = 0; k < st->n_choice && !wait_on; k++)
+    if (!st->ch[k].ended) wait_on = st->ch[k].q;
+  if (!wait_on) {
+    finish_stream(st);
+    return 0;
+  }
+  /* wait (50 ms at most, then look at every choice anyway) */
+  int seen[MAX_N] = {0};
+  char ended[MAX_N] = {0};
+  for (int k = 0; k < st->n_choice; k++)
+    if (st->ch[k].q == wait_on) {
+      seen[st->ch[k].i] = st->ch[k].seen_tok;
+      ended[st->ch[k].i] = (char)st->ch[k].ended;
+    }
+  pthread_mutex_lock(&wait_on->mu);
+  int gone = sreq_wait(wait_on, seen, ended, st->fd, st->n_req > 1) < 0;
+  pthread_mutex_unlock(&wait_on->mu);
+  if (gone) return -1;
+  for (int k = 0; k < st->n_choice; k++) {
+    choice *ch = &st->ch[k];
+    if (ch->ended) continue;
+    sreq *q = ch->q;
+    pthread_mutex_lock(&q->mu);
+    scomp *c = &q->c[ch->i];
+    size_t len = c->text.n - ch->seen_text;
+    char *text = len ? dsi_xmalloc(len) : NULL;
+    if (len) memcpy(text, c->text.p + ch->seen_text, len);
+    int a = ch->seen_tok, e = c->n_tok, ended = c->finish != DSI_FINISH_NONE;
+    ch->seen_text = c->text.n;
+    ch->seen_tok = e;
+    pthread_mutex_unlock(&q->mu);
+    /* the scomp's tokens up to e and its end fields are not written again
+     * once read (the loop only appends) */
+    take(st, ch, text, len, a, e, c, ended);
+    free(text);
+  }
+  return 0;
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+  (void)pos;
+  stream *st = cls;
+  while (st->off == st->out.n) {
+    st->out.n = 0;
+    st->off = 0;
+    if (st->done) return MHD_CONTENT_READER_END_OF_STREAM;
+    if (stream_round(st) < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
+  }
+  size_t n = st->out.n - st->off;
+  if (n > max) n = max;
+  memcpy(buf, st->out.p + st->off, n);
+  st->off += n;
+  return (ssize_t)n;
+}
+
+static void stream_free(void *cls) {
+  stream *st = cls;
+  if (!st->srv->o.quiet) {
+    const scomp *c = &st->reqs[0]->c[0];
+    int out = 0;
+    for (int k = 0; k < st->n_choice; k++) out += st->ch[k].seen_tok;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    fprintf(stderr, "serve: %s streamed: in %d (cached %d) out %d ttft %.3f s total %.3f s %s\n", st->id,
+            c->prompt_tokens, c->cached_tokens, out, c->queue_s + c->prefill_s,
+            (double)t.tv_sec + t.tv_nsec * 1e-9 - st->t0,
+            st->done ? finish_str(c->finish, st->ch[0].n_calls > 0) : "client gone");
+  }
+  for (int k = 0; k < st->n_choice; k++) dsi_chat_out_free(st->ch[k].out);
+  for (int r = 0; r < st->n_req; r++) sreq_release(st->reqs[r]);
+  if (st->echoes)
+    for (int r = 0; r < st->n_req; r++) free(st->echoes[r]);
+  free(st->echoes);
+  free(st->reqs);
+  free(st->ch);
+  free(st->out.p);
+  free(st);
+}
+
+/* the reply that streams reqs (taken) */
+static void reply_stream(dsi_server *srv, reply *rp, int chat, sreq **reqs, int n_req, char **echoes,
+                         const params *p, int in_reasoning, int fd, const char *id) {
+  stream *st = dsi_xcalloc(1, sizeof *st);
+  st->srv = srv;
+  st->chat = chat;
+  st->fd = fd;
+  st->reqs = reqs;
+  st->n_req = n_req;
+  st->echoes = echoes;
+  st->include_usage = p->include_usage;
+  st->logprobs = p->logprobs;
+  st->n_top = p->r.top_logprobs;
+  st->in_reasoning = in_reasoning;
+  st->created = (long)time(NULL);
+  st->rid = reqs[0]->id;
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  st->t0 = (double)t.tv_sec + t.tv_nsec * 1e-9;
+  snprintf(st->id, sizeof st->id, "%s", id);
+  int n = reqs[0]->n;
+  st->n_choice = n_req * n;
+  st->ch = dsi_xcalloc((size_t)st->n_choice, sizeof *st->ch);
+  for (int r = 0; r < n_req; r++)
+    for (int i = 0; i < n; i++) {
+      choice *ch = &st->ch[r * n + i];
+      ch->q = reqs[r];
+      ch->i = i;
+      ch->index = r * n + i;
+      if (chat) dsi_chat_out_open(&ch->out, in_reasoning, NULL);
+    }
+  /* completions with echo: each choice's first chunk is its prompt */
+  if (echoes)
+    for (int k = 0; k < st->n_choice; k++) {
+      choice *ch = &st->ch[k];
+      ch->started = 1;
+      const char *e = echoes[k / n];
+      emit(st, ch, e, strlen(e), NULL, 0, 0, &ch->q->c[ch->i]);
+      ch->text_at = strlen(e);
+    }
+  rp->status = 200;
+  rp->resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, st, stream_free);
+  MHD_add_response_header(rp->resp, "Content-Type", "text/event-stream");
+  MHD_add_response_header(rp->resp, "Cache-Control", "no-cache");
+  rp->log = "streaming";
+}
+
+/* ---- waiting for whole answers ---- */
+
+/* wait until every request has ended; -1 when the client left (the
+ * requests are then released) */
+static int wait_all(sreq **reqs, int n_req, int fd) {
+  for (int r = 0; r < n_req; r++) {
+    sreq *q = reqs[r];
+    pthread_mutex_lock(&q->mu);
+    int seen[MAX_N];
+    char ended[MAX_N];
+    int gone = 0;
+    while (q->n_done < q->n && !gone) {
+      for (int i = 0; i < q->n; i++) seen[i] = q->c[i].n_tok, ended[i] = q->c[i].finish != DSI_FINISH_NONE;
+      gone = sreq_wait(q, seen, ended, fd, 0) < 0;
+    }
+    pthread_mutex_unlock(&q->mu);
+    if (gone) {
+      for (int k = 0; k < n_req; k++) sreq_release(reqs[k]);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* an ended completion that failed (or was cancelled at shutdown) turns the
+ * whole answer into an error reply */
+static int failed(sreq **reqs, int n_req, reply *rp) {
+  for (int r = 0; r < n_req; r++)
+    for (int i = 0; i < reqs[r]->n; i++) {
+      const scomp *c = &reqs[r]->c[i];
+      if (c->finish == DSI_FINISH_ERROR) {
+        reply_error(rp, 500, "server_error", NULL, NULL, "%s", c->error ? c->error : "the request failed");
+        return 1;
+      }
+      if (c->finish == DSI_FINISH_CANCELLED) {
+        reply_error(rp, 503, "server_error", NULL, "shutting_down", "the request was cancelled: the server is shutting down");
+        return 1;
+      }
+    }
+  return 0;
+}
+
+static void log_req(reply *rp, const char *id, const sreq *q, int completion) {
+  const scomp *c = &q->c[0];
+  snprintf(rp->logbuf, sizeof rp->logbuf, "%s in %d (cached %d) out %d ttft %.3f s %s", id, c->prompt_tokens,
+           c->cached_tokens, completion, c->queue_s + c->prefill_s, finish_str(c->finish, 0));
+  rp->log = rp->logbuf;
+}
+
+/* ---- chat ---- */
+
+/* a message's content as text: a string, null, or an array of text parts */
+static int content_text(in *j, const cJSON *content, sbuf *out) {
+  if (!content || cJSON_IsNull(content)) return 0;
+  if (cJSON_IsString(content)) {
+    sb_put(out, content->valuestring, strlen(content->valuestring));
+    return 0;
+  }
+  if (!cJSON_IsArray(content)) return bad(j, "messages", "'%s': content must be a string or an array of parts%s", "");
+  const cJSON *part;
+  cJSON_ArrayForEach(part, content) {
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
+    const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
+    if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") || !cJSON_IsString(text))
+      return bad(j, "messages", "'%s': only text content parts ({\"type\": \"text\", \"text\": ...}) are supported%s",
+                 "");
+    sb_put(out, text->valuestring, strlen(text->valuestring));
+  }
+  return 0;
+}
+
+/* the messages as the template reads them: role, content as text,
+ * reasoning_content, tool_calls (arguments as JSON text), tool_call_id,
+ * name. NULL after an error reply. */
+static cJSON *chat_messages(in *j) {
+  const cJSON *msgs = field(j, "messages");
+  if (!msgs) {
+    bad(j, "messages", "'%s' is required%s", "");
+    return NULL;
+  }
+  if (!cJSON_IsArray(msgs) || !cJSON_GetArraySize(msgs)) {
+    bad(j, "messages", "'%s' must be a non-empty array of messages%s", "");
+    return NULL;
+  }
+  cJSON *out = cJSON_CreateArray();
+  const cJSON *m;
+  cJSON_ArrayForEach(m, msgs) {
+    const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+    if (!cJSON_IsObject(m) || !cJSON_IsString(role)) {
+      bad(j, "messages", "'%s': each message must be an object with a role%s", "");
+      break;
+    }
+    const char *r = role->valuestring;
+    if (!strcmp(r, "developer")) r = "system";
+    if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "tool")) {
+      bad(j, "messages", "'%s': a role must be system, developer, user, assistant or tool%s", "");
+      break;
+    }
+    sbuf text = {0};
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+    if (content_text(j, content, &text)) {
+      free(text.p);
+      break;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "role", r);
+    /* an assistant's tool calls come with no content: null, as DeepSeek's
+     * templates test for it */
+    if (!strcmp(r, "assistant") && (!content || cJSON_IsNull(content))) cJSON_AddNullToObject(o, "content");
+    else cJSON_AddStringToObject(o, "content", text.p ? text.p : "");
+    free(text.p);
+    const cJSON *rc = cJSON_GetObjectItemCaseSensitive(m, "reasoning_content");
+    if (cJSON_IsString(rc)) cJSON_AddStringToObject(o, "reasoning_content", rc->valuestring);
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(m, "tool_call_id");
+    if (cJSON_IsString(id)) cJSON_AddStringToObject(o, "tool_call_id", id->valuestring);
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(m, "name");
+    if (cJSON_IsString(name)) cJSON_AddStringToObject(o, "name", name->valuestring);
+    const cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
+    if (calls && !cJSON_IsNull(calls)) {
+      if (!cJSON_IsArray(calls)) {
+        cJSON_Delete(o);
+        bad(j, "messages", "'%s': tool_calls must be an array%s", "");
+        break;
+      }
+      cJSON *cs = cJSON_AddArrayToObject(o, "tool_calls");
+      const cJSON *call;
+      int ok = 1;
+      cJSON_ArrayForEach(call, calls) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(call, "function");
+        const cJSON *fname = fn ? cJSON_GetObjectItemCaseSensitive(fn, "name") : NULL;
+        const cJSON *args = fn ? cJSON_GetObjectItemCaseSensitive(fn, "arguments") : NULL;
+        if (!cJSON_IsString(fname)) {
+          ok = 0;
+          break;
+        }
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddStringToObject(c, "type", "function");
+        const cJSON *cid = cJSON_GetObjectItemCaseSensitive(call, "id");
+        if (cJSON_IsString(cid)) cJSON_AddStringToObject(c, "id", cid->valuestring);
+        cJSON *f = cJSON_AddObjectToObject(c, "function");
+        cJSON_AddStringToObject(f, "name", fname->valuestring);
+        if (cJSON_IsString(args)) {
+          cJSON_AddStringToObject(f, "arguments", args->valuestring);
+        } else {
+          char *a = args ? cJSON_PrintUnformatted(args) : NULL;
+          cJSON_AddStringToObject(f, "arguments", a ? a : "{}");
+          free(a);
+        }
+        cJSON_AddItemToArray(cs, c);
+      }
+      if (!ok) {
+        cJSON_Delete(o);
+        bad(j, "messages", "'%s': each tool call needs function.name%s", "");
+        break;
+      }
+    }
+    cJSON_AddItemToArray(out, o);
+  }
+  if (j->bad) {
+    cJSON_Delete(out);
+    return NULL;
+  }
+  return out;
+}
+
+/* the template's other variables: tools (unless tool_choice is "none")
+ * and chat_template_kwargs */
+static cJSON *chat_extra(in *j) {
+  cJSON *x = cJSON_CreateObject();
+  const cJSON *tools = field(j, "tools"), *choice = field(j, "tool_choice"), *kw = field(j, "chat_template_kwargs");
+  if (tools && !cJSON_IsArray(tools)) bad(j, "tools", "'%s' must be an array%s", "");
+  if (choice && !cJSON_IsString(choice) && !cJSON_IsObject(choice))
+    bad(j, "tool_choice", "'%s' must be none, auto, required or an object naming a function%s", "");
+  if (choice && cJSON_IsString(choice) && strcmp(choice->valuestring, "none") && strcmp(choice->valuestring, "auto") &&
+      strcmp(choice->valuestring, "required"))
+    bad(j, "tool_choice", "'%s' must be none, auto, required or an object naming a function%s", "");
+  if (kw && !cJSON_IsObject(kw)) bad(j, "chat_template_kwargs", "'%s' must be an object%s", "");
+  if (j->bad) {
+    cJSON_Delete(x);
+    return NULL;
+  }
+  if (tools && cJSON_GetArraySize(tools) && !(choice && cJSON_IsString(choice) && !strcmp(choice->valuestring, "none")))
+    cJSON_AddItemToObject(x, "tools", cJSON_Duplicate(tools, 1));
+  if (kw) {
+    const cJSON *e;
+    cJSON_ArrayForEach(e, kw) cJSON_AddItemToObject(x, e->string, cJSON_Duplicate(e, 1));
+  }
+  return x;
+}
+
+static cJSON *parse_body(const char *body, size_t len, reply *rp) {
+  cJSON *root = cJSON_ParseWithLength(body, len);
+  if (!cJSON_IsObject(root)) {
+    cJSON_Delete(root);
+    reply_error(rp, 400, "invalid_request_error", NULL, NULL, "the body is not a JSON object");
+    return NULL;
+  }
+  return root;
+}
+
+int api_chat_parse(dsi_server *srv, const char *body, size_t len, chat_req *cr, reply *rp) {
+  memset(cr, 0, sizeof *cr);
+  cJSON *root = parse_body(body, len, rp);
+  if (!root) return -1;
+  in j = {root, rp, 0};
+  cJSON *msgs = NULL, *extra = NULL;
+  char *mj = NULL, *xj = NULL;
+  size_t n = 0;
+  int rc = -1;
+  if (check_model(srv, &j) || get_params(srv, &j, &cr->p, 1) || !(msgs = chat_messages(&j)) ||
+      !(extra = chat_extra(&j)))
+    goto out;
+  mj = cJSON_PrintUnformatted(msgs);
+  xj = cJSON_PrintUnformatted(extra);
+  dsi_err err = {0};
+  if (dsi_chat_fmt_render(srv->fmt, mj, 1, xj, &cr->text, &err)) {
+    reply_error(rp, 400, "invalid_request_error", "messages", NULL, "the chat template failed: %s", err.msg);
+    goto out;
+  }
+  if (dsi_tok_encode(srv->tok, cr->text, strlen(cr->text), DSI_TOK_REPLACE_INVALID, &cr->ids, &n, &err)) {
+    reply_error(rp, 400, "invalid_request_error", "messages", NULL, "%s", err.msg);
+    goto out;
+  }
+  if (check_length(srv, rp, n, &cr->p)) goto out;
+  cr->p.r.prompt = cr->ids;
+  cr->p.r.n_prompt = (int)n;
+  cr->in_reasoning = dsi_chat_prompt_in_reasoning(cr->text);
+  rc = 0;
+out:
+  cJSON_Delete(msgs);
+  cJSON_Delete(extra);
+  cJSON_Delete(root);
+  free(mj), free(xj);
+  if (rc) chat_req_free(cr);
+  return rc;
+}
+
+void chat_req_free(chat_req *cr) {
+  params_free(&cr->p);
+  free(cr->ids), free(cr->text);
+  memset(cr, 0, sizeof *cr);
+}
+
+void api_chat(dsi_server *srv, const char *body, size_t len, int fd, reply *rp) {
+  chat_req cr;
+  if (api_chat_parse(srv, body, len, &cr, rp)) return;
+  params p = cr.p;
+  int in_reasoning = cr.in_reasoning;
+  sreq *q = submit(srv, rp, &cr.p);
+  if (!q) goto out;
+  char id[48];
+  snprintf(id, sizeof id, "chatcmpl-%llx", (unsigned long long)(q->id * 0x9e3779b97f4a7c15ull));
+  if (p.stream) {
+    sreq **reqs = dsi_xmalloc(sizeof *reqs);
+    reqs[0] = q;
+    reply_stream(srv, rp, 1, reqs, 1, NULL, &p, in_reasoning, fd, id);
+    goto out;
+  }
+  if (wait_all(&q, 1, fd)) goto out; /* the client left: no reply */
+  if (failed(&q, 1, rp)) {
+    sreq_release(q);
+    goto out;
+  }
+  /* the message of each choice */
+  sbuf b = {0};
+  sb_printf(&b, "{\"id\":\"%s\",\"object\":\"chat.completion\",\"created\":%ld,\"model\":", id, (long)time(NULL));
+  jcstr(&b, srv->model_name);
+  SB_LIT(&b, ",\"choices\":[");
+  int completion = 0, reasoning = 0;
+  for (int i = 0; i < q->n; i++) {
+    const scomp *c = &q->c[i];
+    dsi_chat_out *o;
+    dsi_chat_out_delta d;
+    dsi_chat_out_open(&o, in_reasoning, NULL);
+    dsi_chat_out_feed(o, c->text.p ? c->text.p : "", c->text.n, &d, NULL);
+    dsi_chat_out_finish(o, &d, NULL);
+    const char *rs = dsi_chat_out_reasoning(o), *ct = dsi_chat_out_content(o);
+    int nc = d.n_tool_calls;
+    sb_printf(&b, "%s{\"index\":%d,\"message\":{\"role\":\"assistant\",\"content\":", i ? "," : "", i);
+    if (nc && !(ct && *ct)) SB_LIT(&b, "null"); /* only tool calls, as OpenAI answers them */
+    else jcstr(&b, ct ? ct : "");
+    if (rs) {
+      SB_LIT(&b, ",\"reasoning_content\":");
+      jcstr(&b, rs);
+      SB_LIT(&b, ",\"reasoning\":");
+      jcstr(&b, rs);
+    }
+    if (nc) {
+      SB_LIT(&b, ",\"tool_calls\":[");
+      for (int k = 0; k < nc; k++) {
+        const char *name, *args;
+        dsi_chat_out_tool_call(o, k, &name, &args);
+        if (k) SB_LIT(&b, ",");
+        tool_call_json(&b, name, args, q->id, i, k, -1);
+      }
+      SB_LIT(&b, "]");
+    }
+    SB_LIT(&b, "},\"logprobs\":");
+    if (p.logprobs) chat_logprobs(srv, c, q->n_top, 0, c->n_tok, &b);
+    else SB_LIT(&b, "null");
+    SB_LIT(&b, ",\"finish_reason\":");
+    jcstr(&b, finish_str(c->finish, nc > 0));
+    SB_LIT(&b, "}");
+    completion += c->completion_tokens;
+    reasoning += reasoning_tokens(srv, c, in_reasoning);
+    dsi_chat_out_free(o);
+  }
+  SB_LIT(&b, "],\"usage\":");
+  usage_json(&b, q->c[0].prompt_tokens, q->c[0].cached_tokens, completion, reasoning, 1);
+  SB_LIT(&b, "}");
+  reply_json(rp, 200, b.p);
+  log_req(rp, id, q, completion);
+  sreq_release(q);
+out:
+  chat_req_free(&cr);
+}
+
+/* ---- completions ---- */
+
+
+static void prompts_free(prompts *ps) {
+  for (int i = 0; i < ps->n; i++) free(ps->ids[i]), free(ps->text[i]);
+}
+
+static int one_prompt(dsi_server *srv, in *j, const cJSON *v, prompts *ps) {
+  if (ps->n == MAX_N) return bad(j, "prompt", "'%s' holds at most 16 prompts%s", "");
+  dsi_err err = {0};
+  if (cJSON_IsString(v)) {
+    if (dsi_tok_encode(srv->tok, v->valuestring, strlen(v->valuestring), DSI_TOK_ADD_SPECIAL | DSI_TOK_REPLACE_INVALID,
+                       &ps->ids[ps->n], &ps->len[ps->n], &err)) {
+      reply_error(j->rp, 400, "invalid_request_error", "prompt", NULL, "%s", err.msg);
+      j->bad = 1;
+      return -1;
+    }
+    ps->text[ps->n++] = dsi_xstrdup(v->valuestring);
+    return 0;
+  }
+  int m = cJSON_GetArraySize(v);
+  int32_t *ids = dsi_xmalloc((size_t)(m ? m : 1) * sizeof *ids);
+  int k = 0;
+  const cJSON *e;
+  cJSON_ArrayForEach(e, v) {
+    if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 ||
+        e->valuedouble >= srv->n_valid) {
+      free(ids);
+      return bad(j, "prompt", "'%s' must be text or token ids of this model%s", "");
+    }
+    ids[k++] = (int32_t)e->valuedouble;
+  }
+  ps->ids[ps->n] = ids;
+  ps->len[ps->n++] = (size_t)k;
+  return 0;
+}
+
+static int get_prompts(dsi_server *srv, in *j, prompts *ps) {
+  const cJSON *p = field(j, "prompt");
+  if (!p) return bad(j, "prompt", "'%s' is required%s", "");
+  if (cJSON_IsString(p)) return one_prompt(srv, j, p, ps);
+  if (!cJSON_IsArray(p) || !cJSON_GetArraySize(p))
+    return bad(j, "prompt", "'%s' must be text, token ids, or a non-empty array of either%s", "");
+  const cJSON *first = cJSON_GetArrayItem(p, 0);
+  if (cJSON_IsNumber(first)) return one_prompt(srv, j, p, ps);
+  const cJSON *e;
+  cJSON_ArrayForEach(e, p) {
+    if (!cJSON_IsString(e) && !cJSON_IsArray(e))
+      return bad(j, "prompt", "'%s' must be text, token ids, or a non-empty array of either%s", "");
+    if (one_prompt(srv, j, e, ps)) return -1;
+  }
+  return 0;
+}
+
+int api_completions_parse(dsi_server *srv, const char *body, size_t len, compl_req *cr, reply *rp) {
+  memset(cr, 0, sizeof *cr);
+  cJSON *root = parse_body(body, len, rp);
+  if (!root) return -1;
+  in j = {root, rp, 0};
+  params *p = &cr->p;
+  prompts *ps = &cr->ps;
+  if (!check_model(srv, &j) && !get_params(srv, &j, p, 0) && !get_prompts(srv, &j, ps)) {
+    get_bool(&j, "echo", &p->echo);
+    if (field(&j, "suffix")) bad(&j, "suffix", "'%s' is not supported by this model%s", "");
+    if (p->echo && p->logprobs)
+      bad(&j, "echo", "'%s' with logprobs is not supported%s", " (the prompt's logprobs are not computed)");
+    if (!j.bad && ps->n * (p->r.n ? p->r.n : 1) > MAX_N) bad(&j, "n", "'%s' times the prompts must be at most 16%s", "");
+    for (int i = 0; i < ps->n && !j.bad; i++) {
+      params pi = *p;
+      if (check_length(srv, rp, ps->len[i], &pi)) j.bad = 1;
+    }
+  }
+  cJSON_Delete(root);
+  if (j.bad) {
+    compl_req_free(cr);
+    return -1;
+  }
+  return 0;
+}
+
+void compl_req_free(compl_req *cr) {
+  prompts_free(&cr->ps);
+  params_free(&cr->p);
+  memset(cr, 0, sizeof *cr);
+}
+
+void api_completions(dsi_server *srv, const char *body, size_t len, int fd, reply *rp) {
+  compl_req cr;
+  if (api_completions_parse(srv, body, len, &cr, rp)) return;
+  params p = cr.p;
+  prompts ps = cr.ps;
+  sreq *reqs[MAX_N] = {0};
+  char *echoes[MAX_N] = {0};
+  int n_req = 0;
+  for (int i = 0; i < ps.n; i++) {
+    params pi = p;
+    pi.r.prompt = ps.ids[i];
+    pi.r.n_prompt = (int)ps.len[i];
+    if (check_length(srv, rp, ps.len[i], &pi)) goto out;
+    if (!(reqs[i] = submit(srv, rp, &pi))) goto out;
+    n_req++;
+    if (p.echo) { /* the prompt as given: its text, or its ids' */
+      char *t = NULL;
+      size_t tl = 0;
+      dsi_err err = {0};
+      if (ps.text[i]) t = dsi_xstrdup(ps.text[i]);
+      else if (dsi_tok_decode(srv->tok, ps.ids[i], ps.len[i], 0, &t, &tl, &err)) t = dsi_xstrdup("");
+      echoes[i] = t;
+    }
+  }
+  char id[48];
+  snprintf(id, sizeof id, "cmpl-%llx", (unsigned long long)(reqs[0]->id * 0x9e3779b97f4a7c15ull));
+  if (p.stream) {
+    sreq **rs = dsi_xmalloc((size_t)n_req * sizeof *rs);
+    memcpy(rs, reqs, (size_t)n_req * sizeof *rs);
+    char **es = NULL;
+    if (p.echo) {
+      es = dsi_xmalloc((size_t)n_req * sizeof *es);
+      memcpy(es, echoes, (size_t)n_req * sizeof *es);
+      memset(echoes, 0, sizeof echoes);
+    }
+    reply_stream(srv, rp, 0, rs, n_req, es, &p, 0, fd, id);
+    n_req = 0;
+    goto out;
+  }
+  if (wait_all(reqs, n_req, fd)) {
+    n_req = 0; /* released */
+    goto out;
+  }
+  if (failed(reqs, n_req, rp)) goto out;
+  sbuf b = {0};
+  sb_printf(&b, "{\"id\":\"%s\",\"object\":\"text_completion\",\"created\":%ld,\"model\":", id, (long)time(NULL));
+  jcstr(&b, srv->model_name);
+  SB_LIT(&b, ",\"choices\":[");
+  int prompt = 0, cached = 0, completion = 0;
+  for (int r = 0; r < n_req; r++) {
+    sreq *q = reqs[r];
+    prompt += q->c[0].prompt_tokens;
+    cached += q->c[0].cached_tokens;
+    for (int i = 0; i < q->n; i++) {
+      const scomp *c = &q->c[i];
+      sb_printf(&b, "%s{\"index\":%d,\"text\":", r || i ? "," : "", r * q->n + i);
+      sbuf t = {0};
+      if (echoes[r]) sb_put(&t, echoes[r], strlen(echoes[r]));
+      if (c->text.n) sb_put(&t, c->text.p, c->text.n);
+      jstr(&b, t.p ? t.p : "", t.n);
+      free(t.p);
+      SB_LIT(&b, ",\"logprobs\":");
+      if (p.logprobs) text_logprobs(srv, c, q->n_top, 0, c->n_tok, 0, &b);
+      else SB_LIT(&b, "null");
+      SB_LIT(&b, ",\"finish_reason\":");
+      jcstr(&b, finish_str(c->finish, 0));
+      SB_LIT(&b, "}");
+      completion += c->completion_tokens;
+    }
+  }
+  SB_LIT(&b, "],\"usage\":");
+  usage_json(&b, prompt, cached, completion, 0, 0);
+  SB_LIT(&b, "}");
+  reply_json(rp, 200, b.p);
+  log_req(rp, id, reqs[0], completion);
+out:
+  for (int r = 0; r < n_req; r++) sreq_release(reqs[r]);
+  for (int r = 0; r < MAX_N; r++) free(echoes[r]);
+  compl_req_free(&cr);
+}
+
+/* ---- tokenize, detokenize, models ---- */
+
+void api_tokenize(dsi_server *srv, const char *body, size_t len, reply *rp) {
+  cJSON *root = parse_body(body, len, rp);
+  if (!root) return;
+  in j = {root, rp, 0};
+  int32_t *ids = NULL;
+  size_t n = 0;
+  char *text = NULL, *mj = NULL, *xj = NULL;
+  cJSON *msgs = NULL, *extra = NULL;
+  dsi_err err = {0};
+  if (check_model(srv, &j)) goto out;
+  if (field(&j, "messages")) {
+    int gen = 1;
+    get_bool(&j, "add_generation_prompt", &gen);
+    if (!(msgs = chat_messages(&j)) || !(extra = chat_extra(&j))) goto out;
+    mj = cJSON_PrintUnformatted(msgs);
+    xj = cJSON_PrintUnformatted(extra);
+    if (dsi_chat_fmt_render(srv->fmt, mj, gen, xj, &text, &err) ||
+        dsi_tok_encode(srv->tok, text, strlen(text), DSI_TOK_REPLACE_INVALID, &ids, &n, &err)) {
+      reply_error(rp, 400, "invalid_request_error", "messages", NULL, "%s", err.msg);
+      goto out;
+    }
+  } else {
+    const cJSON *pr = field(&j, "prompt");
+    int special = 1;
+    get_bool(&j, "add_special_tokens", &special);
+    if (!cJSON_IsString(pr)) {
+      bad(&j, "prompt", "'%s' (text) or messages is required%s", "");
+      goto out;
+    }
+    if (dsi_tok_encode(srv->tok, pr->valuestring, strlen(pr->valuestring),
+                       (special ? DSI_TOK_ADD_SPECIAL : 0) | DSI_TOK_REPLACE_INVALID, &ids, &n, &err)) {
+      reply_error(rp, 400, "invalid_request_error", "prompt", NULL, "%s", err.msg);
+      goto out;
+    }
+  }
+  if (j.bad) goto out;
+  sbuf b = {0};
+  sb_printf(&b, "{\"count\":%zu,\"max_model_len\":%d,\"tokens\":[", n, srv->o.ctx);
+  for (size_t i = 0; i < n; i++) sb_printf(&b, "%s%d", i ? "," : "", ids[i]);
+  SB_LIT(&b, "]}");
+  reply_json(rp, 200, b.p);
+out:
+  cJSON_Delete(msgs);
+  cJSON_Delete(extra);
+  cJSON_Delete(root);
+  free(ids), free(text), free(mj), free(xj);
+}
+
+void api_detokenize(dsi_server *srv, const char *body, size_t len, reply *rp) {
+  cJSON *root = parse_body(body, len, rp);
+  if (!root) return;
+  in j = {root, rp, 0};
+  const cJSON *t = field(&j, "tokens");
+  if (check_model(srv, &j)) goto out;
+  if (!cJSON_IsArray(t)) {
+    bad(&j, "tokens", "'%s' must be an array of token ids%s", "");
+    goto out;
+  }
+  int m = cJSON_GetArraySize(t), k = 0;
+  int32_t *ids = dsi_xmalloc((size_t)(m ? m : 1) * sizeof *ids);
+  const cJSON *e;
+  cJSON_ArrayForEach(e, t) {
+    if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 ||
+        e->valuedouble >= srv->n_valid) {
+      bad(&j, "tokens", "'%s' must hold token ids of this model%s", "");
+      break;
+    }
+    ids[k++] = (int32_t)e->valuedouble;
+  }
+  char *text = NULL;
+  size_t n = 0;
+  dsi_err err = {0};
+  if (!j.bad && dsi_tok_decode(srv->tok, ids, (size_t)k, 0, &text, &n, &err))
+    reply_error(rp, 400, "invalid_request_error", "tokens", NULL, "%s", err.msg);
+  else if (!j.bad) {
+    sbuf b = {0};
+    SB_LIT(&b, "{\"prompt\":");
+    jstr(&b, text, n);
+    SB_LIT(&b, "}");
+    reply_json(rp, 200, b.p);
+  }
+  free(text);
+  free(ids);
+out:
+  cJSON_Delete(root);
+}
+
+void api_models(dsi_server *srv, const char *id, reply *rp) {
+  if (id && strcmp(id, srv->model_name)) {
+    reply_error(rp, 404, "invalid_request_error", "model", "model_not_found", "the model '%s' does not exist", id);
+    return;
+  }
+  sbuf m = {0};
+  SB_LIT(&m, "{\"id\":");
+  jcstr(&m, srv->model_name);
+  sb_printf(&m, ",\"object\":\"model\",\"created\":%ld,\"owned_by\":\"dsinfer\",\"root\":", srv->created);
+  jcstr(&m, srv->model_name);
+  sb_printf(&m, ",\"max_model_len\":%d}", srv->o.ctx);
+  if (id) {
+    reply_json(rp, 200, m.p);
+    return;
+  }
+  sbuf b = {0};
+  sb_printf(&b, "{\"object\":\"list\",\"data\":[%s]}", m.p);
+  free(m.p);
+  reply_json(rp, 200, b.p);
+}

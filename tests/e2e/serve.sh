@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# e2e: `dsinfer serve` — the official OpenAI client against it (chat whole
+# and streamed, equal to `dsinfer run --chat` greedily, alone and with 16
+# clients at once; logprobs; seeds and n; completions with echo and token
+# ids; errors; a client that aborts mid-stream freeing its KV blocks), the
+# other routes and a corpus of malformed requests over plain HTTP, 16
+# streaming clients for 60 s, the chat page in headless Chromium (an answer
+# streamed, one stopped), then SIGTERM: exit 0 with the requests ended.
+# Usage: serve.sh DSINFER SCRATCH
+set -uo pipefail
+bin=$(realpath "$1")
+rm -rf "$2"; mkdir -p "$2"
+S=$(cd "$2" && pwd)
+T=$(cd "$(dirname "$0")/../server" && pwd)
+fails=0
+bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+command -v node >/dev/null || { echo "FAIL: node is not installed (scripts/deps.sh installs it)"; exit 1; }
+if [ ! -d "$T/node_modules/openai" ]; then
+  (cd "$T" && { npm ci --no-audit --no-fund || npm install --no-audit --no-fund; }) >"$S/npm.log" 2>&1 ||
+    { tail -20 "$S/npm.log"; echo "FAIL: npm install in tests/server"; exit 1; }
+fi
+
+M=$S/tiny
+"$bin" mkmodel --preset tiny --dtype bf16 --seed 3 --out "$M" --tokenizer builtin 2>/dev/null ||
+  { echo "FAIL: mkmodel"; exit 1; }
+
+# what `dsinfer run --chat` answers greedily, prompt by prompt
+prompts=("Hello there" "What is the capital of France?" "Write a haiku" "2+2=")
+: >"$S/expected.tsv"
+for p in "${prompts[@]}"; do
+  out=$("$bin" run --model "$M" --chat --prompt "$p" -n 16 --temperature 0 --ctx 512 2>/dev/null) ||
+    { echo "FAIL: dsinfer run --chat --prompt '$p'"; exit 1; }
+  printf '%s\t%s\n' "$p" "$(printf '%s' "$out" | base64 -w0)" >>"$S/expected.tsv"
+done
+node -e '
+const fs = require("fs"), o = {};
+for (const l of fs.readFileSync(process.argv[1], "utf8").split("\n").filter(Boolean)) {
+  const [p, b] = l.split("\t");
+  o[p] = Buffer.from(b, "base64").toString("utf8").replace(/\n$/, "");
+}
+fs.writeFileSync(process.argv[2], JSON.stringify(o));' "$S/expected.tsv" "$S/expected.json"
+
+"$bin" serve --model "$M" --port 0 --api-key test-key --served-model-name tiny --ctx 512 2>"$S/serve.log" &
+pid=$!
+port=""
+for _ in $(seq 1 200); do
+  port=$(sed -n 's|.*http://127.0.0.1:\([0-9]*\)/.*|\1|p' "$S/serve.log")
+  [ -n "$port" ] && break
+  kill -0 $pid 2>/dev/null || break
+  sleep 0.1
+done
+[ -n "$port" ] || { cat "$S/serve.log"; echo "FAIL: the server did not start"; exit 1; }
+url=http://127.0.0.1:$port
+
+node "$T/client.mjs" "$url" test-key "$S/expected.json" || bad "the OpenAI client's checks (above)"
+node "$T/raw.mjs" "$url" test-key || bad "the plain HTTP checks (above)"
+# 16 streaming clients for 60 s (20 under the sanitizers)
+node "$T/load.mjs" "$url" test-key "$([ -n "${DSINFER_SANITIZED:-}" ] && echo 20 || echo 60)" || bad "the load test (above)"
+# the chat page in headless Chromium
+node "$T/page.mjs" "$url" test-key chat
+case $? in
+0) ;;
+77) if [ -n "${CI:-}" ]; then bad "no chromium (scripts/deps.sh installs it)"; else echo "page: skipped, no chromium"; fi ;;
+*) bad "the chat page's checks (above)" ;;
+esac
+
+# a line per request on stderr
+grep -q 'POST /v1/chat/completions 200 chatcmpl-.* in [0-9]* (cached [0-9]*) out [0-9]* ttft' "$S/serve.log" ||
+  bad "no request line in the log"
+grep -q 'streamed: in [0-9]* (cached [0-9]*) out [0-9]*' "$S/serve.log" || bad "no streamed request line in the log"
+
+# SIGTERM while a long request runs: it ends, the server exits 0
+node -e '
+fetch(process.argv[1] + "/v1/chat/completions", { method: "POST",
+  headers: { Authorization: "Bearer test-key", "Content-Type": "application/json" },
+  body: JSON.stringify({ messages: [{ role: "user", content: "go on" }], max_tokens: 400, ignore_eos: true, stream: true }) })
+  .then((r) => r.text()).then((t) => { console.log(t.includes("[DONE]") ? "ended" : "cut"); })
+  .catch((e) => console.log("error " + e.message));' "$url" >"$S/long.txt" &
+npid=$!
+sleep 0.5
+kill -TERM $pid
+wait $pid
+rc=$?
+wait $npid
+[ $rc -eq 0 ] || bad "serve exited $rc after SIGTERM"
+grep -q "stopped" "$S/serve.log" || bad "no 'stopped' line after SIGTERM"
+grep -q "ended" "$S/long.txt" || bad "the request in flight at SIGTERM did not end cleanly: $(cat "$S/long.txt")"
+
+if [ $fails -gt 0 ]; then
+  echo "--- serve.log (tail)"; tail -20 "$S/serve.log"
+  echo "$fails failed"; exit 1
+fi
+echo "serve: all passed"

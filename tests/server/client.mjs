@@ -1,0 +1,165 @@
+// The official OpenAI client against a running `dsinfer serve` (tests/e2e/serve.sh
+// starts it): node client.mjs BASE_URL API_KEY EXPECTED_JSON
+// EXPECTED_JSON maps prompts to what `dsinfer run --chat` answered greedily.
+// Prints "ok ..." / "FAIL ..." lines; exits 1 on any failure.
+import OpenAI from "openai";
+import fs from "node:fs";
+
+const [base, key, expectedFile] = process.argv.slice(2);
+const expected = JSON.parse(fs.readFileSync(expectedFile, "utf8"));
+const client = new OpenAI({ baseURL: base + "/v1", apiKey: key, maxRetries: 0, timeout: 120000 });
+const model = "tiny";
+let failures = 0;
+const ok = (what) => console.log("ok   " + what);
+const fail = (what) => { failures++; console.log("FAIL " + what); };
+const check = (cond, what) => (cond ? ok(what) : fail(what));
+
+async function expectError(what, status, fn) {
+  try {
+    await fn();
+    fail(`${what}: no error`);
+  } catch (e) {
+    check(e.status === status && e.error && typeof e.error.message === "string",
+      `${what}: HTTP ${e.status} (want ${status}): ${e.error ? e.error.message : e.message}`);
+  }
+}
+
+async function chat(prompt, extra = {}) {
+  const r = await client.chat.completions.create({
+    model, messages: [{ role: "user", content: prompt }], temperature: 0, max_tokens: 16, ...extra,
+  });
+  return r;
+}
+
+async function chatStream(prompt, extra = {}) {
+  const stream = await client.chat.completions.create({
+    model, messages: [{ role: "user", content: prompt }], temperature: 0, max_tokens: 16, stream: true,
+    stream_options: { include_usage: true }, ...extra,
+  });
+  let content = "", finish = null, usage = null, role = null, lp = 0;
+  for await (const chunk of stream) {
+    if (chunk.usage) usage = chunk.usage;
+    for (const c of chunk.choices) {
+      if (c.delta.role) role = c.delta.role;
+      if (c.delta.content) content += c.delta.content;
+      if (c.finish_reason) finish = c.finish_reason;
+      if (c.logprobs && c.logprobs.content) lp += c.logprobs.content.length;
+    }
+  }
+  return { content, finish, usage, role, lp };
+}
+
+async function metric(name) {
+  const text = await (await fetch(base + "/metrics")).text();
+  const line = text.split("\n").find((l) => l.startsWith("dsinfer:" + name + "{"));
+  return line ? Number(line.split(" ").pop()) : NaN;
+}
+
+// ---- models, the key ----
+const models = await client.models.list();
+check(models.data.some((m) => m.id === model), `models.list has ${model}`);
+const noKey = new OpenAI({ baseURL: base + "/v1", apiKey: "wrong-key", maxRetries: 0 });
+await expectError("a wrong API key", 401, () => noKey.models.list());
+await expectError("a wrong API key on chat", 401, () =>
+  noKey.chat.completions.create({ model, messages: [{ role: "user", content: "hi" }] }));
+
+// ---- greedy chat equals `dsinfer run --chat`, whole and streamed ----
+const prompts = Object.keys(expected);
+const whole = {};
+for (const p of prompts) {
+  const r = await chat(p);
+  whole[p] = r.choices[0].message.content;
+  check(whole[p] === expected[p], `chat "${p}" equals dsinfer run: ${JSON.stringify(whole[p])}`);
+  check(r.usage.completion_tokens > 0 && r.usage.prompt_tokens > 0 &&
+    r.usage.total_tokens === r.usage.prompt_tokens + r.usage.completion_tokens, "chat usage adds up");
+}
+{
+  const s = await chatStream(prompts[0]);
+  check(s.content === whole[prompts[0]], `streamed chat equals the whole answer: ${JSON.stringify(s.content)}`);
+  check(s.role === "assistant" && s.finish && s.usage && s.usage.completion_tokens > 0,
+    `stream: role, finish_reason ${s.finish}, usage in the last chunk`);
+}
+
+// ---- 16 clients at once, each as alone ----
+{
+  const jobs = [];
+  for (let i = 0; i < 16; i++) jobs.push(chatStream(prompts[i % prompts.length]));
+  const res = await Promise.all(jobs);
+  const same = res.every((r, i) => r.content === expected[prompts[i % prompts.length]]);
+  check(same, "16 concurrent streaming clients each get what dsinfer run gives alone");
+}
+
+// ---- logprobs ----
+{
+  const r = await chat(prompts[0], { logprobs: true, top_logprobs: 3 });
+  const lp = r.choices[0].logprobs.content;
+  check(lp.length === r.usage.completion_tokens && lp.every((t) => t.logprob <= 0 && t.top_logprobs.length === 3 &&
+    t.top_logprobs[0].logprob >= t.top_logprobs[2].logprob && Array.isArray(t.bytes)),
+  `logprobs: one entry a token (${lp.length}), top_logprobs 3, sorted`);
+  const s = await chatStream(prompts[0], { logprobs: true, top_logprobs: 2 });
+  check(s.lp === s.usage.completion_tokens, `streamed logprobs: one a token (${s.lp})`);
+}
+
+// ---- sampling: a seed repeats, n completions ----
+{
+  const a = await chat(prompts[1], { temperature: 1.0, seed: 7, n: 3 });
+  const b = await chat(prompts[1], { temperature: 1.0, seed: 7, n: 3 });
+  check(a.choices.length === 3 && a.choices.every((c, i) => c.message.content === b.choices[i].message.content),
+    "n = 3 with a seed: the same three answers twice");
+}
+
+// ---- completions ----
+{
+  const r = await client.completions.create({ model, prompt: "Once upon a time", max_tokens: 12, temperature: 0 });
+  const text = r.choices[0].text;
+  const st = await client.completions.create({ model, prompt: "Once upon a time", max_tokens: 12, temperature: 0,
+    stream: true });
+  let streamed = "";
+  for await (const c of st) streamed += c.choices[0] ? c.choices[0].text : "";
+  check(streamed === text && r.usage.completion_tokens > 0, `completions, streamed as whole: ${JSON.stringify(text)}`);
+  const e = await client.completions.create({ model, prompt: "Once upon a time", max_tokens: 12, temperature: 0,
+    echo: true });
+  check(e.choices[0].text === "Once upon a time" + text, "completions with echo");
+  const ids = await client.completions.create({ model, prompt: [5, 6, 7, 8], max_tokens: 4, temperature: 0 });
+  check(ids.usage.prompt_tokens === 4 && ids.choices[0].text.length > 0, "completions from token ids");
+}
+
+// ---- errors ----
+await expectError("a prompt over the context", 400, () =>
+  client.chat.completions.create({ model, messages: [{ role: "user", content: "word ".repeat(3000) }] }));
+await expectError("max_tokens past the context", 400, () => chat(prompts[0], { max_tokens: 100000 }));
+await expectError("temperature as a string", 400, () => chat(prompts[0], { temperature: "hot" }));
+await expectError("an unknown model", 404, () =>
+  client.chat.completions.create({ model: "gpt-9", messages: [{ role: "user", content: "hi" }] }));
+await expectError("a message without a role", 400, () =>
+  client.chat.completions.create({ model, messages: [{ content: "hi" }] }));
+
+// ---- abort mid-stream: the request is cancelled, its KV blocks freed ----
+{
+  const controller = new AbortController();
+  const stream = await client.chat.completions.create({
+    model, messages: [{ role: "user", content: "a long answer please" }], max_tokens: 400, ignore_eos: true,
+    stream: true,
+  }, { signal: controller.signal });
+  let n = 0;
+  try {
+    for await (const chunk of stream) {
+      if (chunk.choices[0] && chunk.choices[0].delta.content) n++;
+      if (n === 3) controller.abort();
+    }
+  } catch (e) {
+    // the client's own abort
+  }
+  let running = NaN, usage = NaN;
+  for (let i = 0; i < 100; i++) {
+    running = await metric("num_requests_running");
+    usage = await metric("kv_cache_usage_perc");
+    if (running === 0 && usage === 0) break;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  check(n >= 3 && running === 0 && usage === 0,
+    `aborted after ${n} chunks: running ${running}, KV blocks held ${usage}`);
+}
+
+console.log(failures ? `${failures} failed` : "all passed");
+process.exit(failures ? 1 : 0);

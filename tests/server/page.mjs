@@ -1,0 +1,91 @@
+// The chat page in headless Chromium (puppeteer-core, Debian's chromium):
+// node page.mjs BASE_URL API_KEY MODE
+//   MODE chat:      send a message, see the answer stream in; a long answer
+//                   stopped with the Stop button; a second turn after it
+//   MODE reasoning: the server's model reasons first (a scripted server,
+//                   tests/unit/test_server.c): the reasoning shows apart
+// Exits 1 on any failure, 77 when there is no Chromium to run.
+import fs from "node:fs";
+import puppeteer from "puppeteer-core";
+
+const [base, key, mode] = process.argv.slice(2);
+const exe = ["/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"].find((p) => fs.existsSync(p));
+if (!exe) {
+  console.log("no chromium found");
+  process.exit(77);
+}
+let failures = 0;
+const ok = (what) => console.log("ok   " + what);
+const fail = (what) => { failures++; console.log("FAIL " + what); };
+const check = (cond, what) => (cond ? ok(what) : fail(what));
+
+const browser = await puppeteer.launch({
+  executablePath: exe, headless: true, args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
+});
+try {
+  const page = await browser.newPage();
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(e.message));
+  await page.goto(base + "/", { waitUntil: "load" });
+  check((await page.title()) === "dsinfer", "the page loads");
+  await page.type("#key", key);
+  await page.keyboard.press("Tab"); /* the key's change event: the page asks for the model again */
+  await page.waitForFunction(() => document.querySelector("#model").textContent.length > 0, { timeout: 10000 });
+  const answers = () => page.$$eval(".assistant .answer", (els) => els.map((e) => e.textContent));
+  // the n-th answer is over (its stats line is written last)
+  const done = (n) => page.waitForFunction((k) => {
+    const els = document.querySelectorAll(".assistant .stats");
+    return els.length >= k && els[k - 1].textContent.length > 0 && !document.querySelector("#send").disabled;
+  }, { timeout: 60000 }, n);
+
+  if (mode === "reasoning") {
+    await page.type("#input", "What is the weather in Paris?");
+    await page.click("#send");
+    await done(1);
+    const r = await page.$eval(".assistant details.reasoning", (d) => ({ hidden: d.hidden, text: d.textContent }));
+    check(!r.hidden && r.text.includes("I should call the tool"), `reasoning shown apart: ${JSON.stringify(r.text)}`);
+  } else {
+    // a message, streamed in
+    await page.$eval("#max_tokens", (e) => { e.value = "32"; });
+    await page.type("#input", "Hello there");
+    await page.keyboard.press("Enter");
+    await done(1);
+    const a = await answers();
+    const stats = await page.$eval(".assistant .stats", (e) => e.textContent);
+    const err = await page.$$eval(".assistant .error", (els) => els.map((e) => e.textContent).join("; "));
+    check(a.length === 1 && a[0].length > 0 && /tokens/.test(stats) && !err,
+      `an answer streamed in: ${JSON.stringify(a[0])} (${stats}${err ? "; " + err : ""})`);
+    check((await page.$$eval(".msg.user", (els) => els.length)) === 1, "the message shows as the user's");
+
+    // a long answer on a slow link: Stop ends it
+    const cdp = await page.createCDPSession();
+    await cdp.send("Network.enable");
+    await cdp.send("Network.emulateNetworkConditions", { offline: false, latency: 100, downloadThroughput: 1500, uploadThroughput: 100000 });
+    await page.$eval("#max_tokens", (e) => { e.value = "200"; });
+    await page.type("#input", "Tell me a long story");
+    await page.click("#send");
+    await page.waitForFunction(() => {
+      const els = document.querySelectorAll(".assistant .answer");
+      return els.length === 2 && els[1].textContent.length > 0;
+    }, { timeout: 60000 });
+    check(!(await page.$eval("#stop", (b) => b.disabled)), "Stop is enabled while an answer streams");
+    await page.click("#stop");
+    await done(2);
+    const stopped = await page.$$eval(".assistant .stats", (els) => els[1].textContent);
+    check(/stopped/.test(stopped), `Stop ends the answer: ${stopped}`);
+    await cdp.send("Network.emulateNetworkConditions", { offline: false, latency: 0, downloadThroughput: -1, uploadThroughput: -1 });
+
+    // and the conversation goes on
+    await page.$eval("#max_tokens", (e) => { e.value = "16"; });
+    await page.type("#input", "Thanks");
+    await page.click("#send");
+    await done(3);
+    const b = await answers();
+    check(b.length === 3 && b[2].length > 0, "a third turn after the stop");
+  }
+  check(errors.length === 0, `no script errors${errors.length ? ": " + errors.join("; ") : ""}`);
+} finally {
+  await browser.close();
+}
+console.log(failures ? `${failures} failed` : "all passed");
+process.exit(failures ? 1 : 0);

@@ -1,0 +1,124 @@
+// `dsinfer serve` over plain HTTP (tests/e2e/serve.sh starts it): node raw.mjs BASE_URL API_KEY
+// The routes beside the API, and malformed requests: each must get its 4xx
+// and an OpenAI error object, and the server must go on answering.
+// Prints "ok ..." / "FAIL ..." lines; exits 1 on any failure.
+const [base, key] = process.argv.slice(2);
+let failures = 0;
+const ok = (what) => console.log("ok   " + what);
+const fail = (what) => { failures++; console.log("FAIL " + what); };
+const check = (cond, what) => (cond ? ok(what) : fail(what));
+const auth = { Authorization: "Bearer " + key, "Content-Type": "application/json" };
+
+async function post(path, body, headers = auth) {
+  const r = await fetch(base + path, { method: "POST", headers, body });
+  let j = null;
+  const text = await r.text();
+  try { j = JSON.parse(text); } catch (e) { /* not JSON */ }
+  return { status: r.status, j, text };
+}
+
+// ---- the routes ----
+{
+  const h = await fetch(base + "/health");
+  check(h.status === 200, "GET /health");
+  const page = await fetch(base + "/");
+  const html = await page.text();
+  check(page.status === 200 && page.headers.get("content-type").startsWith("text/html") && html.includes("/v1/chat/completions"),
+    "GET / is the chat page");
+  const m = await (await fetch(base + "/metrics")).text();
+  const names = ["num_requests_running", "num_requests_waiting", "kv_cache_usage_perc", "prefix_cache_queries",
+    "prefix_cache_hits", "prompt_tokens_total", "generation_tokens_total", "request_success_total",
+    "time_to_first_token_seconds_bucket", "inter_token_latency_seconds_bucket", "e2e_request_latency_seconds_count"];
+  check(names.every((n) => m.includes("dsinfer:" + n)), "GET /metrics has vLLM's metrics under dsinfer:");
+  const t = await post("/tokenize", JSON.stringify({ prompt: "hello world" }));
+  const d = await post("/detokenize", JSON.stringify({ tokens: t.j.tokens }));
+  check(t.status === 200 && t.j.count === t.j.tokens.length && d.j.prompt.endsWith("hello world"),
+    `tokenize / detokenize round trip: ${JSON.stringify(d.j && d.j.prompt)}`);
+  const tm = await post("/tokenize", JSON.stringify({ messages: [{ role: "user", content: "hi" }] }));
+  check(tm.status === 200 && tm.j.count > 2, "tokenize a chat");
+  const nf = await fetch(base + "/v1/nothing", { headers: auth });
+  check(nf.status === 404, "an unknown route: 404");
+  const wm = await fetch(base + "/v1/chat/completions", { headers: auth });
+  check(wm.status === 405, "GET on a POST route: 405");
+  const noauth = await fetch(base + "/v1/models");
+  check(noauth.status === 401, "/v1/models without the key: 401");
+}
+
+// ---- malformed requests ----
+const good = { messages: [{ role: "user", content: "hi" }], max_tokens: 2 };
+const bad = [
+  ["an empty body", ""],
+  ["truncated JSON", "{\"messages\": [{\"role\": \"user\""],
+  ["an array", "[]"],
+  ["null", "null"],
+  ["a string", "\"hello\""],
+  ["no messages", "{}"],
+  ["empty messages", JSON.stringify({ messages: [] })],
+  ["messages not an array", JSON.stringify({ messages: "hi" })],
+  ["a message not an object", JSON.stringify({ messages: [5] })],
+  ["content a number", JSON.stringify({ messages: [{ role: "user", content: 5 }] })],
+  ["an image part", JSON.stringify({ messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "x" } }] }] })],
+  ["an unknown role", JSON.stringify({ messages: [{ role: "wizard", content: "x" }] })],
+  ["a role not a string", JSON.stringify({ messages: [{ role: 1, content: "x" }] })],
+  ["a tool call without a name", JSON.stringify({ messages: [{ role: "assistant", content: "", tool_calls: [{ function: {} }] }] })],
+  ["negative max_tokens", JSON.stringify({ ...good, max_tokens: -1 })],
+  ["fractional max_tokens", JSON.stringify({ ...good, max_tokens: 1.5 })],
+  ["n of 0", JSON.stringify({ ...good, n: 0 })],
+  ["n of 1000", JSON.stringify({ ...good, n: 1000 })],
+  ["top_p of 2", JSON.stringify({ ...good, top_p: 2 })],
+  ["temperature -1", JSON.stringify({ ...good, temperature: -1 })],
+  ["temperature a string", JSON.stringify({ ...good, temperature: "0.5" })],
+  ["stop a number", JSON.stringify({ ...good, stop: 5 })],
+  ["stop with a number", JSON.stringify({ ...good, stop: ["a", 5] })],
+  ["seventeen stops", JSON.stringify({ ...good, stop: Array(17).fill("x") })],
+  ["logit_bias with a word", JSON.stringify({ ...good, logit_bias: { abc: 1 } })],
+  ["logit_bias past the vocabulary", JSON.stringify({ ...good, logit_bias: { "99999999": 1 } })],
+  ["logit_bias of 500", JSON.stringify({ ...good, logit_bias: { "5": 500 } })],
+  ["stop_token_ids negative", JSON.stringify({ ...good, stop_token_ids: [-3] })],
+  ["tools not an array", JSON.stringify({ ...good, tools: "x" })],
+  ["tool_choice a number", JSON.stringify({ ...good, tool_choice: 5 })],
+  ["stream a string", JSON.stringify({ ...good, stream: "yes" })],
+  ["stream_options a string", JSON.stringify({ ...good, stream_options: "x" })],
+  ["top_logprobs without logprobs", JSON.stringify({ ...good, top_logprobs: 3 })],
+  ["top_logprobs 50", JSON.stringify({ ...good, logprobs: true, top_logprobs: 50 })],
+  ["seed a string", JSON.stringify({ ...good, seed: "x" })],
+  ["a huge number", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":1e400}"],
+  ["nesting 5000 deep", "[".repeat(5000) + "]".repeat(5000)],
+  ["chat_template_kwargs a list", JSON.stringify({ ...good, chat_template_kwargs: [1] })],
+];
+for (const [what, body] of bad) {
+  const r = await post("/v1/chat/completions", body);
+  check(r.status === 400 && r.j && r.j.error && typeof r.j.error.message === "string",
+    `${what}: ${r.status} ${r.j && r.j.error ? r.j.error.message : r.text.slice(0, 80)}`);
+}
+const badc = [
+  ["no prompt", JSON.stringify({ max_tokens: 2 })],
+  ["a prompt number", JSON.stringify({ prompt: 5 })],
+  ["ids past the vocabulary", JSON.stringify({ prompt: [1, 2, 99999999] })],
+  ["an empty prompt list", JSON.stringify({ prompt: [] })],
+  ["suffix", JSON.stringify({ prompt: "x", suffix: "y" })],
+  ["echo with logprobs", JSON.stringify({ prompt: "x", echo: true, logprobs: 1 })],
+  ["best_of above n", JSON.stringify({ prompt: "x", best_of: 3 })],
+];
+for (const [what, body] of badc) {
+  const r = await post("/v1/completions", body);
+  check(r.status === 400 && r.j && r.j.error, `completions, ${what}: ${r.status} ${r.j && r.j.error ? r.j.error.message : ""}`);
+}
+{
+  const big = "x".repeat(17 << 20);
+  const r = await post("/v1/chat/completions", big);
+  check(r.status === 413 && r.j && r.j.error, `a 17 MB body: ${r.status}`);
+  const inv = Buffer.concat([Buffer.from("{\"messages\":[{\"role\":\"user\",\"content\":\"a"), Buffer.from([0xff, 0xfe]),
+    Buffer.from("b\"}],\"max_tokens\":2}")]);
+  const ri = await fetch(base + "/v1/chat/completions", { method: "POST", headers: auth, body: inv });
+  check(ri.status === 200 || ri.status === 400, `invalid UTF-8 in content: ${ri.status}`);
+}
+// and it still answers
+{
+  const r = await post("/v1/chat/completions", JSON.stringify(good));
+  check(r.status === 200 && r.j.choices[0].message.role === "assistant", "a good request after all that: 200");
+  const h = await fetch(base + "/health");
+  check(h.status === 200, "healthy");
+}
+console.log(failures ? `${failures} failed` : "all passed");
+process.exit(failures ? 1 : 0);

@@ -1,0 +1,95 @@
+// Reasoning and tool calls through the official OpenAI client, against a
+// server whose model answers every request with the same script (reasoning,
+// then a DeepSeek tool call: tests/unit/test_server.c starts it):
+// node tools.mjs BASE_URL API_KEY. Exits 1 on any failure.
+import OpenAI from "openai";
+
+const [base, key] = process.argv.slice(2);
+const client = new OpenAI({ baseURL: base + "/v1", apiKey: key, maxRetries: 0 });
+const model = "tiny";
+let failures = 0;
+const ok = (what) => console.log("ok   " + what);
+const fail = (what) => { failures++; console.log("FAIL " + what); };
+const check = (cond, what) => (cond ? ok(what) : fail(what));
+
+const reasoning = "The user wants the weather; I should call the tool.";
+const tools = [{
+  type: "function",
+  function: {
+    name: "get_weather", description: "The weather in a city",
+    parameters: { type: "object", properties: { city: { type: "string" }, unit: { type: "string" } }, required: ["city"] },
+  },
+}];
+const ask = [{ role: "user", content: "What is the weather in Paris?" }];
+
+// ---- whole ----
+const r = await client.chat.completions.create({ model, messages: ask, tools, tool_choice: "auto", temperature: 0 });
+const msg = r.choices[0].message;
+check(msg.reasoning_content === reasoning && msg.reasoning === reasoning,
+  `reasoning apart from the answer: ${JSON.stringify(msg.reasoning_content)}`);
+check(msg.content === null, `no answer text beside the call: content ${JSON.stringify(msg.content)}`);
+const call = msg.tool_calls && msg.tool_calls[0];
+check(msg.tool_calls && msg.tool_calls.length === 1 && call.type === "function" && call.function.name === "get_weather" &&
+  typeof call.id === "string", `one tool call: ${JSON.stringify(msg.tool_calls)}`);
+let args = null;
+try { args = JSON.parse(call.function.arguments); } catch (e) { /* checked below */ }
+check(args && args.city === "Paris" && args.unit === "celsius", `its arguments are JSON: ${call && call.function.arguments}`);
+check(r.choices[0].finish_reason === "tool_calls", `finish_reason ${r.choices[0].finish_reason}`);
+check(r.usage.completion_tokens_details.reasoning_tokens > 0 &&
+  r.usage.completion_tokens_details.reasoning_tokens < r.usage.completion_tokens,
+  `reasoning tokens ${r.usage.completion_tokens_details.reasoning_tokens} of ${r.usage.completion_tokens}`);
+
+// ---- streamed: the deltas add up to the whole ----
+{
+  const stream = await client.chat.completions.create({ model, messages: ask, tools, temperature: 0, stream: true });
+  let rs = "", content = "", finish = null, chunks = 0;
+  const calls = [];
+  for await (const chunk of stream) {
+    chunks++;
+    const c = chunk.choices[0];
+    if (!c) continue;
+    if (c.delta.reasoning_content) rs += c.delta.reasoning_content;
+    if (c.delta.content) content += c.delta.content;
+    for (const tc of c.delta.tool_calls || []) {
+      const k = tc.index;
+      calls[k] = calls[k] || { id: "", name: "", arguments: "" };
+      if (tc.id) calls[k].id = tc.id;
+      if (tc.function && tc.function.name) calls[k].name += tc.function.name;
+      if (tc.function && tc.function.arguments) calls[k].arguments += tc.function.arguments;
+    }
+    if (c.finish_reason) finish = c.finish_reason;
+  }
+  check(rs === reasoning && content === "", `streamed reasoning and answer equal the whole (${chunks} chunks)`);
+  check(calls.length === 1 && calls[0].name === call.function.name && calls[0].arguments === call.function.arguments &&
+    finish === "tool_calls", `streamed tool call equals the whole: ${JSON.stringify(calls)}`);
+}
+
+// ---- the round trip: the call and its result go back into the conversation ----
+{
+  const history = [...ask, msg, { role: "tool", tool_call_id: call.id, content: "18 degrees and sunny" }];
+  const r2 = await client.chat.completions.create({ model, messages: history, tools, temperature: 0 });
+  check(r2.choices[0].message.role === "assistant", "a conversation with the tool's result is answered");
+  const t = await fetch(base + "/tokenize", {
+    method: "POST", headers: { Authorization: "Bearer " + key, "Content-Type": "application/json" },
+    body: JSON.stringify({ messages: history, tools }),
+  }).then((x) => x.json());
+  const d = await fetch(base + "/detokenize", {
+    method: "POST", headers: { Authorization: "Bearer " + key, "Content-Type": "application/json" },
+    body: JSON.stringify({ tokens: t.tokens }),
+  }).then((x) => x.json());
+  check(d.prompt.includes("get_weather") && d.prompt.includes("18 degrees and sunny") && d.prompt.includes("Paris"),
+    "the rendered conversation holds the call and the tool's result");
+}
+
+// ---- tool_choice none: the tools are not offered ----
+{
+  const t = (tc) => fetch(base + "/tokenize", {
+    method: "POST", headers: { Authorization: "Bearer " + key, "Content-Type": "application/json" },
+    body: JSON.stringify({ messages: ask, tools, tool_choice: tc }),
+  }).then((x) => x.json());
+  const [a, n] = await Promise.all([t("auto"), t("none")]);
+  check(a.count > n.count, `tool_choice none leaves the tools out of the prompt (${a.count} vs ${n.count} tokens)`);
+}
+
+console.log(failures ? `${failures} failed` : "all passed");
+process.exit(failures ? 1 : 0);
