@@ -49,6 +49,7 @@ static void cb_put(cbuf *b, const char *s, size_t n) {
 }
 
 static void cb_drop(cbuf *b, size_t n) { /* the first n bytes */
+  if (!b->p) return; /* nothing held yet */
   memmove(b->p, b->p + n, b->n - n);
   b->n -= n;
   if (b->p) b->p[b->n] = 0;
