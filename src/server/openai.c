@@ -339,8 +339,9 @@ static void chat_logprobs(dsi_server *srv, const scomp *c, int n_top, int a, int
 }
 
 /* completions' logprobs of tokens [a, e): tokens, their logprobs, the top
- * ones as {text: logprob}, the text offsets (from at) */
-static void text_logprobs(dsi_server *srv, const scomp *c, int n_top, int a, int e, size_t at, sbuf *b) {
+ * ones as {text: logprob}, the text offsets (from at); returns the offset
+ * past the last token */
+static size_t text_logprobs(dsi_server *srv, const scomp *c, int n_top, int a, int e, size_t at, sbuf *b) {
   sbuf toks = {0}, lps = {0}, tops = {0}, offs = {0};
   for (int k = a; k < e; k++) {
     sbuf t = {0};
@@ -367,6 +368,7 @@ static void text_logprobs(dsi_server *srv, const scomp *c, int n_top, int a, int
   sb_printf(b, "{\"tokens\":[%s],\"token_logprobs\":[%s],\"top_logprobs\":[%s],\"text_offset\":[%s]}",
             toks.p ? toks.p : "", lps.p ? lps.p : "", tops.p ? tops.p : "", offs.p ? offs.p : "");
   free(toks.p), free(lps.p), free(tops.p), free(offs.p);
+  return at;
 }
 
 static void usage_json(sbuf *b, int prompt, int cached, int completion, int reasoning, int chat) {
@@ -457,13 +459,7 @@ static void emit(stream *st, choice *ch, const char *delta_or_text, size_t len, 
   if (st->logprobs && e > a) {
     if (st->chat) chat_logprobs(st->srv, c, st->n_top, a, e, b);
     else {
-      text_logprobs(st->srv, c, st->n_top, a, e, ch->text_at, b);
-      for (int k = a; k < e; k++) {
-        sbuf t = {0};
-        token_text(st->srv, c->tok[k], &t);
-        ch->text_at += t.n;
-        free(t.p);
-      }
+      ch->text_at = text_logprobs(st->srv, c, st->n_top, a, e, ch->text_at, b);
     }
   } else {
     SB_LIT(b, "null");
