@@ -220,7 +220,7 @@ static int get_params(dsi_server *srv, in *j, params *p, int chat) {
         return bad(j, "logit_bias", "'%s' keys must be token ids of this model%s", "");
       if (!cJSON_IsNumber(e) || !(e->valuedouble >= -100 && e->valuedouble <= 100))
         return bad(j, "logit_bias", "'%s' values must be numbers in [-100, 100]%s", "");
-      if (n == MAX_BIAS) return bad(j, "logit_bias", "'%s' holds at most 1024 tokens%s", "");
+      if (n == MAX_BIAS) return bad(j, "logit_bias", "'%s' holds at most 4096 tokens%s", "");
       p->bias_ids[n] = (int32_t)id;
       p->bias[n++] = (float)e->valuedouble;
     }

@@ -114,7 +114,7 @@ void reply_json(reply *rp, unsigned status, char *json);
 /* what a request asks, read and checked: the scheduler request (its
  * prompt, sampling, stops) and the response's options */
 #define MAX_STOP 16
-#define MAX_BIAS 1024
+#define MAX_BIAS 4096 /* a ban list of a vocabulary's partial-UTF-8 tokens fits */
 #define MAX_N 16
 typedef struct params {
   dsi_request r;

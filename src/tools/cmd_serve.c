@@ -21,7 +21,7 @@ static int fail(const dsi_err *err) {
 
 int dsi_cmd_serve(int argc, char **argv) {
   const char *model = NULL, *host = "127.0.0.1", *key = NULL, *name = NULL, *tmpl = NULL;
-  int port = 8000, max_seqs = 0, max_tokens = 0, ctx = 0, max_waiting = 0, quiet = 0, kv_blocks = 0;
+  int port = 8000, max_seqs = 0, max_tokens = 0, ctx = 0, max_waiting = 0, quiet = 0, kv_blocks = 0, chunk = 0;
   float grace = 30.0f;
   run_opts ro = {0};
   const dsi_opt opts[] = {
@@ -32,6 +32,7 @@ int dsi_cmd_serve(int argc, char **argv) {
     {"--served-model-name", NULL, OPT_STR, &name, "the model's name in the API (default: the checkpoint folder's name)"},
     {"--max-seqs", NULL, OPT_INT, &max_seqs, "completions running at once (default 64)"},
     {"--max-batched-tokens", NULL, OPT_INT, &max_tokens, "tokens in one step (default 512)"},
+    {"--prefill-chunk", NULL, OPT_INT, &chunk, "prompt tokens in one step while requests decode in it (default: sized on the fly)"},
     {"--ctx", NULL, OPT_INT, &ctx, "longest sequence, prompt and completion (default: min(max_position_embeddings, 4096))"},
     {"--kv-blocks", NULL, OPT_INT, &kv_blocks, "KV blocks of 64 tokens (default: 8 full contexts)"},
     {"--chat-template", NULL, OPT_STR, &tmpl, "a Jinja chat template file instead of tokenizer_config.json's"},
@@ -44,8 +45,8 @@ int dsi_cmd_serve(int argc, char **argv) {
   if (rc) return rc == 1 ? 0 : rc;
   if (!model) return dsi_cli_usage_error("serve", "--model is required");
   if (port < 0 || port > 65535) return dsi_cli_usage_error("serve", "--port must be in [0, 65535]");
-  if (max_seqs < 0 || max_tokens < 0 || ctx < 0 || max_waiting < 0 || kv_blocks < 0 || grace < 0)
-    return dsi_cli_usage_error("serve", "--max-seqs, --max-batched-tokens, --ctx, --kv-blocks, --max-waiting and "
+  if (max_seqs < 0 || max_tokens < 0 || chunk < 0 || ctx < 0 || max_waiting < 0 || kv_blocks < 0 || grace < 0)
+    return dsi_cli_usage_error("serve", "--max-seqs, --max-batched-tokens, --prefill-chunk, --ctx, --kv-blocks, --max-waiting and "
                                         "--shutdown-timeout must be >= 0");
   int act;
   if ((rc = dsi_cli_check_run_opts("serve", &ro, &act))) return rc;
@@ -87,7 +88,7 @@ int dsi_cmd_serve(int argc, char **argv) {
   int max_context = ctx ? ctx : info.max_position_embeddings < 4096 ? info.max_position_embeddings : 4096;
   dsi_sched *s = NULL;
   dsi_server *srv = NULL;
-  dsi_sched_opts so = {.max_seqs = max_seqs, .max_batched_tokens = max_tokens};
+  dsi_sched_opts so = {.max_seqs = max_seqs, .max_batched_tokens = max_tokens, .prefill_chunk = chunk};
   if (dsi_sched_open(&s, e, tok, &so, &err)) {
     rc = fail(&err);
     goto out;

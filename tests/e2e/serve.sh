@@ -57,6 +57,15 @@ node "$T/client.mjs" "$url" test-key "$S/expected.json" || bad "the OpenAI clien
 node "$T/raw.mjs" "$url" test-key || bad "the plain HTTP checks (above)"
 # 16 streaming clients for 60 s (20 under the sanitizers)
 node "$T/load.mjs" "$url" test-key "$([ -n "${DSINFER_SANITIZED:-}" ] && echo 20 || echo 60)" || bad "the load test (above)"
+# the load generator of the README's figures: every request ends whole, none resent
+lg=$(node "$T/../../scripts/loadgen.mjs" --url "$url" --api-key test-key --conc 1,3 --rounds 2 --repeat 2 \
+  --words 20 --tokens 8 --ban-invalid-utf8 "$M/tokenizer.json" --json "$S/loadgen.json" 2>&1) ||
+  bad "loadgen: $lg"
+node -e '
+const j = JSON.parse(require("fs").readFileSync(process.argv[1]));
+const ok = j.levels.length === 2 && j.levels.every((l) => l.requests === 4 * l.concurrency && !l.errors && !l.short &&
+  !l.retries && l.tok_s > 0 && l.ttft_p50 > 0 && l.itl_p50 > 0);
+process.exit(ok ? 0 : 1);' "$S/loadgen.json" && echo "ok   loadgen" || bad "loadgen figures: $(cat "$S/loadgen.json")"
 # the chat page in headless Chromium
 node "$T/page.mjs" "$url" test-key chat
 case $? in
