@@ -19,6 +19,20 @@ extern "C" {
 /* ---- model: config + weights, read-only once loaded ---- */
 typedef struct dsi_model dsi_model;
 
+/* ---- several processes: the ranks mpirun starts (MPI) ----
+ * dsi_dist_init joins them (MPI_Init; call it first, with main's argc and
+ * argv); outside mpirun, or in a build without MPI (DSINFER_MPI off), the
+ * world is this one process. Rank 0 runs the front end (tokenizer,
+ * scheduler, CLI or server) and steps its engine; every other rank opens
+ * the same model and engine options and calls dsi_engine_follow, which
+ * runs each step rank 0 runs until rank 0 frees its engine. */
+typedef struct dsi_dist dsi_dist;
+int dsi_dist_init(int *argc, char ***argv, dsi_dist **out, dsi_err *err);
+int dsi_dist_rank(const dsi_dist *d);
+int dsi_dist_size(const dsi_dist *d);
+int dsi_dist_has_mpi(void); /* 1: this build can run under mpirun */
+void dsi_dist_free(dsi_dist *d); /* MPI_Finalize */
+
 typedef struct dsi_load_opts {
   int mlock;     /* 1: lock the file mapping and compute from it; 0: copy into anonymous memory */
   int progress;  /* 1: show loading progress on stderr (when it is a terminal) */
@@ -28,6 +42,8 @@ typedef struct dsi_load_opts {
   int quant;     /* DSI_QUANT_*: quantize the packed linear weights while loading */
   int no_hugepage; /* 1: do not advise transparent huge pages for the weights (where the
                       kernel's synchronous compaction stalls loading) */
+  int ep_rank, ep_size; /* expert parallel: load only the routed experts
+                           [E*ep_rank/ep_size, E*(ep_rank+1)/ep_size) (ep_size 0 or 1: all) */
 } dsi_load_opts;
 
 /* DSI_QUANT_INT8: every packed linear weight (not the embedding, the norms,
@@ -76,6 +92,10 @@ typedef struct dsi_engine_opts {
                         never raises) */
   int mla_form;      /* DSI_MLA_*: the attention form of prefill segments (0 = the cost model's pick) */
   int no_hugepage;   /* 1: do not advise huge pages for the KV cache and the activation arena */
+  dsi_dist *dist;    /* NULL or a world of one: this process alone. Else the ranks share each
+                        step: rank 0 steps the engine, the others dsi_engine_follow; a model
+                        loaded with ep_size = the world's size sums its experts' share across
+                        the ranks (expert parallel MoE) */
 } dsi_engine_opts;
 
 /* The forward is written once and run by one of two executors. GRAPH: a
@@ -128,6 +148,9 @@ typedef struct dsi_batch {
   const uint8_t *want_logits; /* [n_tokens] or NULL = all */
 } dsi_batch;
 int dsi_engine_forward(dsi_engine *e, const dsi_batch *b, float *logits);
+/* Ranks other than 0: run every step rank 0's engine runs, until rank 0
+ * frees it (returns DSI_OK) or a step fails here (its status). */
+int dsi_engine_follow(dsi_engine *e);
 
 /* How many tokens of the KV pool's blocks there are, and how many of them
  * a new sequence can still get (free, or cached prefixes no sequence holds). */

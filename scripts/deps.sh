@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Install the Debian packages dsinfer builds and tests with (Debian 12). The
+# Install the Debian packages dsinfer builds and tests with (Debian 12; Open
+# MPI for runs across processes: a build without it runs one process). The
 # build's packages are required; node, npm and chromium (test-only: the
 # reference tokenizer and template renderer, the OpenAI client, the chat
 # page's browser) are installed when missing, and a machine
 # where that fails (NodeSource's nodejs conflicts with Debian's npm) goes on.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libcjson-dev libpcre2-dev libmicrohttpd-dev libopenblas-dev
+      openmpi-bin libopenmpi-dev
       clang libclang-rt-14-dev)
 test_pkgs=()
 command -v node >/dev/null 2>&1 || test_pkgs+=(nodejs)

@@ -32,6 +32,106 @@ void dsi_engine_set_poison(dsi_engine *e, int on) {
   dsi_fwd_set_exec(e->fwd, &e->exec);
 }
 
+/* ---- ranks ---- */
+/* the graph's all_reduce: a rank that cannot take part ends them all */
+static int all_reduce(void *ctx, float *buf, size_t n) {
+  dsi_dist *d = ctx;
+  int rc = dsi_dist_all_reduce_f32(d, buf, n);
+  if (rc) {
+    dsi_log(DSI_LOG_ERROR, "rank %d: the experts' all_reduce failed; ending every rank", d->rank);
+    dsi_dist_abort(d, 1);
+  }
+  return rc;
+}
+
+enum { MSG_STOP = 0, MSG_STEP = 1, MSG_HEAD = 4 };
+
+static int32_t *msg_room(dsi_engine *e, size_t n) {
+  if (n > e->msg_cap) {
+    e->msg = dsi_xrealloc(e->msg, n * sizeof(int32_t));
+    e->msg_cap = n;
+  }
+  return e->msg;
+}
+
+/* rank 0: the step every rank runs — tokens, positions, sequences, cache
+ * slots and the block tables of the sequences in it — or MSG_STOP */
+static int send_step(dsi_engine *e, const dsi_fwd_batch *fb) {
+  int32_t head[MSG_HEAD] = {fb ? MSG_STEP : MSG_STOP, 0, 0, 0};
+  if (!fb) return dsi_dist_bcast(e->dist, head, sizeof head, 0);
+  int n = fb->n_tokens, bs = e->kv.block_size, n_seq = 0, n_blk = 0;
+  for (int s = 0; s < e->n_seqs_cap; s++) e->seq_mark[s] = -1;
+  for (int i = 0; i < n; i++) { /* the last position of each sequence in the step */
+    int s = fb->seq[i];
+    if (e->seq_mark[s] < 0) n_seq++;
+    e->seq_mark[s] = DSI_MAX(e->seq_mark[s], fb->pos[i]);
+  }
+  for (int s = 0; s < e->n_seqs_cap; s++)
+    if (e->seq_mark[s] >= 0) n_blk += e->seq_mark[s] / bs + 1;
+  head[1] = n;
+  head[2] = n_seq;
+  head[3] = n_blk;
+  int32_t *m = msg_room(e, 4 * (size_t)n + 2 * (size_t)n_seq + n_blk), *p = m;
+  memcpy(p, fb->tokens, n * sizeof(int32_t)), p += n;
+  memcpy(p, fb->pos, n * sizeof(int32_t)), p += n;
+  memcpy(p, fb->seq, n * sizeof(int32_t)), p += n;
+  memcpy(p, fb->slot, n * sizeof(int32_t)), p += n;
+  int32_t *blocks = p + 2 * n_seq;
+  for (int s = 0; s < e->n_seqs_cap; s++) {
+    if (e->seq_mark[s] < 0) continue;
+    int nb = e->seq_mark[s] / bs + 1;
+    *p++ = s;
+    *p++ = nb;
+    memcpy(blocks, e->seqs[s].blocks, nb * sizeof(int32_t));
+    blocks += nb;
+  }
+  int rc = dsi_dist_bcast(e->dist, head, sizeof head, 0);
+  if (!rc) rc = dsi_dist_bcast(e->dist, m, (size_t)(blocks - m) * sizeof(int32_t), 0);
+  return rc ? dsi_errf(&e->err, rc, "sending the step to the other ranks failed") : DSI_OK;
+}
+
+int dsi_engine_follow(dsi_engine *e) {
+  if (!e->dist || e->dist->rank == 0) return dsi_errf(&e->err, DSI_E_INVAL, "only ranks other than 0 follow");
+  const int32_t **tables = NULL;
+  int n_tables = 0, rc = DSI_OK;
+  dsi_fwd_cache cache = {e->kv.layer, e->kv.pair, e->kv.block_size, e->kv.n_blocks * e->kv.block_size};
+  for (;;) {
+    int32_t head[MSG_HEAD];
+    if ((rc = dsi_dist_bcast(e->dist, head, sizeof head, 0))) {
+      rc = dsi_errf(&e->err, rc, "rank %d: receiving a step from rank 0 failed", e->dist->rank);
+      break;
+    }
+    if (head[0] == MSG_STOP) break;
+    int n = head[1], n_seq = head[2], n_blk = head[3];
+    if (n < 1 || n > e->max_tokens || n_seq < 1 || n_seq > n || n_blk < n_seq || n_blk > e->kv.n_blocks * n_seq) {
+      rc = dsi_errf(&e->err, DSI_E_FORMAT, "rank %d: a malformed step from rank 0 (%d tokens, %d sequences, %d blocks)",
+                    e->dist->rank, n, n_seq, n_blk);
+      break;
+    }
+    int32_t *m = msg_room(e, 4 * (size_t)n + 2 * (size_t)n_seq + n_blk);
+    if ((rc = dsi_dist_bcast(e->dist, m, (4 * (size_t)n + 2 * (size_t)n_seq + n_blk) * sizeof(int32_t), 0))) {
+      rc = dsi_errf(&e->err, rc, "rank %d: receiving a step from rank 0 failed", e->dist->rank);
+      break;
+    }
+    const int32_t *st = m + 4 * (size_t)n, *blocks = st + 2 * n_seq;
+    for (int k = 0; k < n_seq; k++) {
+      int s = st[2 * k];
+      if (s >= n_tables) {
+        tables = dsi_xrealloc(tables, (s + 1) * sizeof *tables);
+        memset(tables + n_tables, 0, (s + 1 - n_tables) * sizeof *tables);
+        n_tables = s + 1;
+      }
+      tables[s] = blocks;
+      blocks += st[2 * k + 1];
+    }
+    dsi_fwd_batch fb = {.n_tokens = n, .tokens = m, .pos = m + n, .seq = m + 2 * n, .slot = m + 3 * n,
+                        .block_tables = tables};
+    if ((rc = dsi_fwd_run(e->fwd, &fb, &cache, NULL, &e->err))) break;
+  }
+  free(tables);
+  return rc;
+}
+
 int dsi_engine_open(dsi_engine **out, dsi_model *m, const dsi_engine_opts *o, dsi_err *err) {
   dsi_engine_opts d = {0};
   if (!o) o = &d;
@@ -52,6 +152,15 @@ int dsi_engine_open(dsi_engine **out, dsi_model *m, const dsi_engine_opts *o, ds
                      .precision = o->act_precision, .kv_block_size = bs, .mla_form = o->mla_form,
                      .hugepage = !o->no_hugepage};
   int row = c->kv_lora_rank + c->qk_rope_head_dim;
+  if (o->dist && o->dist->size > 1) {
+    if (m->ep_size != 1 && m->ep_size != o->dist->size) {
+      dsi_engine_free(e);
+      return dsi_errf(err, DSI_E_INVAL, "the model's experts are split %d ways, the ranks are %d", m->ep_size,
+                      o->dist->size);
+    }
+    e->dist = o->dist;
+    if (m->ep_size > 1) fo.coll = (dsi_coll){.size = o->dist->size, .ctx = o->dist, .all_reduce_f32 = all_reduce};
+  }
   if ((rc = dsi_fwd_new(&e->fwd, m, e->pool, &fo, err)) ||
       (rc = dsi_kv_init(&e->kv, c->num_hidden_layers, row, bs, nb, dsi_fwd_kv_pairs(e->fwd), !o->no_hugepage, err))) {
     dsi_engine_free(e);
@@ -75,6 +184,8 @@ int dsi_engine_open(dsi_engine **out, dsi_model *m, const dsi_engine_opts *o, ds
 
 void dsi_engine_free(dsi_engine *e) {
   if (!e) return;
+  if (e->dist && e->dist->rank == 0 && e->fwd) send_step(e, NULL); /* the others stop following */
+  free(e->msg);
   for (int i = 0; i < e->n_seqs_cap; i++)
     if (e->live[i]) dsi_kv_release(&e->kv, &e->seqs[i], NULL);
   dsi_fwd_free(e->fwd);
@@ -84,6 +195,7 @@ void dsi_engine_free(dsi_engine *e) {
   free(e->seqs);
   free(e->live);
   free(e->seq_count);
+  free(e->seq_mark);
   free(e->tables);
   free(e->pos);
   free(e->slot);
@@ -104,6 +216,7 @@ int dsi_seq_new(dsi_engine *e) {
   e->seqs = dsi_xrealloc(e->seqs, cap * sizeof *e->seqs);
   e->live = dsi_xrealloc(e->live, cap);
   e->seq_count = dsi_xrealloc(e->seq_count, cap * sizeof(int32_t));
+  e->seq_mark = dsi_xrealloc(e->seq_mark, cap * sizeof(int32_t));
   e->tables = dsi_xrealloc(e->tables, cap * sizeof(*e->tables));
   memset(e->live + id, 0, cap - id);
   memset(e->seqs + id, 0, (cap - id) * sizeof *e->seqs);
@@ -177,7 +290,9 @@ static int forward_window(dsi_engine *e, const dsi_batch *b, int t0, int n, floa
     .block_tables = e->tables, .logit_rows = e->logit_rows, .n_logits = logits ? nl : 0,
   };
   dsi_fwd_cache cache = {e->kv.layer, e->kv.pair, e->kv.block_size, e->kv.n_blocks * e->kv.block_size};
-  int rc = dsi_fwd_run(e->fwd, &fb, &cache, logits, &e->err);
+  int rc = e->dist ? send_step(e, &fb) : DSI_OK;
+  if (rc) return rc;
+  rc = dsi_fwd_run(e->fwd, &fb, &cache, logits, &e->err);
   if (rc) return rc; /* nothing ran: the sequences stay as they were */
   for (int s = 0; s < e->n_seqs_cap; s++) e->seqs[s].len += e->seq_count[s];
   *n_out = nl;

@@ -4,6 +4,7 @@
 #define DSI_ENGINE_IMPL_H
 
 #include "base/pool.h"
+#include "dist/dist.h"
 #include "dsinfer.h"
 #include "graph/forward.h"
 #include "kv/kv.h"
@@ -24,6 +25,10 @@ struct dsi_engine {
   const int32_t **tables;
   dsi_fwd_exec_opts exec;
   int32_t fail_token;  /* tests: a batch holding it fails (-1 none) */
+  dsi_dist *dist;      /* NULL: this process alone; else rank 0 sends each step to the others */
+  int32_t *msg;        /* a step as sent between ranks */
+  int32_t *seq_mark;   /* [n_seqs_cap] scratch of send_step */
+  size_t msg_cap;
   dsi_err err;
 };
 

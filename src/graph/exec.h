@@ -25,6 +25,8 @@ typedef struct dsi_fctx {
   int kv_pairs;          /* the latent cache holds bf16 pair rows (tensor/paged.h) */
   dsi_mat *uk, *uv;      /* [layers * H] per-head panels of W_UK^T and W_UV */
   struct dsi_mla_prefill *mla; /* the non-absorbed prefill form (packed models), or NULL */
+  int exp_lo, exp_hi;    /* the routed experts this rank runs (expert parallel; else all) */
+  dsi_coll coll;         /* the collectives between ranks (size 1: none) */
 } dsi_fctx;
 
 /* one step */

@@ -225,7 +225,7 @@ static int moe(builder *bd, const dsi_layer_weights *w, int xn) {
   op->out[2] = pw;
   op->out[3] = routed;
   if (w->ffn_fmt == DSI_FFN_GATE_UP) { /* the grouped expert matmul */
-    int h = TENSOR(bd, "moe_hidden", F32, T * K, w->exp_gate_up[0].rows / 2); /* [pairs, moe_inter] */
+    int h = TENSOR(bd, "moe_hidden", F32, T * K, w->exp_gate_up[bd->f->exp_lo].rows / 2); /* [pairs, moe_inter] */
     op = dsi_graph_op(g, DSI_OP_MOE_GATE_UP, "moe_gate_up", DSI_PROF_MOE);
     op->lw = w;
     op->in[0] = xn;
@@ -246,6 +246,11 @@ static int moe(builder *bd, const dsi_layer_weights *w, int xn) {
     op->in[1] = start;
     op->in[2] = tok;
     op->in[3] = pw;
+    op->out[0] = routed;
+  }
+  if (bd->f->coll.size > 1) { /* expert parallel: each rank summed its own experts' share */
+    op = dsi_graph_op(g, DSI_OP_ALL_REDUCE, "ep_all_reduce", DSI_PROF_COMM);
+    op->in[0] = routed;
     op->out[0] = routed;
   }
   dsi_graph_join(g);
@@ -490,6 +495,10 @@ int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, const dsi_fwd
                 row % 16 == 0;
   f->max_tokens = max_tokens;
   f->max_context = max_context;
+  f->exp_lo = m->exp_lo;
+  f->exp_hi = m->exp_hi;
+  f->coll = o->coll;
+  if (f->coll.size < 1) f->coll.size = 1;
   f->softmax_scale = dsi_config_softmax_scale(c);
   /* the absorbed attention's latent buffers hold a chunk of tokens: <= 32 MB each */
   f->attn_chunk = (int)DSI_MAX(1, DSI_MIN((long)max_tokens, (32l << 20) / ((long)H * kvl * 4)));

@@ -39,6 +39,14 @@ typedef struct dsi_fwd_cache {
 typedef struct dsi_fwd dsi_fwd;
 
 /* what the forward is opened for */
+/* The collectives the graph's ops call, given by the layer that owns the
+ * processes (dist/, through the engine): the graph does not know MPI. */
+typedef struct dsi_coll {
+  int size;  /* ranks (1: no collectives) */
+  void *ctx;
+  int (*all_reduce_f32)(void *ctx, float *buf, size_t n); /* sum over the ranks, in place */
+} dsi_coll;
+
 typedef struct dsi_fwd_opts {
   int max_tokens;    /* most tokens in one batch */
   int max_context;   /* longest sequence */
@@ -48,6 +56,7 @@ typedef struct dsi_fwd_opts {
   int kv_block_size; /* the cache's block size: pair rows need a multiple of 32 */
   int mla_form;      /* DSI_MLA_* (dsinfer.h): the prefill attention's form */
   int hugepage;      /* advise huge pages for the activation arena */
+  dsi_coll coll;     /* between ranks; .size 0 or 1: one process */
 } dsi_fwd_opts;
 
 /* how the forward runs (see DSI_EXEC_* in dsinfer.h) */

@@ -14,6 +14,7 @@
 const char *const dsi_op_kind_names[DSI_OP_COUNT] = {
   "embed", "rmsnorm", "add", "matmul", "silu_mul", "rope_q", "kv_write", "attn_qlat", "attn_core",
   "attn_out", "attn_rowmajor", "attn_naive", "router_topk", "moe_sort", "moe_gate_up", "moe_down", "moe_rowmajor",
+  "all_reduce",
 };
 static_assert(sizeof dsi_op_kind_names / sizeof *dsi_op_kind_names == DSI_OP_COUNT, "a name per op kind");
 

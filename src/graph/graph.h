@@ -31,6 +31,7 @@ typedef enum {
   DSI_OP_MOE_GATE_UP,   /* out0[pair] = silu-mul of each expert's gate/up on its tokens */
   DSI_OP_MOE_DOWN,      /* out0[tok] += weight * down(in0[pair]) */
   DSI_OP_MOE_ROWMAJOR,  /* out0[tok] += routed experts one by one (row-major weights) */
+  DSI_OP_ALL_REDUCE,    /* out0 (= in0) summed over the ranks (f32) */
   DSI_OP_COUNT
 } dsi_op_kind;
 

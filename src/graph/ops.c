@@ -632,13 +632,17 @@ static void op_moe_sort(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
   const float *w = XT(r, op->in[1]);
   int32_t *start = XT(r, op->out[0]), *tok = XT(r, op->out[1]), *cursor = (int32_t *)dsi_ws_shared(r, op);
   float *pw = XT(r, op->out[2]);
+  /* expert parallel: only this rank's experts get pairs */
+  int lo = r->f->exp_lo, hi = r->f->exp_hi;
   memset(start, 0, (E + 1) * sizeof(int32_t));
-  for (int i = 0; i < T * K; i++) start[ids[i] + 1]++;
+  for (int i = 0; i < T * K; i++) start[ids[i] + 1] += ids[i] >= lo && ids[i] < hi;
   for (int x = 0; x < E; x++) start[x + 1] += start[x];
   memcpy(cursor, start, E * sizeof(int32_t));
   for (int t = 0; t < T; t++)
     for (int k = 0; k < K; k++) {
-      int x = ids[t * K + k], at = cursor[x]++;
+      int x = ids[t * K + k];
+      if (x < lo || x >= hi) continue;
+      int at = cursor[x]++;
       tok[at] = t;
       pw[at] = w[t * K + k];
     }
@@ -659,7 +663,7 @@ static dsi_op_ws ws_moe_sort(const dsi_fctx *f, const dsi_op *op, int T) {
 static void op_moe_gate_up(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
   const dsi_config *c = r->f->c;
   const dsi_layer_weights *lw = op->lw;
-  int E = c->n_routed_experts, D = c->hidden_size, ih = lw->exp_gate_up[0].rows / 2, n = 0;
+  int E = c->n_routed_experts, D = c->hidden_size, ih = lw->exp_gate_up[r->f->exp_lo].rows / 2, n = 0;
   const int32_t *start = XT(r, op->in[1]), *tok = XT(r, op->in[2]);
   const float *xn = XT(r, op->in[0]);
   float *h = XT(r, op->out[0]);
@@ -670,7 +674,7 @@ static void op_moe_gate_up(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
     th.gs[n++] = (dsi_gemm){.w = &lw->exp_gate_up[e], .x = xn, .ldx = D, .x_rows = tok + a, .m = cnt,
                             .y = h + (size_t)a * ih, .ldy = ih, .epi = DSI_EPI_SILU_PAIRS};
   }
-  dsi_mm_team(tm, &r->f->mm, th, n, lw->exp_gate_up[0].rows, 2 * DSI_TILE_N, dsi_ws_shared(r, op), op->ws_shared, 1,
+  dsi_mm_team(tm, &r->f->mm, th, n, lw->exp_gate_up[r->f->exp_lo].rows, 2 * DSI_TILE_N, dsi_ws_shared(r, op), op->ws_shared, 1,
               (op->flags & DSI_X_ROUNDED) != 0, NULL);
 }
 
@@ -679,7 +683,7 @@ static void op_moe_gate_up(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
 static void op_moe_down(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
   const dsi_config *c = r->f->c;
   const dsi_layer_weights *lw = op->lw;
-  int E = c->n_routed_experts, D = c->hidden_size, ih = lw->exp_gate_up[0].rows / 2, n = 0;
+  int E = c->n_routed_experts, D = c->hidden_size, ih = lw->exp_gate_up[r->f->exp_lo].rows / 2, n = 0;
   const int32_t *start = XT(r, op->in[1]), *tok = XT(r, op->in[2]);
   const float *pw = XT(r, op->in[3]), *h = XT(r, op->in[0]);
   float *y = XT(r, op->out[0]);
@@ -701,12 +705,12 @@ static void cost_moe(const dsi_xrun *r, const dsi_op *op, dsi_op_cost *c) {
   for (int e = 0; e < E; e++) active += start[e + 1] > start[e];
   const dsi_layer_weights *lw = op->lw;
   if (op->kind == DSI_OP_MOE_ROWMAJOR) {
-    mm_cost(&lw->exp_gate[0], pairs, c);
-    mm_cost(&lw->exp_up[0], pairs, c);
-    mm_cost(&lw->exp_down[0], pairs, c);
-    c->wbytes = active * (mat_bytes(&lw->exp_gate[0]) + mat_bytes(&lw->exp_up[0]) + mat_bytes(&lw->exp_down[0]));
+    mm_cost(&lw->exp_gate[r->f->exp_lo], pairs, c);
+    mm_cost(&lw->exp_up[r->f->exp_lo], pairs, c);
+    mm_cost(&lw->exp_down[r->f->exp_lo], pairs, c);
+    c->wbytes = active * (mat_bytes(&lw->exp_gate[r->f->exp_lo]) + mat_bytes(&lw->exp_up[r->f->exp_lo]) + mat_bytes(&lw->exp_down[r->f->exp_lo]));
   } else {
-    const dsi_mat *w = op->kind == DSI_OP_MOE_GATE_UP ? &lw->exp_gate_up[0] : &lw->exp_down[0];
+    const dsi_mat *w = op->kind == DSI_OP_MOE_GATE_UP ? &lw->exp_gate_up[r->f->exp_lo] : &lw->exp_down[r->f->exp_lo];
     mm_cost(w, pairs, c);
     c->wbytes = active * mat_bytes(w);
   }
@@ -715,7 +719,7 @@ static void cost_moe(const dsi_xrun *r, const dsi_op *op, dsi_op_cost *c) {
 /* every pair's prepared row, over up to E calls */
 static dsi_op_ws ws_moe_grouped(const dsi_fctx *f, const dsi_op *op, int T) {
   const dsi_config *c = f->c;
-  const dsi_mat *w = op->kind == DSI_OP_MOE_GATE_UP ? &op->lw->exp_gate_up[0] : &op->lw->exp_down[0];
+  const dsi_mat *w = op->kind == DSI_OP_MOE_GATE_UP ? &op->lw->exp_gate_up[f->exp_lo] : &op->lw->exp_down[f->exp_lo];
   int E = c->n_routed_experts;
   return (dsi_op_ws){dsi_mm_prep_bytes((long)T * c->num_experts_per_tok, w->cols, w->kpad, E),
                      dsi_mm_thread_bytes(E, w->kpad)};
@@ -775,6 +779,21 @@ static dsi_op_ws ws_moe_rowmajor(const dsi_fctx *f, const dsi_op *op, int T) {
                      (size_t)DSI_MAX(c->hidden_size, c->moe_intermediate_size) * sizeof(float)};
 }
 
+/* ---- collectives ---- */
+/* the tensor summed over the ranks, by one thread of the team (MPI is
+ * called from one thread); a failure ends every rank (the collective's
+ * owner reports it) */
+static void op_all_reduce(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
+  if (tm->ith != 0) return;
+  const dsi_coll *cl = &r->f->coll;
+  cl->all_reduce_f32(cl->ctx, XT(r, op->out[0]), (size_t)r->T * r->g->ts[op->out[0]].ne[1]);
+}
+
+/* the bytes that leave this rank and come back */
+static void cost_all_reduce(const dsi_xrun *r, const dsi_op *op, dsi_op_cost *c) {
+  c->abytes = 2.0 * 4 * r->T * r->g->ts[op->out[0]].ne[1];
+}
+
 /* ---- the table ---- */
 const dsi_op_def dsi_op_defs[DSI_OP_COUNT] = {
   [DSI_OP_EMBED] = {op_embed, cost_embed, NULL},
@@ -794,4 +813,5 @@ const dsi_op_def dsi_op_defs[DSI_OP_COUNT] = {
   [DSI_OP_MOE_GATE_UP] = {op_moe_gate_up, cost_moe, ws_moe_grouped},
   [DSI_OP_MOE_DOWN] = {op_moe_down, cost_moe, ws_moe_grouped},
   [DSI_OP_MOE_ROWMAJOR] = {op_moe_rowmajor, cost_moe, ws_moe_rowmajor},
+  [DSI_OP_ALL_REDUCE] = {op_all_reduce, cost_all_reduce, NULL},
 };

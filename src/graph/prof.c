@@ -46,7 +46,7 @@ struct dsi_prof {
   int have_peaks;
 };
 
-static const char *const k_cat_names[DSI_PROF_N_CAT] = {"attention", "moe", "dense", "lm_head", "other"};
+static const char *const k_cat_names[DSI_PROF_N_CAT] = {"attention", "moe", "dense", "lm_head", "other", "comm"};
 
 /* ---- recording ---- */
 void dsi_prof_span(dsi_prof *p, int op, int ith, double t0, double t1) {

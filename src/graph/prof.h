@@ -15,6 +15,7 @@ typedef enum {
   DSI_PROF_DENSE,
   DSI_PROF_LM_HEAD,
   DSI_PROF_OTHER,
+  DSI_PROF_COMM, /* collectives between ranks */
   DSI_PROF_N_CAT
 } dsi_prof_cat;
 

@@ -119,7 +119,7 @@ static void plan_tensors(dsi_model *m, spec_list *l) {
     w->exp_up = dsi_xcalloc(E, sizeof(dsi_mat));
     w->exp_down = dsi_xcalloc(E, sizeof(dsi_mat));
     w->exp_gate_up = dsi_xcalloc(E, sizeof(dsi_mat));
-    for (int e = 0; e < E; e++) {
+    for (int e = m->exp_lo; e < m->exp_hi; e++) { /* this rank's share (expert parallel) */
       add_spec(l, SPEC_MAT, I, D, &w->exp_gate[e], NULL, P "mlp.experts.%d.gate_proj.weight", L, e);
       add_spec(l, SPEC_MAT, I, D, &w->exp_up[e], NULL, P "mlp.experts.%d.up_proj.weight", L, e);
       link_gate_up(l, &w->exp_gate_up[e]);
@@ -596,6 +596,16 @@ int dsi_model_open(dsi_model **out, const char *dir, const dsi_load_opts *opts, 
   if (rc == DSI_OK) rc = check_limits(&m->cfg, err);
   if (rc == DSI_OK) rc = dsi_st_open(&m->st, dir, err);
   if (rc != DSI_OK) goto fail;
+  /* expert parallel: this rank's contiguous share of the routed experts */
+  int ep = opts->ep_size > 1 ? opts->ep_size : 1, E = m->cfg.n_routed_experts;
+  if (opts->ep_rank < 0 || opts->ep_rank >= ep || (ep > 1 && ep > E)) {
+    rc = dsi_errf(err, DSI_E_INVAL, "%s: expert-parallel rank %d of %d: needs 0 <= rank < ranks <= n_routed_experts (%d)",
+                  dir, opts->ep_rank, ep, E);
+    goto fail;
+  }
+  m->exp_lo = (int)((int64_t)E * opts->ep_rank / ep);
+  m->exp_hi = (int)((int64_t)E * (opts->ep_rank + 1) / ep);
+  m->ep_size = ep;
   m->layers = dsi_xcalloc(m->cfg.num_hidden_layers, sizeof *m->layers);
   plan_tensors(m, &l);
   if ((rc = resolve(m, &l, err)) != DSI_OK) goto fail;
@@ -682,8 +692,9 @@ static size_t active_bytes(const dsi_model *m) {
                             &w->gate_up, &w->gate};
     for (size_t i = 0; i < DSI_ARRAY_LEN(all); i++) b += mat_bytes(all[i]);
     if (w->is_moe) {
-      size_t e = mat_bytes(&w->exp_down[0]) + (w->ffn_fmt == DSI_FFN_GATE_UP ? mat_bytes(&w->exp_gate_up[0])
-                                                                      : mat_bytes(&w->exp_gate[0]) + mat_bytes(&w->exp_up[0]));
+      int x = m->exp_lo;
+      size_t e = mat_bytes(&w->exp_down[x]) + (w->ffn_fmt == DSI_FFN_GATE_UP ? mat_bytes(&w->exp_gate_up[x])
+                                                                      : mat_bytes(&w->exp_gate[x]) + mat_bytes(&w->exp_up[x]));
       b += e * c->num_experts_per_tok;
     }
   }

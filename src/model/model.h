@@ -66,6 +66,8 @@ struct dsi_model {
   dsi_layer_weights *layers;       /* [num_hidden_layers] */
   int packed;                      /* 1: weights in the kernels' TILES layout (--op-opt on) */
   int quant;                       /* DSI_QUANT_*: packed linear weights quantized at load */
+  int exp_lo, exp_hi, ep_size;     /* the routed experts loaded here: [exp_lo, exp_hi) of every
+                                      MoE layer, this rank's share of ep_size (1: all) */
   /* storage */
   uint8_t *mem;                    /* one anonymous block holding all weights */
   size_t mem_size;

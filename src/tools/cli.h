@@ -36,6 +36,7 @@ typedef struct {
   int exec_mode, streams;
   int profile;   /* set by the command: open the engine with the profiler on */
   int kv_blocks; /* set by the command: KV blocks (0 = the engine's default) */
+  int ep;        /* expert-parallel ranks (0: as many as mpirun started) */
 } run_opts;
 
 #define RUN_OPTS(r)                                                                                    \
@@ -45,7 +46,8 @@ typedef struct {
   {"--precision", NULL, OPT_STR, &(r).precision, "activations into matmuls: auto | f32 | bf16 (default auto: bf16 where AMX or AVX512-BF16 runs)"}, \
   {"--quant", NULL, OPT_STR, &(r).quant, "none | int8: quantize the packed weights while loading (default none)"}, \
   {"--exec", NULL, OPT_STR, &(r).exec, "graph: replay a plan captured per shape bucket (default); eager: op by op"}, \
-  {"--streams", NULL, OPT_INT, &(r).streams, "1, or 2: shared expert beside routed experts, q beside kv (default 1)"}
+  {"--streams", NULL, OPT_INT, &(r).streams, "1, or 2: shared expert beside routed experts, q beside kv (default 1)"}, \
+  {"--ep", NULL, OPT_INT, &(r).ep, "expert-parallel ranks, under mpirun -np N (default: N)"}
 
 /* The environment variables a user may set, mapped onto the options (the
  * library reads no environment): DSINFER_ISA (a kernel level cap),
@@ -60,10 +62,20 @@ int dsi_cli_tok_flags(void);
 
 /* check the shared options; *act gets DSI_ACT_*; returns 0 or a usage error's exit code */
 int dsi_cli_check_run_opts(const char *cmd, run_opts *r, int *act);
-/* Load the model and open an engine; prints the error and returns 1 on failure. */
+/* The processes of this run (main.c: a world of one outside mpirun). */
+typedef struct dsi_dist dsi_dist;
+extern dsi_dist *dsi_cli_dist;
+
+/* Load the model and open an engine; prints the error and returns 1 on
+ * failure. Under mpirun, ranks other than 0 load their share, follow rank
+ * 0's steps and exit here. */
 typedef struct dsi_model dsi_model;
 typedef struct dsi_engine dsi_engine;
 int dsi_cli_open_engine(const char *cmd, const char *dir, const run_opts *r, int act, int max_tokens,
                         int max_context, dsi_model **m, dsi_engine **e);
+/* the same from load and engine options the command made itself; ep: the
+ * expert-parallel ranks (<= 1: this process alone) */
+int dsi_cli_open(const char *cmd, const char *dir, dsi_load_opts *lo, dsi_engine_opts *eo, int ep, dsi_model **m,
+                 dsi_engine **e);
 
 #endif

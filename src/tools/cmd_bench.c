@@ -135,6 +135,8 @@ static int bench_model(int argc, char **argv) {
   if (quant && strcmp(quant, "none") && strcmp(quant, "int8")) return dsi_cli_usage_error("bench", "--quant must be none or int8");
   if (exec && strcmp(exec, "graph") && strcmp(exec, "eager")) return dsi_cli_usage_error("bench", "--exec must be graph or eager");
   if (streams != 1 && streams != 2) return dsi_cli_usage_error("bench", "--streams must be 1 or 2");
+  if (ablation && dsi_dist_size(dsi_cli_dist) > 1)
+    return dsi_cli_usage_error("bench", "--ablation runs in one process (not under mpirun) in this build");
   if (ablation) {
     if (reps > 64 || op_opt || exec || quant || profile)
       return dsi_cli_usage_error("bench", "--ablation sets --exec, --streams and --op-opt itself; --reps <= 64");
@@ -152,18 +154,11 @@ static int bench_model(int argc, char **argv) {
                         .kv_blocks = (P + G + 64) / 64 * B + B, .profile = profile != NULL,
                         .exec = exec && !strcmp(exec, "eager") ? DSI_EXEC_EAGER : DSI_EXEC_GRAPH, .streams = streams};
   dsi_cli_env_opts(&lo, &eo);
-  if (dsi_model_open(&m, model, &lo, &err)) {
-    fprintf(stderr, "dsinfer bench: %s\n", err.msg);
-    return 1;
-  }
+  dsi_engine *e;
+  /* under mpirun: expert parallel over every rank, rank 0 measuring */
+  if (dsi_cli_open("bench", model, &lo, &eo, dsi_dist_size(dsi_cli_dist), &m, &e)) return 1;
   dsi_model_info info;
   dsi_model_get_info(m, &info);
-  dsi_engine *e;
-  if (dsi_engine_open(&e, m, &eo, &err)) {
-    fprintf(stderr, "dsinfer bench: %s\n", err.msg);
-    dsi_model_free(m);
-    return 1;
-  }
   double pre[64], dec[64], mpt[64];
   reps = reps > 64 ? 64 : reps;
   dsi_bench_result warm;

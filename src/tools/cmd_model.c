@@ -1,12 +1,14 @@
 /* tools: the commands that run the model on token ids — logits (every
  * position's logits to a file) and generate (sample ids, report speed) —
  * and mkmodel (write a random-weight checkpoint). */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "dsinfer.h"
+#include "dist/dist.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
 #include "tools/internal.h"
@@ -24,6 +26,14 @@ static int fail(const char *cmd, const dsi_err *err) {
 
 int dsi_cli_check_run_opts(const char *cmd, run_opts *r, int *act) {
   if (r->threads < 0) return dsi_cli_usage_error(cmd, "--threads must be >= 0");
+  int world = dsi_dist_size(dsi_cli_dist);
+  if (r->ep < 0) return dsi_cli_usage_error(cmd, "--ep must be >= 1");
+  if (r->ep > 1 && !dsi_dist_has_mpi())
+    return dsi_cli_usage_error(cmd, "--ep %d needs a build with MPI (libopenmpi-dev, cmake -DDSINFER_MPI=ON)", r->ep);
+  if (r->ep > 1 && r->ep != world)
+    return dsi_cli_usage_error(cmd, "--ep %d needs as many ranks: mpirun -np %d build/dsinfer %s ... (this is %d)", r->ep,
+                               r->ep, cmd, world);
+  if (r->ep == 0) r->ep = world;
   if (r->op_opt && strcmp(r->op_opt, "on") && strcmp(r->op_opt, "off"))
     return dsi_cli_usage_error(cmd, "--op-opt must be on or off, got '%s'", r->op_opt);
   r->op_opt_off = r->op_opt && !strcmp(r->op_opt, "off");
@@ -44,21 +54,56 @@ int dsi_cli_check_run_opts(const char *cmd, run_opts *r, int *act) {
   return 0;
 }
 
+int dsi_cli_open(const char *cmd, const char *dir, dsi_load_opts *lo, dsi_engine_opts *eo, int ep, dsi_model **m,
+                 dsi_engine **e) {
+  dsi_err err = {0};
+  int rank = dsi_dist_rank(dsi_cli_dist);
+  if (ep > 1) {
+    lo->ep_rank = rank;
+    lo->ep_size = ep;
+    eo->dist = dsi_cli_dist;
+    if (rank) lo->progress = 0;
+  }
+  if (dsi_model_open(m, dir, lo, &err)) {
+    if (ep > 1) dsi_dist_abort(dsi_cli_dist, fail(cmd, &err)); /* the others wait on this one */
+    return fail(cmd, &err);
+  }
+  if (ep > 1) { /* what each rank holds */
+    dsi_model_info mi;
+    dsi_model_get_info(*m, &mi);
+    int E = mi.n_routed_experts;
+    fprintf(stderr, "dsinfer %s: rank %d of %d: routed experts [%lld, %lld) of %d, weights %.1f MB\n", cmd, rank, ep,
+            (long long)E * rank / ep, (long long)E * (rank + 1) / ep, E, mi.weight_bytes / 1e6);
+  }
+  if (dsi_engine_open(e, *m, eo, &err)) {
+    dsi_model_free(*m);
+    *m = NULL;
+    if (ep > 1) dsi_dist_abort(dsi_cli_dist, fail(cmd, &err));
+    return fail(cmd, &err);
+  }
+  if (ep > 1 && rank != 0) { /* a follower: rank 0's steps until it frees its engine */
+    signal(SIGINT, SIG_IGN); /* rank 0 decides when to stop (serve's graceful shutdown) */
+    signal(SIGTERM, SIG_IGN);
+    int rc = dsi_engine_follow(*e);
+    if (rc) fail(cmd, dsi_engine_error(*e));
+    dsi_engine_free(*e);
+    dsi_model_free(*m);
+    if (rc) dsi_dist_abort(dsi_cli_dist, 1);
+    dsi_dist_free(dsi_cli_dist);
+    exit(0);
+  }
+  return 0;
+}
+
 int dsi_cli_open_engine(const char *cmd, const char *dir, const run_opts *r, int act, int max_tokens,
                         int max_context, dsi_model **m, dsi_engine **e) {
-  dsi_err err = {0};
   dsi_load_opts lo = {.mlock = r->mlock, .progress = 1, .n_threads = r->threads, .op_opt_off = r->op_opt_off,
                       .quant = r->quant_mode};
   dsi_engine_opts eo = {.n_threads = r->threads, .max_tokens = max_tokens, .max_context = max_context,
                         .act_precision = act, .profile = r->profile, .kv_blocks = r->kv_blocks,
                         .exec = r->exec_mode, .streams = r->streams};
   dsi_cli_env_opts(&lo, &eo);
-  if (dsi_model_open(m, dir, &lo, &err)) return fail(cmd, &err);
-  if (dsi_engine_open(e, *m, &eo, &err)) {
-    dsi_model_free(*m);
-    return fail(cmd, &err);
-  }
-  return 0;
+  return dsi_cli_open(cmd, dir, &lo, &eo, r->ep, m, e);
 }
 
 /* ---- logits ---- */

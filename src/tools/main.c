@@ -5,6 +5,9 @@
 
 #include "dsinfer.h"
 #include "tools/commands.h"
+#include "tools/cli.h"
+
+static int run(int argc, char **argv);
 
 static const struct {
   const char *name;
@@ -30,7 +33,20 @@ static void usage(FILE *f) {
   fprintf(f, "  %-10s %s\n", "version", "print the version and the kernels chosen for this CPU");
 }
 
+dsi_dist *dsi_cli_dist;
+
 int main(int argc, char **argv) {
+  dsi_err err = {0};
+  if (dsi_dist_init(&argc, &argv, &dsi_cli_dist, &err)) {
+    fprintf(stderr, "dsinfer: %s\n", err.msg);
+    return 1;
+  }
+  int rc = run(argc, argv);
+  dsi_dist_free(dsi_cli_dist);
+  return rc;
+}
+
+static int run(int argc, char **argv) {
   if (argc < 2) {
     usage(stderr);
     return 2;
@@ -39,8 +55,8 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
     /* the best kernels this CPU runs, and the cap DSINFER_ISA sets the commands */
     const char *cap = getenv("DSINFER_ISA");
-    printf("dsinfer %s (isa: %s%s%s)\n", DSINFER_VERSION, dsi_isa_name(), cap && *cap ? "; DSINFER_ISA caps it at " : "",
-           cap && *cap ? cap : "");
+    printf("dsinfer %s (isa: %s%s%s; mpi: %s)\n", DSINFER_VERSION, dsi_isa_name(),
+           cap && *cap ? "; DSINFER_ISA caps it at " : "", cap && *cap ? cap : "", dsi_dist_has_mpi() ? "yes" : "no");
     return 0;
   }
   if (!strcmp(cmd, "--help") || !strcmp(cmd, "help") || !strcmp(cmd, "-h")) {
