@@ -32,4 +32,19 @@ toks=$(seq -s, 11 30)
 "$3" "$scratch/packed.f32" "$scratch/rows.f32" 129280 1e-4
 "$bin" logits --model "$scratch/v3slice" --tokens "$toks" --precision f32 --decode --out "$scratch/decode.f32" 2> /dev/null
 "$3" "$scratch/decode.f32" "$scratch/rows.f32" 129280 1e-4
-echo "3 passed, 0 failed"
+# expert parallel on 2 ranks (when the build has MPI): each loads half the
+# experts; the f32 logits equal one process's within 1e-5
+if "$bin" version | grep -q 'mpi: yes' && command -v mpirun >/dev/null; then
+  mpi=(mpirun -np 2)
+  if mpirun --version 2>&1 | grep -q 'Open MPI'; then
+    mpi+=(--oversubscribe)
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  fi
+  "${mpi[@]}" "$bin" logits --model "$scratch/v3slice" --tokens "$toks" --precision f32 --out "$scratch/ep2.f32" \
+    2> "$scratch/ep2.err" || { cat "$scratch/ep2.err"; exit 1; }
+  grep 'rank' "$scratch/ep2.err"
+  "$3" "$scratch/ep2.f32" "$scratch/packed.f32" 129280 1e-5
+  echo "4 passed, 0 failed"
+else
+  echo "3 passed, 0 failed (no MPI: the 2-rank check skipped)"
+fi
