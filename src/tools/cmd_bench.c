@@ -138,6 +138,8 @@ static int bench_model(int argc, char **argv) {
   if (quant && strcmp(quant, "none") && strcmp(quant, "int8")) return dsi_cli_usage_error("bench", "--quant must be none or int8");
   if (exec && strcmp(exec, "graph") && strcmp(exec, "eager")) return dsi_cli_usage_error("bench", "--exec must be graph or eager");
   if (streams != 1 && streams != 2) return dsi_cli_usage_error("bench", "--streams must be 1 or 2");
+  if (ablation && (reps > 64 || op_opt || exec || quant || profile))
+    return dsi_cli_usage_error("bench", "--ablation sets --exec, --streams and --op-opt itself; --reps <= 64");
   /* before anything is measured or made: a sequence must fit the model's context */
   dsi_config cfg;
   dsi_err cerr = {0};
@@ -151,8 +153,6 @@ static int bench_model(int argc, char **argv) {
     return 1;
   }
   if (ablation) {
-    if (reps > 64 || op_opt || exec || quant || profile)
-      return dsi_cli_usage_error("bench", "--ablation sets --exec, --streams and --op-opt itself; --reps <= 64");
     dsi_bench_ablation_opts ao = {model, P, G, B, reps, threads, act, json};
     return dsi_bench_ablation(&ao);
   }
