@@ -44,6 +44,9 @@ typedef struct dsi_load_opts {
                       kernel's synchronous compaction stalls loading) */
   int ep_rank, ep_size; /* expert parallel: load only the routed experts
                            [E*ep_rank/ep_size, E*(ep_rank+1)/ep_size) (ep_size 0 or 1: all) */
+  int allow_nonfinite; /* 1: weights or scales holding NaN or infinity (FP8: the bytes 0x7f and
+                          0xff, E4M3FN's NaN) load with a warning; 0: loading fails, naming the
+                          tensor (default) */
 } dsi_load_opts;
 
 /* DSI_QUANT_INT8: every packed linear weight (not the embedding, the norms,
@@ -179,6 +182,26 @@ typedef struct dsi_sampling {
   const float *bias;
   int n_bias;
 } dsi_sampling;
+/* The sampling defaults a checkpoint ships in generation_config.json (what
+ * Hugging Face's generate() starts from). */
+typedef struct dsi_gen_config {
+  int found;             /* the file exists */
+  int do_sample;         /* -1 absent; 0: greedy whatever the temperature; 1: sample */
+  float temperature;     /* < 0 absent */
+  float top_p;           /* < 0 absent */
+  int top_k;             /* < 0 absent */
+  int max_new_tokens;    /* < 0 absent */
+} dsi_gen_config;
+/* Read DIR/generation_config.json: absent is no defaults (found 0, the rest
+ * absent); bad JSON, or a key of the wrong type or out of range
+ * (temperature in [0, 100], top_p in (0, 1], top_k >= 0, eos_token_id an
+ * id or a list of them) fails naming the file and the key. */
+int dsi_gen_config_load(const char *dir, dsi_gen_config *g, dsi_err *err);
+/* s's temperature, top_p and top_k that are < 0 (not given) from g, else
+ * the plain defaults (greedy, top_p 1, top_k 0); do_sample false makes it
+ * greedy unless a temperature was given. */
+void dsi_gen_config_apply(const dsi_gen_config *g, dsi_sampling *s);
+
 typedef struct dsi_sampler dsi_sampler;
 dsi_sampler *dsi_sampler_new(const dsi_sampling *s, int vocab); /* NULL: out of memory */
 void dsi_sampler_free(dsi_sampler *s);

@@ -3,12 +3,15 @@
 #include "base/base.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 /* ---- assertions ---- */
 void dsi_panic(const char *file, int line, const char *what) {
@@ -118,8 +121,10 @@ char *dsi_xstrdup(const char *s) {
 #define DSI_HUGE_ALIGN ((size_t)2 << 20)
 void *dsi_alloc_aligned_huge(size_t n, int huge) {
   uintptr_t raw, a, len = 0;
+  size_t padded;
+  if (dsi_size_add(n, 64 + DSI_HUGE_ALIGN, &padded)) return NULL;
   if (n >= DSI_HUGE_MIN) {
-    len = n + 64 + DSI_HUGE_ALIGN;
+    len = padded;
     if (!(raw = (uintptr_t)dsi_alloc_big(len, huge))) return NULL;
     a = ((raw + DSI_HUGE_ALIGN - 1) & ~(uintptr_t)(DSI_HUGE_ALIGN - 1)) + 64;
   } else {
@@ -201,31 +206,81 @@ double dsi_now(void) {
 }
 
 /* ---- files ---- */
-int dsi_read_file(const char *path, char **out, size_t *len, dsi_err *err) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return dsi_errf(err, DSI_E_IO, "%s: %s", path, strerror(errno));
-  size_t cap = 4096, n = 0;
-  char *buf = dsi_xmalloc(cap);
-  for (;;) {
-    if (n + 1 >= cap) buf = dsi_xrealloc(buf, cap *= 2);
-    size_t r = fread(buf + n, 1, cap - n - 1, f);
-    n += r;
-    if (r == 0) break;
+/* ---- checked size arithmetic ---- */
+int dsi_size_mul(size_t a, size_t b, size_t *out) {
+  if (__builtin_mul_overflow(a, b, out)) { *out = SIZE_MAX; return -1; }
+  return 0;
+}
+int dsi_size_add(size_t a, size_t b, size_t *out) {
+  if (__builtin_add_overflow(a, b, out)) { *out = SIZE_MAX; return -1; }
+  return 0;
+}
+
+/* ---- files ---- */
+int dsi_open_regular(const char *path, size_t *size, dsi_err *err) {
+  if (!*path) return dsi_errf(err, DSI_E_IO, "empty file name");
+  /* O_NONBLOCK: opening a FIFO with no writer must not hang before the check */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return dsi_errf(err, DSI_E_IO, "%s: %s", path, strerror(errno));
+  struct stat sb;
+  if (fstat(fd, &sb) != 0) {
+    int e = errno;
+    close(fd);
+    return dsi_errf(err, DSI_E_IO, "%s: %s", path, strerror(e));
   }
-  int bad = ferror(f);
-  fclose(f);
-  if (bad) { free(buf); return dsi_errf(err, DSI_E_IO, "%s: read error", path); }
+  if (!S_ISREG(sb.st_mode)) {
+    close(fd);
+    return dsi_errf(err, DSI_E_IO, "%s: %s", path, S_ISDIR(sb.st_mode) ? "is a directory, not a regular file" : "not a regular file");
+  }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  if (size) *size = (size_t)sb.st_size;
+  return fd;
+}
+
+int dsi_read_file_max(const char *path, size_t max, char **out, size_t *len, dsi_err *err) {
+  size_t size;
+  int fd = dsi_open_regular(path, &size, err);
+  if (fd < 0) return fd;
+  if (size > max) {
+    close(fd);
+    return dsi_errf(err, DSI_E_IO, "%s: %zu bytes is over the limit of %zu MB for this file", path, size, max >> 20);
+  }
+  char *buf = malloc(size + 1);
+  if (!buf) {
+    close(fd);
+    return dsi_errf(err, DSI_E_NOMEM, "%s: out of memory reading %zu bytes", path, size);
+  }
+  size_t n = 0;
+  while (n < size) { /* the size stat gave; a file that grows meanwhile is read that far */
+    ssize_t r = read(fd, buf + n, size - n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      int e = errno;
+      close(fd);
+      free(buf);
+      return dsi_errf(err, DSI_E_IO, "%s: read error: %s", path, strerror(e));
+    }
+    if (r == 0) break;
+    n += (size_t)r;
+  }
+  close(fd);
   buf[n] = 0;
   *out = buf;
   if (len) *len = n;
   return DSI_OK;
 }
 
+int dsi_read_file(const char *path, char **out, size_t *len, dsi_err *err) {
+  return dsi_read_file_max(path, DSI_JSON_MAX, out, len, err);
+}
+
 int dsi_write_file(const char *path, const void *data, size_t len, dsi_err *err) {
   FILE *f = fopen(path, "wb");
   if (!f) return dsi_errf(err, DSI_E_IO, "%s: %s", path, strerror(errno));
   size_t w = fwrite(data, 1, len, f);
-  if (fclose(f) != 0 || w != len) return dsi_errf(err, DSI_E_IO, "%s: write error", path);
+  int e = w != len ? errno : 0;
+  if (fclose(f) != 0 && !e) e = errno ? errno : EIO;
+  if (w != len || e) return dsi_errf(err, DSI_E_IO, "%s: write error: %s", path, strerror(e ? e : EIO));
   return DSI_OK;
 }
 

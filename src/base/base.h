@@ -74,8 +74,22 @@ void dsi_arena_free(dsi_arena *a);
 double dsi_now(void); /* seconds, monotonic */
 double dsi_median(double *v, int n); /* of n values (sorts v); 0 for none */
 
+/* ---- checked size arithmetic: sizes taken from files and configs ---- */
+/* *out = a * b (a + b); 0, or -1 when it does not fit a size_t (then *out is SIZE_MAX) */
+int dsi_size_mul(size_t a, size_t b, size_t *out);
+int dsi_size_add(size_t a, size_t b, size_t *out);
+
 /* ---- files ---- */
-/* Read a whole (small) file, NUL-terminated. Returns status. */
+/* JSON inputs (config, tokenizer, index, templates) are read up to this size */
+#define DSI_JSON_MAX ((size_t)256 << 20)
+/* Open path for reading: a regular file (or a symlink to one), never a
+ * FIFO, device or directory (opened without blocking, then checked).
+ * Returns the fd (>= 0) and its size, or a negative status with a message
+ * naming the path ("is a directory", "not a regular file"). */
+int dsi_open_regular(const char *path, size_t *size, dsi_err *err);
+/* Read a whole regular file of at most max bytes, NUL-terminated. Returns status. */
+int dsi_read_file_max(const char *path, size_t max, char **out, size_t *len, dsi_err *err);
+/* dsi_read_file_max with DSI_JSON_MAX */
 int dsi_read_file(const char *path, char **out, size_t *len, dsi_err *err);
 int dsi_write_file(const char *path, const void *data, size_t len, dsi_err *err);
 /* a/b joined into buf; returns buf */

@@ -66,13 +66,23 @@ static void *worker_main(void *arg) {
 
 dsi_pool *dsi_pool_new(int n_threads) {
   if (n_threads < 1) n_threads = 1;
-  dsi_pool *p = dsi_xcalloc(1, sizeof *p);
+  dsi_pool *p = calloc(1, sizeof *p);
+  if (!p) return NULL;
   p->n = n_threads;
   pthread_mutex_init(&p->mu, NULL);
   pthread_cond_init(&p->cv, NULL);
-  p->threads = dsi_xcalloc(n_threads, sizeof *p->threads);
+  p->threads = calloc(n_threads, sizeof *p->threads);
+  if (!p->threads) {
+    p->n = 1;
+    dsi_pool_free(p);
+    return NULL;
+  }
   for (int i = 1; i < n_threads; i++) {
-    worker_arg *wa = dsi_xmalloc(sizeof *wa);
+    worker_arg *wa = malloc(sizeof *wa);
+    if (!wa) {
+      p->n = i; /* run with the threads we got */
+      break;
+    }
     wa->p = p;
     wa->ith = i;
     if (pthread_create(&p->threads[i], NULL, worker_main, wa)) {

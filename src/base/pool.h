@@ -11,6 +11,9 @@ typedef void (*dsi_pool_fn)(void *ctx, int ith, int nth);
 
 dsi_pool *dsi_pool_new(int n_threads); /* n_threads >= 1; NULL on failure */
 int dsi_ncpu(void); /* cores online (at least 1): the default thread count */
+/* The most threads a pool may be asked for: 8 per core (more only thrash) */
+#define DSI_THREADS_PER_CORE_MAX 8
+static inline int dsi_max_threads(void) { return DSI_THREADS_PER_CORE_MAX * dsi_ncpu(); }
 void dsi_pool_free(dsi_pool *p);
 int dsi_pool_size(const dsi_pool *p);
 void dsi_pool_run(dsi_pool *p, dsi_pool_fn fn, void *ctx);

@@ -137,7 +137,11 @@ int dsi_engine_open(dsi_engine **out, dsi_model *m, const dsi_engine_opts *o, ds
   if (!o) o = &d;
   *out = NULL;
   const dsi_config *c = &m->cfg;
-  dsi_engine *e = dsi_xcalloc(1, sizeof *e);
+  if (o->n_threads > dsi_max_threads())
+    return dsi_errf(err, DSI_E_INVAL, "%d threads is over the limit of %d (%d per core, %d cores)", o->n_threads,
+                    dsi_max_threads(), DSI_THREADS_PER_CORE_MAX, dsi_ncpu());
+  dsi_engine *e = calloc(1, sizeof *e);
+  if (!e) return dsi_errf(err, DSI_E_NOMEM, "out of memory for the engine");
   e->m = m;
   e->fail_token = -1;
   e->max_tokens = o->max_tokens > 0 ? o->max_tokens : 512;
@@ -147,6 +151,10 @@ int dsi_engine_open(dsi_engine **out, dsi_model *m, const dsi_engine_opts *o, ds
   int nb = o->kv_blocks > 0 ? o->kv_blocks : DSI_CEIL_DIV(e->max_context, bs) * 8;
   int rc;
   e->pool = dsi_pool_new(o->n_threads > 0 ? o->n_threads : dsi_default_threads());
+  if (!e->pool) {
+    dsi_engine_free(e);
+    return dsi_errf(err, DSI_E_NOMEM, "out of memory for the thread pool");
+  }
   /* the forward decides its kernels, precision and cache layout */
   dsi_fwd_opts fo = {.max_tokens = e->max_tokens, .max_context = e->max_context, .isa = o->isa,
                      .precision = o->act_precision, .kv_block_size = bs, .mla_form = o->mla_form,
@@ -173,11 +181,15 @@ int dsi_engine_open(dsi_engine **out, dsi_model *m, const dsi_engine_opts *o, ds
     e->prof = dsi_prof_new(dsi_pool_size(e->pool), 0);
     dsi_fwd_set_prof(e->fwd, e->prof);
   }
-  int T = e->max_tokens;
-  e->pos = dsi_xmalloc(T * sizeof(int32_t));
-  e->slot = dsi_xmalloc(T * sizeof(int32_t));
-  e->seq_idx = dsi_xmalloc(T * sizeof(int32_t));
-  e->logit_rows = dsi_xmalloc(T * sizeof(int32_t));
+  size_t T = (size_t)e->max_tokens;
+  e->pos = malloc(T * sizeof(int32_t));
+  e->slot = malloc(T * sizeof(int32_t));
+  e->seq_idx = malloc(T * sizeof(int32_t));
+  e->logit_rows = malloc(T * sizeof(int32_t));
+  if (!e->pos || !e->slot || !e->seq_idx || !e->logit_rows) {
+    dsi_engine_free(e);
+    return dsi_errf(err, DSI_E_NOMEM, "out of memory for a step of %zu tokens", T);
+  }
   *out = e;
   return DSI_OK;
 }
@@ -213,16 +225,25 @@ int dsi_seq_new(dsi_engine *e) {
       return i;
     }
   int id = e->n_seqs_cap, cap = e->n_seqs_cap ? 2 * e->n_seqs_cap : 16;
-  e->seqs = dsi_xrealloc(e->seqs, cap * sizeof *e->seqs);
-  e->live = dsi_xrealloc(e->live, cap);
-  e->seq_count = dsi_xrealloc(e->seq_count, cap * sizeof(int32_t));
-  e->seq_mark = dsi_xrealloc(e->seq_mark, cap * sizeof(int32_t));
-  e->tables = dsi_xrealloc(e->tables, cap * sizeof(*e->tables));
+  /* each grown apart: a failure leaves the others valid (and larger) */
+  void *p;
+  if (!(p = realloc(e->seqs, cap * sizeof *e->seqs))) goto oom;
+  e->seqs = p;
+  if (!(p = realloc(e->live, cap))) goto oom;
+  e->live = p;
+  if (!(p = realloc(e->seq_count, cap * sizeof(int32_t)))) goto oom;
+  e->seq_count = p;
+  if (!(p = realloc(e->seq_mark, cap * sizeof(int32_t)))) goto oom;
+  e->seq_mark = p;
+  if (!(p = realloc(e->tables, cap * sizeof(*e->tables)))) goto oom;
+  e->tables = p;
   memset(e->live + id, 0, cap - id);
   memset(e->seqs + id, 0, (cap - id) * sizeof *e->seqs);
   e->n_seqs_cap = cap;
   e->live[id] = 1;
   return id;
+oom:
+  return dsi_errf(&e->err, DSI_E_NOMEM, "out of memory for %d sequences", cap);
 }
 
 void dsi_seq_free(dsi_engine *e, int seq) { dsi_engine_seq_release(e, seq, NULL); }

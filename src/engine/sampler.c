@@ -285,7 +285,8 @@ struct dsi_sampler {
 };
 
 dsi_sampler *dsi_sampler_new(const dsi_sampling *s, int vocab) {
-  dsi_sampler *p = dsi_xcalloc(1, sizeof *p);
+  dsi_sampler *p = calloc(1, sizeof *p);
+  if (!p) return NULL;
   p->s = *s;
   p->vocab = vocab;
   dsi_rng_seed(&p->rng, s->seed);

@@ -15,9 +15,10 @@
 #include <string.h>
 
 /* ---- rotary tables: interleaved pairs, YaRN frequencies at every position ---- */
-void dsi_rope_tables(const dsi_config *c, int n_pos, float *cos_t, float *sin_t) {
+int dsi_rope_tables(const dsi_config *c, int n_pos, float *cos_t, float *sin_t) {
   int d = c->qk_rope_head_dim, half = d / 2;
   float *freq = malloc(half * sizeof(float));
+  if (!freq) return DSI_E_NOMEM;
   for (int i = 0; i < half; i++)
     freq[i] = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)d);
   if (c->rope_yarn) {
@@ -40,6 +41,7 @@ void dsi_rope_tables(const dsi_config *c, int n_pos, float *cos_t, float *sin_t)
       sin_t[(size_t)p * half + i] = sinf(a);
     }
   free(freq);
+  return DSI_OK;
 }
 
 /* ---- the builder: ops record, they do not compute. Shapes are for the
@@ -260,12 +262,14 @@ static int moe(builder *bd, const dsi_layer_weights *w, int xn) {
 }
 
 /* ---- the model ---- */
+/* The graph of T tokens; NULL when memory ran out while recording it. */
 static dsi_graph *build(const dsi_fctx *f, int T) {
   const dsi_model *m = f->m;
   const dsi_config *c = f->c;
   int D = c->hidden_size;
   builder bd = {f, dsi_graph_new(T), T};
   dsi_graph *g = bd.g;
+  if (!g) return NULL;
   int x = TENSOR(&bd, "x", F32, T, D); /* [T, hidden] the residual stream */
   dsi_op *op = dsi_graph_op(g, DSI_OP_EMBED, "embed", DSI_PROF_OTHER);
   op->out[0] = x;
@@ -293,6 +297,10 @@ static dsi_graph *build(const dsi_fctx *f, int T) {
     if (!d->ws) continue;
     dsi_op_ws ws = d->ws(f, &g->ops[i], T);
     dsi_graph_workspace(g, i, ws.shared, ws.thread, f->mm.nth);
+  }
+  if (g->oom) {
+    dsi_graph_free(g);
+    return NULL;
   }
   return g;
 }
@@ -356,7 +364,10 @@ static dsi_graph *plan_for(dsi_fwd *fw, int T, dsi_err *err) {
   }
   dsi_graph *g = build(&fw->f, bucket);
   dsi_plan_opts po = plan_opts(fw);
-  dsi_graph_plan(g, &po);
+  if (!g || dsi_graph_plan(g, &po)) {
+    dsi_graph_free(g);
+    return dsi_errf(err, DSI_E_NOMEM, "out of memory capturing the plan for %d tokens", bucket), NULL;
+  }
   if (g->arena_bytes > fw->arena_cap) {
     dsi_free_aligned(fw->arena);
     fw->arena_cap = 0;
@@ -374,25 +385,29 @@ static dsi_graph *plan_for(dsi_fwd *fw, int T, dsi_err *err) {
   return g;
 }
 
-static void grow_run_state(dsi_fwd *fw, const dsi_graph *g) {
+/* the executor's per-run state, grown to g's size; DSI_OK or DSI_E_NOMEM
+ * (then a cap is 0 again, so the next run tries anew) */
+static int grow_run_state(dsi_fwd *fw, const dsi_graph *g) {
   if (g->n_ts > fw->ptr_cap) {
-    fw->ptr_cap = g->n_ts;
     free(fw->ptr);
-    fw->ptr = dsi_xcalloc(fw->ptr_cap, sizeof *fw->ptr);
+    fw->ptr_cap = (fw->ptr = calloc(g->n_ts, sizeof *fw->ptr)) ? g->n_ts : 0;
+    if (!fw->ptr) return DSI_E_NOMEM;
   }
   if (g->n_ops > fw->st_cap) {
-    fw->st_cap = g->n_ops;
     dsi_free_aligned(fw->st);
-    fw->st = dsi_alloc_aligned((size_t)fw->st_cap * sizeof *fw->st);
-    fw->pids = dsi_xrealloc(fw->pids, (size_t)fw->st_cap * sizeof(int));
-    DSI_ASSERT(fw->st);
+    free(fw->pids);
+    fw->st = dsi_alloc_aligned((size_t)g->n_ops * sizeof *fw->st);
+    fw->pids = malloc((size_t)g->n_ops * sizeof(int));
+    fw->st_cap = fw->st && fw->pids ? g->n_ops : 0;
+    if (!fw->st_cap) return DSI_E_NOMEM;
   }
   if (dsi_exec_bars_bytes(g->n_regions) > fw->bars_cap) {
-    fw->bars_cap = dsi_exec_bars_bytes(g->n_regions);
     dsi_free_aligned(fw->bars);
-    fw->bars = dsi_alloc_aligned(fw->bars_cap);
-    DSI_ASSERT(fw->bars);
+    fw->bars = dsi_alloc_aligned(dsi_exec_bars_bytes(g->n_regions));
+    fw->bars_cap = fw->bars ? dsi_exec_bars_bytes(g->n_regions) : 0;
+    if (!fw->bars) return DSI_E_NOMEM;
   }
+  return DSI_OK;
 }
 
 int dsi_fwd_run(dsi_fwd *fw, const dsi_fwd_batch *b, const dsi_fwd_cache *cache, float *logits, dsi_err *err) {
@@ -402,11 +417,17 @@ int dsi_fwd_run(dsi_fwd *fw, const dsi_fwd_batch *b, const dsi_fwd_cache *cache,
   dsi_graph *g;
   if (eager) { /* issued op by op: recorded afresh each step, no plan */
     g = build(&fw->f, T);
-    dsi_graph_plan_eager(g);
+    if (!g || dsi_graph_plan_eager(g)) {
+      dsi_graph_free(g);
+      return dsi_errf(err, DSI_E_NOMEM, "out of memory recording the step of %d tokens", T);
+    }
   } else if (!(g = plan_for(fw, T, err))) {
     return err->status;
   }
-  grow_run_state(fw, g);
+  if (grow_run_state(fw, g)) {
+    if (eager) dsi_graph_free(g);
+    return dsi_errf(err, DSI_E_NOMEM, "out of memory for the executor's state (%d ops)", g->n_ops);
+  }
   for (int t = 0; t < g->n_ts; t++) {
     const dsi_tensor *x = &g->ts[t];
     fw->ptr[t] = x->kind == DSI_T_KV ? (uint8_t *)cache->layer[x->layer]
@@ -477,7 +498,8 @@ int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, const dsi_fwd
   if (cap < 0) return dsi_errf(err, DSI_E_INVAL, "isa '%s' is not one of " DSI_ISA_NAMES, o->isa);
   if (o->mla_form < DSI_MLA_AUTO || o->mla_form > DSI_MLA_NAIVE)
     return dsi_errf(err, DSI_E_INVAL, "MLA form %d is not one of auto, absorb, naive", o->mla_form);
-  dsi_fwd *fw = dsi_xcalloc(1, sizeof *fw);
+  dsi_fwd *fw = calloc(1, sizeof *fw);
+  if (!fw) return dsi_errf(err, DSI_E_NOMEM, "out of memory for the forward");
   dsi_fctx *f = &fw->f;
   fw->pool = pool;
   fw->hugepage = o->hugepage;
@@ -511,13 +533,17 @@ int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, const dsi_fwd
     dsi_fwd_free(fw);
     return dsi_errf(err, DSI_E_NOMEM, "cannot allocate the forward's tables for %d positions", max_context);
   }
-  dsi_rope_tables(c, max_context, f->rope_cos, f->rope_sin);
-  fw->naive = dsi_xcalloc(max_tokens, 1);
+  fw->naive = calloc(max_tokens, 1);
   if (m->layers[0].mla_fmt == DSI_MLA_SPLIT) f->mla = dsi_mla_prefill_new(c, max_tokens, max_context, o->mla_form);
   /* per-head panels of the absorbed factors, once */
   int NL = c->num_hidden_layers;
-  f->uk = dsi_xcalloc((size_t)NL * H, sizeof(dsi_mat));
-  f->uv = dsi_xcalloc((size_t)NL * H, sizeof(dsi_mat));
+  f->uk = calloc((size_t)NL * H, sizeof(dsi_mat));
+  f->uv = calloc((size_t)NL * H, sizeof(dsi_mat));
+  if (dsi_rope_tables(c, max_context, f->rope_cos, f->rope_sin) || !fw->naive || !f->uk || !f->uv ||
+      (m->layers[0].mla_fmt == DSI_MLA_SPLIT && !f->mla)) {
+    dsi_fwd_free(fw);
+    return dsi_errf(err, DSI_E_NOMEM, "out of memory for the forward's tables");
+  }
   for (int L = 0; L < NL; L++) {
     const dsi_layer_weights *w = &m->layers[L];
     if (w->mla_fmt != DSI_MLA_SPLIT) continue;

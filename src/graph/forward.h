@@ -106,6 +106,6 @@ int dsi_fwd_check_plan(dsi_fwd *f, int T, char *why, size_t why_len, dsi_err *er
 void dsi_fwd_dump_plan(dsi_fwd *f, int T, FILE *out);
 
 /* YaRN-aware rotary tables: cos/sin[pos * (rope/2) + i]. Public for tests. */
-void dsi_rope_tables(const dsi_config *c, int n_pos, float *cos_t, float *sin_t);
+int dsi_rope_tables(const dsi_config *c, int n_pos, float *cos_t, float *sin_t); /* DSI_OK or DSI_E_NOMEM */
 
 #endif

@@ -20,7 +20,17 @@ static_assert(sizeof dsi_op_kind_names / sizeof *dsi_op_kind_names == DSI_OP_COU
 
 /* ---- recording ---- */
 dsi_graph *dsi_graph_new(int T) {
-  dsi_graph *g = dsi_xcalloc(1, sizeof *g);
+  dsi_graph *g = calloc(1, sizeof *g);
+  if (!g) return NULL;
+  /* room from the start: after a failed growth the builder's stand-ins
+   * (tensor 0, spare_op) and its look at the last op stay in bounds */
+  g->cap_ts = g->cap_ops = 64;
+  g->ts = malloc(g->cap_ts * sizeof *g->ts);
+  g->ops = malloc(g->cap_ops * sizeof *g->ops);
+  if (!g->ts || !g->ops) {
+    dsi_graph_free(g);
+    return NULL;
+  }
   g->T = T;
   g->cur_layer = -1;
   g->cur_region = -1;
@@ -38,8 +48,13 @@ void dsi_graph_free(dsi_graph *g) {
 int dsi_graph_tensor(dsi_graph *g, const char *name, int kind, dsi_dtype dtype, int ndim, const int64_t *ne) {
   DSI_ASSERT(ndim >= 0 && ndim <= DSI_MAX_DIMS);
   if (g->n_ts == g->cap_ts) {
-    g->cap_ts = g->cap_ts ? 2 * g->cap_ts : 64;
-    g->ts = dsi_xrealloc(g->ts, g->cap_ts * sizeof *g->ts);
+    dsi_tensor *ts = realloc(g->ts, 2 * (size_t)g->cap_ts * sizeof *g->ts);
+    if (!ts) {
+      g->oom = 1;
+      return 0;
+    }
+    g->ts = ts;
+    g->cap_ts *= 2;
   }
   dsi_tensor *t = &g->ts[g->n_ts];
   *t = (dsi_tensor){.name = name, .layer = g->cur_layer, .kind = kind, .dtype = dtype, .ndim = ndim, .first = -1,
@@ -48,9 +63,9 @@ int dsi_graph_tensor(dsi_graph *g, const char *name, int kind, dsi_dtype dtype, 
   for (int d = 0; d < ndim; d++) {
     DSI_ASSERT(ne[d] >= 0);
     t->ne[d] = ne[d];
-    n *= (size_t)ne[d];
+    if (dsi_size_mul(n, (size_t)ne[d], &n)) g->oom = 1; /* no memory holds it */
   }
-  t->bytes = n * dsi_dtype_size(dtype);
+  if (dsi_size_mul(n, dsi_dtype_size(dtype), &t->bytes)) g->oom = 1;
   return g->n_ts++;
 }
 
@@ -79,11 +94,17 @@ char *dsi_tensor_desc(const dsi_tensor *t, char *buf, size_t len) {
 }
 
 dsi_op *dsi_graph_op(dsi_graph *g, dsi_op_kind kind, const char *name, int cat) {
+  dsi_op *op = &g->spare_op;
   if (g->n_ops == g->cap_ops) {
-    g->cap_ops = g->cap_ops ? 2 * g->cap_ops : 64;
-    g->ops = dsi_xrealloc(g->ops, g->cap_ops * sizeof *g->ops);
+    dsi_op *ops = realloc(g->ops, 2 * (size_t)g->cap_ops * sizeof *g->ops);
+    if (ops) {
+      g->ops = ops;
+      g->cap_ops *= 2;
+    } else {
+      g->oom = 1;
+    }
   }
-  dsi_op *op = &g->ops[g->n_ops++];
+  if (g->n_ops < g->cap_ops) op = &g->ops[g->n_ops++];
   memset(op, 0, sizeof *op);
   op->kind = kind;
   op->name = name;
@@ -223,11 +244,15 @@ static void fuse(dsi_graph *g, const dsi_plan_opts *o) {
  * min_team workers: a team of one runs every phase of its ops that is not
  * a matmul unit (preparing activations, norms, routing) on one worker,
  * which on 2 cores cost more than the overlap gained (see README). */
-static void assign_teams(dsi_graph *g, const dsi_plan_opts *o) {
+static int assign_teams(dsi_graph *g, const dsi_plan_opts *o) {
   free(g->team_a);
-  g->team_a = dsi_xcalloc(DSI_MAX(g->n_regions, 1), sizeof(int));
+  g->team_a = calloc(DSI_MAX(g->n_regions, 1), sizeof(int));
   int min_team = o->min_team > 0 ? o->min_team : 2, n = o->n_threads;
-  int *has = dsi_xcalloc(2 * (size_t)DSI_MAX(g->n_regions, 1), sizeof(int));
+  int *has = calloc(2 * (size_t)DSI_MAX(g->n_regions, 1), sizeof(int));
+  if (!g->team_a || !has) {
+    free(has);
+    return DSI_E_NOMEM;
+  }
   for (int i = 0; i < g->n_ops; i++)
     if (g->ops[i].region >= 0 && !g->ops[i].dead) has[2 * g->ops[i].region + g->ops[i].stream] = 1;
   g->n_split = 0;
@@ -251,6 +276,7 @@ static void assign_teams(dsi_graph *g, const dsi_plan_opts *o) {
     op->team = split ? (op->stream ? DSI_TEAM_B : DSI_TEAM_A) : DSI_TEAM_ALL;
   }
   free(has);
+  return DSI_OK;
 }
 
 void dsi_graph_team_range(const dsi_graph *g, const dsi_op *op, int n, int *lo, int *hi) {
@@ -262,8 +288,13 @@ void dsi_graph_team_range(const dsi_graph *g, const dsi_op *op, int n, int *lo, 
 
 /* ---- pass 3: lifetimes; ops of a fork region count as one span of time,
  * since its two streams run in any interleaving ---- */
-static void lifetimes(dsi_graph *g) {
-  int *r0 = dsi_xmalloc(DSI_MAX(g->n_regions, 1) * sizeof(int)), *r1 = dsi_xmalloc(DSI_MAX(g->n_regions, 1) * sizeof(int));
+static int lifetimes(dsi_graph *g) {
+  int *r0 = malloc(DSI_MAX(g->n_regions, 1) * sizeof(int)), *r1 = malloc(DSI_MAX(g->n_regions, 1) * sizeof(int));
+  if (!r0 || !r1) {
+    free(r0);
+    free(r1);
+    return DSI_E_NOMEM;
+  }
   for (int r = 0; r < g->n_regions; r++) r0[r] = g->n_ops, r1[r] = -1;
   for (int i = 0; i < g->n_ops; i++)
     if (!g->ops[i].dead && g->ops[i].team != DSI_TEAM_ALL) {
@@ -287,6 +318,7 @@ static void lifetimes(dsi_graph *g) {
   }
   free(r0);
   free(r1);
+  return DSI_OK;
 }
 
 /* ---- pass 4: the memory plan — greedy by size: biggest first, each at the
@@ -302,9 +334,14 @@ static int by_off(const void *a, const void *b, void *ts) {
   return (x->off > y->off) - (x->off < y->off);
 }
 
-static void plan_memory(dsi_graph *g) {
-  int *order = dsi_xmalloc(g->n_ts * sizeof(int)), *placed = dsi_xmalloc(g->n_ts * sizeof(int)),
-      *live = dsi_xmalloc(g->n_ts * sizeof(int));
+static int plan_memory(dsi_graph *g) {
+  int *order = malloc(g->n_ts * sizeof(int)), *placed = malloc(g->n_ts * sizeof(int)), *live = malloc(g->n_ts * sizeof(int));
+  if (!order || !placed || !live) {
+    free(order);
+    free(placed);
+    free(live);
+    return DSI_E_NOMEM;
+  }
   int n = 0, n_placed = 0;
   g->sum_bytes = g->arena_bytes = 0;
   for (int t = 0; t < g->n_ts; t++)
@@ -334,6 +371,7 @@ static void plan_memory(dsi_graph *g) {
   free(order);
   free(placed);
   free(live);
+  return DSI_OK;
 }
 
 /* ---- pass 5: waits. Op i waits for the latest earlier ops that touch its
@@ -364,21 +402,21 @@ static void plan_waits(dsi_graph *g, int n) {
   }
 }
 
-void dsi_graph_plan(dsi_graph *g, const dsi_plan_opts *o) {
+int dsi_graph_plan(dsi_graph *g, const dsi_plan_opts *o) {
+  if (g->oom) return DSI_E_NOMEM;
   if (o->fuse) fuse(g, o);
-  assign_teams(g, o);
-  lifetimes(g);
-  plan_memory(g);
+  if (assign_teams(g, o) || lifetimes(g) || plan_memory(g)) return (g->oom = 1), DSI_E_NOMEM;
   plan_waits(g, o->n_threads);
   g->planned = 1;
   g->fused = o->fuse;
   g->streams = o->streams;
+  return DSI_OK;
 }
 
-void dsi_graph_plan_eager(dsi_graph *g) {
+int dsi_graph_plan_eager(dsi_graph *g) {
   dsi_plan_opts o = {.streams = 1, .n_threads = 1};
-  assign_teams(g, &o);
-  lifetimes(g);
+  if (g->oom || assign_teams(g, &o) || lifetimes(g)) return (g->oom = 1), DSI_E_NOMEM;
+  return DSI_OK;
 }
 
 /* ---- the checker ---- */

@@ -112,10 +112,14 @@ typedef struct dsi_graph {
   int n_split;      /* regions split into two teams */
   size_t arena_bytes; /* planned peak */
   size_t sum_bytes;   /* every intermediate with its own memory */
+  /* out of memory while recording: set once a tensor or op could not be
+   * added (the builder goes on with a stand-in; the graph is to be freed) */
+  int oom;
+  dsi_op spare_op;
 } dsi_graph;
 
 /* ---- building: ops record, they do not compute ---- */
-dsi_graph *dsi_graph_new(int T);
+dsi_graph *dsi_graph_new(int T); /* NULL: out of memory */
 void dsi_graph_free(dsi_graph *g);
 /* a tensor of the current layer: shape ne[0..ndim) */
 int dsi_graph_tensor(dsi_graph *g, const char *name, int kind, dsi_dtype dtype, int ndim, const int64_t *ne);
@@ -141,9 +145,11 @@ typedef struct dsi_plan_opts {
   int min_team;  /* streams: split a fork only if each team gets this many workers (0 = 2) */
 } dsi_plan_opts;
 
-void dsi_graph_plan(dsi_graph *g, const dsi_plan_opts *o);
-/* for the eager executor: no fusion, one team, lifetimes only */
-void dsi_graph_plan_eager(dsi_graph *g);
+/* DSI_OK, or DSI_E_NOMEM (the graph recorded incompletely, or the plan
+ * could not be made): then the graph is only fit to be freed */
+int dsi_graph_plan(dsi_graph *g, const dsi_plan_opts *o);
+/* for the eager executor: no fusion, one team, lifetimes only; as above */
+int dsi_graph_plan_eager(dsi_graph *g);
 /* threads [lo, hi) of n that run team on op's region */
 void dsi_graph_team_range(const dsi_graph *g, const dsi_op *op, int n, int *lo, int *hi);
 /* Check the plan: no two tensors alive at once share bytes, and every pair

@@ -88,7 +88,8 @@ static void layout(dsi_mla_prefill *p) {
 }
 
 dsi_mla_prefill *dsi_mla_prefill_new(const dsi_config *c, int max_tokens, int max_context, dsi_mla_form form) {
-  dsi_mla_prefill *p = dsi_xcalloc(1, sizeof *p);
+  dsi_mla_prefill *p = calloc(1, sizeof *p);
+  if (!p) return NULL;
   p->form = form;
   p->tiles = 1;
   p->softmax_scale = dsi_config_softmax_scale(c);

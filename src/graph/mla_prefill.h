@@ -21,7 +21,7 @@ typedef struct dsi_mla_prefill dsi_mla_prefill;
 /* The form's plan for segments of up to max_tokens tokens over up to
  * max_context positions: its blocks, the cost model, the form to take
  * (DSI_MLA_AUTO: the cost model's pick). */
-dsi_mla_prefill *dsi_mla_prefill_new(const dsi_config *c, int max_tokens, int max_context, dsi_mla_form form);
+dsi_mla_prefill *dsi_mla_prefill_new(const dsi_config *c, int max_tokens, int max_context, dsi_mla_form form); /* NULL: out of memory */
 void dsi_mla_prefill_free(dsi_mla_prefill *p);
 /* The workspace a segment runs in: *shared bytes for the team, *thread
  * bytes for each thread (the graph plans them as the op's workspace). */

@@ -111,7 +111,8 @@ int dsi_kv_init(dsi_kv *kv, int n_layers, int row, int block_size, int n_blocks,
   kv->row = row;
   kv->block_size = block_size;
   kv->n_blocks = n_blocks;
-  kv->layer = dsi_xcalloc(n_layers, sizeof(float *));
+  kv->layer = calloc(n_layers, sizeof(float *));
+  if (!kv->layer) return dsi_errf(err, DSI_E_NOMEM, "out of memory for the KV cache's %d layers", n_layers);
   for (int l = 0; !pairs && l < n_layers; l++) {
     kv->layer[l] = dsi_alloc_big(f32_bytes(kv), huge);
     if (!kv->layer[l]) {
@@ -122,26 +123,31 @@ int dsi_kv_init(dsi_kv *kv, int n_layers, int row, int block_size, int n_blocks,
   }
   if (pairs) {
     DSI_ASSERT(block_size % 32 == 0);
-    kv->pair = dsi_xcalloc(n_layers, sizeof(uint16_t *));
+    kv->pair = calloc(n_layers, sizeof(uint16_t *));
     for (int l = 0; l < n_layers; l++)
-      if (!(kv->pair[l] = dsi_alloc_big(pair_bytes(kv), huge))) {
+      if (!kv->pair || !(kv->pair[l] = dsi_alloc_big(pair_bytes(kv), huge))) {
         dsi_kv_free(kv);
         return dsi_errf(err, DSI_E_NOMEM, "cannot allocate the bf16 KV cache: %d blocks of %d tokens (%zu MB per layer)",
                         n_blocks, block_size, pair_bytes(kv) >> 20);
       }
   }
   size_t nb = (size_t)n_blocks;
-  kv->free_list = dsi_xmalloc(nb * sizeof(int32_t));
-  kv->ref = dsi_xcalloc(nb, sizeof(int32_t));
-  kv->n_tok = dsi_xcalloc(nb, sizeof(int32_t));
-  kv->toks = dsi_xmalloc(nb * block_size * sizeof(int32_t));
-  kv->parent = dsi_xcalloc(nb, sizeof(uint64_t));
-  kv->chain = dsi_xcalloc(nb, sizeof(uint64_t));
-  kv->sib = dsi_xmalloc(nb * sizeof(int32_t));
-  kv->lru_prev = dsi_xmalloc(nb * sizeof(int32_t));
-  kv->lru_next = dsi_xmalloc(nb * sizeof(int32_t));
+  kv->free_list = malloc(nb * sizeof(int32_t));
+  kv->ref = calloc(nb, sizeof(int32_t));
+  kv->n_tok = calloc(nb, sizeof(int32_t));
+  kv->toks = malloc(nb * block_size * sizeof(int32_t));
+  kv->parent = calloc(nb, sizeof(uint64_t));
+  kv->chain = calloc(nb, sizeof(uint64_t));
+  kv->sib = malloc(nb * sizeof(int32_t));
+  kv->lru_prev = malloc(nb * sizeof(int32_t));
+  kv->lru_next = malloc(nb * sizeof(int32_t));
   for (kv->n_buckets = 16; kv->n_buckets < 2 * n_blocks;) kv->n_buckets *= 2;
-  kv->bucket = dsi_xmalloc((size_t)kv->n_buckets * sizeof(int32_t));
+  kv->bucket = malloc((size_t)kv->n_buckets * sizeof(int32_t));
+  if (!kv->free_list || !kv->ref || !kv->n_tok || !kv->toks || !kv->parent || !kv->chain || !kv->sib ||
+      !kv->lru_prev || !kv->lru_next || !kv->bucket) {
+    dsi_kv_free(kv);
+    return dsi_errf(err, DSI_E_NOMEM, "out of memory for the KV cache's table of %d blocks", n_blocks);
+  }
   for (int i = 0; i < kv->n_buckets; i++) kv->bucket[i] = -1;
   for (int i = 0; i < n_blocks; i++) {
     kv->free_list[i] = n_blocks - 1 - i; /* pop 0 first */
@@ -200,11 +206,19 @@ static void drop_block(dsi_kv *kv, int32_t b) {
   else kv->free_list[kv->n_free++] = b;
 }
 
+/* room in s's block table for n more; 0, or -1 out of memory */
+static int seq_room(dsi_kv_seq *s, int n) {
+  if (s->n_blocks + n <= s->cap) return 0;
+  int cap = DSI_MAX(DSI_MAX(8, 2 * s->cap), s->n_blocks + n);
+  int32_t *b = realloc(s->blocks, (size_t)cap * sizeof(int32_t));
+  if (!b) return -1;
+  s->blocks = b;
+  s->cap = cap;
+  return 0;
+}
+
 static void append_block(dsi_kv_seq *s, int32_t b) {
-  if (s->n_blocks == s->cap) {
-    s->cap = DSI_MAX(8, 2 * s->cap);
-    s->blocks = dsi_xrealloc(s->blocks, (size_t)s->cap * sizeof(int32_t));
-  }
+  DSI_ASSERT(s->n_blocks < s->cap); /* seq_room first */
   s->blocks[s->n_blocks++] = b;
 }
 
@@ -214,6 +228,7 @@ int dsi_kv_reserve(dsi_kv *kv, dsi_kv_seq *s, int n_tokens, dsi_err *err) {
   if (need > dsi_kv_available(kv))
     return dsi_errf(err, DSI_E_CAPACITY, "KV cache full: %d more blocks of %d tokens needed, %d free of %d",
                     need, kv->block_size, dsi_kv_available(kv), kv->n_blocks);
+  if (seq_room(s, need)) return dsi_errf(err, DSI_E_NOMEM, "out of memory for a block table of %d blocks", s->n_blocks + need);
   for (int i = 0; i < need; i++) append_block(s, take_block(kv));
   return DSI_OK;
 }
@@ -272,6 +287,7 @@ int dsi_kv_match(dsi_kv *kv, dsi_kv_seq *s, const int32_t *toks, int n) {
   int bs = kv->block_size;
   uint64_t chain = ROOT_HASH;
   kv->queries += n;
+  if (seq_room(s, n / bs + 1)) return 0; /* out of memory: no hit, the prompt is computed */
   int i = 0;
   for (; (i + 1) * bs <= n; i++) { /* whole blocks: shared */
     int32_t hit = -1;

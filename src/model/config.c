@@ -2,6 +2,7 @@
  * its default when absent, its type and range, and the checks that tie keys
  * together (groups, experts, layers). Messages name the file and the key. */
 #include "model/config.h"
+#include "dsinfer.h"
 
 #include <cjson/cJSON.h>
 #include <float.h>
@@ -9,6 +10,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- reading one key ---- */
 
@@ -324,21 +326,73 @@ static int cfg_read_moe(dsi_config *c, const cfg_reader *r, int is_v2) {
   return DSI_OK;
 }
 
+/* ---- keys that change the model: what this engine does not compute is refused ---- */
+
+/* model_type: none, or one of this family's (it picks defaults); the
+ * activation: SiLU, the only one the MLPs compute */
+static int cfg_read_family(const cfg_reader *r, int *is_v2) {
+  static const char *const family[] = {"deepseek_v2", "deepseek_v3", "kimi_k2"};
+  const char *mt, *act;
+  char what[200];
+  TRY(cfg_string(r, "model_type", CFG_OPTIONAL, &mt));
+  *is_v2 = mt && !strcmp(mt, "deepseek_v2");
+  int known = !mt;
+  for (size_t i = 0; i < sizeof family / sizeof *family && !known; i++) known = !strcmp(mt, family[i]);
+  if (!known) {
+    snprintf(what, sizeof what, "\"%.64s\" is not a DeepSeek-V3-family model (deepseek_v2, deepseek_v3, kimi_k2)", mt);
+    return cfg_bad(r, DSI_E_UNSUPPORTED, "model_type", what);
+  }
+  TRY(cfg_string(r, "hidden_act", CFG_OPTIONAL, &act));
+  if (act && strcmp(act, "silu")) {
+    snprintf(what, sizeof what, "\"%.64s\" is not supported (only \"silu\")", act);
+    return cfg_bad(r, DSI_E_UNSUPPORTED, "hidden_act", what);
+  }
+  return DSI_OK;
+}
+
+/* Sizes a checkpoint of this family can have, far above any real one
+ * (V3: hidden 7168, vocab 129280, 61 layers, 256 experts): sums and
+ * products of a few of them stay inside an int64, and a typo fails here,
+ * naming the key, not in an allocation. */
+static int cfg_check_sizes(const dsi_config *c, const cfg_reader *r) {
+  const struct { const char *key; int v, max; } k[] = {
+    {"vocab_size", c->vocab_size, 1 << 24}, {"hidden_size", c->hidden_size, 1 << 20},
+    {"intermediate_size", c->intermediate_size, 1 << 22}, {"moe_intermediate_size", c->moe_intermediate_size, 1 << 22},
+    {"num_hidden_layers", c->num_hidden_layers, 1 << 12}, {"num_nextn_predict_layers", c->num_nextn_predict_layers, 1 << 12},
+    {"num_attention_heads", c->num_attention_heads, 1 << 12}, {"q_lora_rank", c->q_lora_rank, 1 << 20},
+    {"kv_lora_rank", c->kv_lora_rank, 1 << 20}, {"qk_nope_head_dim", c->qk_nope_head_dim, 1 << 16},
+    {"qk_rope_head_dim", c->qk_rope_head_dim, 1 << 16}, {"v_head_dim", c->v_head_dim, 1 << 16},
+    {"n_shared_experts", c->n_shared_experts, 1 << 10}, {"max_position_embeddings", c->max_position_embeddings, 1 << 24},
+  };
+  char what[160];
+  for (size_t i = 0; i < sizeof k / sizeof *k; i++)
+    if (k[i].v > k[i].max) {
+      snprintf(what, sizeof what, "%d is over this build's limit of %d", k[i].v, k[i].max);
+      return cfg_bad(r, DSI_E_UNSUPPORTED, k[i].key, what);
+    }
+  const struct { const char *key; int v; } ids[] = {{"bos_token_id", c->bos_token_id}, {"eos_token_id", c->eos_token_id}};
+  for (size_t i = 0; i < 2; i++)
+    if (ids[i].v >= c->vocab_size) {
+      snprintf(what, sizeof what, "%d is not an id of the vocabulary (vocab_size %d)", ids[i].v, c->vocab_size);
+      return cfg_bad(r, DSI_E_CONFIG, ids[i].key, what);
+    }
+  return DSI_OK;
+}
+
 /* ---- the whole file ---- */
 
 static int cfg_read(dsi_config *c, const cJSON *root, const char *path, dsi_err *err) {
   cfg_reader r = {root, path, "", err};
   TRY(cfg_unique_keys(&r));
-  /* model_type only picks defaults: any other value, or none, is V3-like */
-  const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
-  int is_v2 = cJSON_IsString(mt) && !strcmp(mt->valuestring, "deepseek_v2");
+  int is_v2;
+  TRY(cfg_read_family(&r, &is_v2));
   TRY(cfg_read_attention(c, &r));
   TRY(cfg_int(&r, "max_position_embeddings", CFG_OPTIONAL, is_v2 ? 2048 : 4096, CFG_POSITIVE,
               &c->max_position_embeddings));
   TRY(cfg_read_rope_scaling(c, &r));
   TRY(cfg_read_moe(c, &r, is_v2));
   TRY(cfg_read_quantization(c, &r));
-  return DSI_OK;
+  return cfg_check_sizes(c, &r);
 }
 
 /* line and column (1-based) of byte off in text, for JSON error messages */
@@ -403,4 +457,77 @@ float dsi_config_softmax_scale(const dsi_config *c) {
     scale *= m * m;
   }
   return (float)scale;
+}
+
+/* ---- generation_config.json: the checkpoint's sampling defaults ---- */
+
+static int gen_read(dsi_gen_config *g, const cJSON *root, const char *path, dsi_err *err) {
+  cfg_reader r = {root, path, "", err};
+  TRY(cfg_unique_keys(&r));
+  const cJSON *it = cfg_get(&r, "do_sample");
+  if (it) {
+    if (!cJSON_IsBool(it)) return cfg_bad(&r, DSI_E_CONFIG, "do_sample", "expected true or false");
+    g->do_sample = cJSON_IsTrue(it);
+  }
+  TRY(cfg_float(&r, "temperature", CFG_OPTIONAL, -1.0f, CFG_ANY, &g->temperature));
+  TRY(cfg_float(&r, "top_p", CFG_OPTIONAL, -1.0f, CFG_ANY, &g->top_p));
+  TRY(cfg_int(&r, "top_k", CFG_OPTIONAL, -1, CFG_ANY, &g->top_k));
+  TRY(cfg_int(&r, "max_new_tokens", CFG_OPTIONAL, -1, CFG_ANY, &g->max_new_tokens));
+  char what[160];
+  if (cfg_get(&r, "temperature") && (g->temperature < 0 || g->temperature > 100)) {
+    snprintf(what, sizeof what, "%g is out of range [0, 100]", g->temperature);
+    return cfg_bad(&r, DSI_E_CONFIG, "temperature", what);
+  }
+  if (cfg_get(&r, "top_p") && (g->top_p <= 0 || g->top_p > 1)) {
+    snprintf(what, sizeof what, "%g is out of range (0, 1]", g->top_p);
+    return cfg_bad(&r, DSI_E_CONFIG, "top_p", what);
+  }
+  if (cfg_get(&r, "top_k")) TRY(cfg_range(&r, "top_k", g->top_k, CFG_NONNEG));
+  if (cfg_get(&r, "max_new_tokens")) TRY(cfg_range(&r, "max_new_tokens", g->max_new_tokens, CFG_NONNEG));
+  int id;
+  const cJSON *eos = cfg_get(&r, "eos_token_id");
+  if (cJSON_IsArray(eos))
+    for (const cJSON *e = eos->child; e; e = e->next) TRY(cfg_int_item(&r, "eos_token_id", e, CFG_NONNEG, &id));
+  else
+    TRY(cfg_token_id(&r, "eos_token_id", 0, &id));
+  TRY(cfg_token_id(&r, "bos_token_id", 0, &id));
+  return DSI_OK;
+}
+
+int dsi_gen_config_load(const char *dir, dsi_gen_config *g, dsi_err *err) {
+  *g = (dsi_gen_config){.found = 0, .do_sample = -1, .temperature = -1, .top_p = -1, .top_k = -1, .max_new_tokens = -1};
+  char path[4096];
+  if (strlen(dir) + sizeof "/generation_config.json" > sizeof path)
+    return dsi_errf(err, DSI_E_INVAL, "%.200s...: directory name too long", dir);
+  dsi_path_join(path, sizeof path, dir, "generation_config.json");
+  if (access(path, F_OK) != 0) return DSI_OK; /* optional */
+  char *text;
+  size_t len;
+  int st = dsi_read_file(path, &text, &len, err);
+  if (st != DSI_OK) return st;
+  const char *end = NULL;
+  cJSON *root = memchr(text, 0, len) ? NULL : cJSON_ParseWithLengthOpts(text, len + 1, &end, 1);
+  if (!root)
+    st = dsi_errf(err, DSI_E_FORMAT, "%s: bad JSON at byte %zu", path,
+                  end && end >= text && end <= text + len ? (size_t)(end - text) : len);
+  else if (!cJSON_IsObject(root))
+    st = dsi_errf(err, DSI_E_CONFIG, "%s: expected a JSON object at the top level", path);
+  else
+    st = gen_read(g, root, path, err);
+  cJSON_Delete(root);
+  free(text);
+  g->found = 1;
+  if (st != DSI_OK) {
+    g->do_sample = -1;
+    g->temperature = g->top_p = -1;
+    g->top_k = g->max_new_tokens = -1;
+  }
+  return st;
+}
+
+void dsi_gen_config_apply(const dsi_gen_config *g, dsi_sampling *s) {
+  int greedy = g->do_sample == 0 && s->temperature < 0;
+  if (s->temperature < 0) s->temperature = greedy || g->temperature < 0 ? 0.0f : g->temperature;
+  if (s->top_p < 0) s->top_p = greedy || g->top_p < 0 ? 1.0f : g->top_p;
+  if (s->top_k < 0) s->top_k = greedy || g->top_k < 0 ? 0 : g->top_k;
 }

@@ -45,13 +45,25 @@ struct spec {
 typedef struct {
   spec *v;
   int n, cap;
+  int oom;    /* an allocation failed: the list is incomplete */
+  spec spare; /* what add_spec hands out once oom is set */
 } spec_list;
 
 static spec *add_spec(spec_list *l, spec_kind kind, int64_t rows, int64_t cols, dsi_mat *mat,
                      float **vec, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
 static spec *add_spec(spec_list *l, spec_kind kind, int64_t rows, int64_t cols, dsi_mat *mat,
                      float **vec, const char *fmt, ...) {
-  if (l->n == l->cap) l->v = dsi_xrealloc(l->v, (l->cap = l->cap ? 2 * l->cap : 256) * sizeof(spec));
+  if (l->oom) return &l->spare;
+  if (l->n == l->cap) {
+    int cap = l->cap ? 2 * l->cap : 256;
+    spec *v = realloc(l->v, (size_t)cap * sizeof(spec));
+    if (!v) {
+      l->oom = 1;
+      return &l->spare;
+    }
+    l->v = v;
+    l->cap = cap;
+  }
   spec *s = &l->v[l->n++];
   memset(s, 0, sizeof *s);
   va_list ap;
@@ -69,15 +81,17 @@ static spec *add_spec(spec_list *l, spec_kind kind, int64_t rows, int64_t cols, 
 
 /* mark spec gate (the one before last) as paired with up (the last) */
 static void link_gate_up(spec_list *l, dsi_mat *dst) {
+  if (l->oom) return;
   l->v[l->n - 2].pair = l->n - 1;
   l->v[l->n - 2].gu_dst = dst;
 }
 
 /* ---- what the forward needs, by config ---- */
-static void plan_tensors(dsi_model *m, spec_list *l) {
+/* Sizes in int64 (config values are ints; their sums and products are not). */
+static int plan_tensors(dsi_model *m, spec_list *l, dsi_err *err) {
   const dsi_config *c = &m->cfg;
   int64_t H = c->num_attention_heads, D = c->hidden_size;
-  int64_t qk = c->qk_nope_head_dim + c->qk_rope_head_dim;
+  int64_t qk = (int64_t)c->qk_nope_head_dim + c->qk_rope_head_dim;
   add_spec(l, SPEC_MAT, c->vocab_size, D, &m->embed_tokens, NULL, "model.embed_tokens.weight");
   for (int L = 0; L < c->num_hidden_layers; L++) {
     dsi_layer_weights *w = &m->layers[L];
@@ -91,10 +105,10 @@ static void plan_tensors(dsi_model *m, spec_list *l) {
     } else {
       add_spec(l, SPEC_MAT, H * qk, D, &w->q_proj, NULL, P "self_attn.q_proj.weight", L);
     }
-    add_spec(l, SPEC_MAT, c->kv_lora_rank + c->qk_rope_head_dim, D, &w->kv_a_proj_with_mqa, NULL,
+    add_spec(l, SPEC_MAT, (int64_t)c->kv_lora_rank + c->qk_rope_head_dim, D, &w->kv_a_proj_with_mqa, NULL,
              P "self_attn.kv_a_proj_with_mqa.weight", L);
     add_spec(l, SPEC_VEC, 1, c->kv_lora_rank, NULL, &w->kv_a_layernorm, P "self_attn.kv_a_layernorm.weight", L);
-    spec *kvb = add_spec(l, SPEC_MAT, H * (c->qk_nope_head_dim + c->v_head_dim), c->kv_lora_rank,
+    spec *kvb = add_spec(l, SPEC_MAT, H * ((int64_t)c->qk_nope_head_dim + c->v_head_dim), c->kv_lora_rank,
                          &w->kv_b_proj, NULL, P "self_attn.kv_b_proj.weight", L);
     kvb->mla = 1;
     kvb->uk_dst = &w->w_uk_t;
@@ -115,10 +129,12 @@ static void plan_tensors(dsi_model *m, spec_list *l) {
     add_spec(l, SPEC_MAT, E, D, &w->gate, NULL, P "mlp.gate.weight", L)->exact = 1;
     if (c->has_e_score_correction_bias)
       add_spec(l, SPEC_VEC, 1, E, NULL, &w->e_score_correction_bias, P "mlp.gate.e_score_correction_bias", L);
-    w->exp_gate = dsi_xcalloc(E, sizeof(dsi_mat));
-    w->exp_up = dsi_xcalloc(E, sizeof(dsi_mat));
-    w->exp_down = dsi_xcalloc(E, sizeof(dsi_mat));
-    w->exp_gate_up = dsi_xcalloc(E, sizeof(dsi_mat));
+    w->exp_gate = calloc(E, sizeof(dsi_mat));
+    w->exp_up = calloc(E, sizeof(dsi_mat));
+    w->exp_down = calloc(E, sizeof(dsi_mat));
+    w->exp_gate_up = calloc(E, sizeof(dsi_mat));
+    if (!w->exp_gate || !w->exp_up || !w->exp_down || !w->exp_gate_up)
+      return dsi_errf(err, DSI_E_NOMEM, "out of memory for layer %d's %d experts", L, E);
     for (int e = m->exp_lo; e < m->exp_hi; e++) { /* this rank's share (expert parallel) */
       add_spec(l, SPEC_MAT, I, D, &w->exp_gate[e], NULL, P "mlp.experts.%d.gate_proj.weight", L, e);
       add_spec(l, SPEC_MAT, I, D, &w->exp_up[e], NULL, P "mlp.experts.%d.up_proj.weight", L, e);
@@ -137,6 +153,55 @@ static void plan_tensors(dsi_model *m, spec_list *l) {
   add_spec(l, SPEC_VEC, 1, D, NULL, &m->norm, "model.norm.weight");
   if (!c->tie_word_embeddings)
     add_spec(l, SPEC_MAT, c->vocab_size, D, &m->lm_head, NULL, "lm_head.weight");
+  if (l->oom) return dsi_errf(err, DSI_E_NOMEM, "out of memory for the list of %d tensors", l->n);
+  return DSI_OK;
+}
+
+/* ---- the config against the checkpoint, before anything is sized by it ---- */
+static int has_layer_tensor(const dsi_st_set *st, int L, const char *what) {
+  char name[160];
+  snprintf(name, sizeof name, "model.layers.%d.%s", L, what);
+  return dsi_st_find(st, name) != NULL;
+}
+
+/* num_hidden_layers against the layers the files hold (so a typo fails
+ * here, not in an allocation by it), and keys whose tensors say otherwise */
+static int check_config_tensors(const dsi_model *m, dsi_err *err) {
+  const dsi_config *c = &m->cfg;
+  const dsi_st_set *st = &m->st;
+  int held = 0; /* layers 0 .. held-1 are in the files */
+  while (held < st->n_tensors && has_layer_tensor(st, held, "input_layernorm.weight")) held++;
+  if (held < c->num_hidden_layers)
+    return dsi_errf(err, DSI_E_CONFIG, "config.json: num_hidden_layers is %d but the checkpoint in %s holds %d layer%s "
+                    "(model.layers.%d.input_layernorm.weight is missing)", c->num_hidden_layers, m->dir, held,
+                    held == 1 ? "" : "s", held);
+  if (held > c->num_hidden_layers + c->num_nextn_predict_layers)
+    dsi_log(DSI_LOG_WARN, "config.json: num_hidden_layers is %d (and num_nextn_predict_layers %d) but the checkpoint "
+            "holds %d layers: layers %d..%d are not used", c->num_hidden_layers, c->num_nextn_predict_layers, held,
+            c->num_hidden_layers + c->num_nextn_predict_layers, held - 1);
+  for (int L = 0; L < c->num_hidden_layers; L++) {
+    if (!dsi_config_is_moe_layer(c, L)) continue;
+    if (c->n_shared_experts == 0 && has_layer_tensor(st, L, "mlp.shared_experts.gate_proj.weight"))
+      return dsi_errf(err, DSI_E_CONFIG, "config.json: n_shared_experts is 0 but the checkpoint holds "
+                      "model.layers.%d.mlp.shared_experts.gate_proj.weight (the shared expert would be left out)", L);
+    break;
+  }
+  return DSI_OK;
+}
+
+/* ---- non-finite values: refused unless allowed ---- */
+/* 1 when n values of dtype t at p hold a NaN or an infinity (FP8 E4M3FN:
+ * the bytes 0x7f and 0xff are NaN; it has no infinity) */
+static int has_nonfinite(dsi_dtype t, const void *p, size_t n) {
+  unsigned bad = 0;
+  switch (t) {
+  case DSI_DTYPE_F32: { const uint32_t *v = p; for (size_t i = 0; i < n; i++) bad |= (v[i] & 0x7f800000u) == 0x7f800000u; } break;
+  case DSI_DTYPE_BF16: { const uint16_t *v = p; for (size_t i = 0; i < n; i++) bad |= (v[i] & 0x7f80u) == 0x7f80u; } break;
+  case DSI_DTYPE_F16: { const uint16_t *v = p; for (size_t i = 0; i < n; i++) bad |= (v[i] & 0x7c00u) == 0x7c00u; } break;
+  case DSI_DTYPE_F8_E4M3: { const uint8_t *v = p; for (size_t i = 0; i < n; i++) bad |= (v[i] & 0x7fu) == 0x7fu; } break;
+  default: break;
+  }
+  return bad != 0;
 }
 
 static const char *file_of(const dsi_st_set *st, const dsi_st_tensor *t) {
@@ -187,7 +252,8 @@ static int resolve(dsi_model *m, spec_list *l, dsi_err *err) {
         return dsi_errf(err, DSI_E_FORMAT, "%s: expected a float tensor of shape [%lld,%lld] (one scale per %dx%d block) in %s",
                         sname, (long long)sr, (long long)sc, bs, bs, file_of(st, s->scale));
       s->bytes = t->nbytes;
-      s->scale_bytes = (size_t)(sr * sc) * sizeof(float);
+      if (dsi_size_mul((size_t)sr * sc, sizeof(float), &s->scale_bytes))
+        return dsi_errf(err, DSI_E_FORMAT, "%s: %lld x %lld scales do not fit in memory", sname, (long long)sr, (long long)sc);
     } else if (is_float_dtype(t->dtype)) {
       s->bytes = t->nbytes;
     } else {
@@ -347,7 +413,14 @@ typedef struct {
   atomic_size_t done_bytes;
   int show;
   double t0;
+  atomic_int nonfinite; /* the first spec found holding NaN or infinity, + 1; 0 none */
+  atomic_int oom;       /* a scratch buffer could not be allocated */
 } fill_job;
+
+static void note_nonfinite(fill_job *j, int spec_i, dsi_dtype t, const void *p, size_t n) {
+  int none = 0;
+  if (has_nonfinite(t, p, n)) atomic_compare_exchange_strong(&j->nonfinite, &none, spec_i + 1);
+}
 
 /* Release the page-cache pages of a copied source range of tensor t from
  * our RSS. A fault maps a whole large folio of the page cache (up to 2 MB),
@@ -390,7 +463,7 @@ static void pack_panels(const dsi_mat *src, int r, int n, const dsi_mat *dst, in
 }
 
 /* kv_b_proj -> W_UK^T, W_UV and W_UK, one head at a time */
-static void pack_mla(dsi_model *m, spec *s) {
+static int pack_mla(dsi_model *m, spec *s) {
   const dsi_config *c = &m->cfg;
   int H = c->num_attention_heads, nope = c->qk_nope_head_dim, vd = c->v_head_dim, kvl = c->kv_lora_rank;
   dsi_mat ush = uk_shape(c, &s->src), vsh = uv_shape(c, &s->src), ksh = ukr_shape(c, &s->src);
@@ -400,12 +473,13 @@ static void pack_mla(dsi_model *m, spec *s) {
   if (s->quant) dsi_pack_describe_i8(&vsh, uv, m->mem + s->off2);
   else describe_no_scales(&vsh, uv, m->mem + s->off2);
   describe_no_scales(&ksh, ukr, m->mem + s->off3);
-  float *rows = dsi_xmalloc((size_t)nope * kvl * sizeof(float));
-  float *work = s->quant ? dsi_xmalloc((size_t)DSI_TILE_N * kvl * sizeof(float)) : NULL;
-  float *tf = dsi_xmalloc((size_t)kvl * nope * sizeof(float));
-  uint16_t *tb = dsi_xmalloc((size_t)kvl * nope * sizeof(uint16_t));
-  uint8_t *tq = ush.dtype == DSI_DTYPE_F8_E4M3 ? dsi_xmalloc((size_t)kvl * nope) : NULL;
-  for (int h = 0; h < H; h++) {
+  float *rows = malloc((size_t)nope * kvl * sizeof(float));
+  float *work = s->quant ? malloc((size_t)DSI_TILE_N * kvl * sizeof(float)) : NULL;
+  float *tf = malloc((size_t)kvl * nope * sizeof(float));
+  uint16_t *tb = malloc((size_t)kvl * nope * sizeof(uint16_t));
+  uint8_t *tq = ush.dtype == DSI_DTYPE_F8_E4M3 ? malloc((size_t)kvl * nope) : NULL;
+  int ok = rows && tf && tb && (!s->quant || work) && (ush.dtype != DSI_DTYPE_F8_E4M3 || tq);
+  for (int h = 0; ok && h < H; h++) {
     int base = h * (nope + vd);
     if (tq) {
       pack_uk_fp8(c, &s->src, h, uk, tq);
@@ -437,12 +511,14 @@ static void pack_mla(dsi_model *m, spec *s) {
   free(tb);
   free(tq);
   free(work);
+  return ok ? DSI_OK : DSI_E_NOMEM;
 }
 
 /* rows [r0, r1) of a quantized TILES weight, or of both halves of a gate/up
  * pair (up is NULL otherwise), a 16-row panel at a time */
-static void quant_rows(const spec *s, const spec *up, int r0, int r1) {
-  float *work = dsi_xmalloc((size_t)DSI_TILE_N * s->cols * sizeof(float));
+static int quant_rows(const spec *s, const spec *up, int r0, int r1) {
+  float *work = malloc((size_t)DSI_TILE_N * s->cols * sizeof(float));
+  if (!work) return DSI_E_NOMEM;
   for (int r = r0; r < r1; r += DSI_TILE_N) {
     if (!up) {
       dsi_quant_panel_i8(&s->src, r, s->mat, r / DSI_TILE_N, work);
@@ -452,6 +528,7 @@ static void quant_rows(const spec *s, const spec *up, int r0, int r1) {
     dsi_quant_panel_i8(&up->src, r, s->gu_dst, 2 * (r / DSI_TILE_N) + 1, work);
   }
   free(work);
+  return DSI_OK;
 }
 
 static void run_item(fill_job *j, const item *it) {
@@ -461,19 +538,27 @@ static void run_item(fill_job *j, const item *it) {
   size_t row_bytes = (size_t)s->cols * dsi_dtype_size(t->dtype);
   const uint8_t *src = (const uint8_t *)t->data + (size_t)it->r0 * row_bytes;
   size_t n = (size_t)(it->r1 - it->r0) * row_bytes;
+  if (s->kind == SPEC_VEC) note_nonfinite(j, it->spec, t->dtype, t->data, (size_t)s->cols);
+  else note_nonfinite(j, it->spec, t->dtype, src, n / dsi_dtype_size(t->dtype));
+  if (s->store == STORE_GATE_UP) { /* its up half, as far as this piece reads it */
+    const spec *up = &j->l->v[s->pair];
+    size_t un = s->quant ? n : up->t->nbytes;
+    note_nonfinite(j, s->pair, up->t->dtype, (const uint8_t *)up->t->data + (s->quant ? (size_t)it->r0 * row_bytes : 0),
+                   un / dsi_dtype_size(up->t->dtype));
+  }
   switch (s->store) {
   case STORE_ROWS:
     if (s->kind == SPEC_VEC) dsi_to_f32(t->dtype, t->data, *s->vec, (size_t)s->cols);
     else if (!m->mlocked) memcpy(m->mem + s->off + (size_t)it->r0 * row_bytes, src, n);
     break;
   case STORE_TILES:
-    if (s->quant) quant_rows(s, NULL, it->r0, it->r1);
-    else dsi_pack_rows(&s->src, s->mat, it->r0, it->r1);
+    if (!s->quant) dsi_pack_rows(&s->src, s->mat, it->r0, it->r1);
+    else if (quant_rows(s, NULL, it->r0, it->r1)) atomic_store(&j->oom, 1);
     break;
   case STORE_GATE_UP: {
     spec *up = &j->l->v[s->pair];
     if (s->quant) { /* in pieces, as the gate's rows */
-      quant_rows(s, up, it->r0, it->r1);
+      if (quant_rows(s, up, it->r0, it->r1)) atomic_store(&j->oom, 1);
       drop_source(m, up->t, (const uint8_t *)up->t->data + (size_t)it->r0 * row_bytes, n);
       atomic_fetch_add(&j->done_bytes, n);
       break;
@@ -483,7 +568,7 @@ static void run_item(fill_job *j, const item *it) {
     atomic_fetch_add(&j->done_bytes, up->t->nbytes);
   } break;
   case STORE_MLA:
-    pack_mla(m, s);
+    if (pack_mla(m, s)) atomic_store(&j->oom, 1);
     break;
   case STORE_NONE:
     break;
@@ -512,16 +597,20 @@ static void fill_task(void *ctx, int ith, int nth) {
 
 /* Describe every destination (serially: cheap), cut the copying into
  * pieces of at most ~8 MB of source, and run them on n_threads. */
-static void fill_all(dsi_model *m, spec_list *l, int n_threads, int show, double t0) {
+static int fill_all(dsi_model *m, spec_list *l, int n_threads, int show, double t0, int allow_nonfinite,
+                    dsi_err *err) {
   const size_t piece = 8u << 20;
   item *items = NULL;
-  int n_items = 0, cap = 0;
+  int n_items = 0, cap = 0, rc = DSI_OK;
+  const spec *scale_bad = NULL;
   for (int i = 0; i < l->n; i++) {
     spec *s = &l->v[i];
     if (s->kind == SPEC_MAT && s->scale) { /* FP8 scales widened to f32 */
       size_t ns = s->scale_bytes / sizeof(float);
-      s->src_scale = s->store == STORE_ROWS ? (float *)(m->mem + s->scale_off) : dsi_xmalloc(ns * sizeof(float));
+      s->src_scale = s->store == STORE_ROWS ? (float *)(m->mem + s->scale_off) : malloc(ns * sizeof(float));
+      if (!s->src_scale) return dsi_errf(err, DSI_E_NOMEM, "%s: out of memory for its scales", s->name);
       dsi_to_f32(s->scale->dtype, s->scale->data, s->src_scale, ns);
+      if (has_nonfinite(DSI_DTYPE_F32, s->src_scale, ns) && !scale_bad) scale_bad = s;
       s->src.scale = s->src_scale;
       /* touching a scale maps the page-cache folio around it (often 2 MB
        * of the weight beside it): let it go now, not when the weight is done */
@@ -549,19 +638,38 @@ static void fill_all(dsi_model *m, spec_list *l, int n_threads, int show, double
       step = (int)DSI_MAX(DSI_TILE_N, piece / rb / DSI_TILE_N * DSI_TILE_N);
     }
     for (int r = 0; r < s->rows || (r == 0 && s->rows == 0); r += step) {
-      if (n_items == cap) items = dsi_xrealloc(items, (cap = cap ? 2 * cap : 1024) * sizeof(item));
+      if (n_items == cap) {
+        item *ni = realloc(items, (size_t)(cap = cap ? 2 * cap : 1024) * sizeof(item));
+        if (!ni) {
+          free(items);
+          return dsi_errf(err, DSI_E_NOMEM, "out of memory for the loading plan");
+        }
+        items = ni;
+      }
       items[n_items++] = (item){i, r, (int)DSI_MIN((int64_t)r + step, s->rows)};
       if (whole) break;
     }
   }
-  fill_job j = {m, l, items, n_items, 0, 0, show, t0};
+  fill_job j = {m, l, items, n_items, 0, 0, show, t0, 0, 0};
   dsi_pool *pool = dsi_pool_new(n_threads);
-  dsi_pool_run(pool, fill_task, &j);
+  if (pool) dsi_pool_run(pool, fill_task, &j);
+  else fill_task(&j, 0, 1); /* no pool: this thread alone */
   dsi_pool_free(pool);
   if (show) fprintf(stderr, "\rloading: %zu MB in %.1f s%40s\n", m->file_bytes >> 20, dsi_now() - t0, "");
+  int bad = atomic_load(&j.nonfinite) - 1;
+  const char *bad_name = bad >= 0 ? l->v[bad].name : scale_bad ? scale_bad->name : NULL;
+  if (atomic_load(&j.oom))
+    rc = dsi_errf(err, DSI_E_NOMEM, "%s: out of memory for the scratch of packing the weights", m->dir);
+  else if (bad_name && !allow_nonfinite)
+    rc = dsi_errf(err, DSI_E_FORMAT, "%s%s: holds NaN or infinity (%s); --allow-nonfinite loads it anyway", bad_name,
+                  bad < 0 ? "_scale_inv" : "", m->dir);
+  else if (bad_name)
+    dsi_log(DSI_LOG_WARN, "%s%s holds NaN or infinity: outputs that read it will be NaN", bad_name,
+            bad < 0 ? "_scale_inv" : "");
   for (int i = 0; i < l->n; i++)
     if (l->v[i].src_scale && l->v[i].store != STORE_ROWS) free(l->v[i].src_scale);
   free(items);
+  return rc;
 }
 
 static const char *dtype_summary(const spec_list *l) {
@@ -589,12 +697,20 @@ int dsi_model_open(dsi_model **out, const char *dir, const dsi_load_opts *opts, 
   *out = NULL;
   double t0 = dsi_now();
   dsi_dtype_init();
-  dsi_model *m = dsi_xcalloc(1, sizeof *m);
-  m->dir = dsi_xstrdup(dir);
+  if (!*dir) return dsi_errf(err, DSI_E_INVAL, "the checkpoint directory is an empty name");
+  if (opts->n_threads > dsi_max_threads())
+    return dsi_errf(err, DSI_E_INVAL, "%d threads is over the limit of %d (%d per core, %d cores)", opts->n_threads,
+                    dsi_max_threads(), DSI_THREADS_PER_CORE_MAX, dsi_ncpu());
+  dsi_model *m = calloc(1, sizeof *m);
+  if (!m || !(m->dir = strdup(dir))) {
+    free(m);
+    return dsi_errf(err, DSI_E_NOMEM, "%s: out of memory", dir);
+  }
   spec_list l = {0};
   int rc = dsi_config_load(&m->cfg, dir, err);
   if (rc == DSI_OK) rc = check_limits(&m->cfg, err);
   if (rc == DSI_OK) rc = dsi_st_open(&m->st, dir, err);
+  if (rc == DSI_OK) rc = check_config_tensors(m, err);
   if (rc != DSI_OK) goto fail;
   /* expert parallel: this rank's contiguous share of the routed experts */
   int ep = opts->ep_size > 1 ? opts->ep_size : 1, E = m->cfg.n_routed_experts;
@@ -606,8 +722,12 @@ int dsi_model_open(dsi_model **out, const char *dir, const dsi_load_opts *opts, 
   m->exp_lo = (int)((int64_t)E * opts->ep_rank / ep);
   m->exp_hi = (int)((int64_t)E * (opts->ep_rank + 1) / ep);
   m->ep_size = ep;
-  m->layers = dsi_xcalloc(m->cfg.num_hidden_layers, sizeof *m->layers);
-  plan_tensors(m, &l);
+  m->layers = calloc(m->cfg.num_hidden_layers, sizeof *m->layers);
+  if (!m->layers) {
+    rc = dsi_errf(err, DSI_E_NOMEM, "%s: out of memory for %d layers", dir, m->cfg.num_hidden_layers);
+    goto fail;
+  }
+  if ((rc = plan_tensors(m, &l, err)) != DSI_OK) goto fail;
   if ((rc = resolve(m, &l, err)) != DSI_OK) goto fail;
 
   /* --mlock computes from the locked mapping, so it keeps the file's
@@ -638,7 +758,9 @@ int dsi_model_open(dsi_model **out, const char *dir, const dsi_load_opts *opts, 
     rc = dsi_errf(err, DSI_E_NOMEM, "%s: cannot allocate %zu MB for the weights", dir, total >> 20);
     goto fail;
   }
-  fill_all(m, &l, opts->n_threads > 0 ? opts->n_threads : dsi_ncpu(), opts->progress && isatty(2), t0);
+  rc = fill_all(m, &l, opts->n_threads > 0 ? opts->n_threads : dsi_ncpu(), opts->progress && isatty(2), t0,
+                opts->allow_nonfinite, err);
+  if (rc != DSI_OK) goto fail;
   if (m->cfg.tie_word_embeddings) m->lm_head = m->embed_tokens;
   for (int L = 0; L < m->cfg.num_hidden_layers; L++) {
     m->layers[L].mla_fmt = m->packed && can_pack_mla(&m->cfg) ? DSI_MLA_SPLIT : DSI_MLA_KV_B;

@@ -195,8 +195,13 @@ int dsi_st_parse_header(dsi_st_set *set, const uint8_t *buf, size_t len, int fil
   int count = 0, st = DSI_OK;
   for (const cJSON *e = root->child; e; e = e->next) count++;
   if (count > INT_MAX - set->n_tensors) count = INT_MAX - set->n_tensors; /* unreachable under the header cap */
-  set->tensors = dsi_xrealloc(set->tensors, ((size_t)set->n_tensors + (size_t)count) * sizeof *set->tensors);
-  st_extent *ext = dsi_xmalloc((size_t)count * sizeof *ext);
+  dsi_st_tensor *grown = realloc(set->tensors, ((size_t)set->n_tensors + (size_t)count + 1) * sizeof *set->tensors);
+  st_extent *ext = grown ? malloc(((size_t)count + 1) * sizeof *ext) : NULL;
+  if (grown) set->tensors = grown;
+  if (!ext) {
+    cJSON_Delete(root);
+    return dsi_errf(err, DSI_E_NOMEM, "%s: out of memory for a table of %d tensors", path, count);
+  }
   dsi_st_tensor *ts = set->tensors + set->n_tensors;
   const uint8_t *data = buf + 8 + n;
   uint64_t data_size = len - 8 - n;
@@ -210,7 +215,10 @@ int dsi_st_parse_header(dsi_st_set *set, const uint8_t *buf, size_t len, int fil
     memset(t, 0, sizeof *t);
     st = st_parse_entry(t, &ext[k], e, data, data_size, path, err);
     if (st != DSI_OK) break;
-    t->name = dsi_xstrdup(e->string);
+    if (!(t->name = strdup(e->string))) {
+      st = dsi_errf(err, DSI_E_NOMEM, "%s: out of memory", path);
+      break;
+    }
     t->file = file_idx;
     t->offset = (size_t)(8 + n + ext[k].begin);
     ext[k].tensor = k;
@@ -273,15 +281,19 @@ static int st_open_file(dsi_st_set *set, const char *dir, const char *name, dsi_
   if (strlen(dir) + strlen(name) + 2 > sizeof path)
     return dsi_errf(err, DSI_E_INVAL, "%.200s/%.200s: path too long", dir, name);
   dsi_path_join(path, sizeof path, dir, name);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return dsi_errf(err, DSI_E_IO, "%s: %s", path, strerror(errno));
-  set->files = dsi_xrealloc(set->files, ((size_t)set->n_files + 1) * sizeof *set->files);
+  size_t size;
+  int fd = dsi_open_regular(path, &size, err);
+  if (fd < 0) return fd;
+  dsi_st_file *files = realloc(set->files, ((size_t)set->n_files + 1) * sizeof *set->files);
+  char *copy = files ? strdup(path) : NULL;
+  if (files) set->files = files;
+  if (!copy) {
+    close(fd);
+    return dsi_errf(err, DSI_E_NOMEM, "%s: out of memory", path);
+  }
   dsi_st_file *f = &set->files[set->n_files++];
-  *f = (dsi_st_file){.path = dsi_xstrdup(path), .fd = fd, .map = NULL, .size = 0};
-  struct stat sb;
-  if (fstat(fd, &sb) != 0) return dsi_errf(err, DSI_E_IO, "%s: %s", path, strerror(errno));
-  if (!S_ISREG(sb.st_mode)) return dsi_errf(err, DSI_E_IO, "%s: not a regular file", path);
-  f->size = (size_t)sb.st_size;
+  *f = (dsi_st_file){.path = copy, .fd = fd, .map = NULL, .size = 0};
+  f->size = size;
   if (f->size > 0) {
     void *map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (map == MAP_FAILED) return dsi_errf(err, DSI_E_IO, "%s: mmap: %s", path, strerror(errno));
@@ -318,8 +330,9 @@ static int st_open_index(dsi_st_set *set, const char *dir, const char *index_pat
   } else if (!cJSON_IsObject(map)) {
     st = dsi_errf(err, DSI_E_FORMAT, "%s: \"weight_map\" is missing or not an object", index_path);
   } else {
-    shards = dsi_xmalloc(((size_t)cJSON_GetArraySize(map) + 1) * sizeof *shards);
-    for (const cJSON *e = map->child; e && st == DSI_OK; e = e->next) {
+    shards = malloc(((size_t)cJSON_GetArraySize(map) + 1) * sizeof *shards);
+    if (!shards) st = dsi_errf(err, DSI_E_NOMEM, "%s: out of memory", index_path);
+    for (const cJSON *e = map->child; shards && e && st == DSI_OK; e = e->next) {
       if (!cJSON_IsString(e) || !st_plain_name(e->valuestring))
         st = dsi_errf(err, DSI_E_FORMAT, "%s: tensor \"%.200s\": shard is not a plain file name", index_path,
                       e->string);
@@ -372,11 +385,16 @@ static int st_open_files(dsi_st_set *set, const char *dir, dsi_err *err) {
   for (struct dirent *de; (de = readdir(d));) {
     size_t l = strlen(de->d_name), sl = strlen(".safetensors");
     if (l <= sl || strcmp(de->d_name + l - sl, ".safetensors")) continue;
-    names = dsi_xrealloc(names, ((size_t)n + 1) * sizeof *names);
-    names[n++] = dsi_xstrdup(de->d_name);
+    char **grown = realloc(names, ((size_t)n + 1) * sizeof *names);
+    if (grown) names = grown;
+    if (!grown || !(names[n] = strdup(de->d_name))) {
+      st = dsi_errf(err, DSI_E_NOMEM, "%s: out of memory listing the folder", dir);
+      break;
+    }
+    n++;
   }
   closedir(d);
-  if (n == 0)
+  if (n == 0 && st == DSI_OK)
     st = dsi_errf(err, DSI_E_IO,
                   "%s: no safetensors weights (no model.safetensors.index.json, model.safetensors or *.safetensors)",
                   dir);

@@ -142,12 +142,17 @@ static uint64_t random_seed(dsi_server *srv) {
  * extensions: top_k, min_p, repetition_penalty, ignore_eos, stop_token_ids) */
 static int get_params(dsi_server *srv, in *j, params *p, int chat) {
   dsi_sampling *sp = &p->r.sampling;
-  sp->temperature = 1.0f;
-  sp->top_p = 1.0f;
+  sp->temperature = sp->top_p = -1; /* left out: the checkpoint's defaults, else OpenAI's */
+  sp->top_k = -1;
   long long v;
   get_float(j, "temperature", 0, 100, &sp->temperature);
   get_float(j, "top_p", 1e-9, 1, &sp->top_p);
   if (get_int(j, "top_k", -1, 1 << 30, &v) == 1) sp->top_k = v < 0 ? 0 : (int)v;
+  const dsi_gen_config *g = srv->o.gen;
+  if (sp->temperature < 0 && !(g && (g->temperature >= 0 || g->do_sample == 0))) sp->temperature = 1.0f;
+  if (g) dsi_gen_config_apply(g, sp);
+  if (sp->top_p < 0) sp->top_p = 1.0f;
+  if (sp->top_k < 0) sp->top_k = 0;
   get_float(j, "min_p", 0, 1, &sp->min_p);
   get_float(j, "presence_penalty", -2, 2, &sp->presence_penalty);
   get_float(j, "frequency_penalty", -2, 2, &sp->frequency_penalty);

@@ -60,6 +60,7 @@ struct dsi_detok {
   size_t buf_len, buf_cap;
   char *out;       /* the piece handed out */
   size_t out_len, out_cap;
+  size_t pushed;   /* ids pushed so far: the position an error names */
 };
 
 int dsi_detok_open(dsi_detok **out, const dsi_tok *tok, int flags, dsi_err *err) {
@@ -73,6 +74,7 @@ int dsi_detok_open(dsi_detok **out, const dsi_tok *tok, int flags, dsi_err *err)
 void dsi_detok_reset(dsi_detok *d) {
   d->npend = 0;
   d->any = 0;
+  d->pushed = 0;
 }
 
 void dsi_detok_free(dsi_detok *d) {
@@ -87,7 +89,7 @@ int dsi_detok_push(dsi_detok *d, int32_t id, const char **piece, size_t *len, ds
   d->out_len = 0;
   *piece = "";
   *len = 0;
-  int u = use_id(t, id, d->flags, 0, err);
+  int u = use_id(t, id, d->flags, d->pushed++, err);
   if (u <= 0) return u;
   tok_span b = t->bytes[id];
   if (t->decoder == TOK_DEC_NONE) { /* token strings are valid UTF-8 already */

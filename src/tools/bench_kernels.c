@@ -403,7 +403,27 @@ static void bench_ceilings(FILE *out, const dsi_kern *k, const dsi_peaks *pk, in
           share, pk->read_gbs, pk->threads, bf / share, f8g / share);
 }
 
+/* --shape and --dtypes name what exists, before anything is measured */
+static int check_names(const dsi_bench_kernels_opts *o, dsi_err *err) {
+  int found = !o->shape;
+  for (size_t s = 0; s < DSI_ARRAY_LEN(k_shapes) && !found; s++) found = !strcmp(o->shape, k_shapes[s].name);
+  if (!found)
+    return dsi_errf(err, DSI_E_INVAL, "--shape '%s' is not one of q_a q_b kv_a o expert_up expert_down dense_up lm_head",
+                    o->shape);
+  const char *p = o->dtypes ? o->dtypes : "bf16";
+  for (;;) {
+    size_t n = strcspn(p, ",");
+    if (!((n == 4 && !strncmp(p, "bf16", 4)) || (n == 3 && !strncmp(p, "fp8", 3)) || (n == 4 && !strncmp(p, "int8", 4))))
+      return dsi_errf(err, DSI_E_INVAL, "--dtypes: '%.*s' is not one of bf16, fp8, int8", (int)n, p);
+    if (!p[n]) break;
+    p += n + 1;
+  }
+  return DSI_OK;
+}
+
 int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) {
+  int rc = check_names(o, err);
+  if (rc) return rc;
   int nth = o->n_threads > 0 ? o->n_threads : dsi_ncpu();
   int cap = o->isa ? dsi_isa_parse(o->isa) : DSI_ISA_AMX;
   if (cap < 0) return dsi_errf(err, DSI_E_INVAL, "isa '%s' is not one of " DSI_ISA_NAMES, o->isa);
@@ -414,7 +434,7 @@ int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) 
   int n_ms = o->n_ms ? o->n_ms : 6, max_m = 0;
   for (int i = 0; i < n_ms; i++) max_m = DSI_MAX(max_m, ms[i]);
   dsi_peaks pk;
-  int rc = dsi_measure_peaks(nth, &pk);
+  rc = dsi_measure_peaks(nth, &pk);
   if (rc) return dsi_errf(err, rc, "cannot allocate the bandwidth test's buffers");
   fprintf(out, "machine: %d threads, isa %s; memory read %.1f GB/s, triad %.1f GB/s; AMX BF16 peak %.0f GFLOP/s (%d cores)\n",
           pk.threads, dsi_isa_str(k->level), pk.read_gbs, pk.triad_gbs, pk.amx_bf16_gflops, pk.threads);

@@ -14,6 +14,8 @@ typedef struct dsi_opt {
   dsi_opt_type type;
   void *dst;         /* char**, int*, float*, uint64_t*, int* (flag), dsi_strlist* */
   const char *help;
+  double lo, hi;     /* OPT_INT, OPT_FLOAT: the range accepted; both 0 (left out): from 0 to
+                        INT_MAX, or to FLT_MAX; NaN and infinity never */
 } dsi_opt;
 
 typedef struct dsi_strlist {
@@ -26,28 +28,67 @@ typedef struct dsi_strlist {
 int dsi_cli_parse(const char *cmd, const char *synopsis, const dsi_opt *opts, int argc, char **argv);
 /* print "dsinfer CMD: MSG" and the --help hint; returns 2 */
 int dsi_cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* "1,2,3" -> ints; returns count, or -1 on a malformed list */
-int dsi_cli_parse_ids(const char *s, int32_t **out);
+/* Numbers, one parser per type: the whole text (blanks around it allowed),
+ * in [lo, hi]; otherwise a usage error naming the flag and the range is
+ * printed and 2 returned. */
+int dsi_cli_int(const char *cmd, const char *flag, const char *s, long long lo, long long hi, long long *out);
+int dsi_cli_float(const char *cmd, const char *flag, const char *s, double lo, double hi, double *out);
+int dsi_cli_u64(const char *cmd, const char *flag, const char *s, uint64_t *out);
+/* "1,2,3" (blanks around each allowed) -> ids in [0, INT32_MAX]; returns
+ * the count, or -1 after printing a usage error naming flag and the item */
+int dsi_cli_parse_ids(const char *cmd, const char *flag, const char *s, int32_t **out);
+/* Open an input file named by flag for reading: "-" is stdin, else a
+ * regular file (or a link to one): never a FIFO, device or folder. NULL
+ * after printing why. */
+#include <stdio.h>
+FILE *dsi_cli_open_input(const char *cmd, const char *path);
+/* The most worker threads an option may ask for: 8 per core. */
+int dsi_cli_max_threads(void);
+/* Flush stdout and check that everything written reached it: 0, or 1
+ * after printing what failed ("dsinfer CMD: writing the output: No space
+ * left on device"). */
+int dsi_cli_finish_output(const char *cmd);
+
+/* Token counts an option may give (no model's context is longer): sums of
+ * a few of them stay far inside an int. */
+#define DSI_CLI_MAX_TOKENS (1 << 24)
+
+/* The sampling options of run, chat and generate, into a dsi_sampling. */
+#define SAMPLING_OPTS(sp)                                                                                      \
+  {"--temperature", NULL, OPT_FLOAT, &(sp).temperature, "sampling temperature; 0 = greedy (default: generation_config.json's, else 0)", 0, 100}, \
+  {"--top-p", NULL, OPT_FLOAT, &(sp).top_p, "nucleus sampling mass, in (0, 1] (default: generation_config.json's, else 1 = off)", 0, 1},        \
+  {"--top-k", NULL, OPT_INT, &(sp).top_k, "sample among the K most likely (default: generation_config.json's, else 0 = off)", 0, DSI_CLI_MAX_TOKENS}, \
+  {"--seed", NULL, OPT_U64, &(sp).seed, "random seed (default 0)", 0, 0}
+
+/* The checkpoint's generation_config.json under what the command line left
+ * out: sp's temperature, top_p, top_k < 0 and *n < 0 (not given) take its
+ * values, else greedy, 1, 0 and n_default. 0, or 1 after printing why the
+ * file is bad. */
+typedef struct dsi_sampling dsi_sampling;
+int dsi_cli_gen_defaults(const char *cmd, const char *model, dsi_sampling *sp, int *n, int n_default);
+#define SAMPLING_UNSET {.temperature = -1, .top_p = -1, .top_k = -1, .seed = 0}
 
 /* Options every command that runs the model shares (cmd_model.c). */
 typedef struct {
-  int threads, mlock, op_opt_off, quant_mode;
+  int threads, mlock, op_opt_off, quant_mode, allow_nonfinite;
   const char *precision, *op_opt, *quant, *exec;
   int exec_mode, streams;
   int profile;   /* set by the command: open the engine with the profiler on */
-  int kv_blocks; /* set by the command: KV blocks (0 = the engine's default) */
+  int kv_blocks; /* set by the command: KV blocks (0 = the engine's default; -1 = one full context
+                    of the context the engine gets, with a block to spare) */
   int ep;        /* expert-parallel ranks (0: as many as mpirun started) */
 } run_opts;
 
 #define RUN_OPTS(r)                                                                                    \
-  {"--threads", NULL, OPT_INT, &(r).threads, "worker threads (default: all cores)"},                   \
+  {"--threads", NULL, OPT_INT, &(r).threads, "worker threads (default: all cores)", 0, dsi_cli_max_threads()},                   \
   {"--mlock", NULL, OPT_FLAG, &(r).mlock, "lock the file mapping and compute from it (row-major)"},   \
   {"--op-opt", NULL, OPT_STR, &(r).op_opt, "on: pack weights into the kernels' layout (default); off: keep row-major"}, \
   {"--precision", NULL, OPT_STR, &(r).precision, "activations into matmuls: auto | f32 | bf16 (default auto: bf16 where AMX or AVX512-BF16 runs)"}, \
   {"--quant", NULL, OPT_STR, &(r).quant, "none | int8: quantize the packed weights while loading (default none)"}, \
   {"--exec", NULL, OPT_STR, &(r).exec, "graph: replay a plan captured per shape bucket (default); eager: op by op"}, \
-  {"--streams", NULL, OPT_INT, &(r).streams, "1, or 2: shared expert beside routed experts, q beside kv (default 1)"}, \
-  {"--ep", NULL, OPT_INT, &(r).ep, "expert-parallel ranks, under mpirun -np N (default: N)"}
+  {"--streams", NULL, OPT_INT, &(r).streams, "1, or 2: shared expert beside routed experts, q beside kv (default 1)", 0, 2}, \
+  {"--allow-nonfinite", NULL, OPT_FLAG, &(r).allow_nonfinite, "load weights that hold NaN or infinity (a warning, not an error)", 0, 0}, \
+  {"--ep", NULL, OPT_INT, &(r).ep, "expert-parallel ranks, under mpirun -np N (default: N)", 0, 4096}
 
 /* The environment variables a user may set, mapped onto the options (the
  * library reads no environment): DSINFER_ISA (a kernel level cap),
@@ -66,13 +107,16 @@ int dsi_cli_check_run_opts(const char *cmd, run_opts *r, int *act);
 typedef struct dsi_dist dsi_dist;
 extern dsi_dist *dsi_cli_dist;
 
-/* Load the model and open an engine; prints the error and returns 1 on
- * failure. Under mpirun, ranks other than 0 load their share, follow rank
- * 0's steps and exit here. */
+/* Load the model and open an engine for max_context tokens a sequence (0:
+ * the engine's default). A context over the model's max_position_embeddings
+ * is an error naming ctx_what ("--ctx") when given, else cut to the
+ * model's. Prints the error and returns 1 on failure, with *m and *e NULL.
+ * Under mpirun, ranks other than 0 load their share, follow rank 0's steps
+ * and exit here. */
 typedef struct dsi_model dsi_model;
 typedef struct dsi_engine dsi_engine;
 int dsi_cli_open_engine(const char *cmd, const char *dir, const run_opts *r, int act, int max_tokens,
-                        int max_context, dsi_model **m, dsi_engine **e);
+                        int64_t max_context, const char *ctx_what, dsi_model **m, dsi_engine **e);
 /* the same from load and engine options the command made itself; ep: the
  * expert-parallel ranks (<= 1: this process alone) */
 int dsi_cli_open(const char *cmd, const char *dir, dsi_load_opts *lo, dsi_engine_opts *eo, int ep, dsi_model **m,

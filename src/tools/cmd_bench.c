@@ -1,12 +1,14 @@
 /* tools: `dsinfer bench` — the model end to end (prefill and decode
  * tokens/s, medians over repetitions, beside the bandwidth roofline) and
  * `bench kernels` (every matmul kernel on DeepSeek-V3's shapes). */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "base/base.h"
+#include "model/config.h"
 #include "dsinfer.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
@@ -23,8 +25,8 @@ static int bench_kernels(int argc, char **argv) {
   dsi_bench_kernels_opts o = {0};
   const char *ms = NULL;
   const dsi_opt opts[] = {
-    {"--threads", NULL, OPT_INT, &o.n_threads, "threads (default: all cores)"},
-    {"--reps", NULL, OPT_INT, &o.reps, "repetitions per measurement, median reported (default 5)"},
+    {"--threads", NULL, OPT_INT, &o.n_threads, "threads (default: all cores)", 0, dsi_cli_max_threads()},
+    {"--reps", NULL, OPT_INT, &o.reps, "repetitions per measurement, median reported (default 5)", 0, 1000},
     {"--dtypes", NULL, OPT_STR, &o.dtypes, "any of bf16,fp8,int8 (default bf16,fp8)"},
     {"--shape", NULL, OPT_STR, &o.shape, "only this shape: q_a q_b kv_a o expert_up expert_down dense_up lm_head"},
     {"--m", NULL, OPT_STR, &ms, "batch sizes, comma-separated (default 1,4,16,64,256,1024)"},
@@ -36,8 +38,8 @@ static int bench_kernels(int argc, char **argv) {
   if (rc) return rc == 1 ? 0 : 2;
   int32_t *mv = NULL;
   if (ms) {
-    o.n_ms = dsi_cli_parse_ids(ms, &mv);
-    if (o.n_ms <= 0) return dsi_cli_usage_error("bench kernels", "--m expects positive comma-separated sizes");
+    o.n_ms = dsi_cli_parse_ids("bench kernels", "--m", ms, &mv);
+    if (o.n_ms < 0) return 2;
     for (int i = 0; i < o.n_ms; i++)
       if (mv[i] <= 0 || mv[i] > 4096) { free(mv); return dsi_cli_usage_error("bench kernels", "--m sizes must be in 1..4096"); }
     o.ms = (const int *)mv;
@@ -48,11 +50,12 @@ static int bench_kernels(int argc, char **argv) {
   dsi_err err = {0};
   rc = dsi_bench_kernels(&o, stdout, &err);
   free(mv);
+  if (rc == DSI_E_INVAL) return dsi_cli_usage_error("bench kernels", "%s", err.msg);
   if (rc) {
     fprintf(stderr, "dsinfer bench kernels: %s\n", err.msg);
     return 1;
   }
-  return 0;
+  return dsi_cli_finish_output("bench kernels");
 }
 
 /* ---- bench --model ---- */
@@ -104,16 +107,16 @@ static int bench_model(int argc, char **argv) {
   int P = 512, G = 64, B = 1, reps = 3, threads = 0, json = 0, streams = 1, ablation = 0;
   const dsi_opt opts[] = {
     {"--model", NULL, OPT_STR, &model, "checkpoint directory"},
-    {"--prompt-len", NULL, OPT_INT, &P, "prompt tokens per sequence (default 512)"},
-    {"--gen-len", NULL, OPT_INT, &G, "decode steps (default 64)"},
-    {"--batch", NULL, OPT_INT, &B, "sequences run together (default 1)"},
-    {"--reps", NULL, OPT_INT, &reps, "repetitions; medians reported (default 3)"},
-    {"--threads", NULL, OPT_INT, &threads, "threads (default: all cores)"},
+    {"--prompt-len", NULL, OPT_INT, &P, "prompt tokens per sequence (default 512)", 1, DSI_CLI_MAX_TOKENS},
+    {"--gen-len", NULL, OPT_INT, &G, "decode steps (default 64)", 0, DSI_CLI_MAX_TOKENS},
+    {"--batch", NULL, OPT_INT, &B, "sequences run together (default 1)", 1, 256},
+    {"--reps", NULL, OPT_INT, &reps, "repetitions; medians reported (default 3)", 1, 1000},
+    {"--threads", NULL, OPT_INT, &threads, "threads (default: all cores)", 0, dsi_cli_max_threads()},
     {"--precision", NULL, OPT_STR, &precision, "auto | f32 | bf16 (see generate --help)"},
     {"--op-opt", NULL, OPT_STR, &op_opt, "on (packed weights, default) | off (row-major)"},
     {"--quant", NULL, OPT_STR, &quant, "none (default) | int8: quantize the packed weights while loading"},
     {"--exec", NULL, OPT_STR, &exec, "graph (default) | eager"},
-    {"--streams", NULL, OPT_INT, &streams, "1 (default) | 2"},
+    {"--streams", NULL, OPT_INT, &streams, "1 (default) | 2", 1, 2},
     {"--ablation", NULL, OPT_FLAG, &ablation, "run the study's stages one by one: eager, graph, streams, op-opt"},
     {"--json", NULL, OPT_FLAG, &json, "print one JSON object (--ablation: an array, one per stage)"},
     {"--profile", NULL, OPT_STR, &profile, "write a Chrome trace of the measured runs to FILE"},
@@ -137,9 +140,21 @@ static int bench_model(int argc, char **argv) {
   if (streams != 1 && streams != 2) return dsi_cli_usage_error("bench", "--streams must be 1 or 2");
   if (ablation && dsi_dist_size(dsi_cli_dist) > 1)
     return dsi_cli_usage_error("bench", "--ablation runs in one process (not under mpirun) in this build");
+  if (ablation && (reps > 64 || op_opt || exec || quant || profile))
+    return dsi_cli_usage_error("bench", "--ablation sets --exec, --streams and --op-opt itself; --reps <= 64");
+  /* before anything is measured or made: a sequence must fit the model's context */
+  dsi_config cfg;
+  dsi_err cerr = {0};
+  if (dsi_config_load(&cfg, model, &cerr)) {
+    fprintf(stderr, "dsinfer bench: %s\n", cerr.msg);
+    return 1;
+  }
+  if ((int64_t)P + G + 1 > cfg.max_position_embeddings) {
+    fprintf(stderr, "dsinfer bench: --prompt-len %d + --gen-len %d do not fit the model's context of %d tokens "
+                    "(max_position_embeddings)\n", P, G, cfg.max_position_embeddings);
+    return 1;
+  }
   if (ablation) {
-    if (reps > 64 || op_opt || exec || quant || profile)
-      return dsi_cli_usage_error("bench", "--ablation sets --exec, --streams and --op-opt itself; --reps <= 64");
     dsi_bench_ablation_opts ao = {model, P, G, B, reps, threads, act, json};
     return dsi_bench_ablation(&ao);
   }
@@ -150,8 +165,8 @@ static int bench_model(int argc, char **argv) {
   dsi_model *m;
   dsi_load_opts lo = {.progress = !json, .n_threads = threads, .op_opt_off = op_opt && !strcmp(op_opt, "off"),
                       .quant = quant && !strcmp(quant, "int8") ? DSI_QUANT_INT8 : DSI_QUANT_NONE};
-  dsi_engine_opts eo = {.n_threads = threads, .max_tokens = 512, .max_context = P + G + 1, .act_precision = act,
-                        .kv_blocks = (P + G + 64) / 64 * B + B, .profile = profile != NULL,
+  dsi_engine_opts eo = {.n_threads = threads, .max_tokens = 512, .max_context = P + G + 1,
+                        .kv_blocks = (P + G + 64) / 64 * B + B, .act_precision = act, .profile = profile != NULL,
                         .exec = exec && !strcmp(exec, "eager") ? DSI_EXEC_EAGER : DSI_EXEC_GRAPH, .streams = streams};
   dsi_cli_env_opts(&lo, &eo);
   dsi_engine *e;
@@ -205,7 +220,7 @@ static int bench_model(int argc, char **argv) {
   }
   dsi_engine_free(e);
   dsi_model_free(m);
-  return rc ? 1 : 0;
+  return rc ? 1 : dsi_cli_finish_output("bench");
 }
 
 int dsi_cmd_bench(int argc, char **argv) {

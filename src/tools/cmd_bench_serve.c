@@ -76,15 +76,15 @@ int dsi_cmd_bench_serve(int argc, char **argv) {
   run_opts ro = {0};
   const dsi_opt opts[] = {
     {"--model", NULL, OPT_STR, &model, "checkpoint directory"},
-    {"--requests", NULL, OPT_INT, &requests, "requests in all (default 64)"},
-    {"--concurrency", NULL, OPT_INT, &conc, "requests in flight: one is submitted when one ends (default 16)"},
-    {"--rate", NULL, OPT_FLOAT, &rate, "instead: requests per second, Poisson arrivals"},
-    {"--prompt-len", NULL, OPT_INT, &L, "prompt tokens per request, the shared prefix included (default 512)"},
-    {"--gen-len", NULL, OPT_INT, &G, "tokens generated per request (default 64)"},
-    {"--shared-prefix", NULL, OPT_INT, &P, "the prompts' first P tokens are the same (default 0)"},
-    {"--max-seqs", NULL, OPT_INT, &max_seqs, "sequences running at once (default 64)"},
-    {"--max-batched-tokens", NULL, OPT_INT, &budget, "tokens in one step (default 512)"},
-    {"--prefill-chunk", NULL, OPT_INT, &chunk, "prompt tokens in one step while requests decode in it (default: sized on the fly)"},
+    {"--requests", NULL, OPT_INT, &requests, "requests in all (default 64)", 1, 100000},
+    {"--concurrency", NULL, OPT_INT, &conc, "requests in flight: one is submitted when one ends (default 16)", 0, 4096},
+    {"--rate", NULL, OPT_FLOAT, &rate, "instead: requests per second, Poisson arrivals", 0, 1e6},
+    {"--prompt-len", NULL, OPT_INT, &L, "prompt tokens per request, the shared prefix included (default 512)", 1, DSI_CLI_MAX_TOKENS},
+    {"--gen-len", NULL, OPT_INT, &G, "tokens generated per request (default 64)", 1, DSI_CLI_MAX_TOKENS},
+    {"--shared-prefix", NULL, OPT_INT, &P, "the prompts' first P tokens are the same (default 0)", 0, DSI_CLI_MAX_TOKENS},
+    {"--max-seqs", NULL, OPT_INT, &max_seqs, "sequences running at once (default 64)", 0, 4096},
+    {"--max-batched-tokens", NULL, OPT_INT, &budget, "tokens in one step (default 512)", 0, DSI_CLI_MAX_TOKENS},
+    {"--prefill-chunk", NULL, OPT_INT, &chunk, "prompt tokens in one step while requests decode in it (default: sized on the fly)", 0, DSI_CLI_MAX_TOKENS},
     {"--seed", NULL, OPT_U64, &seed, "the prompts' random ids (default 1)"},
     {"--json", NULL, OPT_FLAG, &json, "print one JSON object"},
     RUN_OPTS(ro),
@@ -107,7 +107,7 @@ int dsi_cmd_bench_serve(int argc, char **argv) {
   ro.kv_blocks = in_flight * ((ctx + 63) / 64 + 1) + (P + 63) / 64 + 2;
   dsi_model *m;
   dsi_engine *e;
-  if ((rc = dsi_cli_open_engine("bench serve", model, &ro, act, tokens, ctx, &m, &e))) return rc;
+  if ((rc = dsi_cli_open_engine("bench serve", model, &ro, act, tokens, ctx, "--prompt-len + --gen-len", &m, &e))) return rc;
   dsi_model_info info;
   dsi_model_get_info(m, &info);
   dsi_err err = {0};

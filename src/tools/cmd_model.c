@@ -3,10 +3,12 @@
  * and mkmodel (write a random-weight checkpoint). */
 #include <signal.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "base/base.h"
 #include "dsinfer.h"
 #include "dist/dist.h"
 #include "tools/cli.h"
@@ -54,19 +56,19 @@ int dsi_cli_check_run_opts(const char *cmd, run_opts *r, int *act) {
   return 0;
 }
 
-int dsi_cli_open(const char *cmd, const char *dir, dsi_load_opts *lo, dsi_engine_opts *eo, int ep, dsi_model **m,
-                 dsi_engine **e) {
+/* this rank's share of the model (all of it in one process) */
+static int open_model(const char *cmd, const char *dir, dsi_load_opts *lo, int ep, dsi_model **m) {
   dsi_err err = {0};
   int rank = dsi_dist_rank(dsi_cli_dist);
+  *m = NULL;
   if (ep > 1) {
     lo->ep_rank = rank;
     lo->ep_size = ep;
-    eo->dist = dsi_cli_dist;
     if (rank) lo->progress = 0;
   }
   if (dsi_model_open(m, dir, lo, &err)) {
-    if (ep > 1) dsi_dist_abort(dsi_cli_dist, fail(cmd, &err)); /* the others wait on this one */
-    return fail(cmd, &err);
+    *m = NULL;
+    return fail(cmd, &err); /* every rank fails alike: the same files, the same checks */
   }
   if (ep > 1) { /* what each rank holds */
     dsi_model_info mi;
@@ -75,10 +77,21 @@ int dsi_cli_open(const char *cmd, const char *dir, dsi_load_opts *lo, dsi_engine
     fprintf(stderr, "dsinfer %s: rank %d of %d: routed experts [%lld, %lld) of %d, weights %.1f MB\n", cmd, rank, ep,
             (long long)E * rank / ep, (long long)E * (rank + 1) / ep, E, mi.weight_bytes / 1e6);
   }
+  return 0;
+}
+
+/* the engine over *m; under mpirun a rank other than 0 follows rank 0's
+ * steps here and exits */
+static int open_engine(const char *cmd, dsi_engine_opts *eo, int ep, dsi_model **m, dsi_engine **e) {
+  dsi_err err = {0};
+  int rank = dsi_dist_rank(dsi_cli_dist);
+  *e = NULL;
+  if (ep > 1) eo->dist = dsi_cli_dist;
   if (dsi_engine_open(e, *m, eo, &err)) {
+    *e = NULL;
     dsi_model_free(*m);
     *m = NULL;
-    if (ep > 1) dsi_dist_abort(dsi_cli_dist, fail(cmd, &err));
+    if (ep > 1) dsi_dist_abort(dsi_cli_dist, fail(cmd, &err)); /* the others may wait on this one */
     return fail(cmd, &err);
   }
   if (ep > 1 && rank != 0) { /* a follower: rank 0's steps until it frees its engine */
@@ -95,15 +108,47 @@ int dsi_cli_open(const char *cmd, const char *dir, dsi_load_opts *lo, dsi_engine
   return 0;
 }
 
+int dsi_cli_open(const char *cmd, const char *dir, dsi_load_opts *lo, dsi_engine_opts *eo, int ep, dsi_model **m,
+                 dsi_engine **e) {
+  int rc = open_model(cmd, dir, lo, ep, m);
+  return rc ? rc : open_engine(cmd, eo, ep, m, e);
+}
+
 int dsi_cli_open_engine(const char *cmd, const char *dir, const run_opts *r, int act, int max_tokens,
-                        int max_context, dsi_model **m, dsi_engine **e) {
+                        int64_t max_context, const char *ctx_what, dsi_model **m, dsi_engine **e) {
+  int rc;
+  *m = NULL;
+  *e = NULL;
   dsi_load_opts lo = {.mlock = r->mlock, .progress = 1, .n_threads = r->threads, .op_opt_off = r->op_opt_off,
-                      .quant = r->quant_mode};
-  dsi_engine_opts eo = {.n_threads = r->threads, .max_tokens = max_tokens, .max_context = max_context,
-                        .act_precision = act, .profile = r->profile, .kv_blocks = r->kv_blocks,
-                        .exec = r->exec_mode, .streams = r->streams};
+                      .quant = r->quant_mode, .allow_nonfinite = r->allow_nonfinite};
+  dsi_engine_opts eo = {.n_threads = r->threads, .max_tokens = max_tokens, .act_precision = act,
+                        .profile = r->profile, .kv_blocks = r->kv_blocks, .exec = r->exec_mode, .streams = r->streams};
   dsi_cli_env_opts(&lo, &eo);
-  return dsi_cli_open(cmd, dir, &lo, &eo, r->ep, m, e);
+  if ((rc = open_model(cmd, dir, &lo, r->ep, m))) return rc;
+  dsi_model_info info;
+  dsi_model_get_info(*m, &info);
+  if (max_context > info.max_position_embeddings && ctx_what) {
+    fprintf(stderr, "dsinfer %s: %s (%lld tokens) is over the model's context of %d tokens (max_position_embeddings)\n",
+            cmd, ctx_what, (long long)max_context, info.max_position_embeddings);
+    dsi_model_free(*m);
+    *m = NULL;
+    return 1;
+  }
+  eo.max_context = max_context < info.max_position_embeddings ? (int)max_context : info.max_position_embeddings;
+  if (r->kv_blocks < 0) { /* one full context, and a block to spare */
+    int ctx = eo.max_context ? eo.max_context : info.max_position_embeddings < 4096 ? info.max_position_embeddings : 4096;
+    eo.kv_blocks = (ctx + 1 + 63) / 64 + 1;
+  }
+  return open_engine(cmd, &eo, r->ep, m, e);
+}
+
+int dsi_cli_gen_defaults(const char *cmd, const char *model, dsi_sampling *sp, int *n, int n_default) {
+  dsi_gen_config g;
+  dsi_err err = {0};
+  if (dsi_gen_config_load(model, &g, &err)) return fail(cmd, &err);
+  dsi_gen_config_apply(&g, sp);
+  if (*n < 0) *n = g.max_new_tokens >= 0 ? g.max_new_tokens : n_default;
+  return 0;
 }
 
 /* ---- logits ---- */
@@ -116,7 +161,7 @@ int dsi_cmd_logits(int argc, char **argv) {
     {"--model", NULL, OPT_STR, &model, "checkpoint directory (config.json + safetensors)"},
     {"--tokens", NULL, OPT_LIST, &toks, "comma-separated ids of one sequence; repeat for more sequences"},
     {"--decode", NULL, OPT_FLAG, &decode, "feed one token per sequence per step through the KV cache"},
-    {"--chunk", NULL, OPT_INT, &chunk, "prefill in chunks of N tokens per sequence per step"},
+    {"--chunk", NULL, OPT_INT, &chunk, "prefill in chunks of N tokens per sequence per step", 0, DSI_CLI_MAX_TOKENS},
     {"--out", NULL, OPT_STR, &out, "output file: raw little-endian f32, [n_tokens, vocab] per sequence"},
     RUN_OPTS(ro),
     {0}};
@@ -132,33 +177,52 @@ int dsi_cmd_logits(int argc, char **argv) {
   if (decode) chunk = 1;
   int ns = toks.n;
   int32_t **ids = calloc(ns, sizeof *ids);
-  int *len = calloc(ns, sizeof *len), total = 0;
+  int *len = calloc(ns, sizeof *len);
+  int64_t total = 0, blocks = 0;
+  if (!ids || !len) {
+    rc = 1;
+    fprintf(stderr, "dsinfer logits: out of memory\n");
+    goto done;
+  }
   for (int s = 0; s < ns; s++) {
-    len[s] = dsi_cli_parse_ids(toks.v[s], &ids[s]);
+    len[s] = dsi_cli_parse_ids("logits", "--tokens", toks.v[s], &ids[s]);
     if (len[s] < 0) {
-      rc = dsi_cli_usage_error("logits", "--tokens expects comma-separated non-negative ids, got '%s'", toks.v[s]);
+      rc = 2;
       goto done;
     }
     total += len[s];
+    blocks += (len[s] + 63) / 64; /* each sequence its own blocks: the pool is sized by them */
+  }
+  if (total > DSI_CLI_MAX_TOKENS) {
+    rc = dsi_cli_usage_error("logits", "--tokens: %lld tokens in all is over %d", (long long)total, DSI_CLI_MAX_TOKENS);
+    goto done;
   }
   dsi_model *m = NULL;
   dsi_engine *e = NULL;
   int maxlen = 0;
   for (int s = 0; s < ns; s++) maxlen = len[s] > maxlen ? len[s] : maxlen;
-  if ((rc = dsi_cli_open_engine("logits", model, &ro, act, total, maxlen, &m, &e))) goto done;
+  ro.kv_blocks = (int)blocks + 1;
+  if ((rc = dsi_cli_open_engine("logits", model, &ro, act, (int)total, maxlen, "the longest --tokens", &m, &e))) goto done;
   dsi_model_info info;
   dsi_model_get_info(m, &info);
   size_t V = info.vocab_size;
-  float *all = calloc((size_t)total * V, sizeof(float)); /* sequence after sequence */
-  float *step = malloc((size_t)total * V * sizeof(float));
+  size_t all_bytes; /* sequence after sequence */
+  int too_big = dsi_size_mul((size_t)total * V, sizeof(float), &all_bytes);
+  float *all = too_big ? NULL : calloc(1, all_bytes);
+  float *step = too_big ? NULL : malloc(all_bytes);
   int32_t *bt = malloc(total * sizeof(int32_t)), *bs = malloc(total * sizeof(int32_t));
   int *seq_id = calloc(ns, sizeof(int)), *done_n = calloc(ns, sizeof(int)), *base = calloc(ns, sizeof(int));
+  if (!all || !step || !bt || !bs || !seq_id || !done_n || !base) {
+    fprintf(stderr, "dsinfer logits: out of memory for the logits of %lld tokens\n", (long long)total);
+    rc = 1;
+    ns = 0;
+  }
   for (int s = 0; s < ns; s++) {
-    seq_id[s] = dsi_seq_new(e);
+    if ((seq_id[s] = dsi_seq_new(e)) < 0 && !rc) rc = fail("logits", dsi_engine_error(e));
     base[s] = s ? base[s - 1] + len[s - 1] : 0;
   }
   int per = chunk > 0 ? chunk : 1 << 30;
-  for (;;) {
+  while (!rc) {
     int n = 0;
     for (int s = 0; s < ns; s++)
       for (int k = 0; k < per && done_n[s] + k < len[s]; k++) {
@@ -177,18 +241,14 @@ int dsi_cmd_logits(int argc, char **argv) {
         memcpy(all + (size_t)(base[s] + done_n[s]++) * V, step + (size_t)r * V, V * sizeof(float));
   }
   if (!rc) {
-    FILE *f = fopen(out, "wb");
-    if (!f || fwrite(all, sizeof(float), (size_t)total * V, f) != (size_t)total * V) {
-      fprintf(stderr, "dsinfer logits: cannot write %s\n", out);
-      rc = 1;
-    }
-    if (f && fclose(f)) rc = 1;
+    dsi_err werr = {0};
+    if (dsi_write_file(out, all, all_bytes, &werr)) rc = fail("logits", &werr);
   }
   free(all); free(step); free(bt); free(bs); free(seq_id); free(done_n); free(base);
   dsi_engine_free(e);
   dsi_model_free(m);
 done:
-  for (int s = 0; s < ns; s++) free(ids[s]);
+  for (int s = 0; ids && s < toks.n; s++) free(ids[s]);
   free(ids);
   free(len);
   free(toks.v);
@@ -198,17 +258,14 @@ done:
 /* ---- generate ---- */
 int dsi_cmd_generate(int argc, char **argv) {
   const char *model = NULL, *tokens = NULL, *profile = NULL;
-  int n_gen = 32, ignore_eos = 0, act;
+  int n_gen = -1, ignore_eos = 0, act;
   run_opts ro = {0};
-  dsi_sampling sp = {.temperature = 0, .top_p = 1, .top_k = 0, .seed = 0};
+  dsi_sampling sp = SAMPLING_UNSET;
   const dsi_opt opts[] = {
     {"--model", NULL, OPT_STR, &model, "checkpoint directory"},
     {"--tokens", NULL, OPT_STR, &tokens, "prompt as comma-separated token ids"},
-    {"-n", "--n-predict", OPT_INT, &n_gen, "tokens to generate (default 32)"},
-    {"--temperature", NULL, OPT_FLOAT, &sp.temperature, "sampling temperature; 0 = greedy (default 0)"},
-    {"--top-p", NULL, OPT_FLOAT, &sp.top_p, "nucleus sampling mass (default 1 = off)"},
-    {"--top-k", NULL, OPT_INT, &sp.top_k, "sample among the K most likely (default 0 = off)"},
-    {"--seed", NULL, OPT_U64, &sp.seed, "random seed (default 0)"},
+    {"-n", "--n-predict", OPT_INT, &n_gen, "tokens to generate (default: generation_config.json's max_new_tokens, else 32)"},
+    SAMPLING_OPTS(sp),
     {"--ignore-eos", NULL, OPT_FLAG, &ignore_eos, "keep going past the end-of-sequence token"},
     {"--profile", NULL, OPT_STR, &profile, "write a Chrome trace of the run to FILE (see dsinfer profile)"},
     RUN_OPTS(ro),
@@ -216,32 +273,43 @@ int dsi_cmd_generate(int argc, char **argv) {
   int rc = dsi_cli_parse("generate", "--model DIR --tokens IDS [-n N] [sampling options]", opts, argc, argv);
   if (rc) return rc == 1 ? 0 : 2;
   if (!model || !tokens) return dsi_cli_usage_error("generate", "--model and --tokens are required");
-  if (n_gen < 0 || sp.temperature < 0 || sp.top_p <= 0 || sp.top_p > 1 || sp.top_k < 0)
-    return dsi_cli_usage_error("generate", "-n, --temperature, --top-k must be >= 0 and --top-p in (0, 1]");
+  if (dsi_cli_gen_defaults("generate", model, &sp, &n_gen, 32)) return 1;
+  if (sp.top_p <= 0) return dsi_cli_usage_error("generate", "--top-p must be in (0, 1]");
   if ((rc = dsi_cli_check_run_opts("generate", &ro, &act))) return rc;
   ro.profile = profile != NULL;
   int32_t *prompt;
-  int np = dsi_cli_parse_ids(tokens, &prompt);
-  if (np < 0) return dsi_cli_usage_error("generate", "--tokens expects comma-separated non-negative ids");
+  int np = dsi_cli_parse_ids("generate", "--tokens", tokens, &prompt);
+  if (np < 0) return 2;
   dsi_model *m = NULL;
   dsi_engine *e = NULL;
-  if ((rc = dsi_cli_open_engine("generate", model, &ro, act, np, np + n_gen, &m, &e))) { free(prompt); return rc; }
+  /* -n past the context: generation stops where the context is full */
+  if ((rc = dsi_cli_open_engine("generate", model, &ro, act, np, (int64_t)np + n_gen, NULL, &m, &e))) {
+    free(prompt);
+    return rc;
+  }
   dsi_model_info info;
   dsi_model_get_info(m, &info);
+  if (np < info.max_position_embeddings && (int64_t)np + n_gen > info.max_position_embeddings) {
+    n_gen = info.max_position_embeddings - np;
+    fprintf(stderr, "dsinfer generate: -n cut to %d: the model's context holds %d tokens\n", n_gen,
+            info.max_position_embeddings);
+  }
   float *logits = malloc((size_t)info.vocab_size * sizeof(float));
   dsi_sampler *smp = dsi_sampler_new(&sp, info.vocab_size);
   int seq = dsi_seq_new(e);
   uint8_t *want = calloc(np, 1);
-  want[np - 1] = 1;
   int32_t *seqv = calloc(np, sizeof(int32_t));
-  for (int i = 0; i < np; i++) seqv[i] = seq;
   double t0 = now();
   dsi_batch b = {.n_tokens = np, .tokens = prompt, .seq = seqv, .want_logits = want};
-  if (!logits || !smp) {
+  if (!logits || !smp || !want || !seqv) {
     fprintf(stderr, "dsinfer generate: out of memory for the logits\n");
     rc = 1;
-  } else if (dsi_engine_forward(e, &b, logits)) {
+  } else if (seq < 0) {
     rc = fail("generate", dsi_engine_error(e));
+  } else {
+    want[np - 1] = 1;
+    for (int i = 0; i < np; i++) seqv[i] = seq;
+    if (dsi_engine_forward(e, &b, logits)) rc = fail("generate", dsi_engine_error(e));
   }
   double t1 = now();
   int produced = 0;
@@ -258,6 +326,7 @@ int dsi_cmd_generate(int argc, char **argv) {
   }
   t2 = now();
   printf("\n");
+  if (dsi_cli_finish_output("generate")) rc = 1;
   if (!rc)
     fprintf(stderr, "prefill: %d tokens, %.1f tokens/s; decode: %d tokens, %.2f tokens/s\n", np,
             np / (t1 - t0), produced, produced > 1 ? (produced - 1) / (t2 - t1) : 0.0);
@@ -278,16 +347,18 @@ int dsi_cmd_mkmodel(int argc, char **argv) {
     {"--dtype", NULL, OPT_STR, &o.dtype, "f32 | bf16 | fp8 (default bf16)"},
     {"--seed", NULL, OPT_U64, &o.seed, "random seed (default 0)"},
     {"--out", NULL, OPT_STR, &o.out_dir, "output directory"},
-    {"--shard-mb", NULL, OPT_INT, &o.shard_mb, "split into shards of at most N MB with an index"},
+    {"--shard-mb", NULL, OPT_INT, &o.shard_mb, "split into shards of at most N MB with an index", 0, 1 << 20},
+    {"--force", NULL, OPT_FLAG, &o.force, "write into a folder that is not empty (mkmodel's files there are replaced)"},
     {"--tokenizer", NULL, OPT_STR, &o.tokenizer, "tokenizer.json or its folder to copy in; builtin: a small generated "
                                                   "one (default: DeepSeek-V3's when found and it fits, else builtin)"},
     {0}};
-  int rc = dsi_cli_parse("mkmodel", "--preset P --dtype T [--seed S] --out DIR [--shard-mb N] [--tokenizer DIR|FILE|builtin]",
+  int rc = dsi_cli_parse("mkmodel", "--preset P --dtype T [--seed S] --out DIR [--shard-mb N] [--tokenizer DIR|FILE|builtin] [--force]",
                          opts, argc, argv);
   if (rc) return rc == 1 ? 0 : 2;
   if (!o.out_dir) return dsi_cli_usage_error("mkmodel", "--out is required");
-  if (o.shard_mb < 0) return dsi_cli_usage_error("mkmodel", "--shard-mb must be >= 0");
   dsi_err err = {0};
-  if (dsi_mkmodel(&o, &err)) return fail("mkmodel", &err);
+  rc = dsi_mkmodel(&o, &err);
+  if (rc == DSI_E_INVAL) return dsi_cli_usage_error("mkmodel", "%s", err.msg);
+  if (rc) return fail("mkmodel", &err);
   return 0;
 }

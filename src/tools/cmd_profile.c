@@ -14,9 +14,9 @@ int dsi_cmd_profile(int argc, char **argv) {
   run_opts ro = {.profile = 1};
   const dsi_opt opts[] = {
     {"--model", NULL, OPT_STR, &model, "checkpoint directory"},
-    {"--prompt-len", NULL, OPT_INT, &P, "prompt tokens per sequence (default 64)"},
-    {"--gen-len", NULL, OPT_INT, &G, "decode steps (default 16)"},
-    {"--batch", NULL, OPT_INT, &B, "sequences run together (default 1)"},
+    {"--prompt-len", NULL, OPT_INT, &P, "prompt tokens per sequence (default 64)", 1, DSI_CLI_MAX_TOKENS},
+    {"--gen-len", NULL, OPT_INT, &G, "decode steps (default 16)", 0, DSI_CLI_MAX_TOKENS},
+    {"--batch", NULL, OPT_INT, &B, "sequences run together (default 1)", 1, 256},
     {"--out", NULL, OPT_STR, &out, "Chrome trace file (default dsinfer-trace.json)"},
     {"--no-peaks", NULL, OPT_FLAG, &no_peaks, "skip measuring the machine's peaks (no %bw, %amx columns)"},
     RUN_OPTS(ro),
@@ -36,8 +36,9 @@ int dsi_cmd_profile(int argc, char **argv) {
   ro.kv_blocks = (P + G + 64) / 64 * B + B;
   dsi_model *m;
   dsi_engine *e;
-  int max_tokens = P * B < 4096 ? P * B : 4096;
-  if ((rc = dsi_cli_open_engine("profile", model, &ro, act, max_tokens, P + G + 1, &m, &e))) return rc;
+  int max_tokens = (int64_t)P * B < 4096 ? P * B : 4096;
+  if ((rc = dsi_cli_open_engine("profile", model, &ro, act, max_tokens, P + G + 1, "--prompt-len + --gen-len", &m, &e)))
+    return rc;
   if (!no_peaks) dsi_engine_profile_set_peaks(e, &pk);
   dsi_model_info info;
   dsi_model_get_info(m, &info);

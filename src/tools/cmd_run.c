@@ -18,6 +18,7 @@
 #include "tools/cli.h"
 #include "tools/commands.h"
 #include "base/sbuf.h"
+#include "tokenizer/tokenizer.h"
 
 static void sb_str(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
 
@@ -25,7 +26,7 @@ static void sb_str(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
 
 typedef struct run_args {
   const char *model, *prompt, *system;
-  int chat, think, no_think, n, ctx, raw, verbose, ignore_eos;
+  int chat, think, no_think, n, ctx, raw, verbose, ignore_eos, replace_invalid;
   dsi_sampling sp;
   run_opts ro;
   int act; /* DSI_ACT_* from --precision */
@@ -36,22 +37,22 @@ typedef struct run_args {
   {"--system", NULL, OPT_STR, &(a).system, "a system message"},                                                    \
   {"--think", NULL, OPT_FLAG, &(a).think, "ask a reasoning template (R1, V3.1) to think first"},                   \
   {"--no-think", NULL, OPT_FLAG, &(a).no_think, "ask a reasoning template to answer without thinking"},           \
-  {"-n", "--n-predict", OPT_INT, &(a).n, "most tokens per answer (default: run 256, chat 1024)"},                  \
-  {"--temperature", NULL, OPT_FLOAT, &(a).sp.temperature, "sampling temperature; 0 = greedy (default 0)"},         \
-  {"--top-p", NULL, OPT_FLOAT, &(a).sp.top_p, "nucleus sampling mass (default 1 = off)"},                          \
-  {"--top-k", NULL, OPT_INT, &(a).sp.top_k, "sample among the K most likely (default 0 = off)"},                   \
-  {"--seed", NULL, OPT_U64, &(a).sp.seed, "random seed (default 0)"},                                              \
+  {"-n", "--n-predict", OPT_INT, &(a).n, "most tokens per answer (default: generation_config.json's max_new_tokens, else run 256, chat 1024)"},                  \
+  SAMPLING_OPTS((a).sp),                                                                                            \
   {"--ignore-eos", NULL, OPT_FLAG, &(a).ignore_eos, "keep going past the end-of-sequence token"},              \
-  {"--ctx", NULL, OPT_INT, &(a).ctx, "most tokens in the context (default: min(max_position_embeddings, 4096))"}, \
+  {"--ctx", NULL, OPT_INT, &(a).ctx, "most tokens in the context, up to max_position_embeddings "                  \
+                                     "(default: min(max_position_embeddings, 4096))", 0, DSI_CLI_MAX_TOKENS},          \
+  {"--replace-invalid", NULL, OPT_FLAG, &(a).replace_invalid, "invalid UTF-8 in the text given becomes U+FFFD "    \
+                                                              "(default: an error)"},                              \
   {"--raw", NULL, OPT_FLAG, &(a).raw, "print the generated text as it is: no reasoning/answer split"},            \
   {"--verbose", "-v", OPT_FLAG, &(a).verbose, "print each prompt's token ids on stderr"},                          \
   RUN_OPTS((a).ro)
 
 /* checks shared by run and chat; 0 or a usage error's exit code */
-static int check_args(const char *cmd, run_args *a) {
+static int check_args(const char *cmd, run_args *a, int n_default) {
   if (!a->model) return dsi_cli_usage_error(cmd, "--model is required");
-  if (a->n < 0 || a->ctx < 0 || a->sp.temperature < 0 || a->sp.top_p <= 0 || a->sp.top_p > 1 || a->sp.top_k < 0)
-    return dsi_cli_usage_error(cmd, "-n, --ctx, --temperature, --top-k must be >= 0 and --top-p in (0, 1]");
+  if (dsi_cli_gen_defaults(cmd, a->model, &a->sp, &a->n, n_default)) return 1;
+  if (a->sp.top_p <= 0) return dsi_cli_usage_error(cmd, "--top-p must be in (0, 1]");
   if (a->think && a->no_think) return dsi_cli_usage_error(cmd, "--think and --no-think exclude each other");
   if (!a->chat && (a->system || a->think || a->no_think))
     return dsi_cli_usage_error(cmd, "--system, --think and --no-think need --chat");
@@ -81,6 +82,17 @@ static int fail_msg(const session *s, const char *msg) {
 
 static int file_readable(const char *p) { return access(p, R_OK) == 0; }
 
+/* The rule for text a user gives (the prompt, --system, a chat line), as
+ * tokenize's: invalid UTF-8 is an error naming where, unless
+ * --replace-invalid makes it U+FFFD. 0, or 1 after printing the error. */
+static int check_utf8(const session *s, const char *what, const char *text) {
+  size_t n = strlen(text), ok = dsi_utf8_valid_prefix((const uint8_t *)text, n);
+  if (ok == n || s->a->replace_invalid) return 0;
+  fprintf(stderr, "dsinfer %s: %s is not valid UTF-8 at byte offset %zu (byte 0x%02X); --replace-invalid makes it U+FFFD\n",
+          s->cmd, what, ok, (uint8_t)text[ok]);
+  return 1;
+}
+
 /* The checkpoint's tokenizer (and chat format): before the weights, so a
  * missing tokenizer fails in a moment. */
 static int open_text(session *s) {
@@ -102,16 +114,20 @@ static int open_text(session *s) {
 }
 
 /* Weights, engine and scheduler; ctx_want 0 = the model's default,
- * min(max_position_embeddings, 4096), as the engine's. One completion at
- * a time, with a KV pool for one full context (which keeps a chat's turns
+ * min(max_position_embeddings, 4096), as the engine's; --ctx over the
+ * model's context is an error, ctx_want is cut to it. One completion at a
+ * time, with a KV pool for one full context (which keeps a chat's turns
  * in the prefix cache). */
-static int open_model(session *s, int ctx_want, int max_tokens) {
-  int ctx = s->a->ctx ? s->a->ctx : ctx_want ? ctx_want : 4096;
+static int open_model(session *s, int64_t ctx_want, int max_tokens) {
+  int64_t ctx = s->a->ctx ? s->a->ctx : ctx_want;
   run_opts ro = s->a->ro;
-  ro.kv_blocks = (ctx + 1 + 63) / 64 + 1;
-  if (dsi_cli_open_engine(s->cmd, s->a->model, &ro, s->a->act, max_tokens, ctx, &s->m, &s->e)) return 1;
+  ro.kv_blocks = -1;
+  if (dsi_cli_open_engine(s->cmd, s->a->model, &ro, s->a->act, max_tokens, ctx, s->a->ctx ? "--ctx" : NULL, &s->m,
+                          &s->e))
+    return 1;
   dsi_model_get_info(s->m, &s->info);
-  s->ctx = ctx < s->info.max_position_embeddings ? ctx : s->info.max_position_embeddings;
+  if (!ctx) ctx = 4096;
+  s->ctx = ctx < s->info.max_position_embeddings ? (int)ctx : s->info.max_position_embeddings;
   if (dsi_tok_vocab_size(s->tok) > s->info.vocab_size)
     fprintf(stderr, "dsinfer %s: warning: the tokenizer has %d ids, the model only %d\n", s->cmd,
             dsi_tok_vocab_size(s->tok), s->info.vocab_size);
@@ -318,7 +334,7 @@ static void print_stats(const session *s, const gen_stats *st, int chat) {
 
 int dsi_cmd_run(int argc, char **argv) {
   const char *cmd = "run";
-  run_args a = {.n = 256, .sp = {.temperature = 0, .top_p = 1, .top_k = 0, .seed = 0}};
+  run_args a = {.n = -1, .sp = SAMPLING_UNSET};
   const dsi_opt opts[] = {
       {"--prompt", "-p", OPT_STR, &a.prompt, "the prompt text"},
       {"--chat", NULL, OPT_FLAG, &a.chat, "wrap the prompt in the chat template as a user message"},
@@ -328,7 +344,7 @@ int dsi_cmd_run(int argc, char **argv) {
                          opts, argc, argv);
   if (rc) return rc == 1 ? 0 : 2;
   if (!a.prompt) return dsi_cli_usage_error(cmd, "--model and --prompt are required");
-  if ((rc = check_args(cmd, &a))) return rc;
+  if ((rc = check_args(cmd, &a, 256))) return rc;
 
   session s = {.cmd = cmd, .a = &a};
   char *text = NULL;
@@ -336,7 +352,9 @@ int dsi_cmd_run(int argc, char **argv) {
   size_t n = 0;
   dsi_chat_out *out = NULL;
   dsi_err err = {0};
-  if ((rc = open_text(&s))) goto done;
+  if ((rc = check_utf8(&s, "--prompt", a.prompt)) || (a.system && (rc = check_utf8(&s, "--system", a.system))) ||
+      (rc = open_text(&s)))
+    goto done;
   if (a.chat) {
     sbuf msgs = {0};
     sb_str(&msgs, "[");
@@ -357,7 +375,7 @@ int dsi_cmd_run(int argc, char **argv) {
     goto done;
   }
   if (a.verbose) print_ids(&s, ids, n);
-  if ((rc = open_model(&s, (int)n + a.n + 1, n < 512 ? (int)n : 512))) goto done;
+  if ((rc = open_model(&s, (int64_t)n + a.n + 1, n < 512 ? (int)n : 512))) goto done;
   if ((rc = dsi_chat_out_open(&out, text && dsi_chat_prompt_in_reasoning(text), &err))) {
     rc = fail_msg(&s, err.msg);
     goto done;
@@ -370,7 +388,7 @@ int dsi_cmd_run(int argc, char **argv) {
     goto done;
   }
   fputc('\n', stdout);
-  if (fflush(stdout)) rc = 1;
+  if (dsi_cli_finish_output(cmd)) rc = 1;
   if (!rc) print_stats(&s, &st, 0);
 done:
   dsi_chat_out_free(out);
@@ -423,8 +441,8 @@ static void history_clear(turn *h, int *n) {
  * the cached prefix fed, the answer streamed and put back into history
  * (its answer only: reasoning is left out, as R1's and V3.1's templates
  * leave it out themselves). Returns 0, or 1 when the prompt could not be
- * fed (nothing was answered). */
-static int chat_turn(session *s, turn **hist, int *n_hist, sbuf *msgs) {
+ * fed (nothing was answered); *full is set when the context is full. */
+static int chat_turn(session *s, turn **hist, int *n_hist, sbuf *msgs, int *full) {
   history_json(msgs, s->a->system, *hist, *n_hist);
   char *text = NULL;
   int32_t *ids = NULL;
@@ -438,6 +456,7 @@ static int chat_turn(session *s, turn **hist, int *n_hist, sbuf *msgs) {
   view v = {.s = s, .raw = s->a->raw, .out = out};
   int grc = rc ? 2 : generate(s, &v, ids, (int)n, s->a->n, 1, &st);
   if (grc == 2) rc = 1; /* the prompt was not taken */
+  *full = st.stopped_by == 2 || (grc == 2 && (int64_t)n + 1 > s->ctx);
   if (!rc) { /* from here the turn stands, even if generating failed part way */
     fputc('\n', stdout);
     fflush(stdout);
@@ -452,14 +471,14 @@ static int chat_turn(session *s, turn **hist, int *n_hist, sbuf *msgs) {
 
 int dsi_cmd_chat(int argc, char **argv) {
   const char *cmd = "chat";
-  run_args a = {.chat = 1, .n = 1024, .sp = {.temperature = 0, .top_p = 1, .top_k = 0, .seed = 0}};
+  run_args a = {.chat = 1, .n = -1, .sp = SAMPLING_UNSET};
   const dsi_opt opts[] = {RUN_COMMON_OPTS(a), {0}};
   int rc = dsi_cli_parse(cmd, "--model DIR [--system S] [--think | --no-think] [-n N] [options]\n\n"
                               "Type a message and Enter. /reset clears the conversation, /exit (or end of input) "
                               "ends it;\nCtrl-C stops an answer, and at the empty prompt ends the chat.",
                          opts, argc, argv);
   if (rc) return rc == 1 ? 0 : 2;
-  if ((rc = check_args(cmd, &a))) return rc;
+  if ((rc = check_args(cmd, &a, 1024))) return rc;
   session s = {.cmd = cmd, .a = &a};
   if ((rc = open_text(&s)) || (rc = open_model(&s, 0, 512))) {
     session_close(&s);
@@ -474,7 +493,7 @@ int dsi_cmd_chat(int argc, char **argv) {
     fprintf(stderr, "dsinfer chat: %s — /reset clears the conversation, /exit ends it, Ctrl-C stops an answer\n",
             a.model);
   turn *hist = NULL;
-  int n_hist = 0;
+  int n_hist = 0, failed = 0;
   sbuf msgs = {0};
   char *line = NULL;
   size_t cap = 0;
@@ -490,6 +509,12 @@ int dsi_cmd_chat(int argc, char **argv) {
     }
     while (got > 0 && (line[got - 1] == '\n' || line[got - 1] == '\r')) line[--got] = 0;
     if (!got) continue;
+    if (memchr(line, 0, (size_t)got)) { /* it would be cut there: say so instead */
+      fprintf(stderr, "dsinfer chat: the line holds a NUL byte; not sent\n");
+      failed = 1;
+      continue;
+    }
+    int cmd_word = line[0] == '/' && line[1] && strspn(line + 1, "abcdefghijklmnopqrstuvwxyz") == (size_t)got - 1;
     if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) break;
     if (!strcmp(line, "/reset")) {
       history_clear(hist, &n_hist);
@@ -497,13 +522,26 @@ int dsi_cmd_chat(int argc, char **argv) {
       fprintf(stderr, "[conversation cleared]\n");
       continue;
     }
+    if (cmd_word) { /* a typo of a command is not a message for the model */
+      fprintf(stderr, "dsinfer chat: unknown command '%s'; the commands are /reset, /exit (or /quit)\n", line);
+      continue;
+    }
+    if (check_utf8(&s, "the line", line)) {
+      failed = 1;
+      continue;
+    }
     history_push(&hist, &n_hist, "user", line);
-    if (chat_turn(&s, &hist, &n_hist, &msgs)) {
+    int full = 0;
+    if (chat_turn(&s, &hist, &n_hist, &msgs, &full)) {
       /* the message could not be answered (too long for the context): forget it */
       free(hist[n_hist - 1].role);
       free(hist[n_hist - 1].content);
       n_hist--;
+      failed = 1;
     }
+    if (full)
+      fprintf(stderr, "[the conversation fills the context of %d tokens: /reset starts a new one%s]\n", s.ctx,
+              a.ctx ? "" : ", --ctx makes it longer");
   }
   sigaction(SIGINT, &old, NULL);
   history_clear(hist, &n_hist);
@@ -511,5 +549,6 @@ int dsi_cmd_chat(int argc, char **argv) {
   free(msgs.p);
   free(line);
   session_close(&s);
-  return fflush(stdout) ? 1 : 0;
+  /* a turn that failed fails the chat too: a script feeding it can tell */
+  return dsi_cli_finish_output(cmd) || failed ? 1 : 0;
 }

@@ -27,17 +27,19 @@ int dsi_cmd_serve(int argc, char **argv) {
   const dsi_opt opts[] = {
     {"--model", NULL, OPT_STR, &model, "checkpoint directory (config.json, safetensors, tokenizer.json)"},
     {"--host", NULL, OPT_STR, &host, "address to listen on (default 127.0.0.1; 0.0.0.0 or :: for every interface)"},
-    {"--port", NULL, OPT_INT, &port, "TCP port (default 8000; 0: any free one, printed)"},
+    {"--port", NULL, OPT_INT, &port, "TCP port (default 8000; 0: any free one, printed)", 0, 65535},
     {"--api-key", NULL, OPT_STR, &key, "clients must send Authorization: Bearer KEY (default: $DSINFER_API_KEY, else none)"},
     {"--served-model-name", NULL, OPT_STR, &name, "the model's name in the API (default: the checkpoint folder's name)"},
-    {"--max-seqs", NULL, OPT_INT, &max_seqs, "completions running at once (default 64)"},
-    {"--max-batched-tokens", NULL, OPT_INT, &max_tokens, "tokens in one step (default 512)"},
-    {"--prefill-chunk", NULL, OPT_INT, &chunk, "prompt tokens in one step while requests decode in it (default: sized on the fly)"},
-    {"--ctx", NULL, OPT_INT, &ctx, "longest sequence, prompt and completion (default: min(max_position_embeddings, 4096))"},
-    {"--kv-blocks", NULL, OPT_INT, &kv_blocks, "KV blocks of 64 tokens (default: 8 full contexts)"},
+    {"--max-seqs", NULL, OPT_INT, &max_seqs, "completions running at once (default 64)", 0, 4096},
+    {"--max-batched-tokens", NULL, OPT_INT, &max_tokens, "tokens in one step (default 512)", 0, DSI_CLI_MAX_TOKENS},
+    {"--prefill-chunk", NULL, OPT_INT, &chunk, "prompt tokens in one step while requests decode in it (default: sized on the fly)",
+     0, DSI_CLI_MAX_TOKENS},
+    {"--ctx", NULL, OPT_INT, &ctx, "longest sequence, prompt and completion, up to max_position_embeddings "
+                                   "(default: min(max_position_embeddings, 4096))", 0, DSI_CLI_MAX_TOKENS},
+    {"--kv-blocks", NULL, OPT_INT, &kv_blocks, "KV blocks of 64 tokens (default: 8 full contexts)", 0, DSI_CLI_MAX_TOKENS},
     {"--chat-template", NULL, OPT_STR, &tmpl, "a Jinja chat template file instead of tokenizer_config.json's"},
     {"--max-waiting", NULL, OPT_INT, &max_waiting, "waiting completions past which new requests get 503 (default 256)"},
-    {"--shutdown-timeout", NULL, OPT_FLOAT, &grace, "seconds requests in flight may finish after SIGINT/SIGTERM (default 30)"},
+    {"--shutdown-timeout", NULL, OPT_FLOAT, &grace, "seconds requests in flight may finish after SIGINT/SIGTERM (default 30)", 0, 86400},
     {"--quiet", NULL, OPT_FLAG, &quiet, "no line per request on stderr"},
     RUN_OPTS(ro),
     {0}};
@@ -78,7 +80,7 @@ int dsi_cmd_serve(int argc, char **argv) {
   dsi_model *m = NULL;
   dsi_engine *e = NULL;
   ro.kv_blocks = kv_blocks;
-  if (dsi_cli_open_engine("serve", model, &ro, act, max_tokens ? max_tokens : 512, ctx, &m, &e)) {
+  if (dsi_cli_open_engine("serve", model, &ro, act, max_tokens ? max_tokens : 512, ctx, ctx ? "--ctx" : NULL, &m, &e)) {
     dsi_chat_fmt_free(fmt);
     dsi_tok_free(tok);
     return 1;
@@ -99,8 +101,13 @@ int dsi_cmd_serve(int argc, char **argv) {
   snprintf(dflt, sizeof dflt, "%s", base && base[1] ? base + 1 : model);
   size_t dl = strlen(dflt);
   while (dl > 1 && dflt[dl - 1] == '/') dflt[--dl] = 0;
+  dsi_gen_config gen;
+  if (dsi_gen_config_load(model, &gen, &err)) {
+    rc = fail(&err);
+    goto out;
+  }
   dsi_server_opts sv = {.host = host, .port = port, .api_key = key, .model_name = name ? name : dflt,
-                        .ctx = max_context, .max_waiting = max_waiting, .quiet = quiet};
+                        .ctx = max_context, .max_waiting = max_waiting, .quiet = quiet, .gen = &gen};
   if (dsi_server_open(&srv, s, tok, fmt, &sv, &err)) {
     rc = fail(&err);
     goto out;

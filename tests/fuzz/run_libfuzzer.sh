@@ -25,7 +25,7 @@ for f in "$src"/tests/fuzz/fuzz_*.c; do
 done
 cmake --build "$build" --target "${targets[@]}" -- -j"$(nproc)" >/dev/null
 
-# tokens of the two formats, to reach past the JSON syntax sooner
+# tokens of the formats (JSON, the command line's options), to reach past the syntax sooner
 dict="$build/fuzz-json.dict"
 cat >"$dict" <<'DICT'
 "{"
@@ -77,6 +77,20 @@ cat >"$dict" <<'DICT'
 "\"softmax\""
 "\"first_k_dense_replace\""
 "\"q_lora_rank\""
+"--model"
+"--tokens"
+"--temperature"
+"--top-p"
+"--top-k"
+"--threads"
+"--ctx"
+"-n"
+"--help"
+"nan"
+"inf"
+"2147483647"
+"4294967296"
+"\x00"
 DICT
 
 failed=0

@@ -193,8 +193,25 @@ static void test_variants(void) {
   CHECK(parse_with("tiny-bf16", &c, &err, "model_type", "\"deepseek_v2\"", "scoring_func", NULL, "topk_method",
                    NULL, NULL) == DSI_OK);
   CHECK(c.scoring_func == DSI_SCORING_SOFTMAX && c.topk_method == DSI_TOPK_GREEDY && !c.has_e_score_correction_bias);
-  /* model_type is read loosely */
-  CHECK(parse_with("tiny-bf16", &c, &err, "model_type", "42", NULL) == DSI_OK);
+  /* model_type: a string naming this family, or absent */
+  CHECK_ERR(parse_with("tiny-bf16", &c, &err, "model_type", "42", NULL), DSI_E_CONFIG, err, "model_type");
+  CHECK_ERR(parse_with("tiny-bf16", &c, &err, "model_type", "\"llama\"", NULL), DSI_E_UNSUPPORTED, err,
+            "\"model_type\": \"llama\" is not a DeepSeek-V3-family model");
+  CHECK(parse_with("tiny-bf16", &c, &err, "model_type", NULL, NULL) == DSI_OK);
+  CHECK(parse_with("tiny-bf16", &c, &err, "model_type", "\"kimi_k2\"", NULL) == DSI_OK);
+  /* keys that change the model: refused when this engine would compute something else */
+  CHECK_ERR(parse_with("tiny-bf16", &c, &err, "hidden_act", "\"gelu\"", NULL), DSI_E_UNSUPPORTED, err,
+            "\"hidden_act\": \"gelu\" is not supported");
+  CHECK_ERR(parse_with("tiny-bf16", &c, &err, "eos_token_id", "512", NULL), DSI_E_CONFIG, err,
+            "\"eos_token_id\": 512 is not an id of the vocabulary (vocab_size 512)");
+  CHECK_ERR(parse_with("tiny-bf16", &c, &err, "bos_token_id", "[9999]", NULL), DSI_E_CONFIG, err, "bos_token_id");
+  /* sizes past any real checkpoint fail naming the key, before anything is sized by them */
+  CHECK_ERR(parse_with("tiny-bf16", &c, &err, "qk_nope_head_dim", "2147483647", NULL), DSI_E_UNSUPPORTED, err,
+            "\"qk_nope_head_dim\": 2147483647 is over this build's limit");
+  CHECK_ERR(parse_with("tiny-bf16", &c, &err, "qk_rope_head_dim", "2147483646", NULL), DSI_E_UNSUPPORTED, err,
+            "qk_rope_head_dim");
+  CHECK_ERR(parse_with("tiny-bf16", &c, &err, "num_hidden_layers", "1000000000", NULL), DSI_E_UNSUPPORTED, err,
+            "\"num_hidden_layers\": 1000000000 is over");
   /* nulls mean "default" */
   CHECK(parse_with("tiny-bf16", &c, &err, "bos_token_id", "null", "eos_token_id", "null", "n_shared_experts",
                    "null", "quantization_config", "null", NULL) == DSI_OK);

@@ -574,8 +574,12 @@ static void test_shards(void) {
   rfile_free(&whole);
   cJSON_Delete(idx);
 
-  /* one file into the same folder: the old shards and index are gone */
-  CHECKF(make("tiny", "bf16", 7, dir, 0, &err) == DSI_OK, "%s", err.msg);
+  /* one file into the same folder: refused without force; with it, the old shards and index are gone */
+  dsi_mkmodel_opts again = {.preset = "tiny", .dtype = "bf16", .seed = 7, .out_dir = dir};
+  CHECKF(dsi_mkmodel(&again, &err) == DSI_E_IO && strstr(err.msg, "the folder is not empty"), "not refused: %s", err.msg);
+  CHECK(exists(path_in(dir, "model-00001-of-00002.safetensors")));
+  again.force = 1;
+  CHECKF(dsi_mkmodel(&again, &err) == DSI_OK, "%s", err.msg);
   CHECK(exists(path_in(dir, "model.safetensors")));
   CHECK(!exists(path_in(dir, "model.safetensors.index.json")));
   CHECK(!exists(path_in(dir, "model-00001-of-00002.safetensors")));
@@ -633,7 +637,8 @@ static void test_config_json(void) {
 /* ---- the tokenizer ---- */
 
 static int make_tok(const char *dir, const char *tokenizer, dsi_err *err) {
-  dsi_mkmodel_opts o = {.preset = "tiny", .dtype = "bf16", .seed = 1, .out_dir = dir, .tokenizer = tokenizer};
+  /* force: the cases reuse their folders */
+  dsi_mkmodel_opts o = {.preset = "tiny", .dtype = "bf16", .seed = 1, .out_dir = dir, .tokenizer = tokenizer, .force = 1};
   memset(err, 0, sizeof *err);
   return dsi_mkmodel(&o, err);
 }

@@ -115,11 +115,17 @@ INLINE void run_pairs(wkind k, int mb, const uint8_t *w, int l0, int l1, int pai
  * the sign lands in bits 15 and 14 and the rest in 13..7; the mask keeps
  * 15 and 13..7. Integer shifts only: f16 -> f32 then reads from memory,
  * which on Intel keeps the conversion off the shuffle port. */
+/* E4M3FN's NaN (magnitude 0x7f) comes out of the shifts as 0x3f80 (480 x
+ * 2^-8): made an f16 NaN (0x7f80), as the scalar table has it. */
+static inline __m256i fp8_f16_nan(__m256i h) {
+  __m256i nan = _mm256_cmpeq_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x7fff)), _mm256_set1_epi16(0x3f80));
+  return _mm256_or_si256(h, _mm256_and_si256(nan, _mm256_set1_epi16(0x7c00)));
+}
 static inline void fp8_line_f16(const uint8_t *p, __m256i *even, __m256i *odd) {
   const __m256i mask = _mm256_set1_epi16((short)0xbf80);
   __m256i u = _mm256_loadu_si256((const __m256i *)p);
-  *even = _mm256_and_si256(_mm256_srai_epi16(_mm256_slli_epi16(u, 8), 1), mask);
-  *odd = _mm256_and_si256(_mm256_srai_epi16(u, 1), mask);
+  *even = fp8_f16_nan(_mm256_and_si256(_mm256_srai_epi16(_mm256_slli_epi16(u, 8), 1), mask));
+  *odd = fp8_f16_nan(_mm256_and_si256(_mm256_srai_epi16(u, 1), mask));
 }
 
 /* lines [0, n) of FP8 at p as f16 at dst: per line 16 even, 16 odd */

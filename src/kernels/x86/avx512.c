@@ -135,9 +135,16 @@ ALWAYS_INLINE void f32_pass(const float *wp, int nl, const float *xs, int MB, fl
  * and 15, and bit 14 is cleared. With perm, vpermw also moves the 16
  * even-column values ahead of the 16 odd ones (the BF16 kernel's order);
  * without, lo / hi come out in the pair layout. */
+/* E4M3FN's NaN (magnitude 0x7f) comes out of the shifts as 0x3f80 (480 x
+ * 2^-8): made an f16 NaN (0x7f80), as the scalar table has it. */
+ALWAYS_INLINE __m512i fp8_f16_nan(__m512i h) {
+  __mmask32 nan = _mm512_cmpeq_epi16_mask(_mm512_and_si512(h, _mm512_set1_epi16(0x7fff)), _mm512_set1_epi16(0x3f80));
+  return _mm512_mask_mov_epi16(h, nan, _mm512_or_si512(h, _mm512_set1_epi16(0x7c00)));
+}
+
 ALWAYS_INLINE void fp8_widen(const uint8_t *p, const __m512i *perm, __m512 *lo, __m512 *hi) {
   __m512i s = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)p));
-  __m512i h = _mm512_and_si512(_mm512_slli_epi16(s, 7), _mm512_set1_epi16((short)0xbfff));
+  __m512i h = fp8_f16_nan(_mm512_and_si512(_mm512_slli_epi16(s, 7), _mm512_set1_epi16((short)0xbfff)));
   if (perm) h = _mm512_permutexvar_epi16(*perm, h);
   *lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
   *hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
@@ -229,8 +236,8 @@ ALWAYS_INLINE void fp8_pass_eo(const uint8_t *wp, int nl, int lb, const float *s
 ALWAYS_INLINE void fp8_f16_words(const uint8_t *p, uint16_t *buf) {
   const __m512i mask = _mm512_set1_epi16((short)0xbf80);
   __m512i v = _mm512_loadu_si512(p);
-  __m512i od = _mm512_and_si512(_mm512_srai_epi16(v, 1), mask);
-  __m512i ev = _mm512_and_si512(_mm512_srai_epi16(_mm512_slli_epi16(v, 8), 1), mask);
+  __m512i od = fp8_f16_nan(_mm512_and_si512(_mm512_srai_epi16(v, 1), mask));
+  __m512i ev = fp8_f16_nan(_mm512_and_si512(_mm512_srai_epi16(_mm512_slli_epi16(v, 8), 1), mask));
   _mm512_store_si512(buf, ev);
   _mm512_store_si512(buf + 32, od);
 }
