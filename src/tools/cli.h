@@ -65,5 +65,11 @@ typedef struct dsi_model dsi_model;
 typedef struct dsi_engine dsi_engine;
 int dsi_cli_open_engine(const char *cmd, const char *dir, const run_opts *r, int act, int max_tokens,
                         int max_context, dsi_model **m, dsi_engine **e);
+/* The same in two steps, for a command that sizes the engine from the model:
+ * load (1 on failure, printed), then open an engine on it (1 on failure,
+ * printed; the model stays the caller's). */
+int dsi_cli_open_model(const char *cmd, const char *dir, const run_opts *r, dsi_model **m);
+int dsi_cli_engine_on(const char *cmd, dsi_model *m, const run_opts *r, int act, int max_tokens, int max_context,
+                      dsi_engine **e);
 
 #endif

@@ -44,19 +44,30 @@ int dsi_cli_check_run_opts(const char *cmd, run_opts *r, int *act) {
   return 0;
 }
 
-int dsi_cli_open_engine(const char *cmd, const char *dir, const run_opts *r, int act, int max_tokens,
-                        int max_context, dsi_model **m, dsi_engine **e) {
+int dsi_cli_open_model(const char *cmd, const char *dir, const run_opts *r, dsi_model **m) {
   dsi_err err = {0};
   dsi_load_opts lo = {.mlock = r->mlock, .progress = 1, .n_threads = r->threads, .op_opt_off = r->op_opt_off,
                       .quant = r->quant_mode};
+  dsi_cli_env_opts(&lo, NULL);
+  return dsi_model_open(m, dir, &lo, &err) ? fail(cmd, &err) : 0;
+}
+
+int dsi_cli_engine_on(const char *cmd, dsi_model *m, const run_opts *r, int act, int max_tokens, int max_context,
+                      dsi_engine **e) {
+  dsi_err err = {0};
   dsi_engine_opts eo = {.n_threads = r->threads, .max_tokens = max_tokens, .max_context = max_context,
                         .act_precision = act, .profile = r->profile, .kv_blocks = r->kv_blocks,
                         .exec = r->exec_mode, .streams = r->streams};
-  dsi_cli_env_opts(&lo, &eo);
-  if (dsi_model_open(m, dir, &lo, &err)) return fail(cmd, &err);
-  if (dsi_engine_open(e, *m, &eo, &err)) {
+  dsi_cli_env_opts(NULL, &eo);
+  return dsi_engine_open(e, m, &eo, &err) ? fail(cmd, &err) : 0;
+}
+
+int dsi_cli_open_engine(const char *cmd, const char *dir, const run_opts *r, int act, int max_tokens,
+                        int max_context, dsi_model **m, dsi_engine **e) {
+  if (dsi_cli_open_model(cmd, dir, r, m)) return 1;
+  if (dsi_cli_engine_on(cmd, *m, r, act, max_tokens, max_context, e)) {
     dsi_model_free(*m);
-    return fail(cmd, &err);
+    return 1;
   }
   return 0;
 }
