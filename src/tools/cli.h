@@ -121,5 +121,11 @@ int dsi_cli_open_engine(const char *cmd, const char *dir, const run_opts *r, int
  * expert-parallel ranks (<= 1: this process alone) */
 int dsi_cli_open(const char *cmd, const char *dir, dsi_load_opts *lo, dsi_engine_opts *eo, int ep, dsi_model **m,
                  dsi_engine **e);
+/* In two steps, for a command that sizes the engine from the model:
+ * load (1 on failure, printed), then open an engine on it (1 on failure,
+ * printed; the model stays the caller's). */
+int dsi_cli_open_model(const char *cmd, const char *dir, const run_opts *r, dsi_model **m);
+int dsi_cli_engine_on(const char *cmd, dsi_model *m, const run_opts *r, int act, int max_tokens, int max_context,
+                      dsi_engine **e);
 
 #endif

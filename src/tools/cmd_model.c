@@ -87,10 +87,8 @@ static int open_engine(const char *cmd, dsi_engine_opts *eo, int ep, dsi_model *
   int rank = dsi_dist_rank(dsi_cli_dist);
   *e = NULL;
   if (ep > 1) eo->dist = dsi_cli_dist;
-  if (dsi_engine_open(e, *m, eo, &err)) {
+  if (dsi_engine_open(e, *m, eo, &err)) { /* the model stays the caller's */
     *e = NULL;
-    dsi_model_free(*m);
-    *m = NULL;
     if (ep > 1) dsi_dist_abort(dsi_cli_dist, fail(cmd, &err)); /* the others may wait on this one */
     return fail(cmd, &err);
   }
@@ -111,7 +109,38 @@ static int open_engine(const char *cmd, dsi_engine_opts *eo, int ep, dsi_model *
 int dsi_cli_open(const char *cmd, const char *dir, dsi_load_opts *lo, dsi_engine_opts *eo, int ep, dsi_model **m,
                  dsi_engine **e) {
   int rc = open_model(cmd, dir, lo, ep, m);
-  return rc ? rc : open_engine(cmd, eo, ep, m, e);
+  if (rc) return rc;
+  if ((rc = open_engine(cmd, eo, ep, m, e))) {
+    dsi_model_free(*m);
+    *m = NULL;
+  }
+  return rc;
+}
+
+static dsi_load_opts load_opts(const run_opts *r) {
+  dsi_load_opts lo = {.mlock = r->mlock, .progress = 1, .n_threads = r->threads, .op_opt_off = r->op_opt_off,
+                      .quant = r->quant_mode, .allow_nonfinite = r->allow_nonfinite};
+  dsi_cli_env_opts(&lo, NULL);
+  return lo;
+}
+
+static dsi_engine_opts engine_opts(const run_opts *r, int act, int max_tokens, int max_context) {
+  dsi_engine_opts eo = {.n_threads = r->threads, .max_tokens = max_tokens, .max_context = max_context,
+                        .act_precision = act, .profile = r->profile, .kv_blocks = r->kv_blocks,
+                        .exec = r->exec_mode, .streams = r->streams};
+  dsi_cli_env_opts(NULL, &eo);
+  return eo;
+}
+
+int dsi_cli_open_model(const char *cmd, const char *dir, const run_opts *r, dsi_model **m) {
+  dsi_load_opts lo = load_opts(r);
+  return open_model(cmd, dir, &lo, r->ep, m);
+}
+
+int dsi_cli_engine_on(const char *cmd, dsi_model *m, const run_opts *r, int act, int max_tokens, int max_context,
+                      dsi_engine **e) {
+  dsi_engine_opts eo = engine_opts(r, act, max_tokens, max_context);
+  return open_engine(cmd, &eo, r->ep, &m, e);
 }
 
 int dsi_cli_open_engine(const char *cmd, const char *dir, const run_opts *r, int act, int max_tokens,
@@ -119,11 +148,8 @@ int dsi_cli_open_engine(const char *cmd, const char *dir, const run_opts *r, int
   int rc;
   *m = NULL;
   *e = NULL;
-  dsi_load_opts lo = {.mlock = r->mlock, .progress = 1, .n_threads = r->threads, .op_opt_off = r->op_opt_off,
-                      .quant = r->quant_mode, .allow_nonfinite = r->allow_nonfinite};
-  dsi_engine_opts eo = {.n_threads = r->threads, .max_tokens = max_tokens, .act_precision = act,
-                        .profile = r->profile, .kv_blocks = r->kv_blocks, .exec = r->exec_mode, .streams = r->streams};
-  dsi_cli_env_opts(&lo, &eo);
+  dsi_load_opts lo = load_opts(r);
+  dsi_engine_opts eo = engine_opts(r, act, max_tokens, 0);
   if ((rc = open_model(cmd, dir, &lo, r->ep, m))) return rc;
   dsi_model_info info;
   dsi_model_get_info(*m, &info);
@@ -139,7 +165,11 @@ int dsi_cli_open_engine(const char *cmd, const char *dir, const run_opts *r, int
     int ctx = eo.max_context ? eo.max_context : info.max_position_embeddings < 4096 ? info.max_position_embeddings : 4096;
     eo.kv_blocks = (ctx + 1 + 63) / 64 + 1;
   }
-  return open_engine(cmd, &eo, r->ep, m, e);
+  if ((rc = open_engine(cmd, &eo, r->ep, m, e))) {
+    dsi_model_free(*m);
+    *m = NULL;
+  }
+  return rc;
 }
 
 int dsi_cli_gen_defaults(const char *cmd, const char *model, dsi_sampling *sp, int *n, int n_default) {

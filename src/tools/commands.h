@@ -7,6 +7,7 @@
 
 int dsi_cmd_logits(int argc, char **argv);
 int dsi_cmd_generate(int argc, char **argv);
+int dsi_cmd_perplexity(int argc, char **argv); /* cmd_perplexity.c */
 int dsi_cmd_mkmodel(int argc, char **argv);
 int dsi_cmd_bench(int argc, char **argv);
 int dsi_cmd_profile(int argc, char **argv); /* cmd_profile.c */
