@@ -56,6 +56,8 @@ int dsi_cli_check_run_opts(const char *cmd, run_opts *r, int *act) {
   return 0;
 }
 
+dsi_dist *dsi_cli_dist; /* set by main */
+
 /* this rank's share of the model (all of it in one process) */
 static int open_model(const char *cmd, const char *dir, dsi_load_opts *lo, int ep, dsi_model **m) {
   dsi_err err = {0};

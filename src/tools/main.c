@@ -34,7 +34,7 @@ static void usage(FILE *f) {
   fprintf(f, "  %-10s %s\n", "version", "print the version and the kernels chosen for this CPU");
 }
 
-dsi_dist *dsi_cli_dist;
+
 
 int main(int argc, char **argv) {
   dsi_err err = {0};
