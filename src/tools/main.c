@@ -34,8 +34,6 @@ static void usage(FILE *f) {
   fprintf(f, "  %-10s %s\n", "version", "print the version and the kernels chosen for this CPU");
 }
 
-
-
 int main(int argc, char **argv) {
   dsi_err err = {0};
   if (dsi_dist_init(&argc, &argv, &dsi_cli_dist, &err)) {
