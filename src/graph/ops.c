@@ -704,13 +704,14 @@ static void cost_moe(const dsi_xrun *r, const dsi_op *op, dsi_op_cost *c) {
   const int32_t *start = XT(r, op->in[1]);
   for (int e = 0; e < E; e++) active += start[e + 1] > start[e];
   const dsi_layer_weights *lw = op->lw;
+  int x = r->f->exp_lo; /* every expert has the first loaded one's shape */
   if (op->kind == DSI_OP_MOE_ROWMAJOR) {
-    mm_cost(&lw->exp_gate[r->f->exp_lo], pairs, c);
-    mm_cost(&lw->exp_up[r->f->exp_lo], pairs, c);
-    mm_cost(&lw->exp_down[r->f->exp_lo], pairs, c);
-    c->wbytes = active * (mat_bytes(&lw->exp_gate[r->f->exp_lo]) + mat_bytes(&lw->exp_up[r->f->exp_lo]) + mat_bytes(&lw->exp_down[r->f->exp_lo]));
+    mm_cost(&lw->exp_gate[x], pairs, c);
+    mm_cost(&lw->exp_up[x], pairs, c);
+    mm_cost(&lw->exp_down[x], pairs, c);
+    c->wbytes = active * (mat_bytes(&lw->exp_gate[x]) + mat_bytes(&lw->exp_up[x]) + mat_bytes(&lw->exp_down[x]));
   } else {
-    const dsi_mat *w = op->kind == DSI_OP_MOE_GATE_UP ? &lw->exp_gate_up[r->f->exp_lo] : &lw->exp_down[r->f->exp_lo];
+    const dsi_mat *w = op->kind == DSI_OP_MOE_GATE_UP ? &lw->exp_gate_up[x] : &lw->exp_down[x];
     mm_cost(w, pairs, c);
     c->wbytes = active * mat_bytes(w);
   }
