@@ -44,6 +44,10 @@ typedef struct dsi_load_opts {
                       kernel's synchronous compaction stalls loading) */
   int ep_rank, ep_size; /* expert parallel: load only the routed experts
                            [E*ep_rank/ep_size, E*(ep_rank+1)/ep_size) (ep_size 0 or 1: all) */
+  int tp_rank, tp_size; /* tensor parallel: load only attention heads
+                           [H*tp_rank/tp_size, H*(tp_rank+1)/tp_size): those rows of q_b_proj
+                           (q_proj) and kv_b_proj, those columns of o_proj (tp_size 0 or 1: all;
+                           H must divide; not with mlock) */
   int allow_nonfinite; /* 1: weights or scales holding NaN or infinity (FP8: the bytes 0x7f and
                           0xff, E4M3FN's NaN) load with a warning; 0: loading fails, naming the
                           tensor (default) */
@@ -98,8 +102,22 @@ typedef struct dsi_engine_opts {
   dsi_dist *dist;    /* NULL or a world of one: this process alone. Else the ranks share each
                         step: rank 0 steps the engine, the others dsi_engine_follow; a model
                         loaded with ep_size = the world's size sums its experts' share across
-                        the ranks (expert parallel MoE) */
+                        the ranks (expert parallel MoE); one loaded with tp_size = the world's
+                        size runs its heads' share of attention and the FFN on 1/N of the
+                        tokens (tensor parallel attention; see tp_to_ep) */
+  int tp_to_ep;      /* tensor parallel: 0 (DSI_TP_TO_EP_RS_AG) reduce-scatter attention's partial
+                        sums into each rank's 1/N of the tokens, the FFN, all-gather; 1
+                        (DSI_TP_TO_EP_ALLREDUCE) all-reduce them, split, the FFN, all-gather */
 } dsi_engine_opts;
+
+/* How attention's output reaches the FFN under tensor parallelism (the
+ * TP->EP restructure of DeepSeek-V3 on vLLM-Ascend). ALLREDUCE: every rank
+ * sums all tokens' partial o_proj outputs, then keeps its 1/N of the tokens
+ * (split). RS_AG: a reduce-scatter sums straight into each rank's 1/N,
+ * sending half the bytes. Either way the FFN (its routed experts dispatched
+ * to their owners) runs on those tokens and an all-gather brings every
+ * token back for the next layer's attention. */
+enum { DSI_TP_TO_EP_RS_AG = 0, DSI_TP_TO_EP_ALLREDUCE = 1 };
 
 /* The forward is written once and run by one of two executors. GRAPH: a
  * plan per shape bucket (power-of-two token counts) captured once — fused
@@ -401,12 +419,15 @@ void dsi_engine_profile_set_peaks(dsi_engine *e, const dsi_peaks *pk);
 void dsi_engine_profile_summary(dsi_engine *e, FILE *out);
 /* One phase's totals over the recorded steps: wall time, time inside ops
  * on the calling thread, the rest as the dispatch share, and the ops'
- * FLOPs and bytes moved (weights, activations). */
+ * FLOPs and bytes moved (weights, activations); of them, the collectives
+ * between ranks: their time on the calling thread and the bytes this rank
+ * sent (ring algorithms for reductions and gathers). */
 typedef struct dsi_phase_stats {
   int steps;
   long tokens;
   double wall_s, ops_s, dispatch_share;
   double flops, weight_bytes, act_bytes;
+  double comm_s, comm_bytes;
 } dsi_phase_stats;
 int dsi_engine_profile_stats(dsi_engine *e, int prefill, dsi_phase_stats *out);
 

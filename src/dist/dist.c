@@ -71,6 +71,13 @@ static int mpi_status(int rc, const char *what) {
   dsi_log(DSI_LOG_ERROR, "%s: %s", what, msg);
   return DSI_E_IO;
 }
+
+static void count(dsi_dist *d, int kind, double bytes) {
+  d->calls[kind]++;
+  d->bytes[kind] += bytes;
+}
+
+static double ring(const dsi_dist *d, double bytes) { return bytes * (d->size - 1) / d->size; }
 #endif
 
 int dsi_dist_bcast(dsi_dist *d, void *buf, size_t bytes, int root) {
@@ -93,6 +100,7 @@ int dsi_dist_bcast(dsi_dist *d, void *buf, size_t bytes, int root) {
 int dsi_dist_all_reduce_f32(dsi_dist *d, float *buf, size_t n) {
   if (!d || d->size == 1 || !n) return DSI_OK;
 #ifdef DSINFER_MPI
+  count(d, DSI_COLL_ALL_REDUCE, 2 * ring(d, 4.0 * n));
   for (size_t off = 0; off < n; off += (size_t)1 << 28) {
     size_t k = DSI_MIN(n - off, (size_t)1 << 28);
     int rc = mpi_status(MPI_Allreduce(MPI_IN_PLACE, buf + off, (int)k, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
@@ -102,6 +110,72 @@ int dsi_dist_all_reduce_f32(dsi_dist *d, float *buf, size_t n) {
   return DSI_OK;
 #else
   (void)buf;
+  return DSI_E_UNSUPPORTED;
+#endif
+}
+
+const char *const dsi_coll_names[DSI_COLL_N] = {"all_reduce", "reduce_scatter", "all_gather", "all_to_all"};
+
+
+int dsi_dist_reduce_scatter_f32(dsi_dist *d, const float *in, float *out, const int *counts) {
+  if (!d || d->size == 1) {
+    memmove(out, in, (size_t)counts[0] * sizeof(float));
+    return DSI_OK;
+  }
+#ifdef DSINFER_MPI
+  double n = 0;
+  for (int r = 0; r < d->size; r++) n += counts[r];
+  count(d, DSI_COLL_REDUCE_SCATTER, ring(d, 4 * n));
+  return mpi_status(MPI_Reduce_scatter(in, out, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "MPI_Reduce_scatter");
+#else
+  return DSI_E_UNSUPPORTED;
+#endif
+}
+
+int dsi_dist_all_gather_f32(dsi_dist *d, float *buf, const int *counts, const int *displs) {
+  if (!d || d->size == 1) return DSI_OK;
+#ifdef DSINFER_MPI
+  double n = 0;
+  for (int r = 0; r < d->size; r++) n += counts[r];
+  count(d, DSI_COLL_ALL_GATHER, ring(d, 4 * n));
+  return mpi_status(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_FLOAT, MPI_COMM_WORLD),
+                    "MPI_Allgatherv");
+#else
+  (void)buf;
+  (void)counts;
+  (void)displs;
+  return DSI_E_UNSUPPORTED;
+#endif
+}
+
+int dsi_dist_all_to_all_int(dsi_dist *d, const int *send, int *recv) {
+  if (!d || d->size == 1) {
+    recv[0] = send[0];
+    return DSI_OK;
+  }
+#ifdef DSINFER_MPI
+  return mpi_status(MPI_Alltoall(send, 1, MPI_INT, recv, 1, MPI_INT, MPI_COMM_WORLD), "MPI_Alltoall");
+#else
+  return DSI_E_UNSUPPORTED;
+#endif
+}
+
+int dsi_dist_all_to_all_v(dsi_dist *d, const void *send, const int *scounts, const int *sdispls, void *recv,
+                          const int *rcounts, const int *rdispls) {
+  if (!d || d->size == 1) {
+    memmove(recv, send, (size_t)scounts[0]);
+    return DSI_OK;
+  }
+#ifdef DSINFER_MPI
+  double out = 0;
+  for (int r = 0; r < d->size; r++) out += r == d->rank ? 0 : scounts[r];
+  count(d, DSI_COLL_ALL_TO_ALL, out);
+  return mpi_status(MPI_Alltoallv(send, scounts, sdispls, MPI_BYTE, recv, rcounts, rdispls, MPI_BYTE, MPI_COMM_WORLD),
+                    "MPI_Alltoallv");
+#else
+  (void)sdispls;
+  (void)rcounts;
+  (void)rdispls;
   return DSI_E_UNSUPPORTED;
 #endif
 }

@@ -8,15 +8,36 @@
 #include "base/base.h"
 #include "dsinfer.h"
 
+/* the collectives, for the counts below */
+enum { DSI_COLL_ALL_REDUCE, DSI_COLL_REDUCE_SCATTER, DSI_COLL_ALL_GATHER, DSI_COLL_ALL_TO_ALL, DSI_COLL_N };
+extern const char *const dsi_coll_names[DSI_COLL_N];
+
 struct dsi_dist {
   int rank, size;
   int mpi; /* 1: MPI_Init ran here (MPI_Finalize at free) */
+  /* per collective of the forward: calls, and the bytes this rank sent to
+   * the others — counted from the buffers handed to MPI, under ring
+   * algorithms for the reductions and gathers (all_reduce sends 2 (N-1)/N
+   * of its buffer, reduce_scatter and all_gather (N-1)/N), exactly for the
+   * all-to-all */
+  unsigned long calls[DSI_COLL_N];
+  double bytes[DSI_COLL_N];
 };
 
 /* root's bytes to every rank */
 int dsi_dist_bcast(dsi_dist *d, void *buf, size_t bytes, int root);
 /* buf[0..n) summed over the ranks, in place, on every rank */
 int dsi_dist_all_reduce_f32(dsi_dist *d, float *buf, size_t n);
+/* rank r gets counts[r] floats: its part of in (all parts in rank order)
+ * summed over the ranks */
+int dsi_dist_reduce_scatter_f32(dsi_dist *d, const float *in, float *out, const int *counts);
+/* rank r's counts[r] floats at displs[r] of buf, to every rank, in place */
+int dsi_dist_all_gather_f32(dsi_dist *d, float *buf, const int *counts, const int *displs);
+/* send[r] to rank r, recv[r] from it */
+int dsi_dist_all_to_all_int(dsi_dist *d, const int *send, int *recv);
+/* bytes: send + sdispls[r] (scounts[r] bytes) to rank r; recv likewise */
+int dsi_dist_all_to_all_v(dsi_dist *d, const void *send, const int *scounts, const int *sdispls, void *recv,
+                          const int *rcounts, const int *rdispls);
 /* every rank's int, gathered on every rank into out[size] */
 int dsi_dist_all_gather_int(dsi_dist *d, int v, int *out);
 /* end every rank now (after an error one rank cannot recover from) */

@@ -33,15 +33,30 @@ void dsi_engine_set_poison(dsi_engine *e, int on) {
 }
 
 /* ---- ranks ---- */
-/* the graph's all_reduce: a rank that cannot take part ends them all */
-static int all_reduce(void *ctx, float *buf, size_t n) {
-  dsi_dist *d = ctx;
-  int rc = dsi_dist_all_reduce_f32(d, buf, n);
+/* The graph's collectives: a rank that cannot take part ends them all
+ * (the others would wait for it forever). */
+static int coll_done(dsi_dist *d, int rc, const char *what) {
   if (rc) {
-    dsi_log(DSI_LOG_ERROR, "rank %d: the experts' all_reduce failed; ending every rank", d->rank);
+    dsi_log(DSI_LOG_ERROR, "rank %d: the forward's %s failed; ending every rank", d->rank, what);
     dsi_dist_abort(d, 1);
   }
   return rc;
+}
+static int all_reduce(void *ctx, float *buf, size_t n) {
+  return coll_done(ctx, dsi_dist_all_reduce_f32(ctx, buf, n), "all_reduce");
+}
+static int reduce_scatter(void *ctx, const float *in, float *out, const int *counts) {
+  return coll_done(ctx, dsi_dist_reduce_scatter_f32(ctx, in, out, counts), "reduce_scatter");
+}
+static int all_gather(void *ctx, float *buf, const int *counts, const int *displs) {
+  return coll_done(ctx, dsi_dist_all_gather_f32(ctx, buf, counts, displs), "all_gather");
+}
+static int all_to_all_int(void *ctx, const int *send, int *recv) {
+  return coll_done(ctx, dsi_dist_all_to_all_int(ctx, send, recv), "all_to_all");
+}
+static int all_to_all_v(void *ctx, const void *send, const int *sc, const int *sd, void *recv, const int *rc,
+                        const int *rd) {
+  return coll_done(ctx, dsi_dist_all_to_all_v(ctx, send, sc, sd, recv, rc, rd), "all_to_all_v");
 }
 
 enum { MSG_STOP = 0, MSG_STEP = 1, MSG_HEAD = 4 };
@@ -161,13 +176,17 @@ int dsi_engine_open(dsi_engine **out, dsi_model *m, const dsi_engine_opts *o, ds
                      .hugepage = !o->no_hugepage};
   int row = c->kv_lora_rank + c->qk_rope_head_dim;
   if (o->dist && o->dist->size > 1) {
-    if (m->ep_size != 1 && m->ep_size != o->dist->size) {
+    int n = o->dist->size;
+    if ((m->ep_size != 1 && m->ep_size != n) || (m->tp_size != 1 && m->tp_size != n)) {
       dsi_engine_free(e);
-      return dsi_errf(err, DSI_E_INVAL, "the model's experts are split %d ways, the ranks are %d", m->ep_size,
-                      o->dist->size);
+      return dsi_errf(err, DSI_E_INVAL, "the model's heads are split %d ways and its experts %d ways; the ranks are %d",
+                      m->tp_size, m->ep_size, n);
     }
     e->dist = o->dist;
-    if (m->ep_size > 1) fo.coll = (dsi_coll){.size = o->dist->size, .ctx = o->dist, .all_reduce_f32 = all_reduce};
+    fo.coll = (dsi_coll){.size = n, .rank = o->dist->rank, .ctx = o->dist, .all_reduce_f32 = all_reduce,
+                         .reduce_scatter_f32 = reduce_scatter, .all_gather_f32 = all_gather,
+                         .all_to_all_int = all_to_all_int, .all_to_all_v = all_to_all_v};
+    fo.tp_to_ep = o->tp_to_ep;
   }
   if ((rc = dsi_fwd_new(&e->fwd, m, e->pool, &fo, err)) ||
       (rc = dsi_kv_init(&e->kv, c->num_hidden_layers, row, bs, nb, dsi_fwd_kv_pairs(e->fwd), !o->no_hugepage, err))) {

@@ -27,6 +27,9 @@ typedef struct dsi_fctx {
   struct dsi_mla_prefill *mla; /* the non-absorbed prefill form (packed models), or NULL */
   int exp_lo, exp_hi;    /* the routed experts this rank runs (expert parallel; else all) */
   dsi_coll coll;         /* the collectives between ranks (size 1: none) */
+  int tp, ep;            /* ranks the heads and the experts are split over (1: not split) */
+  int tp_to_ep;          /* DSI_TP_TO_EP_* (tp > 1) */
+  int *exp_owner;        /* [n_routed_experts] the rank holding each expert (ep > 1) */
 } dsi_fctx;
 
 /* one step */
@@ -36,6 +39,8 @@ typedef struct dsi_xrun {
   const dsi_fwd_batch *b;
   const dsi_fwd_cache *cache;
   int T;
+  int sh_lo, sh_n;      /* tensor parallel: this rank's tokens [sh_lo, sh_lo + sh_n) (else 0, T) */
+  int n_recv;           /* rows the expert dispatch brought this step (DSI_ROWS_RECV) */
   uint8_t **ptr;        /* [n_ts] each tensor's memory this step */
   dsi_opstate *st;      /* [n_ops] */
   const uint8_t *naive; /* [T] token of a segment taking the non-absorbed form */
@@ -46,6 +51,16 @@ typedef struct dsi_xrun {
 } dsi_xrun;
 
 #define XT(r, id) ((void *)(r)->ptr[id])
+
+/* the expert dispatch's plan: ints for a bucket of T tokens on N ranks
+ * (rows sent to and received from each rank, each sent row's token) */
+static inline int dsi_moe_plan_len(int T, int n_ranks) { return 2 * n_ranks + T + n_ranks; }
+
+/* rank r's tokens of a step of T over n ranks: [lo, lo + n) */
+static inline void dsi_shard_of(int T, int r, int n_ranks, int *lo, int *n) {
+  *lo = (int)((int64_t)T * r / n_ranks);
+  *n = (int)((int64_t)T * (r + 1) / n_ranks) - *lo;
+}
 
 /* op's workspace this step: its shared part, and thread tid's part */
 static inline uint8_t *dsi_ws_shared(const dsi_xrun *r, const dsi_op *op) { return r->ptr[op->ws]; }

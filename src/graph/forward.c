@@ -215,6 +215,27 @@ static int moe(builder *bd, const dsi_layer_weights *w, int xn) {
   op->in[0] = scores;
   op->out[0] = ids;
   op->out[1] = weights;
+  /* expert parallel over this rank's tokens: each token's row goes to the
+   * ranks holding its experts, which run them on the rows they receive and
+   * send the sums back (the combine) */
+  int dispatch = g->cur_rows == DSI_ROWS_SHARD && bd->f->ep > 1, plan = -1, rows_in = xn;
+  if (dispatch) {
+    int N = bd->f->coll.size;
+    plan = TENSOR(bd, "moe_plan", DSI_DTYPE_I32, dsi_moe_plan_len(T, N));
+    rows_in = TENSOR(bd, "moe_rows", F32, T, D);
+    int rids = TENSOR(bd, "moe_rows_ids", DSI_DTYPE_I32, T, K), rw = TENSOR(bd, "moe_rows_w", F32, T, K);
+    op = dsi_graph_op(g, DSI_OP_MOE_DISPATCH, "moe_dispatch", DSI_PROF_COMM);
+    op->in[0] = xn;
+    op->in[1] = ids;
+    op->in[2] = weights;
+    op->out[0] = rows_in;
+    op->out[1] = rids;
+    op->out[2] = rw;
+    op->out[3] = plan;
+    ids = rids;
+    weights = rw;
+    g->cur_rows = DSI_ROWS_RECV;
+  }
   int start = TENSOR(bd, "exp_start", DSI_DTYPE_I32, E + 1); /* expert e: pairs [start[e], start[e+1]) */
   int tok = TENSOR(bd, "exp_tok", DSI_DTYPE_I32, T * K);     /* token of each pair, by expert */
   int pw = TENSOR(bd, "exp_w", F32, T * K);                  /* its routing weight */
@@ -230,7 +251,7 @@ static int moe(builder *bd, const dsi_layer_weights *w, int xn) {
     int h = TENSOR(bd, "moe_hidden", F32, T * K, w->exp_gate_up[bd->f->exp_lo].rows / 2); /* [pairs, moe_inter] */
     op = dsi_graph_op(g, DSI_OP_MOE_GATE_UP, "moe_gate_up", DSI_PROF_MOE);
     op->lw = w;
-    op->in[0] = xn;
+    op->in[0] = rows_in;
     op->in[1] = start;
     op->in[2] = tok;
     op->out[0] = h;
@@ -244,13 +265,22 @@ static int moe(builder *bd, const dsi_layer_weights *w, int xn) {
   } else {
     op = dsi_graph_op(g, DSI_OP_MOE_ROWMAJOR, "moe_experts", DSI_PROF_MOE);
     op->lw = w;
-    op->in[0] = xn;
+    op->in[0] = rows_in;
     op->in[1] = start;
     op->in[2] = tok;
     op->in[3] = pw;
     op->out[0] = routed;
   }
-  if (bd->f->coll.size > 1) { /* expert parallel: each rank summed its own experts' share */
+  if (dispatch) {
+    g->cur_rows = DSI_ROWS_SHARD;
+    int back = TENSOR(bd, "moe_out", F32, T, D);
+    op = dsi_graph_op(g, DSI_OP_MOE_COMBINE, "moe_combine", DSI_PROF_COMM);
+    op->in[0] = routed;
+    op->in[1] = plan;
+    op->out[0] = back;
+    routed = back;
+  } else if (g->cur_rows == DSI_ROWS_ALL && bd->f->ep > 1) {
+    /* expert parallel over every token: each rank summed its own experts' share */
     op = dsi_graph_op(g, DSI_OP_ALL_REDUCE, "ep_all_reduce", DSI_PROF_COMM);
     op->in[0] = routed;
     op->out[0] = routed;
@@ -259,6 +289,43 @@ static int moe(builder *bd, const dsi_layer_weights *w, int xn) {
   if (shared < 0) return routed;
   add(bd, "moe_add", DSI_PROF_MOE, shared, routed, D);
   return shared;
+}
+
+/* ---- tensor parallel: from attention's partial sums to the FFN and back ---- */
+/* attn holds this rank's heads' share of o_proj for every token. Sum it
+ * into this rank's 1/N of the tokens (reduce-scatter; or all-reduce, then
+ * split), run the residual add, the norm and the FFN on those tokens only,
+ * and all-gather the residual stream x for the next layer. */
+static void ffn_sharded(builder *bd, const dsi_layer_weights *w, int x, int attn) {
+  dsi_graph *g = bd->g;
+  int T = bd->T, D = bd->f->c->hidden_size;
+  int xs = TENSOR(bd, "x_shard", F32, T, D); /* [this rank's tokens, hidden] */
+  dsi_op *op;
+  if (bd->f->tp_to_ep == DSI_TP_TO_EP_ALLREDUCE) {
+    op = dsi_graph_op(g, DSI_OP_ALL_REDUCE, "tp_all_reduce", DSI_PROF_COMM);
+    op->in[0] = op->out[0] = attn;
+    add(bd, "residual_add", DSI_PROF_OTHER, x, attn, D);
+    g->cur_rows = DSI_ROWS_SHARD;
+    op = dsi_graph_op(g, DSI_OP_SHARD, "tp_split", DSI_PROF_OTHER);
+    op->in[0] = x;
+    op->out[0] = xs;
+  } else {
+    g->cur_rows = DSI_ROWS_SHARD;
+    int part = TENSOR(bd, "attn_shard", F32, T, D);
+    op = dsi_graph_op(g, DSI_OP_REDUCE_SCATTER, "tp_reduce_scatter", DSI_PROF_COMM);
+    op->in[0] = attn;
+    op->out[0] = part;
+    op = dsi_graph_op(g, DSI_OP_SHARD, "tp_split", DSI_PROF_OTHER);
+    op->in[0] = x;
+    op->out[0] = xs;
+    add(bd, "residual_add", DSI_PROF_OTHER, xs, part, D);
+  }
+  int xn = rmsnorm(bd, "ffn_norm", DSI_PROF_OTHER, w->post_attention_layernorm, xs, D, 0);
+  add(bd, "residual_add", DSI_PROF_OTHER, xs, w->is_moe ? moe(bd, w, xn) : mlp(bd, &k_dense, w, xn), D);
+  g->cur_rows = DSI_ROWS_ALL;
+  op = dsi_graph_op(g, DSI_OP_ALL_GATHER, "tp_all_gather", DSI_PROF_COMM);
+  op->in[0] = xs;
+  op->out[0] = x;
 }
 
 /* ---- the model ---- */
@@ -277,7 +344,12 @@ static dsi_graph *build(const dsi_fctx *f, int T) {
     const dsi_layer_weights *w = &m->layers[L];
     g->cur_layer = L;
     int xn = rmsnorm(&bd, "attn_norm", DSI_PROF_OTHER, w->input_layernorm, x, D, 0);
-    add(&bd, "residual_add", DSI_PROF_OTHER, x, mla(&bd, w, xn), D);
+    int attn = mla(&bd, w, xn);
+    if (f->tp > 1) { /* heads split: partial sums, the FFN on this rank's tokens */
+      ffn_sharded(&bd, w, x, attn);
+      continue;
+    }
+    add(&bd, "residual_add", DSI_PROF_OTHER, x, attn, D);
     xn = rmsnorm(&bd, "ffn_norm", DSI_PROF_OTHER, w->post_attention_layernorm, x, D, 0);
     add(&bd, "residual_add", DSI_PROF_OTHER, x, w->is_moe ? moe(&bd, w, xn) : mlp(&bd, &k_dense, w, xn), D);
   }
@@ -434,8 +506,9 @@ int dsi_fwd_run(dsi_fwd *fw, const dsi_fwd_batch *b, const dsi_fwd_cache *cache,
                  : x->kind == DSI_T_LOGITS ? (uint8_t *)logits
                  : eager ? NULL : fw->arena + x->off;
   }
-  dsi_xrun r = {.f = &fw->f, .g = g, .b = b, .cache = cache, .T = T, .ptr = fw->ptr, .st = fw->st, .naive = fw->naive,
-                .bars = fw->bars, .pids = fw->pids};
+  dsi_xrun r = {.f = &fw->f, .g = g, .b = b, .cache = cache, .T = T, .sh_n = T, .ptr = fw->ptr, .st = fw->st,
+                .naive = fw->naive, .bars = fw->bars, .pids = fw->pids};
+  if (fw->f.tp > 1) dsi_shard_of(T, fw->f.coll.rank, fw->f.coll.size, &r.sh_lo, &r.sh_n);
   if (fw->f.mla) r.n_naive = dsi_mla_prefill_plan(fw->f.mla, b, fw->f.m->layers[0].w_uk_t.dtype, fw->naive);
   int rc = DSI_OK;
   if (eager) {
@@ -521,6 +594,15 @@ int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, const dsi_fwd
   f->exp_hi = m->exp_hi;
   f->coll = o->coll;
   if (f->coll.size < 1) f->coll.size = 1;
+  f->tp = m->tp_size > 1 ? m->tp_size : 1;
+  f->ep = m->ep_size > 1 ? m->ep_size : 1;
+  f->tp_to_ep = o->tp_to_ep;
+  if ((f->tp > 1 && f->tp != f->coll.size) || (f->ep > 1 && f->ep != f->coll.size)) {
+    int tp = f->tp, ep = f->ep, n = f->coll.size;
+    free(fw);
+    return dsi_errf(err, DSI_E_INVAL, "the model is split over %d ranks (heads) and %d (experts) but %d ranks run it",
+                    tp, ep, n);
+  }
   f->softmax_scale = dsi_config_softmax_scale(c);
   /* the absorbed attention's latent buffers hold a chunk of tokens: <= 32 MB each */
   f->attn_chunk = (int)DSI_MAX(1, DSI_MIN((long)max_tokens, (32l << 20) / ((long)H * kvl * 4)));
@@ -534,12 +616,19 @@ int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, const dsi_fwd
     return dsi_errf(err, DSI_E_NOMEM, "cannot allocate the forward's tables for %d positions", max_context);
   }
   fw->naive = calloc(max_tokens, 1);
+  if (f->ep > 1) { /* the ranks' contiguous shares of the experts, as the loader cut them */
+    int E = c->n_routed_experts;
+    if ((f->exp_owner = malloc((size_t)E * sizeof(int))))
+      for (int k = 0; k < f->ep; k++)
+        for (int e = (int)((int64_t)E * k / f->ep); e < (int)((int64_t)E * (k + 1) / f->ep); e++) f->exp_owner[e] = k;
+  }
   if (m->layers[0].mla_fmt == DSI_MLA_SPLIT) f->mla = dsi_mla_prefill_new(c, max_tokens, max_context, o->mla_form);
   /* per-head panels of the absorbed factors, once */
   int NL = c->num_hidden_layers;
   f->uk = calloc((size_t)NL * H, sizeof(dsi_mat));
   f->uv = calloc((size_t)NL * H, sizeof(dsi_mat));
   if (dsi_rope_tables(c, max_context, f->rope_cos, f->rope_sin) || !fw->naive || !f->uk || !f->uv ||
+      (f->ep > 1 && !f->exp_owner) ||
       (m->layers[0].mla_fmt == DSI_MLA_SPLIT && !f->mla)) {
     dsi_fwd_free(fw);
     return dsi_errf(err, DSI_E_NOMEM, "out of memory for the forward's tables");
@@ -570,6 +659,7 @@ void dsi_fwd_free(dsi_fwd *fw) {
   dsi_free_aligned(f->rope_sin);
   free(f->uk);
   free(f->uv);
+  free(f->exp_owner);
   dsi_mla_prefill_free(f->mla);
   free(fw->naive);
   dsi_free_aligned(fw->arena);

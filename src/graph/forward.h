@@ -38,13 +38,23 @@ typedef struct dsi_fwd_cache {
 
 typedef struct dsi_fwd dsi_fwd;
 
-/* what the forward is opened for */
 /* The collectives the graph's ops call, given by the layer that owns the
- * processes (dist/, through the engine): the graph does not know MPI. */
+ * processes (dist/, through the engine): the graph does not know MPI.
+ * Counts are per rank, in floats (bytes for all_to_all_v). Each returns
+ * DSI_OK or ends every rank itself: a step cannot go on without them. */
 typedef struct dsi_coll {
-  int size;  /* ranks (1: no collectives) */
+  int size, rank; /* ranks (size 1: no collectives), and this one */
   void *ctx;
   int (*all_reduce_f32)(void *ctx, float *buf, size_t n); /* sum over the ranks, in place */
+  /* rank r gets counts[r] floats: its part of in summed over the ranks */
+  int (*reduce_scatter_f32)(void *ctx, const float *in, float *out, const int *counts);
+  /* rank r's counts[r] floats at displs[r] of buf, to every rank (in place) */
+  int (*all_gather_f32)(void *ctx, float *buf, const int *counts, const int *displs);
+  /* one int to each rank, one from each */
+  int (*all_to_all_int)(void *ctx, const int *send, int *recv);
+  /* bytes: send[sdispls[r] ..+ scounts[r]) to rank r, recv likewise */
+  int (*all_to_all_v)(void *ctx, const void *send, const int *scounts, const int *sdispls, void *recv,
+                      const int *rcounts, const int *rdispls);
 } dsi_coll;
 
 typedef struct dsi_fwd_opts {
@@ -57,6 +67,7 @@ typedef struct dsi_fwd_opts {
   int mla_form;      /* DSI_MLA_* (dsinfer.h): the prefill attention's form */
   int hugepage;      /* advise huge pages for the activation arena */
   dsi_coll coll;     /* between ranks; .size 0 or 1: one process */
+  int tp_to_ep;      /* DSI_TP_TO_EP_*: when the model's heads are split across the ranks */
 } dsi_fwd_opts;
 
 /* how the forward runs (see DSI_EXEC_* in dsinfer.h) */

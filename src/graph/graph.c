@@ -14,7 +14,7 @@
 const char *const dsi_op_kind_names[DSI_OP_COUNT] = {
   "embed", "rmsnorm", "add", "matmul", "silu_mul", "rope_q", "kv_write", "attn_qlat", "attn_core",
   "attn_out", "attn_rowmajor", "attn_naive", "router_topk", "moe_sort", "moe_gate_up", "moe_down", "moe_rowmajor",
-  "all_reduce",
+  "all_reduce", "reduce_scatter", "all_gather", "shard", "moe_dispatch", "moe_combine",
 };
 static_assert(sizeof dsi_op_kind_names / sizeof *dsi_op_kind_names == DSI_OP_COUNT, "a name per op kind");
 
@@ -112,6 +112,7 @@ dsi_op *dsi_graph_op(dsi_graph *g, dsi_op_kind kind, const char *name, int cat) 
   op->layer = g->cur_layer;
   op->region = g->cur_region;
   op->stream = g->cur_region >= 0 ? g->cur_stream : 0;
+  op->rows = g->cur_rows;
   for (int i = 0; i < DSI_OP_IN; i++) op->in[i] = -1;
   for (int i = 0; i < DSI_OP_OUT; i++) op->out[i] = -1;
   op->ws = -1;
@@ -198,7 +199,7 @@ static void fuse(dsi_graph *g, const dsi_plan_opts *o) {
     dsi_op *norm = &g->ops[j];
     /* residual add + norm: one pass over x */
     if (norm->kind == DSI_OP_RMSNORM && norm->in[0] == add->out[0] && norm->out[0] != add->out[0] &&
-        !(norm->flags & DSI_FUSE_ADD) && add->region == norm->region) {
+        !(norm->flags & DSI_FUSE_ADD) && add->region == norm->region && add->rows == norm->rows) {
       norm->flags |= DSI_FUSE_ADD;
       norm->in[1] = add->in[1];
       norm->out[2] = add->out[0];

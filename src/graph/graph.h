@@ -32,6 +32,11 @@ typedef enum {
   DSI_OP_MOE_DOWN,      /* out0[tok] += weight * down(in0[pair]) */
   DSI_OP_MOE_ROWMAJOR,  /* out0[tok] += routed experts one by one (row-major weights) */
   DSI_OP_ALL_REDUCE,    /* out0 (= in0) summed over the ranks (f32) */
+  DSI_OP_REDUCE_SCATTER,/* out0 (this rank's token rows) = in0's rows summed over the ranks */
+  DSI_OP_ALL_GATHER,    /* out0 (all rows) <- in0 (this rank's token rows) of every rank */
+  DSI_OP_SHARD,         /* out0 (this rank's token rows) = those rows of in0 */
+  DSI_OP_MOE_DISPATCH,  /* in0 rows to their experts' owners: out0 rows, out1 ids, out2 weights, out3 the plan */
+  DSI_OP_MOE_COMBINE,   /* out0 (this rank's token rows) = the expert sums in0 sent back, by the plan in1 */
   DSI_OP_COUNT
 } dsi_op_kind;
 
@@ -70,6 +75,11 @@ enum {
   DSI_ROWS_LOGITS = 16,/* rmsnorm / matmul over the batch's logit rows only */
 };
 
+/* the rows an op computes: every token of the step, this rank's share of
+ * them (tensor parallel: the tokens this rank runs the FFN for), or the
+ * rows other ranks sent it for its experts (expert parallel dispatch) */
+enum { DSI_ROWS_ALL, DSI_ROWS_SHARD, DSI_ROWS_RECV };
+
 /* teams of workers: all of them, or the two halves of a fork */
 enum { DSI_TEAM_ALL, DSI_TEAM_A, DSI_TEAM_B };
 
@@ -85,6 +95,7 @@ typedef struct dsi_op {
                        for each thread of the pool */
   size_t ws_shared, ws_thread;
   int flags;        /* DSI_FUSE_*, DSI_X_*, DSI_ROWS_LOGITS */
+  int rows;         /* DSI_ROWS_* */
   /* parameters */
   const dsi_mat *w;
   const float *vec;              /* rmsnorm weight */
@@ -105,7 +116,7 @@ typedef struct dsi_graph {
   int n_ts, cap_ts;
   int n_regions;
   /* builder state */
-  int cur_layer, cur_region, cur_stream;
+  int cur_layer, cur_region, cur_stream, cur_rows;
   /* plan */
   int planned, fused, streams;
   int *team_a;      /* [n_regions] threads of team A in each region (all: not split) */

@@ -16,9 +16,11 @@
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 static size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
 
-/* rows an op computes this step: every token, or the logit rows */
+/* rows an op computes this step: every token, the logit rows, this rank's
+ * tokens or the rows the expert dispatch brought (DSI_ROWS_*) */
 static int op_rows(const dsi_xrun *r, const dsi_op *op) {
-  return (op->flags & DSI_ROWS_LOGITS) ? r->b->n_logits : r->T;
+  if (op->flags & DSI_ROWS_LOGITS) return r->b->n_logits;
+  return op->rows == DSI_ROWS_SHARD ? r->sh_n : op->rows == DSI_ROWS_RECV ? r->n_recv : r->T;
 }
 
 /* this thread's matmul memory in op's workspace: a list of `calls` calls
@@ -87,7 +89,7 @@ static void cost_rmsnorm(const dsi_xrun *r, const dsi_op *op, dsi_op_cost *c) {
 }
 
 static void op_add(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
-  long n = (long)r->T * op->epi, a, e;
+  long n = (long)op_rows(r, op) * op->epi, a, e;
   dsi_split(n / 16, tm->ith, tm->nth, &a, &e); /* whole 64-byte lines per thread */
   a *= 16;
   e = tm->ith == tm->nth - 1 ? n : e * 16;
@@ -95,8 +97,8 @@ static void op_add(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
 }
 
 static void cost_add(const dsi_xrun *r, const dsi_op *op, dsi_op_cost *c) {
-  c->flops = (double)r->T * op->epi;
-  c->abytes = 12.0 * r->T * op->epi;
+  c->flops = (double)op_rows(r, op) * op->epi;
+  c->abytes = 12.0 * op_rows(r, op) * op->epi;
 }
 
 /* ---- matmuls ---- */
@@ -117,6 +119,7 @@ static void op_matmul(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
   const dsi_mat *w = op->w;
   const dsi_mm *mm = &r->f->mm;
   int m = op_rows(r, op);
+  if (m == 0) return; /* a rank with no tokens this step */
   const float *x = XT(r, op->in[0]);
   float *y = XT(r, op->out[0]);
   int ldy = op->epi == DSI_EPI_SILU_PAIRS ? w->rows / 2 : w->rows;
@@ -145,13 +148,13 @@ static dsi_op_ws ws_matmul(const dsi_fctx *f, const dsi_op *op, int T) {
 static void op_silu_mul(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
   long a, e;
   float *g = XT(r, op->out[0]);
-  dsi_split((long)r->T * op->epi, tm->ith, tm->nth, &a, &e);
+  dsi_split((long)op_rows(r, op) * op->epi, tm->ith, tm->nth, &a, &e);
   dsi_k_silu_mul(g + a, (const float *)XT(r, op->in[1]) + a, g + a, (int)(e - a));
 }
 
 static void cost_silu_mul(const dsi_xrun *r, const dsi_op *op, dsi_op_cost *c) {
-  c->flops = 5.0 * r->T * op->epi;
-  c->abytes = 12.0 * r->T * op->epi;
+  c->flops = 5.0 * op_rows(r, op) * op->epi;
+  c->abytes = 12.0 * op_rows(r, op) * op->epi;
 }
 
 /* ---- MLA attention ---- */
@@ -604,14 +607,14 @@ static void op_router_topk(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
   float *w = XT(r, op->out[1]);
   float *work = (float *)dsi_ws_thread(r, op, tm->tid);
   long a, e;
-  dsi_split(r->T, tm->ith, tm->nth, &a, &e);
+  dsi_split(op_rows(r, op), tm->ith, tm->nth, &a, &e);
   for (long t = a; t < e; t++)
     dsi_k_router(&p, logits + t * p.n_experts, op->lw->e_score_correction_bias, work, ids + t * p.top_k,
                  w + t * p.top_k);
 }
 
 static void cost_router_topk(const dsi_xrun *r, const dsi_op *op, dsi_op_cost *c) {
-  c->abytes = 4.0 * r->T * r->f->c->n_routed_experts;
+  c->abytes = 4.0 * op_rows(r, op) * r->f->c->n_routed_experts;
 }
 
 static dsi_op_ws ws_router_topk(const dsi_fctx *f, const dsi_op *op, int T) {
@@ -622,7 +625,7 @@ static dsi_op_ws ws_router_topk(const dsi_fctx *f, const dsi_op *op, int T) {
  * routed sum starts at zero */
 static void op_moe_sort(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
   const dsi_config *c = r->f->c;
-  int E = c->n_routed_experts, K = c->num_experts_per_tok, D = c->hidden_size, T = r->T;
+  int E = c->n_routed_experts, K = c->num_experts_per_tok, D = c->hidden_size, T = op_rows(r, op);
   float *moe_y = XT(r, op->out[3]);
   long a, e;
   dsi_split((long)T * D, tm->ith, tm->nth, &a, &e);
@@ -649,7 +652,8 @@ static void op_moe_sort(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
 }
 
 static void cost_moe_sort(const dsi_xrun *r, const dsi_op *op, dsi_op_cost *c) {
-  c->abytes = 8.0 * r->T * r->f->c->num_experts_per_tok + 4.0 * r->T * r->f->c->hidden_size;
+  int T = op_rows(r, op);
+  c->abytes = 8.0 * T * r->f->c->num_experts_per_tok + 4.0 * T * r->f->c->hidden_size;
 }
 
 /* each expert's next free place while pairs are dealt out */
@@ -700,7 +704,7 @@ static void op_moe_down(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
 /* active experts read their weights once; every (token, expert) pair is a row */
 static void cost_moe(const dsi_xrun *r, const dsi_op *op, dsi_op_cost *c) {
   const dsi_config *cf = r->f->c;
-  int E = cf->n_routed_experts, pairs = r->T * cf->num_experts_per_tok, active = 0;
+  int E = cf->n_routed_experts, pairs = op_rows(r, op) * cf->num_experts_per_tok, active = 0;
   const int32_t *start = XT(r, op->in[1]);
   for (int e = 0; e < E; e++) active += start[e + 1] > start[e];
   const dsi_layer_weights *lw = op->lw;
@@ -780,19 +784,198 @@ static dsi_op_ws ws_moe_rowmajor(const dsi_fctx *f, const dsi_op *op, int T) {
                      (size_t)DSI_MAX(c->hidden_size, c->moe_intermediate_size) * sizeof(float)};
 }
 
-/* ---- collectives ---- */
-/* the tensor summed over the ranks, by one thread of the team (MPI is
- * called from one thread); a failure ends every rank (the collective's
- * owner reports it) */
+/* ---- collectives ----
+ * Each is run by one thread of its team (MPI is called from one thread at
+ * a time); a failure ends every rank (the collective's owner reports it).
+ * Costs count the bytes this rank sends to the others: ring algorithms for
+ * all_reduce (2 (N-1)/N of the tensor), reduce_scatter and all_gather
+ * ((N-1)/N each), the rows themselves for the dispatch and the combine. */
+static int n_ranks(const dsi_xrun *r) { return r->f->coll.size; }
+
+/* per rank: floats of a [T, width] tensor's token shard, and where it starts */
+static void shard_counts(const dsi_xrun *r, int width, int *counts, int *displs) {
+  for (int k = 0; k < n_ranks(r); k++) {
+    int lo, n;
+    dsi_shard_of(r->T, k, n_ranks(r), &lo, &n);
+    counts[k] = n * width;
+    if (displs) displs[k] = lo * width;
+  }
+}
+
+static double ring_share(const dsi_xrun *r) { return (double)(n_ranks(r) - 1) / n_ranks(r); }
+static int row_width(const dsi_xrun *r, int t) { return (int)r->g->ts[t].ne[1]; }
+
 static void op_all_reduce(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
   if (tm->ith != 0) return;
   const dsi_coll *cl = &r->f->coll;
-  cl->all_reduce_f32(cl->ctx, XT(r, op->out[0]), (size_t)r->T * r->g->ts[op->out[0]].ne[1]);
+  cl->all_reduce_f32(cl->ctx, XT(r, op->out[0]), (size_t)r->T * row_width(r, op->out[0]));
 }
 
-/* the bytes that leave this rank and come back */
 static void cost_all_reduce(const dsi_xrun *r, const dsi_op *op, dsi_op_cost *c) {
-  c->abytes = 2.0 * 4 * r->T * r->g->ts[op->out[0]].ne[1];
+  c->abytes = 2.0 * ring_share(r) * 4 * r->T * row_width(r, op->out[0]);
+}
+
+/* the counts and displacements of the ranks (ints), at the workspace's start */
+static dsi_op_ws ws_counts(const dsi_fctx *f, const dsi_op *op, int T) {
+  return (dsi_op_ws){(size_t)4 * f->coll.size * sizeof(int), 0};
+}
+
+static void op_reduce_scatter(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
+  if (tm->ith != 0) return;
+  const dsi_coll *cl = &r->f->coll;
+  int *counts = (int *)dsi_ws_shared(r, op);
+  shard_counts(r, row_width(r, op->in[0]), counts, NULL);
+  cl->reduce_scatter_f32(cl->ctx, XT(r, op->in[0]), XT(r, op->out[0]), counts);
+}
+
+static void op_all_gather(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
+  if (tm->ith != 0) return;
+  const dsi_coll *cl = &r->f->coll;
+  int D = row_width(r, op->out[0]), *counts = (int *)dsi_ws_shared(r, op), *displs = counts + n_ranks(r);
+  float *x = XT(r, op->out[0]);
+  memcpy(x + (size_t)r->sh_lo * D, XT(r, op->in[0]), (size_t)r->sh_n * D * sizeof(float));
+  shard_counts(r, D, counts, displs);
+  cl->all_gather_f32(cl->ctx, x, counts, displs);
+}
+
+static void cost_scatter_gather(const dsi_xrun *r, const dsi_op *op, dsi_op_cost *c) {
+  c->abytes = ring_share(r) * 4 * r->T * row_width(r, op->in[0]);
+}
+
+/* this rank's token rows of in0, compact */
+static void op_shard(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
+  int D = row_width(r, op->out[0]);
+  long a, e;
+  dsi_split((long)r->sh_n * D, tm->ith, tm->nth, &a, &e);
+  memcpy((float *)XT(r, op->out[0]) + a, (const float *)XT(r, op->in[0]) + (size_t)r->sh_lo * D + a,
+         (size_t)(e - a) * sizeof(float));
+}
+
+static void cost_shard(const dsi_xrun *r, const dsi_op *op, dsi_op_cost *c) {
+  c->abytes = 8.0 * r->sh_n * row_width(r, op->out[0]);
+}
+
+/* The expert dispatch's plan (an int tensor shared with the combine):
+ * rows sent to each rank, rows received from each, then the local token
+ * of every row sent, rank by rank. A token goes to a rank once, with the
+ * ids of its experts there (the others -1) and their weights: a row of
+ * D + 2K floats, the ids' bits among them. */
+typedef struct {
+  int *sent, *got, *src;
+} moe_plan;
+
+static moe_plan plan_at(const dsi_xrun *r, int t) {
+  int *p = XT(r, t), N = n_ranks(r);
+  return (moe_plan){p, p + N, p + 2 * N};
+}
+
+/* the workspace: counts and displacements in bytes (4 arrays of N), then
+ * the rows to send (at most a shard + 1 per rank) and the rows received
+ * (at most one per token of the step) */
+static size_t disp_row_bytes(const dsi_fctx *f) {
+  return (size_t)(f->c->hidden_size + 2 * f->c->num_experts_per_tok) * sizeof(float);
+}
+static dsi_op_ws ws_moe_dispatch(const dsi_fctx *f, const dsi_op *op, int T) {
+  int N = f->coll.size;
+  size_t rb = op->kind == DSI_OP_MOE_DISPATCH ? disp_row_bytes(f) : (size_t)f->c->hidden_size * sizeof(float);
+  return (dsi_op_ws){align64((size_t)4 * N * sizeof(int)) + align64((size_t)(T + N) * rb) + (size_t)T * rb, 0};
+}
+
+typedef struct {
+  int *sc, *sd, *rc, *rd; /* bytes */
+  uint8_t *send, *recv;
+} a2a_bufs;
+
+static a2a_bufs a2a_at(const dsi_xrun *r, const dsi_op *op, size_t rb) {
+  int N = n_ranks(r);
+  uint8_t *w = dsi_ws_shared(r, op);
+  a2a_bufs b = {(int *)w, (int *)w + N, (int *)w + 2 * N, (int *)w + 3 * N, NULL, NULL};
+  b.send = w + align64((size_t)4 * N * sizeof(int));
+  b.recv = b.send + align64((size_t)(r->g->T + N) * rb);
+  return b;
+}
+
+/* rows in counts -> bytes with displacements */
+static void a2a_bytes(int N, const int *rows, size_t rb, int *count, int *displ) {
+  for (int k = 0, at = 0; k < N; k++) {
+    count[k] = (int)(rows[k] * rb);
+    displ[k] = at;
+    at += count[k];
+  }
+}
+
+static void op_moe_dispatch(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
+  if (tm->ith != 0) return;
+  const dsi_fctx *f = r->f;
+  const dsi_coll *cl = &f->coll;
+  int N = n_ranks(r), K = f->c->num_experts_per_tok, D = f->c->hidden_size, n = r->sh_n;
+  size_t rb = disp_row_bytes(f);
+  const float *xn = XT(r, op->in[0]), *wt = XT(r, op->in[2]);
+  const int32_t *ids = XT(r, op->in[1]);
+  moe_plan p = plan_at(r, op->out[3]);
+  a2a_bufs b = a2a_at(r, op, rb);
+  int s = 0;
+  for (int d = 0; d < N; d++) {
+    p.sent[d] = 0;
+    for (int t = 0; t < n; t++) {
+      int any = 0;
+      for (int k = 0; k < K; k++) any |= f->exp_owner[ids[t * K + k]] == d;
+      if (!any) continue;
+      float *row = (float *)(b.send + (size_t)s * rb);
+      memcpy(row, xn + (size_t)t * D, D * sizeof(float));
+      for (int k = 0; k < K; k++) {
+        int32_t id = f->exp_owner[ids[t * K + k]] == d ? ids[t * K + k] : -1;
+        memcpy(row + D + k, &id, sizeof id);
+        row[D + K + k] = wt[t * K + k];
+      }
+      p.src[s++] = t;
+      p.sent[d]++;
+    }
+  }
+  cl->all_to_all_int(cl->ctx, p.sent, p.got);
+  a2a_bytes(N, p.sent, rb, b.sc, b.sd);
+  a2a_bytes(N, p.got, rb, b.rc, b.rd);
+  cl->all_to_all_v(cl->ctx, b.send, b.sc, b.sd, b.recv, b.rc, b.rd);
+  int R = 0;
+  for (int k = 0; k < N; k++) R += p.got[k];
+  float *xr = XT(r, op->out[0]), *wr = XT(r, op->out[2]);
+  int32_t *idr = XT(r, op->out[1]);
+  for (int i = 0; i < R; i++) {
+    const float *row = (const float *)(b.recv + (size_t)i * rb);
+    memcpy(xr + (size_t)i * D, row, D * sizeof(float));
+    memcpy(idr + (size_t)i * K, row + D, K * sizeof(int32_t));
+    memcpy(wr + (size_t)i * K, row + D + K, K * sizeof(float));
+  }
+  r->n_recv = R;
+}
+
+/* the expert sums back to the tokens' ranks, added in rank order */
+static void op_moe_combine(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
+  if (tm->ith != 0) return;
+  const dsi_coll *cl = &r->f->coll;
+  int N = n_ranks(r), D = r->f->c->hidden_size, n = r->sh_n;
+  size_t rb = (size_t)D * sizeof(float);
+  moe_plan p = plan_at(r, op->in[1]);
+  a2a_bufs b = a2a_at(r, op, rb);
+  a2a_bytes(N, p.got, rb, b.sc, b.sd);
+  a2a_bytes(N, p.sent, rb, b.rc, b.rd);
+  /* back come as many rows as went: into the larger send part */
+  cl->all_to_all_v(cl->ctx, XT(r, op->in[0]), b.sc, b.sd, b.send, b.rc, b.rd);
+  float *y = XT(r, op->out[0]);
+  memset(y, 0, (size_t)n * D * sizeof(float));
+  int S = 0;
+  for (int k = 0; k < N; k++) S += p.sent[k];
+  for (int i = 0; i < S; i++) r->f->mm.k->vec->add(y + (size_t)p.src[i] * D, (const float *)(b.send + (size_t)i * rb), D);
+}
+
+/* rows that leave for other ranks */
+static void cost_moe_a2a(const dsi_xrun *r, const dsi_op *op, dsi_op_cost *c) {
+  int dispatch = op->kind == DSI_OP_MOE_DISPATCH;
+  moe_plan p = plan_at(r, dispatch ? op->out[3] : op->in[1]);
+  const int *rows = dispatch ? p.sent : p.got;
+  double rb = dispatch ? (double)disp_row_bytes(r->f) : 4.0 * r->f->c->hidden_size;
+  for (int k = 0; k < n_ranks(r); k++)
+    if (k != r->f->coll.rank) c->abytes += rows[k] * rb;
 }
 
 /* ---- the table ---- */
@@ -815,4 +998,9 @@ const dsi_op_def dsi_op_defs[DSI_OP_COUNT] = {
   [DSI_OP_MOE_DOWN] = {op_moe_down, cost_moe, ws_moe_grouped},
   [DSI_OP_MOE_ROWMAJOR] = {op_moe_rowmajor, cost_moe, ws_moe_rowmajor},
   [DSI_OP_ALL_REDUCE] = {op_all_reduce, cost_all_reduce, NULL},
+  [DSI_OP_REDUCE_SCATTER] = {op_reduce_scatter, cost_scatter_gather, ws_counts},
+  [DSI_OP_ALL_GATHER] = {op_all_gather, cost_scatter_gather, ws_counts},
+  [DSI_OP_SHARD] = {op_shard, cost_shard, NULL},
+  [DSI_OP_MOE_DISPATCH] = {op_moe_dispatch, cost_moe_a2a, ws_moe_dispatch},
+  [DSI_OP_MOE_COMBINE] = {op_moe_combine, cost_moe_a2a, ws_moe_dispatch},
 };

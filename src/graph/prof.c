@@ -334,6 +334,8 @@ void dsi_prof_phase_stats(const dsi_prof *p, int prefill, dsi_phase_stats *out) 
   out->wall_s = h->wall;
   out->ops_s = h->ops;
   out->dispatch_share = h->wall > 0 ? (h->wall - h->ops) / h->wall : 0;
+  out->comm_s = h->cat[DSI_PROF_COMM].time;
+  out->comm_bytes = h->cat[DSI_PROF_COMM].bytes;
   for (int c = 0; c < DSI_PROF_N_CAT; c++) {
     out->flops += h->cat[c].flops;
     out->weight_bytes += h->cat[c].wbytes;

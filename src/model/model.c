@@ -37,6 +37,11 @@ struct spec {
   dsi_mat *uk_dst, *uv_dst, *ukr_dst;
   int exact;                 /* never quantized (the MoE router: its logits pick experts) */
   int quant;                 /* packed as INT8 (decided with the storage) */
+  int tp_axis, tp_unit;      /* tensor parallel: split by heads along rows (1) or columns (2),
+                                tp_unit rows or columns a head */
+  dsi_st_tensor own, own_scale; /* a slice of the file's tensor (and its scales) in memory of
+                                its own, which t and scale then point to (file -1) */
+  void *own_data, *own_scale_data;
   dsi_mat src;               /* the row-major view of the file's tensor */
   float *src_scale;          /* FP8 scales widened to f32 (temporary) */
   size_t off2, off3;         /* STORE_MLA: w_uv's and w_uk's offsets */
@@ -101,9 +106,11 @@ static int plan_tensors(dsi_model *m, spec_list *l, dsi_err *err) {
     if (c->q_lora_rank > 0) {
       add_spec(l, SPEC_MAT, c->q_lora_rank, D, &w->q_a_proj, NULL, P "self_attn.q_a_proj.weight", L);
       add_spec(l, SPEC_VEC, 1, c->q_lora_rank, NULL, &w->q_a_layernorm, P "self_attn.q_a_layernorm.weight", L);
-      add_spec(l, SPEC_MAT, H * qk, c->q_lora_rank, &w->q_b_proj, NULL, P "self_attn.q_b_proj.weight", L);
+      spec *q = add_spec(l, SPEC_MAT, H * qk, c->q_lora_rank, &w->q_b_proj, NULL, P "self_attn.q_b_proj.weight", L);
+      q->tp_axis = 1, q->tp_unit = (int)qk;
     } else {
-      add_spec(l, SPEC_MAT, H * qk, D, &w->q_proj, NULL, P "self_attn.q_proj.weight", L);
+      spec *q = add_spec(l, SPEC_MAT, H * qk, D, &w->q_proj, NULL, P "self_attn.q_proj.weight", L);
+      q->tp_axis = 1, q->tp_unit = (int)qk;
     }
     add_spec(l, SPEC_MAT, (int64_t)c->kv_lora_rank + c->qk_rope_head_dim, D, &w->kv_a_proj_with_mqa, NULL,
              P "self_attn.kv_a_proj_with_mqa.weight", L);
@@ -111,10 +118,12 @@ static int plan_tensors(dsi_model *m, spec_list *l, dsi_err *err) {
     spec *kvb = add_spec(l, SPEC_MAT, H * ((int64_t)c->qk_nope_head_dim + c->v_head_dim), c->kv_lora_rank,
                          &w->kv_b_proj, NULL, P "self_attn.kv_b_proj.weight", L);
     kvb->mla = 1;
+    kvb->tp_axis = 1, kvb->tp_unit = c->qk_nope_head_dim + c->v_head_dim;
     kvb->uk_dst = &w->w_uk_t;
     kvb->uv_dst = &w->w_uv;
     kvb->ukr_dst = &w->w_uk;
-    add_spec(l, SPEC_MAT, D, H * c->v_head_dim, &w->o_proj, NULL, P "self_attn.o_proj.weight", L);
+    spec *o = add_spec(l, SPEC_MAT, D, H * c->v_head_dim, &w->o_proj, NULL, P "self_attn.o_proj.weight", L);
+    o->tp_axis = 2, o->tp_unit = c->v_head_dim;
     w->is_moe = dsi_config_is_moe_layer(c, L);
     if (!w->is_moe) {
       int64_t I = c->intermediate_size;
@@ -263,6 +272,104 @@ static int resolve(dsi_model *m, spec_list *l, dsi_err *err) {
     m->file_bytes += t->nbytes + (s->scale ? s->scale->nbytes : 0);
   }
   return DSI_OK;
+}
+
+/* ---- tensor parallel: this rank's heads of the attention weights ---- */
+/* Rows [r0, r0 + nr) and columns [c0, c0 + nc) of s's tensor, copied out
+ * of the file into memory of s's own. FP8 keeps its bytes and the scales
+ * of the blocks it covers when the slice starts on block boundaries (V3's
+ * heads: 192 q rows, 256 kv_b rows, 128 o_proj columns, so any even share
+ * of its 128 heads); otherwise its blocks would straddle the slice, and it
+ * is widened to f32 (w = fp8 * scale, what the kernels compute). */
+static int take_slice(dsi_model *m, spec *s, int64_t r0, int64_t nr, int64_t c0, int64_t nc, dsi_err *err) {
+  const dsi_st_tensor *t = s->t;
+  int64_t cols = t->shape[1];
+  size_t es = dsi_dtype_size(t->dtype);
+  int bs = m->cfg.weight_block_size[0] > 0 ? m->cfg.weight_block_size[0] : 128;
+  int widen = s->scale && (r0 % bs || c0 % bs);
+  dsi_dtype out = widen ? DSI_DTYPE_F32 : t->dtype;
+  size_t os = dsi_dtype_size(out), n = (size_t)nr * nc;
+  float *sc = NULL;
+  s->own_data = malloc(n * os);
+  if (widen && (sc = malloc(s->scale_bytes)))
+    dsi_to_f32(s->scale->dtype, s->scale->data, sc, s->scale_bytes / sizeof(float));
+  if (!s->own_data || (widen && !sc)) {
+    free(sc);
+    return dsi_errf(err, DSI_E_NOMEM, "%s: out of memory for this rank's %lld x %lld slice", s->name, (long long)nr,
+                    (long long)nc);
+  }
+  int64_t scols = s->scale ? s->scale->shape[1] : 0;
+  for (int64_t i = 0; i < nr; i++) {
+    const uint8_t *src = (const uint8_t *)t->data + ((size_t)(r0 + i) * cols + c0) * es;
+    if (!widen) {
+      memcpy((uint8_t *)s->own_data + (size_t)i * nc * os, src, nc * os);
+      continue;
+    }
+    float *dst = (float *)s->own_data + (size_t)i * nc;
+    for (int64_t j = 0; j < nc; j++)
+      dst[j] = dsi_fp8_to_f32(src[j]) * sc[(size_t)((r0 + i) / bs) * scols + (c0 + j) / bs];
+  }
+  free(sc);
+  m->file_bytes -= t->nbytes + (s->scale ? s->scale->nbytes : 0);
+  s->own = *t;
+  s->own.dtype = out;
+  s->own.shape[0] = nr;
+  s->own.shape[1] = nc;
+  s->own.nbytes = n * os;
+  s->own.data = s->own_data;
+  s->own.file = -1;
+  s->t = &s->own;
+  s->rows = nr;
+  s->cols = nc;
+  s->bytes = s->own.nbytes;
+  if (s->scale && !widen) { /* the scales of the blocks it covers */
+    int64_t b0 = r0 / bs, b1 = DSI_CEIL_DIV(r0 + nr, bs), k0 = c0 / bs, k1 = DSI_CEIL_DIV(c0 + nc, bs);
+    size_t ss = dsi_dtype_size(s->scale->dtype);
+    if (!(s->own_scale_data = malloc((size_t)(b1 - b0) * (k1 - k0) * ss)))
+      return dsi_errf(err, DSI_E_NOMEM, "%s: out of memory for this rank's scales", s->name);
+    for (int64_t i = b0; i < b1; i++)
+      memcpy((uint8_t *)s->own_scale_data + (size_t)(i - b0) * (k1 - k0) * ss,
+             (const uint8_t *)s->scale->data + ((size_t)i * scols + k0) * ss, (size_t)(k1 - k0) * ss);
+    s->own_scale = *s->scale;
+    s->own_scale.shape[0] = b1 - b0;
+    s->own_scale.shape[1] = k1 - k0;
+    s->own_scale.nbytes = (size_t)(b1 - b0) * (k1 - k0) * ss;
+    s->own_scale.data = s->own_scale_data;
+    s->own_scale.file = -1;
+    s->scale = &s->own_scale;
+    s->scale_bytes = (size_t)(b1 - b0) * (k1 - k0) * sizeof(float);
+  } else if (widen) {
+    s->scale = NULL;
+    s->scale_bytes = 0;
+  }
+  m->file_bytes += s->own.nbytes + (s->scale ? s->scale->nbytes : 0);
+  return DSI_OK;
+}
+
+/* heads [H r / n, H (r + 1) / n) of every layer's attention; the config
+ * then counts this rank's heads */
+static int slice_heads(dsi_model *m, spec_list *l, int rank, int n, dsi_err *err) {
+  int H = m->cfg.num_attention_heads;
+  if (H % n)
+    return dsi_errf(err, DSI_E_INVAL, "%s: %d attention heads do not split evenly over %d tensor-parallel ranks", m->dir,
+                    H, n);
+  int64_t h0 = (int64_t)H * rank / n, nh = H / n;
+  for (int i = 0; i < l->n; i++) {
+    spec *s = &l->v[i];
+    int rc = s->tp_axis == 1   ? take_slice(m, s, h0 * s->tp_unit, nh * s->tp_unit, 0, s->cols, err)
+             : s->tp_axis == 2 ? take_slice(m, s, 0, s->rows, h0 * s->tp_unit, nh * s->tp_unit, err)
+                               : DSI_OK;
+    if (rc) return rc;
+  }
+  m->cfg.num_attention_heads = (int)nh;
+  return DSI_OK;
+}
+
+static void free_slices(spec_list *l) {
+  for (int i = 0; i < l->n; i++) {
+    free(l->v[i].own_data);
+    free(l->v[i].own_scale_data);
+  }
 }
 
 /* ---- storage: where each tensor goes, and in which layout ---- */
@@ -428,6 +535,7 @@ static void note_nonfinite(fill_job *j, int spec_i, dsi_dtype t, const void *p, 
  * and would stay: the range is widened by 2 MB each side, inside t's file
  * mapping. A neighbour not copied yet merely faults its pages in again. */
 static void drop_source(const dsi_model *m, const dsi_st_tensor *t, const void *p, size_t n) {
+  if (t->file < 0) return; /* a slice in memory of its own */
   const uintptr_t span = 2u << 20;
   const dsi_st_file *f = &m->st.files[t->file];
   uintptr_t lo = (uintptr_t)f->map, hi = lo + f->size;
@@ -722,6 +830,18 @@ int dsi_model_open(dsi_model **out, const char *dir, const dsi_load_opts *opts, 
   m->exp_lo = (int)((int64_t)E * opts->ep_rank / ep);
   m->exp_hi = (int)((int64_t)E * (opts->ep_rank + 1) / ep);
   m->ep_size = ep;
+  int tp = opts->tp_size > 1 ? opts->tp_size : 1;
+  m->n_heads = m->cfg.num_attention_heads;
+  if (opts->tp_rank < 0 || opts->tp_rank >= tp) {
+    rc = dsi_errf(err, DSI_E_INVAL, "%s: tensor-parallel rank %d of %d", dir, opts->tp_rank, tp);
+    goto fail;
+  }
+  if (tp > 1 && opts->mlock) {
+    rc = dsi_errf(err, DSI_E_INVAL, "%s: --mlock computes from the file's own layout; tensor-parallel slices are copies", dir);
+    goto fail;
+  }
+  m->tp_rank = opts->tp_rank;
+  m->tp_size = tp;
   m->layers = calloc(m->cfg.num_hidden_layers, sizeof *m->layers);
   if (!m->layers) {
     rc = dsi_errf(err, DSI_E_NOMEM, "%s: out of memory for %d layers", dir, m->cfg.num_hidden_layers);
@@ -729,6 +849,7 @@ int dsi_model_open(dsi_model **out, const char *dir, const dsi_load_opts *opts, 
   }
   if ((rc = plan_tensors(m, &l, err)) != DSI_OK) goto fail;
   if ((rc = resolve(m, &l, err)) != DSI_OK) goto fail;
+  if (tp > 1 && (rc = slice_heads(m, &l, m->tp_rank, tp, err)) != DSI_OK) goto fail;
 
   /* --mlock computes from the locked mapping, so it keeps the file's
    * row-major layout; otherwise weights are packed unless --op-opt off */
@@ -769,11 +890,13 @@ int dsi_model_open(dsi_model **out, const char *dir, const dsi_load_opts *opts, 
   m->weight_dtype = m->quant ? "int8" : dtype_summary(&l);
   m->weight_bytes = m->mlocked ? m->file_bytes : total;
   if (!m->mlocked) dsi_st_close(&m->st); /* weights live in m->mem now */
+  free_slices(&l);
   free(l.v);
   m->load_seconds = dsi_now() - t0;
   *out = m;
   return DSI_OK;
 fail:
+  free_slices(&l);
   free(l.v);
   dsi_model_free(m);
   return rc;
@@ -829,7 +952,7 @@ void dsi_model_get_info(const dsi_model *m, dsi_model_info *info) {
   info->vocab_size = c->vocab_size;
   info->hidden_size = c->hidden_size;
   info->num_hidden_layers = c->num_hidden_layers;
-  info->num_attention_heads = c->num_attention_heads;
+  info->num_attention_heads = m->n_heads;
   info->n_routed_experts = c->n_routed_experts;
   info->num_experts_per_tok = c->num_experts_per_tok;
   info->max_position_embeddings = c->max_position_embeddings;

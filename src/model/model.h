@@ -68,6 +68,11 @@ struct dsi_model {
   int quant;                       /* DSI_QUANT_*: packed linear weights quantized at load */
   int exp_lo, exp_hi, ep_size;     /* the routed experts loaded here: [exp_lo, exp_hi) of every
                                       MoE layer, this rank's share of ep_size (1: all) */
+  int tp_rank, tp_size;            /* tensor parallel: this rank holds attention heads
+                                      [H*tp_rank/tp_size, H*(tp_rank+1)/tp_size) of every layer
+                                      (q_b/q_proj and kv_b rows, o_proj columns), and
+                                      cfg.num_attention_heads counts those; tp_size 1: all */
+  int n_heads;                     /* the checkpoint's heads (config.json's num_attention_heads) */
   /* storage */
   uint8_t *mem;                    /* one anonymous block holding all weights */
   size_t mem_size;

@@ -68,6 +68,22 @@ typedef struct dsi_sampling dsi_sampling;
 int dsi_cli_gen_defaults(const char *cmd, const char *model, dsi_sampling *sp, int *n, int n_default);
 #define SAMPLING_UNSET {.temperature = -1, .top_p = -1, .top_k = -1, .seed = 0}
 
+/* How the ranks under mpirun share the model: attention heads over tp
+ * ranks, routed experts over ep (1: not split; either is 1 or all ranks),
+ * and DSI_TP_TO_EP_* between attention and the FFN. */
+typedef struct {
+  int tp, ep, tp_to_ep;
+  const char *tp_to_ep_s; /* the option's text */
+} dsi_cli_par;
+
+#define PAR_OPTS(p)                                                                                            \
+  {"--tp", NULL, OPT_INT, &(p).tp, "tensor-parallel ranks for attention, under mpirun -np N: 1 (default) or N", 0, 4096}, \
+  {"--ep", NULL, OPT_INT, &(p).ep, "expert-parallel ranks for the MoE, under mpirun -np N: 1 or N (default N)", 0, 4096}, \
+  {"--tp-to-ep", NULL, OPT_STR, &(p).tp_to_ep_s, "with --tp N: rs-ag (reduce-scatter, FFN on 1/N of the tokens, all-gather; default) | allreduce (all-reduce, split, all-gather)"}
+
+/* check p against the ranks this run has; 0 or a usage error's exit code */
+int dsi_cli_check_par(const char *cmd, dsi_cli_par *p);
+
 /* Options every command that runs the model shares (cmd_model.c). */
 typedef struct {
   int threads, mlock, op_opt_off, quant_mode, allow_nonfinite;
@@ -76,7 +92,7 @@ typedef struct {
   int profile;   /* set by the command: open the engine with the profiler on */
   int kv_blocks; /* set by the command: KV blocks (0 = the engine's default; -1 = one full context
                     of the context the engine gets, with a block to spare) */
-  int ep;        /* expert-parallel ranks (0: as many as mpirun started) */
+  dsi_cli_par par; /* under mpirun */
 } run_opts;
 
 #define RUN_OPTS(r)                                                                                    \
@@ -88,7 +104,7 @@ typedef struct {
   {"--exec", NULL, OPT_STR, &(r).exec, "graph: replay a plan captured per shape bucket (default); eager: op by op"}, \
   {"--streams", NULL, OPT_INT, &(r).streams, "1, or 2: shared expert beside routed experts, q beside kv (default 1)", 0, 2}, \
   {"--allow-nonfinite", NULL, OPT_FLAG, &(r).allow_nonfinite, "load weights that hold NaN or infinity (a warning, not an error)", 0, 0}, \
-  {"--ep", NULL, OPT_INT, &(r).ep, "expert-parallel ranks, under mpirun -np N (default: N)", 0, 4096}
+  PAR_OPTS((r).par)
 
 /* The environment variables a user may set, mapped onto the options (the
  * library reads no environment): DSINFER_ISA (a kernel level cap),
@@ -117,10 +133,10 @@ typedef struct dsi_model dsi_model;
 typedef struct dsi_engine dsi_engine;
 int dsi_cli_open_engine(const char *cmd, const char *dir, const run_opts *r, int act, int max_tokens,
                         int64_t max_context, const char *ctx_what, dsi_model **m, dsi_engine **e);
-/* the same from load and engine options the command made itself; ep: the
- * expert-parallel ranks (<= 1: this process alone) */
-int dsi_cli_open(const char *cmd, const char *dir, dsi_load_opts *lo, dsi_engine_opts *eo, int ep, dsi_model **m,
-                 dsi_engine **e);
+/* the same from load and engine options the command made itself, the
+ * ranks sharing the model as par says (NULL: this process alone) */
+int dsi_cli_open(const char *cmd, const char *dir, dsi_load_opts *lo, dsi_engine_opts *eo, const dsi_cli_par *par,
+                 dsi_model **m, dsi_engine **e);
 /* In two steps, for a command that sizes the engine from the model:
  * load (1 on failure, printed), then open an engine on it (1 on failure,
  * printed; the model stays the caller's). */

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "base/base.h"
+#include "dist/dist.h"
 #include "model/config.h"
 #include "dsinfer.h"
 #include "tools/cli.h"
@@ -58,6 +59,73 @@ static int bench_kernels(int argc, char **argv) {
   return dsi_cli_finish_output("bench kernels");
 }
 
+/* ---- bench --model under mpirun: what the ranks exchange ---- */
+/* The bytes a rank sends to the others per token of a step, in f32
+ * activations, from the model's shape: under tensor parallelism each
+ * layer's reduce side (reduce-scatter: (N-1)/N of a [T, hidden] tensor;
+ * all-reduce: twice that) and the all-gather ((N-1)/N); the expert
+ * dispatch and combine (a token's row to each other rank holding one of
+ * its experts: a share p of them under uniform routing, p = 1 - C(E - E/N,
+ * K) / C(E, K)); or, experts split alone, each MoE layer's all-reduce. */
+typedef struct {
+  double reduce, gather, a2a; /* bytes a token */
+} comm_model;
+
+static comm_model comm_per_token(const dsi_config *c, const dsi_cli_par *par, int N) {
+  comm_model m = {0};
+  if (N < 2) return m;
+  double r = (double)(N - 1) / N, row = 4.0 * c->hidden_size;
+  int L = c->num_hidden_layers, Lm = 0, E = c->n_routed_experts, K = c->num_experts_per_tok;
+  for (int l = 0; l < L; l++) Lm += dsi_config_is_moe_layer(c, l);
+  if (par->tp < 2) {
+    m.reduce = Lm * 2 * r * row;
+    return m;
+  }
+  m.reduce = L * (par->tp_to_ep == DSI_TP_TO_EP_ALLREDUCE ? 2 : 1) * r * row;
+  m.gather = L * r * row;
+  if (par->ep > 1) {
+    double none = 1; /* a given other rank holds none of the token's K experts */
+    for (int i = 0; i < K; i++) none *= (double)(E - E / N - i) / (E - i);
+    m.a2a = Lm * r * (1 - none) * (4.0 * (c->hidden_size + 2 * K) + row);
+  }
+  return m;
+}
+
+static void comm_report(const dsi_config *c, const dsi_cli_par *par, dsi_engine *e, int json) {
+  int N = dsi_dist_size(dsi_cli_dist);
+  comm_model cm = comm_per_token(c, par, N);
+  double per_tok = cm.reduce + cm.gather + cm.a2a;
+  const char *mode = par->tp < 2 ? "experts split, all_reduce" : par->tp_to_ep == DSI_TP_TO_EP_ALLREDUCE ? "allreduce" : "rs-ag";
+  if (json)
+    printf(",\"ranks\":%d,\"tp\":%d,\"ep\":%d,\"tp_to_ep\":\"%s\"", N, par->tp, par->ep, mode);
+  else
+    printf("ranks: %d (--tp %d --ep %d, %s); rank 0's view\n", N, par->tp, par->ep, mode);
+  for (int ph = 0; ph < 2; ph++) {
+    dsi_phase_stats st;
+    if (dsi_engine_profile_stats(e, ph == 0, &st) || st.steps == 0) continue;
+    double ms = st.comm_s * 1e3 / st.steps, share = st.wall_s > 0 ? st.comm_s / st.wall_s : 0;
+    double sent = st.comm_bytes / st.steps, model = per_tok * st.tokens / st.steps;
+    const char *name = ph == 0 ? "prefill" : "decode";
+    if (json) {
+      printf(",\"%s_comm_ms_per_step\":%.3f,\"%s_comm_share\":%.4f,\"%s_comm_bytes_per_step\":%.0f,"
+             "\"%s_comm_bytes_analytic\":%.0f", name, ms, name, share, name, sent, name, model);
+      continue;
+    }
+    printf("%-8s %8.2f ms a step in collectives (%.0f%% of the step); %.3f MB sent a step, analytic %.3f MB "
+           "(reduce %.3f, all-gather %.3f, dispatch + combine %.3f at uniform routing)\n", name, ms, 100 * share,
+           sent / 1e6, model / 1e6, cm.reduce * st.tokens / st.steps / 1e6, cm.gather * st.tokens / st.steps / 1e6,
+           cm.a2a * st.tokens / st.steps / 1e6);
+  }
+  const dsi_dist *d = dsi_cli_dist;
+  if (json) printf(",\"collectives\":{");
+  else printf("collectives over the measured runs:");
+  for (int k = 0; k < DSI_COLL_N; k++) {
+    if (json) printf("%s\"%s\":{\"calls\":%lu,\"bytes_sent\":%.0f}", k ? "," : "", dsi_coll_names[k], d->calls[k], d->bytes[k]);
+    else printf(" %s %lu calls %.2f MB%s", dsi_coll_names[k], d->calls[k], d->bytes[k] / 1e6, k + 1 < DSI_COLL_N ? ";" : "\n");
+  }
+  if (json) printf("}");
+}
+
 /* ---- bench --model ---- */
 int dsi_bench_run(dsi_engine *e, int vocab, int P, int G, int B, uint64_t seed, dsi_bench_result *r) {
   int n = P * B, rc = 0;
@@ -105,6 +173,7 @@ int dsi_bench_run(dsi_engine *e, int vocab, int P, int G, int B, uint64_t seed, 
 static int bench_model(int argc, char **argv) {
   const char *model = NULL, *precision = NULL, *op_opt = NULL, *quant = NULL, *profile = NULL, *exec = NULL;
   int P = 512, G = 64, B = 1, reps = 3, threads = 0, json = 0, streams = 1, ablation = 0;
+  dsi_cli_par par = {0};
   const dsi_opt opts[] = {
     {"--model", NULL, OPT_STR, &model, "checkpoint directory"},
     {"--prompt-len", NULL, OPT_INT, &P, "prompt tokens per sequence (default 512)", 1, DSI_CLI_MAX_TOKENS},
@@ -120,6 +189,7 @@ static int bench_model(int argc, char **argv) {
     {"--ablation", NULL, OPT_FLAG, &ablation, "run the study's stages one by one: eager, graph, streams, op-opt"},
     {"--json", NULL, OPT_FLAG, &json, "print one JSON object (--ablation: an array, one per stage)"},
     {"--profile", NULL, OPT_STR, &profile, "write a Chrome trace of the measured runs to FILE"},
+    PAR_OPTS(par),
     {0}};
   int rc = dsi_cli_parse("bench", "--model DIR [--prompt-len P] [--gen-len G] [--batch B] [--reps R] [--threads N] [--ablation] [--json]\n"
                                   "       dsinfer bench kernels [options]   (dsinfer bench kernels --help)\n"
@@ -138,6 +208,7 @@ static int bench_model(int argc, char **argv) {
   if (quant && strcmp(quant, "none") && strcmp(quant, "int8")) return dsi_cli_usage_error("bench", "--quant must be none or int8");
   if (exec && strcmp(exec, "graph") && strcmp(exec, "eager")) return dsi_cli_usage_error("bench", "--exec must be graph or eager");
   if (streams != 1 && streams != 2) return dsi_cli_usage_error("bench", "--streams must be 1 or 2");
+  if ((rc = dsi_cli_check_par("bench", &par))) return rc;
   if (ablation && dsi_dist_size(dsi_cli_dist) > 1)
     return dsi_cli_usage_error("bench", "--ablation runs in one process (not under mpirun) in this build");
   if (ablation && (reps > 64 || op_opt || exec || quant || profile))
@@ -170,8 +241,11 @@ static int bench_model(int argc, char **argv) {
                         .exec = exec && !strcmp(exec, "eager") ? DSI_EXEC_EAGER : DSI_EXEC_GRAPH, .streams = streams};
   dsi_cli_env_opts(&lo, &eo);
   dsi_engine *e;
-  /* under mpirun: expert parallel over every rank, rank 0 measuring */
-  if (dsi_cli_open("bench", model, &lo, &eo, dsi_dist_size(dsi_cli_dist), &m, &e)) return 1;
+  /* under mpirun: the ranks share the model as --tp / --ep say, rank 0
+   * measuring, its profiler timing the collectives */
+  int ranks = dsi_dist_size(dsi_cli_dist);
+  if (ranks > 1) eo.profile = 1;
+  if (dsi_cli_open("bench", model, &lo, &eo, &par, &m, &e)) return 1;
   dsi_model_info info;
   dsi_model_get_info(m, &info);
   double pre[64], dec[64], mpt[64];
@@ -179,6 +253,10 @@ static int bench_model(int argc, char **argv) {
   dsi_bench_result warm;
   rc = dsi_bench_run(e, info.vocab_size, DSI_MIN(P, 16), DSI_MIN(G, 2), B, 99, &warm); /* pages, caches */
   dsi_engine_profile_reset(e);
+  if (ranks > 1) { /* count the measured runs' collectives only */
+    memset(dsi_cli_dist->calls, 0, sizeof dsi_cli_dist->calls);
+    memset(dsi_cli_dist->bytes, 0, sizeof dsi_cli_dist->bytes);
+  }
   for (int r = 0; r < reps && !rc; r++) {
     dsi_bench_result rr;
     rc = dsi_bench_run(e, info.vocab_size, P, G, B, (uint64_t)r + 1, &rr);
@@ -200,9 +278,11 @@ static int bench_model(int argc, char **argv) {
       printf("{\"model\":\"%s\",\"weight_dtype\":\"%s\",\"prompt_len\":%d,\"gen_len\":%d,\"batch\":%d,\"reps\":%d,"
              "\"prefill_tokens_per_s\":%.2f,\"decode_tokens_per_s\":%.3f,\"ms_per_token\":%.3f,"
              "\"peak_rss_bytes\":%zu,\"threads\":%d,\"isa\":\"%s\",\"active_bytes_per_token\":%zu,"
-             "\"read_bandwidth_gbs\":%.2f,\"roofline_decode_tokens_per_s\":%.3f,\"decode_roofline_fraction\":%.3f}\n",
+             "\"read_bandwidth_gbs\":%.2f,\"roofline_decode_tokens_per_s\":%.3f,\"decode_roofline_fraction\":%.3f",
              model, info.weight_dtype, P, G, B, reps, p, d, ms, dsi_peak_rss(), pk.threads, dsi_engine_isa(e),
              info.active_bytes_per_token, pk.read_gbs, roof, d / B / roof);
+      if (ranks > 1) comm_report(&cfg, &par, e, 1);
+      printf("}\n");
     } else {
       printf("model %s (%s weights, %.0f MB), %d threads, isa %s\n", model, info.weight_dtype,
              info.weight_bytes / 1e6, pk.threads, dsi_engine_isa(e));
@@ -212,6 +292,7 @@ static int bench_model(int argc, char **argv) {
       printf("roofline (batch 1 decode): %.1f MB of weights per token / %.1f GB/s read = %.2f tokens/s; "
              "decode reaches %.0f%% of it\n", info.active_bytes_per_token / 1e6, pk.read_gbs, roof, 100 * d / B / roof);
       printf("peak RSS: %.0f MB\n", dsi_peak_rss() / 1e6);
+      if (ranks > 1) comm_report(&cfg, &par, e, 0);
     }
   }
   if (!rc && profile && dsi_engine_profile_write(e, profile, &err)) {

@@ -28,14 +28,8 @@ static int fail(const char *cmd, const dsi_err *err) {
 
 int dsi_cli_check_run_opts(const char *cmd, run_opts *r, int *act) {
   if (r->threads < 0) return dsi_cli_usage_error(cmd, "--threads must be >= 0");
-  int world = dsi_dist_size(dsi_cli_dist);
-  if (r->ep < 0) return dsi_cli_usage_error(cmd, "--ep must be >= 1");
-  if (r->ep > 1 && !dsi_dist_has_mpi())
-    return dsi_cli_usage_error(cmd, "--ep %d needs a build with MPI (libopenmpi-dev, cmake -DDSINFER_MPI=ON)", r->ep);
-  if (r->ep > 1 && r->ep != world)
-    return dsi_cli_usage_error(cmd, "--ep %d needs as many ranks: mpirun -np %d build/dsinfer %s ... (this is %d)", r->ep,
-                               r->ep, cmd, world);
-  if (r->ep == 0) r->ep = world;
+  int rc = dsi_cli_check_par(cmd, &r->par);
+  if (rc) return rc;
   if (r->op_opt && strcmp(r->op_opt, "on") && strcmp(r->op_opt, "off"))
     return dsi_cli_usage_error(cmd, "--op-opt must be on or off, got '%s'", r->op_opt);
   r->op_opt_off = r->op_opt && !strcmp(r->op_opt, "off");
@@ -56,45 +50,77 @@ int dsi_cli_check_run_opts(const char *cmd, run_opts *r, int *act) {
   return 0;
 }
 
+int dsi_cli_check_par(const char *cmd, dsi_cli_par *p) {
+  int world = dsi_dist_size(dsi_cli_dist);
+  const char *flag[2] = {"--tp", "--ep"};
+  int *n[2] = {&p->tp, &p->ep};
+  for (int i = 0; i < 2; i++) {
+    if (*n[i] > 1 && !dsi_dist_has_mpi())
+      return dsi_cli_usage_error(cmd, "%s %d needs a build with MPI (apt-get install libopenmpi-dev; cmake -DDSINFER_MPI=ON)",
+                                 flag[i], *n[i]);
+    if (*n[i] > 1 && *n[i] != world)
+      return dsi_cli_usage_error(cmd, "%s %d needs as many ranks: mpirun -np %d build/dsinfer %s ... (this run has %d)",
+                                 flag[i], *n[i], *n[i], cmd, world);
+  }
+  if (p->tp == 0) p->tp = 1;
+  if (p->ep == 0) p->ep = world;
+  if (world > 1 && p->tp == 1 && p->ep == 1)
+    return dsi_cli_usage_error(cmd, "--tp 1 --ep 1 under mpirun -np %d: every rank would do the same work; give --tp %d "
+                               "or --ep %d", world, world, world);
+  if (p->tp_to_ep_s && strcmp(p->tp_to_ep_s, "rs-ag") && strcmp(p->tp_to_ep_s, "allreduce"))
+    return dsi_cli_usage_error(cmd, "--tp-to-ep must be rs-ag or allreduce, got '%s'", p->tp_to_ep_s);
+  if (p->tp_to_ep_s && p->tp < 2)
+    return dsi_cli_usage_error(cmd, "--tp-to-ep is how tensor-parallel attention meets the MoE: it needs --tp N");
+  p->tp_to_ep = p->tp_to_ep_s && !strcmp(p->tp_to_ep_s, "allreduce") ? DSI_TP_TO_EP_ALLREDUCE : DSI_TP_TO_EP_RS_AG;
+  return 0;
+}
+
 dsi_dist *dsi_cli_dist; /* set by main */
 
+static int split(const dsi_cli_par *par) { return par && (par->tp > 1 || par->ep > 1); }
+
 /* this rank's share of the model (all of it in one process) */
-static int open_model(const char *cmd, const char *dir, dsi_load_opts *lo, int ep, dsi_model **m) {
+static int open_model(const char *cmd, const char *dir, dsi_load_opts *lo, const dsi_cli_par *par, dsi_model **m) {
   dsi_err err = {0};
   int rank = dsi_dist_rank(dsi_cli_dist);
   *m = NULL;
-  if (ep > 1) {
-    lo->ep_rank = rank;
-    lo->ep_size = ep;
+  if (split(par)) {
+    if (par->ep > 1) lo->ep_rank = rank, lo->ep_size = par->ep;
+    if (par->tp > 1) lo->tp_rank = rank, lo->tp_size = par->tp;
     if (rank) lo->progress = 0;
   }
   if (dsi_model_open(m, dir, lo, &err)) {
     *m = NULL;
     return fail(cmd, &err); /* every rank fails alike: the same files, the same checks */
   }
-  if (ep > 1) { /* what each rank holds */
+  if (split(par)) { /* what each rank holds */
     dsi_model_info mi;
     dsi_model_get_info(*m, &mi);
-    int E = mi.n_routed_experts;
-    fprintf(stderr, "dsinfer %s: rank %d of %d: routed experts [%lld, %lld) of %d, weights %.1f MB\n", cmd, rank, ep,
-            (long long)E * rank / ep, (long long)E * (rank + 1) / ep, E, mi.weight_bytes / 1e6);
+    int E = mi.n_routed_experts, H = mi.num_attention_heads, ep = par->ep, tp = par->tp;
+    fprintf(stderr, "dsinfer %s: rank %d of %d: heads [%lld, %lld) of %d, routed experts [%lld, %lld) of %d, "
+            "weights %.1f MB\n", cmd, rank, dsi_dist_size(dsi_cli_dist), (long long)H * rank / tp * (tp > 1),
+            tp > 1 ? (long long)H * (rank + 1) / tp : H, H, (long long)E * rank / ep * (ep > 1),
+            ep > 1 ? (long long)E * (rank + 1) / ep : E, E, mi.weight_bytes / 1e6);
   }
   return 0;
 }
 
 /* the engine over *m; under mpirun a rank other than 0 follows rank 0's
  * steps here and exits */
-static int open_engine(const char *cmd, dsi_engine_opts *eo, int ep, dsi_model **m, dsi_engine **e) {
+static int open_engine(const char *cmd, dsi_engine_opts *eo, const dsi_cli_par *par, dsi_model **m, dsi_engine **e) {
   dsi_err err = {0};
   int rank = dsi_dist_rank(dsi_cli_dist);
   *e = NULL;
-  if (ep > 1) eo->dist = dsi_cli_dist;
+  if (split(par)) {
+    eo->dist = dsi_cli_dist;
+    eo->tp_to_ep = par->tp_to_ep;
+  }
   if (dsi_engine_open(e, *m, eo, &err)) { /* the model stays the caller's */
     *e = NULL;
-    if (ep > 1) dsi_dist_abort(dsi_cli_dist, fail(cmd, &err)); /* the others may wait on this one */
+    if (split(par)) dsi_dist_abort(dsi_cli_dist, fail(cmd, &err)); /* the others may wait on this one */
     return fail(cmd, &err);
   }
-  if (ep > 1 && rank != 0) { /* a follower: rank 0's steps until it frees its engine */
+  if (split(par) && rank != 0) { /* a follower: rank 0's steps until it frees its engine */
     signal(SIGINT, SIG_IGN); /* rank 0 decides when to stop (serve's graceful shutdown) */
     signal(SIGTERM, SIG_IGN);
     int rc = dsi_engine_follow(*e);
@@ -108,11 +134,11 @@ static int open_engine(const char *cmd, dsi_engine_opts *eo, int ep, dsi_model *
   return 0;
 }
 
-int dsi_cli_open(const char *cmd, const char *dir, dsi_load_opts *lo, dsi_engine_opts *eo, int ep, dsi_model **m,
-                 dsi_engine **e) {
-  int rc = open_model(cmd, dir, lo, ep, m);
+int dsi_cli_open(const char *cmd, const char *dir, dsi_load_opts *lo, dsi_engine_opts *eo, const dsi_cli_par *par,
+                 dsi_model **m, dsi_engine **e) {
+  int rc = open_model(cmd, dir, lo, par, m);
   if (rc) return rc;
-  if ((rc = open_engine(cmd, eo, ep, m, e))) {
+  if ((rc = open_engine(cmd, eo, par, m, e))) {
     dsi_model_free(*m);
     *m = NULL;
   }
@@ -136,13 +162,13 @@ static dsi_engine_opts engine_opts(const run_opts *r, int act, int max_tokens, i
 
 int dsi_cli_open_model(const char *cmd, const char *dir, const run_opts *r, dsi_model **m) {
   dsi_load_opts lo = load_opts(r);
-  return open_model(cmd, dir, &lo, r->ep, m);
+  return open_model(cmd, dir, &lo, &r->par, m);
 }
 
 int dsi_cli_engine_on(const char *cmd, dsi_model *m, const run_opts *r, int act, int max_tokens, int max_context,
                       dsi_engine **e) {
   dsi_engine_opts eo = engine_opts(r, act, max_tokens, max_context);
-  return open_engine(cmd, &eo, r->ep, &m, e);
+  return open_engine(cmd, &eo, &r->par, &m, e);
 }
 
 int dsi_cli_open_engine(const char *cmd, const char *dir, const run_opts *r, int act, int max_tokens,
@@ -152,7 +178,7 @@ int dsi_cli_open_engine(const char *cmd, const char *dir, const run_opts *r, int
   *e = NULL;
   dsi_load_opts lo = load_opts(r);
   dsi_engine_opts eo = engine_opts(r, act, max_tokens, 0);
-  if ((rc = open_model(cmd, dir, &lo, r->ep, m))) return rc;
+  if ((rc = open_model(cmd, dir, &lo, &r->par, m))) return rc;
   dsi_model_info info;
   dsi_model_get_info(*m, &info);
   if (max_context > info.max_position_embeddings && ctx_what) {
@@ -167,7 +193,7 @@ int dsi_cli_open_engine(const char *cmd, const char *dir, const run_opts *r, int
     int ctx = eo.max_context ? eo.max_context : info.max_position_embeddings < 4096 ? info.max_position_embeddings : 4096;
     eo.kv_blocks = (ctx + 1 + 63) / 64 + 1;
   }
-  if ((rc = open_engine(cmd, &eo, r->ep, m, e))) {
+  if ((rc = open_engine(cmd, &eo, &r->par, m, e))) {
     dsi_model_free(*m);
     *m = NULL;
   }

@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
-# e2e: expert-parallel MoE across processes (mpirun -np N ... --ep N): each
-# rank loads its share of the routed experts, rank 0 sends every step to the
-# others, and the routed experts' sums meet in an all_reduce. On every golden
-# checkpoint, f32 logits with 2 and 4 ranks equal the single process's within
-# 1e-5 relative per row (prefill, decode, several sequences, each executor and
-# weight layout); greedy generation gives the same tokens; wrong rank counts
-# get a clear error. Skipped, saying so, when the build has no MPI.
+# e2e: the model across processes (mpirun -np N). Expert-parallel MoE
+# (--ep N): each rank loads its share of the routed experts, rank 0 sends
+# every step to the others, and the routed experts' sums meet in an
+# all_reduce. Tensor-parallel attention (--tp N): each rank loads its share
+# of the heads; attention's partial sums are reduce-scattered (or
+# all-reduced and split: --tp-to-ep allreduce) into each rank's 1/N of the
+# tokens, whose FFN runs there (their rows dispatched to the experts' owners
+# with all-to-all-v under --ep N, or every expert local under --ep 1), and
+# an all-gather brings the tokens back. On every golden checkpoint, f32
+# logits with 2 and 4 ranks equal the single process's within 1e-5
+# relative per row (prefill, decode, several sequences, each executor,
+# weight layout and stream setting); greedy generation gives the same
+# tokens; wrong rank counts get a clear error. Skipped, saying so, when the
+# build has no MPI.
 set -euo pipefail
 bin=$1 scratch=$2 cmp=$3
 if ! "$bin" version | grep -q 'mpi: yes'; then echo "mpi: skipped: this build has no MPI"; exit 0; fi
@@ -27,18 +34,28 @@ for dir in golden/*/; do
   m="$dir/model"
   toks=$(cat "$dir/ref/tokens.txt")
   V=$(grep -o '"vocab_size": *[0-9]*' "$m/config.json" | grep -o '[0-9]*$')
-  for mode in "" "--decode" "--exec eager" "--op-opt off"; do
+  for mode in "" "--decode" "--exec eager" "--op-opt off" "--streams 2"; do
     [ "$c" != tiny-bf16 ] && [ -n "$mode" ] && [ "$mode" != --decode ] && continue
     one="$scratch/$c.one.f32"
     "$bin" logits --precision f32 --threads 1 --model "$m" --tokens "$toks" --tokens 5,6,7 $mode --out "$one" 2>/dev/null
-    for np in 2 4; do
+    # the layouts: experts split; heads split both ways, experts split or not
+    layouts=("2|" "4|" "2|--tp 2" "4|--tp 4 --tp-to-ep allreduce")
+    if [ "$c" = tiny-bf16 ] && [ -z "$mode" ]; then
+      layouts+=("4|--tp 4" "2|--tp 2 --tp-to-ep allreduce" "2|--tp 2 --ep 1" "4|--tp 4 --ep 1 --tp-to-ep allreduce")
+    elif [ "$c" = tiny-bf16 ]; then
+      layouts=("2|" "2|--tp 2" "4|--tp 4 --tp-to-ep allreduce")
+    elif [ -n "$mode" ]; then
+      layouts=("2|" "4|--tp 4")
+    fi
+    for lay in "${layouts[@]}"; do
+      np=${lay%%|*} par=${lay#*|}
       out="$scratch/$c.$np.f32"
       "${mpi[@]}" -np $np "$bin" logits --precision f32 --threads 1 --model "$m" --tokens "$toks" --tokens 5,6,7 $mode \
-        --out "$out" 2>"$scratch/err" || { cat "$scratch/err"; bad "$c $mode: $np ranks failed"; continue; }
-      "$cmp" "$out" "$one" "$V" >/dev/null || bad "$c $mode: $np ranks' logits differ from one process's"
+        $par --out "$out" 2>"$scratch/err" || { cat "$scratch/err"; bad "$c $mode $par: $np ranks failed"; continue; }
+      "$cmp" "$out" "$one" "$V" >/dev/null || bad "$c $mode $par: $np ranks' logits differ from one process's"
     done
   done
-  echo "ok   $c: 2 and 4 ranks' logits equal one process's"
+  echo "ok   $c: 2 and 4 ranks' logits equal one process's, experts split and heads split"
 done
 
 # greedy generation, through the sampler: the same tokens
@@ -47,6 +64,9 @@ a=$("$bin" generate --model "$m" --tokens 1,2,3,4 -n 24 --threads 1 2>/dev/null)
 b=$("${mpi[@]}" -np 2 "$bin" generate --model "$m" --tokens 1,2,3,4 -n 24 --threads 1 2>/dev/null)
 [ -n "$a" ] && [ "$a" = "$b" ] && echo "ok   greedy generate: 2 ranks give one process's tokens" ||
   bad "greedy generate: '$a' alone, '$b' on 2 ranks"
+b=$("${mpi[@]}" -np 2 "$bin" generate --model "$m" --tokens 1,2,3,4 -n 24 --threads 1 --tp 2 2>/dev/null)
+[ "$a" = "$b" ] && echo "ok   greedy generate: 2 ranks with heads split give one process's tokens" ||
+  bad "greedy generate --tp 2: '$a' alone, '$b' on 2 ranks"
 
 # wrong counts: a clear error, no hang
 err=$("$bin" logits --model "$m" --tokens 1,2 --ep 2 --out "$scratch/x" 2>&1) && bad "--ep 2 in one process ran"
@@ -54,5 +74,17 @@ grep -q 'needs as many ranks: mpirun -np 2' <<<"$err" && echo "ok   --ep 2 alone
 err=$(timeout 60 "${mpi[@]}" -np 2 "$bin" logits --model "$m" --tokens 1,2 --ep 3 --out "$scratch/x" 2>&1) &&
   bad "--ep 3 on 2 ranks ran"
 grep -q 'needs as many ranks' <<<"$err" && echo "ok   --ep 3 on 2 ranks: a usage error" || bad "--ep 3 on 2 ranks: '$err'"
+
+err=$(timeout 60 "${mpi[@]}" -np 2 "$bin" logits --model "$m" --tokens 1,2 --tp 2 --tp-to-ep both --out "$scratch/x" 2>&1) &&
+  bad "--tp-to-ep both ran"
+grep -q 'must be rs-ag or allreduce' <<<"$err" && echo "ok   --tp-to-ep both: a usage error" || bad "--tp-to-ep both: '$err'"
+err=$(timeout 60 "${mpi[@]}" -np 2 "$bin" logits --model "$m" --tokens 1,2 --tp 1 --ep 1 --out "$scratch/x" 2>&1) &&
+  bad "--tp 1 --ep 1 on 2 ranks ran"
+grep -q 'every rank would do the same work' <<<"$err" && echo "ok   --tp 1 --ep 1 on 2 ranks: a usage error" ||
+  bad "--tp 1 --ep 1 on 2 ranks: '$err'"
+err=$(timeout 60 "${mpi[@]}" -np 3 "$bin" logits --model "$m" --tokens 1,2 --tp 3 --out "$scratch/x" 2>&1) &&
+  bad "--tp 3 with 4 heads ran"
+grep -q 'do not split evenly over 3' <<<"$err" && echo "ok   --tp 3 with 4 heads: $(grep -m1 -o 'do not split.*' <<<"$err")" ||
+  bad "--tp 3 with 4 heads: '$err'"
 
 [ $fails -eq 0 ] && echo "mpi: all passed" || { echo "mpi: $fails failed"; exit 1; }

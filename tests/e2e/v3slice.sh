@@ -33,7 +33,9 @@ toks=$(seq -s, 11 30)
 "$bin" logits --model "$scratch/v3slice" --tokens "$toks" --precision f32 --decode --out "$scratch/decode.f32" 2> /dev/null
 "$3" "$scratch/decode.f32" "$scratch/rows.f32" 129280 1e-4
 # expert parallel on 2 ranks (when the build has MPI): each loads half the
-# experts; the f32 logits equal one process's within 1e-5
+# experts; then tensor-parallel attention too, each rank 64 of the 128
+# heads (FP8 slices on whole 128x128 blocks); the f32 logits equal one
+# process's within 1e-5
 if "$bin" version | grep -q 'mpi: yes' && command -v mpirun >/dev/null; then
   mpi=(mpirun -np 2)
   if mpirun --version 2>&1 | grep -q 'Open MPI'; then
@@ -44,7 +46,11 @@ if "$bin" version | grep -q 'mpi: yes' && command -v mpirun >/dev/null; then
     2> "$scratch/ep2.err" || { cat "$scratch/ep2.err"; exit 1; }
   grep 'rank' "$scratch/ep2.err"
   "$3" "$scratch/ep2.f32" "$scratch/packed.f32" 129280 1e-5
-  echo "4 passed, 0 failed"
+  "${mpi[@]}" "$bin" logits --model "$scratch/v3slice" --tokens "$toks" --precision f32 --tp 2 --out "$scratch/tp2.f32" \
+    2> "$scratch/tp2.err" || { cat "$scratch/tp2.err"; exit 1; }
+  grep 'rank' "$scratch/tp2.err"
+  "$3" "$scratch/tp2.f32" "$scratch/packed.f32" 129280 1e-5
+  echo "5 passed, 0 failed"
 else
-  echo "3 passed, 0 failed (no MPI: the 2-rank check skipped)"
+  echo "3 passed, 0 failed (no MPI: the 2-rank checks skipped)"
 fi
