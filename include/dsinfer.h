@@ -48,6 +48,8 @@ typedef struct dsi_load_opts {
                            [H*tp_rank/tp_size, H*(tp_rank+1)/tp_size): those rows of q_b_proj
                            (q_proj) and kv_b_proj, those columns of o_proj (tp_size 0 or 1: all;
                            H must divide; not with mlock) */
+  size_t mem_available; /* bytes this process may take for its weights; 0: the kernel's MemAvailable.
+                           Loading fails before copying anything when they need more */
   int allow_nonfinite; /* 1: weights or scales holding NaN or infinity (FP8: the bytes 0x7f and
                           0xff, E4M3FN's NaN) load with a warning; 0: loading fails, naming the
                           tensor (default) */

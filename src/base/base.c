@@ -168,6 +168,17 @@ static size_t status_kb(const char *key) {
   return kb * 1024;
 }
 size_t dsi_rss_bytes(void) { return status_kb("VmRSS:"); }
+
+size_t dsi_mem_available(void) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f) return 0;
+  char line[256];
+  size_t kb = 0;
+  while (fgets(line, sizeof line, f))
+    if (!strncmp(line, "MemAvailable:", 13)) { kb = strtoull(line + 13, NULL, 10); break; }
+  fclose(f);
+  return kb * 1024;
+}
 size_t dsi_peak_rss_bytes(void) { return status_kb("VmHWM:"); }
 void dsi_rss_reset_peak(void) {
   FILE *f = fopen("/proc/self/clear_refs", "w"); /* "5" resets VmHWM to VmRSS */

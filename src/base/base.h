@@ -57,6 +57,8 @@ void dsi_free_big(void *p, size_t n);
 /* Bytes resident (VmRSS) and peak (VmHWM) of this process; 0 if unknown. */
 size_t dsi_rss_bytes(void);
 size_t dsi_peak_rss_bytes(void);
+/* the kernel's estimate of memory available without swapping (MemAvailable); 0 unknown */
+size_t dsi_mem_available(void);
 /* start the peak afresh from the current RSS (where the kernel allows) */
 void dsi_rss_reset_peak(void);
 

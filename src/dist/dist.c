@@ -1,8 +1,12 @@
 /* dist: a world of one, or MPI_COMM_WORLD (see dist.h). */
 #include "dist/dist.h"
 
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #ifdef DSINFER_MPI
 #include <mpi.h>
@@ -57,8 +61,16 @@ int dsi_dist_size(const dsi_dist *d) { return d ? d->size : 1; }
 void dsi_dist_free(dsi_dist *d) {
   if (!d) return;
 #ifdef DSINFER_MPI
+  if (d->reqs)
+    for (int r = 0; r < d->size; r++) {
+      MPI_Request *q = (MPI_Request *)d->reqs + r;
+      if (*q != MPI_REQUEST_NULL) MPI_Wait(q, MPI_STATUS_IGNORE);
+    }
   if (d->mpi) MPI_Finalize();
 #endif
+  free(d->seen);
+  free(d->note);
+  free(d->reqs);
   free(d);
 }
 
@@ -78,16 +90,99 @@ static void count(dsi_dist *d, int kind, double bytes) {
 }
 
 static double ring(const dsi_dist *d, double bytes) { return bytes * (d->size - 1) / d->size; }
+
+/* ---- the watch ----
+ * Entering a forward's collective, a rank tells every other rank the
+ * collective's number (a small message beside it), and waits for the
+ * collective by polling. Past the timeout it knows which ranks have not
+ * said they reached it: they are hung or dead. It names them and ends
+ * every rank (MPI_Abort) instead of waiting forever. */
+enum { TAG_NOTE = 7301 };
+
+/* the notes that arrived: what each rank last entered */
+static void drain_notes(dsi_dist *d) {
+  for (;;) {
+    int flag = 0;
+    MPI_Status st;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, TAG_NOTE, MPI_COMM_WORLD, &flag, &st) != MPI_SUCCESS || !flag) return;
+    unsigned long v = 0;
+    MPI_Recv(&v, 1, MPI_UNSIGNED_LONG, st.MPI_SOURCE, TAG_NOTE, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    if (v > d->seen[st.MPI_SOURCE]) d->seen[st.MPI_SOURCE] = v;
+  }
+}
+
+static void enter(dsi_dist *d, const char *what) {
+  d->entered++;
+  if (d->fault_kind && d->rank == d->fault_rank && d->entered == d->fault_call) {
+    dsi_log(DSI_LOG_WARN, "rank %d: %s at %s (collective %lu), as DSINFER_FAULT asked", d->rank,
+            d->fault_kind == DSI_FAULT_DIE ? "dying" : "hanging", what, d->entered);
+    if (d->fault_kind == DSI_FAULT_DIE) raise(SIGKILL);
+    for (;;) pause();
+  }
+  if (d->timeout_s <= 0 || !d->seen) return;
+  drain_notes(d);
+  MPI_Request *reqs = d->reqs;
+  for (int r = 0; r < d->size; r++) {
+    if (r == d->rank) continue;
+    if (reqs[r] != MPI_REQUEST_NULL) MPI_Wait(&reqs[r], MPI_STATUS_IGNORE); /* the last note went long ago */
+    d->note[r] = d->entered;
+    MPI_Isend(&d->note[r], 1, MPI_UNSIGNED_LONG, r, TAG_NOTE, MPI_COMM_WORLD, &reqs[r]);
+  }
+}
+
+/* wait for req: polling (MPI progresses inside MPI_Test), then napping;
+ * watch: bounded by the timeout (a forward's collective), else forever
+ * (a follower waiting for rank 0's next step) */
+static int finish(dsi_dist *d, MPI_Request *req, const char *what, int watch) {
+  double t0 = dsi_now();
+  for (long i = 0;; i++) {
+    int done = 0, rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) return mpi_status(rc, what);
+    if (done) return DSI_OK;
+    if (i < 2000) continue;
+    struct timespec nap = {0, i < 20000 ? 20000 : 500000};
+    nanosleep(&nap, NULL);
+    if (!watch || d->timeout_s <= 0 || (i & 63) || dsi_now() - t0 < d->timeout_s) continue;
+    drain_notes(d);
+    char who[256] = "";
+    size_t at = 0;
+    for (int r = 0; r < d->size && at < sizeof who - 16; r++)
+      if (r != d->rank && d->seen && d->seen[r] < d->entered)
+        at += (size_t)snprintf(who + at, sizeof who - at, "%s%d", at ? ", " : "", r);
+    dsi_log(DSI_LOG_ERROR, "rank %d: %s (collective %lu) has waited %.0f s: rank%s %s did not reach it (hung or dead); "
+            "ending every rank", d->rank, what, d->entered, dsi_now() - t0, strchr(who, ',') ? "s" : "",
+            at ? who : "(unknown)");
+    MPI_Abort(MPI_COMM_WORLD, 3);
+    return DSI_E_IO;
+  }
+}
 #endif
+
+int dsi_dist_watch(dsi_dist *d, double timeout_s) {
+  if (!d || d->size == 1) return DSI_OK;
+  d->timeout_s = timeout_s;
+#ifdef DSINFER_MPI
+  if (timeout_s > 0 && !d->seen) {
+    d->seen = calloc(d->size, sizeof *d->seen);
+    d->note = calloc(d->size, sizeof *d->note);
+    MPI_Request *reqs = malloc((size_t)d->size * sizeof *reqs);
+    d->reqs = reqs;
+    if (!d->seen || !d->note || !reqs) return DSI_E_NOMEM;
+    for (int r = 0; r < d->size; r++) reqs[r] = MPI_REQUEST_NULL;
+  }
+#endif
+  return DSI_OK;
+}
 
 int dsi_dist_bcast(dsi_dist *d, void *buf, size_t bytes, int root) {
   if (!d || d->size == 1 || !bytes) return DSI_OK;
 #ifdef DSINFER_MPI
-  /* in pieces an int counts */
+  /* in pieces an int counts; unwatched: a follower waits as long as rank 0 has no work */
   for (size_t off = 0; off < bytes; off += (size_t)1 << 30) {
     size_t n = DSI_MIN(bytes - off, (size_t)1 << 30);
-    int rc = mpi_status(MPI_Bcast((uint8_t *)buf + off, (int)n, MPI_BYTE, root, MPI_COMM_WORLD), "MPI_Bcast");
-    if (rc) return rc;
+    MPI_Request req;
+    int rc = mpi_status(MPI_Ibcast((uint8_t *)buf + off, (int)n, MPI_BYTE, root, MPI_COMM_WORLD, &req), "MPI_Ibcast");
+    if (rc || (rc = finish(d, &req, "the step's broadcast", 0))) return rc;
   }
   return DSI_OK;
 #else
@@ -101,11 +196,13 @@ int dsi_dist_all_reduce_f32(dsi_dist *d, float *buf, size_t n) {
   if (!d || d->size == 1 || !n) return DSI_OK;
 #ifdef DSINFER_MPI
   count(d, DSI_COLL_ALL_REDUCE, 2 * ring(d, 4.0 * n));
+  enter(d, "all_reduce");
   for (size_t off = 0; off < n; off += (size_t)1 << 28) {
     size_t k = DSI_MIN(n - off, (size_t)1 << 28);
-    int rc = mpi_status(MPI_Allreduce(MPI_IN_PLACE, buf + off, (int)k, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
-                        "MPI_Allreduce");
-    if (rc) return rc;
+    MPI_Request req;
+    int rc = mpi_status(MPI_Iallreduce(MPI_IN_PLACE, buf + off, (int)k, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req),
+                        "MPI_Iallreduce");
+    if (rc || (rc = finish(d, &req, "all_reduce", 1))) return rc;
   }
   return DSI_OK;
 #else
@@ -116,7 +213,6 @@ int dsi_dist_all_reduce_f32(dsi_dist *d, float *buf, size_t n) {
 
 const char *const dsi_coll_names[DSI_COLL_N] = {"all_reduce", "reduce_scatter", "all_gather", "all_to_all"};
 
-
 int dsi_dist_reduce_scatter_f32(dsi_dist *d, const float *in, float *out, const int *counts) {
   if (!d || d->size == 1) {
     memmove(out, in, (size_t)counts[0] * sizeof(float));
@@ -126,7 +222,11 @@ int dsi_dist_reduce_scatter_f32(dsi_dist *d, const float *in, float *out, const 
   double n = 0;
   for (int r = 0; r < d->size; r++) n += counts[r];
   count(d, DSI_COLL_REDUCE_SCATTER, ring(d, 4 * n));
-  return mpi_status(MPI_Reduce_scatter(in, out, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "MPI_Reduce_scatter");
+  enter(d, "reduce_scatter");
+  MPI_Request req;
+  int rc = mpi_status(MPI_Ireduce_scatter(in, out, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req),
+                      "MPI_Ireduce_scatter");
+  return rc ? rc : finish(d, &req, "reduce_scatter", 1);
 #else
   return DSI_E_UNSUPPORTED;
 #endif
@@ -138,8 +238,11 @@ int dsi_dist_all_gather_f32(dsi_dist *d, float *buf, const int *counts, const in
   double n = 0;
   for (int r = 0; r < d->size; r++) n += counts[r];
   count(d, DSI_COLL_ALL_GATHER, ring(d, 4 * n));
-  return mpi_status(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_FLOAT, MPI_COMM_WORLD),
-                    "MPI_Allgatherv");
+  enter(d, "all_gather");
+  MPI_Request req;
+  int rc = mpi_status(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_FLOAT,
+                                      MPI_COMM_WORLD, &req), "MPI_Iallgatherv");
+  return rc ? rc : finish(d, &req, "all_gather", 1);
 #else
   (void)buf;
   (void)counts;
@@ -154,7 +257,10 @@ int dsi_dist_all_to_all_int(dsi_dist *d, const int *send, int *recv) {
     return DSI_OK;
   }
 #ifdef DSINFER_MPI
-  return mpi_status(MPI_Alltoall(send, 1, MPI_INT, recv, 1, MPI_INT, MPI_COMM_WORLD), "MPI_Alltoall");
+  enter(d, "all_to_all (counts)");
+  MPI_Request req;
+  int rc = mpi_status(MPI_Ialltoall(send, 1, MPI_INT, recv, 1, MPI_INT, MPI_COMM_WORLD, &req), "MPI_Ialltoall");
+  return rc ? rc : finish(d, &req, "all_to_all (counts)", 1);
 #else
   return DSI_E_UNSUPPORTED;
 #endif
@@ -170,8 +276,11 @@ int dsi_dist_all_to_all_v(dsi_dist *d, const void *send, const int *scounts, con
   double out = 0;
   for (int r = 0; r < d->size; r++) out += r == d->rank ? 0 : scounts[r];
   count(d, DSI_COLL_ALL_TO_ALL, out);
-  return mpi_status(MPI_Alltoallv(send, scounts, sdispls, MPI_BYTE, recv, rcounts, rdispls, MPI_BYTE, MPI_COMM_WORLD),
-                    "MPI_Alltoallv");
+  enter(d, "all_to_all_v");
+  MPI_Request req;
+  int rc = mpi_status(MPI_Ialltoallv(send, scounts, sdispls, MPI_BYTE, recv, rcounts, rdispls, MPI_BYTE,
+                                     MPI_COMM_WORLD, &req), "MPI_Ialltoallv");
+  return rc ? rc : finish(d, &req, "all_to_all_v", 1);
 #else
   (void)sdispls;
   (void)rcounts;

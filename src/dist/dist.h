@@ -22,7 +22,22 @@ struct dsi_dist {
    * all-to-all */
   unsigned long calls[DSI_COLL_N];
   double bytes[DSI_COLL_N];
+  /* the watch (dsi_dist_watch): the forward's collectives entered so far,
+   * the latest each rank said it entered, and the notes saying so */
+  double timeout_s;
+  unsigned long entered, *seen, *note;
+  void *reqs;
+  /* testing (DSINFER_FAULT): this rank dies or hangs at that collective */
+  int fault_kind, fault_rank;
+  unsigned long fault_call;
 };
+
+enum { DSI_FAULT_NONE, DSI_FAULT_DIE, DSI_FAULT_HANG };
+
+/* Bound every forward collective's wait by timeout_s (<= 0: forever):
+ * past it, the waiting rank names the ranks that did not reach the
+ * collective and ends every rank. DSI_OK or DSI_E_NOMEM. */
+int dsi_dist_watch(dsi_dist *d, double timeout_s);
 
 /* root's bytes to every rank */
 int dsi_dist_bcast(dsi_dist *d, void *buf, size_t bytes, int root);

@@ -872,7 +872,13 @@ int dsi_model_open(dsi_model **out, const char *dir, const dsi_load_opts *opts, 
                       m->st.files[f].path, strerror(errno));
         goto fail;
       }
-  size_t total = plan_storage(m, &l);
+  size_t total = plan_storage(m, &l), avail = opts->mem_available ? opts->mem_available : dsi_mem_available();
+  if (avail && total > avail) {
+    rc = dsi_errf(err, DSI_E_NOMEM, "%s: the weights%s need %.1f MB and %.1f MB of memory are available%s", dir,
+                  tp > 1 || ep > 1 ? " of this rank's share" : "", total / 1e6, avail / 1e6,
+                  opts->mem_available ? "" : " (MemAvailable)");
+    goto fail;
+  }
   m->mem_size = total;
   m->mem = dsi_alloc_big(total, !opts->no_hugepage);
   if (!m->mem) {

@@ -240,6 +240,13 @@ void dsi_cli_env_opts(dsi_load_opts *lo, dsi_engine_opts *eo) {
     if (*end || errno || n < 1 || n > 1024) fprintf(stderr, "dsinfer: DSINFER_STREAM_TEAM_MIN=%s is not a count of workers; ignored\n", v);
     else eo->stream_team_min = (int)n;
   }
+  if (lo && (v = env("DSINFER_MEM_AVAILABLE_MB"))) {
+    char *end;
+    errno = 0;
+    long long n = strtoll(v, &end, 10);
+    if (*end || errno || n < 1 || n > (1ll << 40)) fprintf(stderr, "dsinfer: DSINFER_MEM_AVAILABLE_MB=%s is not a count of MB; ignored\n", v);
+    else lo->mem_available = (size_t)n << 20;
+  }
   if (env("DSINFER_NO_HUGEPAGE")) {
     if (lo) lo->no_hugepage = 1;
     if (eo) eo->no_hugepage = 1;

@@ -1,6 +1,8 @@
 /* tools: the commands that run the model on token ids — logits (every
  * position's logits to a file) and generate (sample ids, report speed) —
  * and mkmodel (write a random-weight checkpoint). */
+#include <cJSON.h>
+#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdint.h>
@@ -79,19 +81,196 @@ dsi_dist *dsi_cli_dist; /* set by main */
 
 static int split(const dsi_cli_par *par) { return par && (par->tp > 1 || par->ep > 1); }
 
+/* ---- ranks that must open the same checkpoint ---- */
+static uint32_t fnv1a(const void *p, size_t n, uint32_t h) {
+  for (size_t i = 0; i < n; i++) h = (h ^ ((const uint8_t *)p)[i]) * 16777619u;
+  return h;
+}
+
+static int by_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* One line per *.safetensors file of dir: its name, size and a hash of
+ * its header (the tensors' names, dtypes, shapes and offsets). */
+static char *manifest(const char *dir) {
+  DIR *dh = opendir(dir);
+  char **names = NULL, *out = NULL;
+  int n = 0, cap = 0;
+  size_t len = 0;
+  for (struct dirent *de; dh && (de = readdir(dh));) {
+    size_t k = strlen(de->d_name);
+    if (k < 12 || strcmp(de->d_name + k - 12, ".safetensors")) continue;
+    if (n == cap) {
+      char **nn = realloc(names, (size_t)(cap = cap ? 2 * cap : 16) * sizeof *nn);
+      if (!nn) break;
+      names = nn;
+    }
+    if (!(names[n] = strdup(de->d_name))) break;
+    n++;
+  }
+  if (dh) closedir(dh);
+  qsort(names, n, sizeof *names, by_name);
+  out = calloc(1, 1);
+  for (int i = 0; i < n && out; i++) {
+    char path[4096], line[512];
+    snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+    FILE *f = fopen(path, "rb");
+    uint64_t hl = 0;
+    uint32_t h = 2166136261u;
+    long long size = -1;
+    if (f && fread(&hl, 8, 1, f) == 1 && hl < (64u << 20)) {
+      char buf[65536];
+      for (uint64_t got = 0; got < hl;) {
+        size_t k = fread(buf, 1, (size_t)DSI_MIN(sizeof buf, hl - got), f);
+        if (!k) break;
+        h = fnv1a(buf, k, h);
+        got += k;
+      }
+    }
+    if (f && !fseek(f, 0, SEEK_END)) size = ftell(f);
+    if (f) fclose(f);
+    int k = snprintf(line, sizeof line, "%s: %lld bytes, header %08x\n", names[i], size, h);
+    char *o = realloc(out, len + (size_t)k + 1);
+    if (!o) {
+      free(out);
+      out = NULL;
+      break;
+    }
+    out = o;
+    memcpy(out + len, line, (size_t)k + 1);
+    len += (size_t)k;
+  }
+  for (int i = 0; i < n; i++) free(names[i]);
+  free(names);
+  return out;
+}
+
+/* where mine differs from rank 0's: a config key, or a manifest line */
+static void describe(int config, const char *mine, const char *theirs, char *why, size_t len) {
+  if (config) {
+    cJSON *a = cJSON_Parse(mine), *b = cJSON_Parse(theirs);
+    const cJSON *x;
+    snprintf(why, len, "config.json is not rank 0's");
+    cJSON_ArrayForEach(x, b) {
+      const cJSON *y = cJSON_GetObjectItemCaseSensitive(a, x->string);
+      char *vx = cJSON_PrintUnformatted(x), *vy = y ? cJSON_PrintUnformatted(y) : NULL;
+      int same = vx && vy && !strcmp(vx, vy);
+      if (!same)
+        snprintf(why, len, "config.json: \"%s\" is %.60s here, %.60s on rank 0", x->string, vy ? vy : "missing", vx ? vx : "?");
+      free(vx);
+      free(vy);
+      if (!same) break;
+    }
+    cJSON_ArrayForEach(x, a) if (!cJSON_GetObjectItemCaseSensitive(b, x->string) && !strcmp(why, "config.json is not rank 0's"))
+      snprintf(why, len, "config.json: \"%s\" is here, not on rank 0", x->string);
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+    return;
+  }
+  const char *p = mine, *q = theirs;
+  while (*p && *p == *q) p++, q++;
+  while (p > mine && p[-1] != '\n') p--, q--;
+  snprintf(why, len, "the checkpoint's files differ from rank 0's: %.*s here; %.*s on rank 0", (int)strcspn(p, "\n"),
+           *p ? p : "nothing more", (int)strcspn(q, "\n"), *q ? q : "nothing more");
+}
+
+/* Every rank must open the same config.json and safetensors files: each
+ * hashes its own; where one differs, rank 0's text goes to all and that
+ * rank names the difference. 0, or 1 on every rank after the message. */
+static int same_everywhere(const char *cmd, const char *dir) {
+  dsi_dist *d = dsi_cli_dist;
+  int N = dsi_dist_size(d), rank = dsi_dist_rank(d), bad = 0;
+  char cfg_path[4096], *text[2] = {NULL, manifest(dir)};
+  size_t n = 0;
+  dsi_err err = {0};
+  snprintf(cfg_path, sizeof cfg_path, "%s/config.json", dir);
+  dsi_read_file(cfg_path, &text[0], &n, &err); /* a missing file hashes as empty: the load says why */
+  int *h = malloc((size_t)N * sizeof(int));
+  for (int k = 0; k < 2 && h; k++) {
+    const char *t = text[k] ? text[k] : "";
+    if (dsi_dist_all_gather_int(d, (int)(fnv1a(t, strlen(t), 2166136261u) & 0x7fffffff), h)) {
+      bad = 1;
+      break;
+    }
+    int differ = 0;
+    for (int r = 1; r < N; r++) differ |= h[r] != h[0];
+    if (!differ) continue;
+    bad = 1;
+    int32_t len = (int32_t)strlen(t);
+    char *zero = NULL;
+    if (!dsi_dist_bcast(d, &len, sizeof len, 0) && (zero = calloc((size_t)len + 1, 1))) {
+      if (rank == 0) memcpy(zero, t, (size_t)len);
+      if (!dsi_dist_bcast(d, zero, (size_t)len, 0) && h[rank] != h[0]) {
+        char why[400];
+        describe(k == 0, t, zero, why, sizeof why);
+        fprintf(stderr, "dsinfer %s: rank %d (%s): %s\n", cmd, rank, dir, why);
+      }
+    }
+    free(zero);
+    if (rank == 0) {
+      fprintf(stderr, "dsinfer %s: the ranks opened different %s; every rank must open the same checkpoint:", cmd,
+              k == 0 ? "configs" : "checkpoints");
+      for (int r = 1; r < N; r++)
+        if (h[r] != h[0]) fprintf(stderr, " rank %d", r);
+      fprintf(stderr, " differ%s from rank 0\n", N > 2 ? "" : "s");
+    }
+    break;
+  }
+  if (!h) bad = 1;
+  free(h);
+  free(text[0]);
+  free(text[1]);
+  return bad;
+}
+
+/* DSINFER_FAULT=die:RANK:N or hang:RANK:N (tests): that rank dies or hangs
+ * at the Nth collective of the forward */
+static void fault_from_env(dsi_dist *d) {
+  const char *f = getenv("DSINFER_FAULT");
+  char kind[8];
+  int rank;
+  unsigned long call;
+  if (!f || sscanf(f, "%7[a-z]:%d:%lu", kind, &rank, &call) != 3) return;
+  d->fault_kind = !strcmp(kind, "die") ? DSI_FAULT_DIE : !strcmp(kind, "hang") ? DSI_FAULT_HANG : DSI_FAULT_NONE;
+  d->fault_rank = rank;
+  d->fault_call = call;
+}
+
 /* this rank's share of the model (all of it in one process) */
 static int open_model(const char *cmd, const char *dir, dsi_load_opts *lo, const dsi_cli_par *par, dsi_model **m) {
   dsi_err err = {0};
   int rank = dsi_dist_rank(dsi_cli_dist);
   *m = NULL;
   if (split(par)) {
+    if (same_everywhere(cmd, dir)) return 1;
     if (par->ep > 1) lo->ep_rank = rank, lo->ep_size = par->ep;
     if (par->tp > 1) lo->tp_rank = rank, lo->tp_size = par->tp;
     if (rank) lo->progress = 0;
+    fault_from_env(dsi_cli_dist);
+    if (dsi_dist_watch(dsi_cli_dist, par->comm_timeout > 0 ? par->comm_timeout : 300)) {
+      fprintf(stderr, "dsinfer %s: out of memory\n", cmd);
+      return 1;
+    }
   }
-  if (dsi_model_open(m, dir, lo, &err)) {
-    *m = NULL;
-    return fail(cmd, &err); /* every rank fails alike: the same files, the same checks */
+  int rc = dsi_model_open(m, dir, lo, &err);
+  if (rc) *m = NULL;
+  if (rc && !split(par)) return fail(cmd, &err);
+  if (split(par)) { /* memory is each rank's own: all go on, or none */
+    if (rc) fprintf(stderr, "dsinfer %s: rank %d: %s\n", cmd, rank, err.msg);
+    int N = dsi_dist_size(dsi_cli_dist), *ok = malloc((size_t)N * sizeof(int)), all = ok != NULL;
+    if (ok && dsi_dist_all_gather_int(dsi_cli_dist, rc == 0, ok)) all = 0;
+    for (int r = 0; all && r < N; r++) all = ok[r];
+    if (!all && rank == 0 && !rc && ok) {
+      fprintf(stderr, "dsinfer %s: rank", cmd);
+      for (int r = 0; r < N; r++)
+        if (!ok[r]) fprintf(stderr, " %d", r);
+      fprintf(stderr, " could not load its share; every rank stops\n");
+    }
+    free(ok);
+    if (!all) {
+      dsi_model_free(*m);
+      *m = NULL;
+      return 1;
+    }
   }
   if (split(par)) { /* what each rank holds */
     dsi_model_info mi;

@@ -87,4 +87,34 @@ err=$(timeout 60 "${mpi[@]}" -np 3 "$bin" logits --model "$m" --tokens 1,2 --tp 
 grep -q 'do not split evenly over 3' <<<"$err" && echo "ok   --tp 3 with 4 heads: $(grep -m1 -o 'do not split.*' <<<"$err")" ||
   bad "--tp 3 with 4 heads: '$err'"
 
+# faults: ranks that open different configs or files fail at start naming
+# the difference; a rank short of memory says so before loading; a hung
+# rank is named by the others within the timeout, a dead one by mpirun
+alt="$scratch/alt"
+rm -rf "$alt"; cp -r "$m" "$alt"
+sed -i 's/"rms_norm_eps": *[0-9.e-]*/"rms_norm_eps": 1e-05/' "$alt/config.json"
+two=(-np 1 "$bin" logits --model "$m" --tokens 1,2 --tp 2 --out "$scratch/x" : -np 1 "$bin" logits --model "$alt"
+     --tokens 1,2 --tp 2 --out "$scratch/x")
+err=$(timeout 60 "${mpi[@]}" "${two[@]}" 2>&1) && bad "different configs ran"
+grep -q 'rank 1 .*config.json: "rms_norm_eps" is 1e-05 here, 1e-06 on rank 0' <<<"$err" &&
+  echo "ok   different configs: $(grep -m1 -o 'rank 1 (.*' <<<"$err")" || bad "different configs: '$err'"
+cp "$m/config.json" "$alt/config.json"
+truncate -s -4 "$alt/model.safetensors"
+err=$(timeout 60 "${mpi[@]}" "${two[@]}" 2>&1) && bad "different checkpoints ran"
+grep -q "rank 1 .*the checkpoint's files differ from rank 0's: model.safetensors" <<<"$err" &&
+  echo "ok   different checkpoint files: named" || bad "different checkpoints: '$err'"
+err=$(DSINFER_MEM_AVAILABLE_MB=1 timeout 60 "${mpi[@]}" -np 2 "$bin" logits --model "$m" --tokens 1,2 --tp 2 \
+  --out "$scratch/x" 2>&1) && bad "a rank short of memory ran"
+grep -q "rank 1: .*this rank's share need .* MB and 1.0 MB of memory are available" <<<"$err" &&
+  echo "ok   short of memory: $(grep -m1 -o 'rank 1: .*' <<<"$err")" || bad "short of memory: '$err'"
+t0=$(date +%s)
+err=$(DSINFER_FAULT=hang:1:5 timeout 60 "${mpi[@]}" -np 2 "$bin" logits --model "$m" --tokens 1,2,3 --tp 2 \
+  --comm-timeout 2 --out "$scratch/x" 2>&1) && bad "a hung rank went unnoticed"
+grep -q 'rank 0: .* has waited [0-9]* s: rank 1 did not reach it' <<<"$err" &&
+  echo "ok   a hung rank: named in $(( $(date +%s) - t0 )) s: $(grep -m1 -o 'rank 0: .*' <<<"$err")" || bad "a hung rank: '$err'"
+err=$(DSINFER_FAULT=die:1:5 timeout 60 "${mpi[@]}" -np 2 "$bin" logits --model "$m" --tokens 1,2,3 --tp 2 \
+  --out "$scratch/x" 2>&1) && bad "a dead rank went unnoticed"
+grep -qi 'rank 1 .*exited on signal 9\|rank 1.*killed' <<<"$err" && echo "ok   a dead rank: named by mpirun" ||
+  bad "a dead rank: '$err'"
+
 [ $fails -eq 0 ] && echo "mpi: all passed" || { echo "mpi: $fails failed"; exit 1; }
