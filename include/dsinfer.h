@@ -430,6 +430,7 @@ typedef struct dsi_phase_stats {
   double wall_s, ops_s, dispatch_share;
   double flops, weight_bytes, act_bytes;
   double comm_s, comm_bytes;
+  double attention_s, moe_s, dense_s, lm_head_s, other_s; /* the other categories' time */
 } dsi_phase_stats;
 int dsi_engine_profile_stats(dsi_engine *e, int prefill, dsi_phase_stats *out);
 

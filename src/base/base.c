@@ -169,16 +169,18 @@ static size_t status_kb(const char *key) {
 }
 size_t dsi_rss_bytes(void) { return status_kb("VmRSS:"); }
 
-size_t dsi_mem_available(void) {
+static size_t meminfo_kb(const char *key) {
   FILE *f = fopen("/proc/meminfo", "r");
   if (!f) return 0;
   char line[256];
-  size_t kb = 0;
+  size_t kb = 0, klen = strlen(key);
   while (fgets(line, sizeof line, f))
-    if (!strncmp(line, "MemAvailable:", 13)) { kb = strtoull(line + 13, NULL, 10); break; }
+    if (!strncmp(line, key, klen)) { kb = strtoull(line + klen, NULL, 10); break; }
   fclose(f);
   return kb * 1024;
 }
+size_t dsi_mem_available(void) { return meminfo_kb("MemAvailable:"); }
+size_t dsi_mem_total(void) { return meminfo_kb("MemTotal:"); }
 size_t dsi_peak_rss_bytes(void) { return status_kb("VmHWM:"); }
 void dsi_rss_reset_peak(void) {
   FILE *f = fopen("/proc/self/clear_refs", "w"); /* "5" resets VmHWM to VmRSS */

@@ -59,6 +59,7 @@ size_t dsi_rss_bytes(void);
 size_t dsi_peak_rss_bytes(void);
 /* the kernel's estimate of memory available without swapping (MemAvailable); 0 unknown */
 size_t dsi_mem_available(void);
+size_t dsi_mem_total(void); /* MemTotal; 0 unknown */
 /* start the peak afresh from the current RSS (where the kernel allows) */
 void dsi_rss_reset_peak(void);
 

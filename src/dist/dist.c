@@ -1,6 +1,7 @@
 /* dist: a world of one, or MPI_COMM_WORLD (see dist.h). */
 #include "dist/dist.h"
 
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -130,19 +131,27 @@ static void enter(dsi_dist *d, const char *what) {
   }
 }
 
-/* wait for req: polling (MPI progresses inside MPI_Test), then napping;
- * watch: bounded by the timeout (a forward's collective), else forever
- * (a follower waiting for rank 0's next step) */
+/* Wait for req, polling (MPI progresses inside MPI_Test): spinning at
+ * first, then yielding the core between polls (another rank or a thread
+ * on it may be the one we wait for), and past 10 ms napping, so a long
+ * wait (a follower waiting for rank 0's next step) costs no CPU. watch:
+ * bounded by the timeout (a forward's collective), else forever. */
 static int finish(dsi_dist *d, MPI_Request *req, const char *what, int watch) {
-  double t0 = dsi_now();
+  double t0 = 0, t = 0;
   for (long i = 0;; i++) {
     int done = 0, rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) return mpi_status(rc, what);
     if (done) return DSI_OK;
-    if (i < 2000) continue;
-    struct timespec nap = {0, i < 20000 ? 20000 : 500000};
+    if (i < 64) continue;
+    if (i == 64) t0 = dsi_now();
+    if ((i & 15) == 0) t = dsi_now() - t0;
+    if (t < 0.01) {
+      sched_yield();
+      continue;
+    }
+    struct timespec nap = {0, 200000};
     nanosleep(&nap, NULL);
-    if (!watch || d->timeout_s <= 0 || (i & 63) || dsi_now() - t0 < d->timeout_s) continue;
+    if (!watch || d->timeout_s <= 0 || t < d->timeout_s) continue;
     drain_notes(d);
     char who[256] = "";
     size_t at = 0;
@@ -150,7 +159,7 @@ static int finish(dsi_dist *d, MPI_Request *req, const char *what, int watch) {
       if (r != d->rank && d->seen && d->seen[r] < d->entered)
         at += (size_t)snprintf(who + at, sizeof who - at, "%s%d", at ? ", " : "", r);
     dsi_log(DSI_LOG_ERROR, "rank %d: %s (collective %lu) has waited %.0f s: rank%s %s did not reach it (hung or dead); "
-            "ending every rank", d->rank, what, d->entered, dsi_now() - t0, strchr(who, ',') ? "s" : "",
+            "ending every rank", d->rank, what, d->entered, t, strchr(who, ',') ? "s" : "",
             at ? who : "(unknown)");
     MPI_Abort(MPI_COMM_WORLD, 3);
     return DSI_E_IO;

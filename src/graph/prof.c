@@ -335,6 +335,11 @@ void dsi_prof_phase_stats(const dsi_prof *p, int prefill, dsi_phase_stats *out) 
   out->ops_s = h->ops;
   out->dispatch_share = h->wall > 0 ? (h->wall - h->ops) / h->wall : 0;
   out->comm_s = h->cat[DSI_PROF_COMM].time;
+  out->attention_s = h->cat[DSI_PROF_ATTN].time;
+  out->moe_s = h->cat[DSI_PROF_MOE].time;
+  out->dense_s = h->cat[DSI_PROF_DENSE].time;
+  out->lm_head_s = h->cat[DSI_PROF_LM_HEAD].time;
+  out->other_s = h->cat[DSI_PROF_OTHER].time;
   out->comm_bytes = h->cat[DSI_PROF_COMM].bytes;
   for (int c = 0; c < DSI_PROF_N_CAT; c++) {
     out->flops += h->cat[c].flops;

@@ -60,40 +60,9 @@ static int bench_kernels(int argc, char **argv) {
 }
 
 /* ---- bench --model under mpirun: what the ranks exchange ---- */
-/* The bytes a rank sends to the others per token of a step, in f32
- * activations, from the model's shape: under tensor parallelism each
- * layer's reduce side (reduce-scatter: (N-1)/N of a [T, hidden] tensor;
- * all-reduce: twice that) and the all-gather ((N-1)/N); the expert
- * dispatch and combine (a token's row to each other rank holding one of
- * its experts: a share p of them under uniform routing, p = 1 - C(E - E/N,
- * K) / C(E, K)); or, experts split alone, each MoE layer's all-reduce. */
-typedef struct {
-  double reduce, gather, a2a; /* bytes a token */
-} comm_model;
-
-static comm_model comm_per_token(const dsi_config *c, const dsi_cli_par *par, int N) {
-  comm_model m = {0};
-  if (N < 2) return m;
-  double r = (double)(N - 1) / N, row = 4.0 * c->hidden_size;
-  int L = c->num_hidden_layers, Lm = 0, E = c->n_routed_experts, K = c->num_experts_per_tok;
-  for (int l = 0; l < L; l++) Lm += dsi_config_is_moe_layer(c, l);
-  if (par->tp < 2) {
-    m.reduce = Lm * 2 * r * row;
-    return m;
-  }
-  m.reduce = L * (par->tp_to_ep == DSI_TP_TO_EP_ALLREDUCE ? 2 : 1) * r * row;
-  m.gather = L * r * row;
-  if (par->ep > 1) {
-    double none = 1; /* a given other rank holds none of the token's K experts */
-    for (int i = 0; i < K; i++) none *= (double)(E - E / N - i) / (E - i);
-    m.a2a = Lm * r * (1 - none) * (4.0 * (c->hidden_size + 2 * K) + row);
-  }
-  return m;
-}
-
 static void comm_report(const dsi_config *c, const dsi_cli_par *par, dsi_engine *e, int json) {
   int N = dsi_dist_size(dsi_cli_dist);
-  comm_model cm = comm_per_token(c, par, N);
+  dsi_comm_model cm = dsi_comm_per_token(c, par->tp, par->ep, par->tp_to_ep, N);
   double per_tok = cm.reduce + cm.gather + cm.a2a;
   const char *mode = par->tp < 2 ? "experts split, all_reduce" : par->tp_to_ep == DSI_TP_TO_EP_ALLREDUCE ? "allreduce" : "rs-ag";
   if (json)

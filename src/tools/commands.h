@@ -10,6 +10,7 @@ int dsi_cmd_generate(int argc, char **argv);
 int dsi_cmd_perplexity(int argc, char **argv); /* cmd_perplexity.c */
 int dsi_cmd_mkmodel(int argc, char **argv);
 int dsi_cmd_bench(int argc, char **argv);
+int dsi_cmd_plan(int argc, char **argv); /* cmd_plan.c */
 int dsi_cmd_profile(int argc, char **argv); /* cmd_profile.c */
 /* cmd_bench.c: B sequences of P random tokens (from seed) prefilled in one
  * batch, then G greedy decode steps; 0, or 1 when the engine failed */

@@ -27,6 +27,25 @@ typedef struct dsi_mkmodel_opts {
 /* DSI_E_INVAL: an option is wrong (its message names it); DSI_E_IO: the
  * folder (not empty without force, or not writable) */
 int dsi_mkmodel(const dsi_mkmodel_opts *o, dsi_err *err);
+/* the config of a preset (tiny, small, bench, v3slice, or v3: DeepSeek-V3
+ * 671B); 0 if the name is unknown */
+typedef struct dsi_config dsi_config;
+int dsi_mkmodel_preset(dsi_config *c, const char *name);
+
+/* ---- what ranks send (cmd_plan.c) ---- */
+/* The bytes one rank sends to the others per token of a step, in f32
+ * activations, from the model's shape, with heads split over tp ranks and
+ * experts over ep of N: under tensor parallelism each layer's reduce side
+ * (reduce-scatter: (N-1)/N of a [T, hidden] tensor; all-reduce: twice
+ * that) and all-gather ((N-1)/N), and the expert dispatch and combine (a
+ * token's row to each other rank holding one of its experts: a share p of
+ * them under uniform routing, p = 1 - C(E - E/N, K) / C(E, K)); with
+ * experts split alone, each MoE layer's all-reduce. collectives: per step. */
+typedef struct dsi_comm_model {
+  double reduce, gather, a2a;
+  int collectives;
+} dsi_comm_model;
+dsi_comm_model dsi_comm_per_token(const dsi_config *c, int tp, int ep, int tp_to_ep, int N);
 
 /* ---- the kernels alone (bench_kernels.c) ---- */
 typedef struct dsi_bench_kernels_opts {

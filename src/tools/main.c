@@ -20,6 +20,7 @@ static const struct {
   {"generate", dsi_cmd_generate, "generate token ids from a prompt of ids; report speed"},
   {"profile", dsi_cmd_profile, "profile one prefill and decode steps: time per op, Chrome trace"},
   {"logits", dsi_cmd_logits, "write every position's logits of one or more sequences"},
+  {"plan", dsi_cmd_plan, "predict tokens/s and memory across nodes for each layout, from rates measured here"},
   {"perplexity", dsi_cmd_perplexity, "perplexity of a text file in windows (as llama-perplexity), --json"},
   {"run", dsi_cmd_run, "generate text from a prompt, streamed (with --chat: through the chat template)"},
   {"serve", dsi_cmd_serve, "serve the OpenAI API (chat, completions), metrics and a chat page over HTTP"},

@@ -68,10 +68,12 @@ static const mk_preset k_presets[] = {
   /* DeepSeek-V3's exact per-layer dims, one dense and one MoE layer; 16
    * experts in 8 groups of 2, keep 4 groups: 8 candidates for top-8 */
   {"v3slice",  7168,   2, 18432, 128, 1536, 512, 128, 64, 128,  16, 8, 8, 4, 2048, 129280, 163840, 40, 4096},
+  /* DeepSeek-V3 671B itself (3 dense layers): for `dsinfer plan`, too big to write */
+  {"v3",       7168,  61, 18432, 128, 1536, 512, 128, 64, 128, 256, 8, 8, 4, 2048, 129280, 163840, 40, 4096},
 };
 
 /* Fills c for a named preset; 0 if the name is unknown. */
-static int preset_fill(dsi_config *c, const char *name) {
+int dsi_mkmodel_preset(dsi_config *c, const char *name) {
   const mk_preset *p = NULL;
   for (size_t i = 0; i < DSI_ARRAY_LEN(k_presets); i++)
     if (!strcmp(name, k_presets[i].name)) p = &k_presets[i];
@@ -93,6 +95,7 @@ static int preset_fill(dsi_config *c, const char *name) {
   c->moe_intermediate_size = p->moe_inter;
   c->vocab_size = p->vocab;
   c->max_position_embeddings = p->max_pos;
+  if (!strcmp(name, "v3")) c->first_k_dense_replace = 3;
   if (p->yarn_factor > 0) {
     /* DeepSeek-V3's rope_scaling block, the context scaled down */
     c->rope_yarn = 1;
@@ -608,7 +611,10 @@ int dsi_mkmodel(const dsi_mkmodel_opts *o, dsi_err *err) {
   if (!o || !o->preset || !o->dtype || !o->out_dir || !*o->out_dir)
     return dsi_errf(err, DSI_E_INVAL, "a preset, a dtype and an output folder are required");
   mk_plan p = {0};
-  if (!preset_fill(&p.cfg, o->preset))
+  if (!strcmp(o->preset, "v3"))
+    return dsi_errf(err, DSI_E_INVAL, "--preset v3 is DeepSeek-V3 671B itself (about 700 GB): `dsinfer plan --preset v3` "
+                    "models it; mkmodel writes tiny, small, bench and v3slice");
+  if (!dsi_mkmodel_preset(&p.cfg, o->preset))
     return dsi_errf(err, DSI_E_INVAL, "--preset '%s' is not one of tiny, small, bench, v3slice", o->preset);
   if (strcmp(o->dtype, "f32") && strcmp(o->dtype, "bf16") && strcmp(o->dtype, "fp8"))
     return dsi_errf(err, DSI_E_INVAL, "--dtype '%s' is not one of f32, bf16, fp8", o->dtype);

@@ -87,6 +87,14 @@ err=$(timeout 60 "${mpi[@]}" -np 3 "$bin" logits --model "$m" --tokens 1,2 --tp 
 grep -q 'do not split evenly over 3' <<<"$err" && echo "ok   --tp 3 with 4 heads: $(grep -m1 -o 'do not split.*' <<<"$err")" ||
   bad "--tp 3 with 4 heads: '$err'"
 
+# bench's communication report: with every expert on every rank (no
+# dispatch) the bytes sent per step equal the analytic count exactly
+j=$("${mpi[@]}" -np 2 "$bin" bench --model "$m" --threads 1 --tp 2 --ep 1 --prompt-len 16 --gen-len 4 --reps 1 --json 2>/dev/null)
+sent=$(grep -o '"prefill_comm_bytes_per_step":[0-9]*' <<<"$j" | cut -d: -f2)
+want=$(grep -o '"prefill_comm_bytes_analytic":[0-9]*' <<<"$j" | cut -d: -f2)
+[ -n "$sent" ] && [ "$sent" = "$want" ] && [ "$sent" -gt 0 ] && echo "ok   bench --tp 2: $sent bytes a prefill step, as counted" ||
+  bad "bench --tp 2 bytes: sent '$sent', analytic '$want'"
+
 # faults: ranks that open different configs or files fail at start naming
 # the difference; a rank short of memory says so before loading; a hung
 # rank is named by the others within the timeout, a dead one by mpirun

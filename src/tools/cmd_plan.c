@@ -1,0 +1,382 @@
+/* tools: `dsinfer plan` — a cost model of the model across ranks. It
+ * measures this engine on a checkpoint here (one process: prefill and
+ * decode, the profiler's time per category of op), turns that into rates
+ * (bytes per second where decode streams weights, FLOP/s where prefill
+ * computes), and predicts prefill and decode tokens/s, per-node memory
+ * and the share spent communicating for a model (the checkpoint's, or
+ * DeepSeek-V3 671B's) on K nodes, for each layout of heads and experts;
+ * it picks the one with the fastest decode that fits. The work each rank
+ * does under each layout and the bytes it sends are the engine's own
+ * (forward.c's layouts, the collectives' counts); see the README for the
+ * model's terms and its validation against measured runs. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "model/config.h"
+#include "dsinfer.h"
+#include "tools/cli.h"
+#include "tools/commands.h"
+#include "tools/internal.h"
+
+/* ---- what ranks send: bytes per token of a step (f32 activations) ---- */
+dsi_comm_model dsi_comm_per_token(const dsi_config *c, int tp, int ep, int tp_to_ep, int N) {
+  dsi_comm_model m = {0};
+  if (N < 2) return m;
+  double r = (double)(N - 1) / N, row = 4.0 * c->hidden_size;
+  int L = c->num_hidden_layers, Lm = 0, E = c->n_routed_experts, K = c->num_experts_per_tok;
+  for (int l = 0; l < L; l++) Lm += dsi_config_is_moe_layer(c, l);
+  if (tp < 2) { /* experts split alone: each MoE layer's all-reduce */
+    m.reduce = Lm * 2 * r * row;
+    m.collectives = Lm;
+    return m;
+  }
+  m.reduce = L * (tp_to_ep == DSI_TP_TO_EP_ALLREDUCE ? 2 : 1) * r * row;
+  m.gather = L * r * row;
+  m.collectives = 2 * L;
+  if (ep > 1) {
+    double none = 1; /* a given other rank holds none of the token's K experts */
+    for (int i = 0; i < K; i++) none *= (double)(E - E / N - i) / (E - i);
+    m.a2a = Lm * r * (1 - none) * (4.0 * (c->hidden_size + 2 * K) + row);
+    m.collectives += 3 * Lm;
+  }
+  return m;
+}
+
+/* ---- the work of a step, by category, on the busiest rank ---- */
+typedef struct {
+  double attn, moe, dense, lm, other;
+} cats;
+
+typedef struct {
+  const dsi_config *c;
+  double wb;          /* bytes a weight */
+  double attn_rep;    /* params: q_a, kv_a (replicated under tensor parallelism) */
+  double attn_split;  /* params: q_b (q_proj), kv_b, o_proj (split by heads) */
+  double expert;      /* params of one routed expert */
+  double shared, dense, lm; /* params: every layer's shared experts, dense MLPs; lm_head */
+  double router;      /* params of the routers */
+  int L, Lm;
+} shape;
+
+static double weight_bytes_of(const char *dtype) {
+  if (!strcmp(dtype, "fp8") || !strcmp(dtype, "int8")) return 1.0 + 4.0 / (128 * 128);
+  if (!strcmp(dtype, "f32")) return 4;
+  return 2;
+}
+
+static shape shape_of(const dsi_config *c, const char *dtype) {
+  shape s = {.c = c, .wb = weight_bytes_of(dtype), .L = c->num_hidden_layers};
+  double D = c->hidden_size, H = c->num_attention_heads, qk = c->qk_nope_head_dim + c->qk_rope_head_dim;
+  double I = c->moe_intermediate_size, kv = (double)c->kv_lora_rank + c->qk_rope_head_dim;
+  for (int l = 0; l < s.L; l++) {
+    int moe = dsi_config_is_moe_layer(c, l);
+    s.Lm += moe;
+    if (c->q_lora_rank > 0) {
+      s.attn_rep += D * c->q_lora_rank;
+      s.attn_split += c->q_lora_rank * H * qk;
+    } else {
+      s.attn_split += D * H * qk;
+    }
+    s.attn_rep += D * kv;
+    s.attn_split += H * (c->qk_nope_head_dim + c->v_head_dim) * c->kv_lora_rank + H * c->v_head_dim * D;
+    if (moe) {
+      s.shared += 3 * D * I * c->n_shared_experts;
+      s.router += D * c->n_routed_experts;
+    } else {
+      s.dense += 3 * D * c->intermediate_size;
+    }
+  }
+  s.expert = 3 * D * I;
+  s.lm = (double)c->vocab_size * D;
+  return s;
+}
+
+/* The most distinct experts one rank of N runs in a decode step of B
+ * tokens, each routed to K of E at random (the mean of the maximum over
+ * ranks, from fixed random draws). */
+static double busiest_experts(int E, int K, int B, int N) {
+  uint64_t x = 88172645463325252ull;
+  double sum = 0;
+  const int draws = 400;
+  uint8_t *hit = calloc(E, 1);
+  int *per = calloc(N, sizeof(int));
+  if (!hit || !per) {
+    free(hit);
+    free(per);
+    return (double)K * B / N + 1;
+  }
+  for (int d = 0; d < draws; d++) {
+    memset(hit, 0, E);
+    memset(per, 0, N * sizeof(int));
+    for (int b = 0; b < B; b++)
+      for (int k = 0; k < K;) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        int e = (int)(x % (uint64_t)E);
+        if (hit[e] & 2) continue; /* this token's experts are distinct */
+        hit[e] |= 2;
+        k++;
+        if (!(hit[e] & 1)) per[(int)((int64_t)e * N / E)]++;
+        hit[e] |= 1;
+      }
+    int most = 0;
+    for (int r = 0; r < N; r++) most = per[r] > most ? per[r] : most;
+    sum += most;
+    for (int e = 0; e < E; e++) hit[e] &= 1;
+  }
+  free(hit);
+  free(per);
+  return sum / draws;
+}
+
+/* decode: weight (and cache) bytes the busiest rank reads in a step of B
+ * tokens at context ctx; tp, ep: the ranks heads and experts split over */
+static cats decode_bytes(const shape *s, int tp, int ep, int N, int B, double ctx) {
+  const dsi_config *c = s->c;
+  double row = (double)c->kv_lora_rank + c->qk_rope_head_dim;
+  cats w = {0};
+  /* the latent cache is shared by the heads: every rank reads all of it */
+  w.attn = (s->attn_rep + s->attn_split / tp) * s->wb + (double)B * ctx * row * 2 * s->L;
+  double experts = busiest_experts(c->n_routed_experts, c->num_experts_per_tok, B, ep > 1 ? N : 1);
+  /* a rank with any of the step's tokens reads all of the shared and dense weights */
+  w.moe = experts * s->expert * s->wb * s->Lm + s->shared * s->wb + s->router * 4;
+  w.dense = s->dense * s->wb;
+  w.lm = s->lm * s->wb;
+  w.other = B;
+  return w;
+}
+
+/* prefill: FLOPs of the busiest rank for P tokens (lm_head: the last
+ * position's weight bytes) */
+static cats prefill_flops(const shape *s, int tp, int ep, int N, int P) {
+  const dsi_config *c = s->c;
+  double H = c->num_attention_heads, T = P, split = tp > 1 ? N : 1;
+  cats w = {0};
+  double core = 2.0 * T * (T / 2) * (H / tp) * (2.0 * c->kv_lora_rank + c->qk_rope_head_dim) * s->L;
+  w.attn = 2 * T * (s->attn_rep + s->attn_split / tp) + core;
+  w.moe = 2 * T * c->num_experts_per_tok / (ep > 1 ? N : split) * s->expert * s->Lm + 2 * T / split * s->shared +
+          2 * T / split * s->router;
+  w.dense = 2 * T / split * s->dense;
+  w.lm = s->lm * s->wb;
+  w.other = T / split; /* norms and adds, half of them on the FFN's tokens */
+  return w;
+}
+
+/* ---- calibration: this engine on a checkpoint here ---- */
+typedef struct {
+  cats t_dec, t_pre; /* seconds a step by category */
+  double disp_dec, disp_pre;
+  double pre_tps, dec_tps;
+  cats rate_dec, rate_pre; /* work per second */
+  int threads, P, G;
+  double read_gbs;
+  char dtype[16], isa[16];
+} calib;
+
+static cats cats_of(const dsi_phase_stats *st) {
+  double n = st->steps ? st->steps : 1;
+  return (cats){st->attention_s / n, st->moe_s / n, st->dense_s / n, st->lm_head_s / n, st->other_s / n};
+}
+
+static double ratio(double a, double b) { return b > 0 ? a / b : 0; }
+
+static int calibrate(const char *dir, int threads, int P, int G, const dsi_config *c, const dsi_peaks *pk, calib *k) {
+  dsi_model *m;
+  dsi_engine *e;
+  dsi_load_opts lo = {.n_threads = threads};
+  dsi_engine_opts eo = {.n_threads = threads, .max_tokens = 512, .max_context = P + G + 1,
+                        .kv_blocks = (P + G + 64) / 64 + 1, .profile = 1};
+  dsi_cli_env_opts(&lo, &eo);
+  if (dsi_cli_open("plan", dir, &lo, &eo, NULL, &m, &e)) return 1;
+  dsi_model_info info;
+  dsi_model_get_info(m, &info);
+  dsi_bench_result r;
+  int rc = dsi_bench_run(e, info.vocab_size, DSI_MIN(P, 16), 2, 1, 99, &r); /* warm-up */
+  dsi_engine_profile_reset(e);
+  for (int i = 0; i < 2 && !rc; i++) rc = dsi_bench_run(e, info.vocab_size, P, G, 1, (uint64_t)i + 1, &r);
+  dsi_phase_stats pre, dec;
+  if (!rc && !dsi_engine_profile_stats(e, 1, &pre) && !dsi_engine_profile_stats(e, 0, &dec) && pre.steps && dec.steps) {
+    k->t_pre = cats_of(&pre);
+    k->t_dec = cats_of(&dec);
+    k->disp_pre = (pre.wall_s - pre.ops_s) / pre.steps;
+    k->disp_dec = (dec.wall_s - dec.ops_s) / dec.steps;
+    k->pre_tps = pre.tokens / pre.wall_s;
+    k->dec_tps = dec.tokens / dec.wall_s;
+  } else {
+    fprintf(stderr, "dsinfer plan: the calibration run failed: %s\n", rc ? dsi_engine_error(e)->msg : "no steps recorded");
+    rc = 1;
+  }
+  k->threads = threads > 0 ? threads : dsi_default_threads();
+  k->P = P;
+  k->G = G;
+  k->read_gbs = pk->read_gbs;
+  snprintf(k->dtype, sizeof k->dtype, "%s", info.weight_dtype);
+  snprintf(k->isa, sizeof k->isa, "%s", dsi_engine_isa(e));
+  dsi_engine_free(e);
+  dsi_model_free(m);
+  if (rc) return 1;
+  shape s = shape_of(c, k->dtype);
+  cats wd = decode_bytes(&s, 1, 1, 1, 1, P + G / 2.0), wp = prefill_flops(&s, 1, 1, 1, P);
+  k->rate_dec = (cats){ratio(wd.attn, k->t_dec.attn), ratio(wd.moe, k->t_dec.moe), ratio(wd.dense, k->t_dec.dense),
+                       ratio(wd.lm, k->t_dec.lm), ratio(wd.other, k->t_dec.other)};
+  k->rate_pre = (cats){ratio(wp.attn, k->t_pre.attn), ratio(wp.moe, k->t_pre.moe), ratio(wp.dense, k->t_pre.dense),
+                       ratio(wp.lm, k->t_pre.lm), ratio(wp.other, k->t_pre.other)};
+  return 0;
+}
+
+/* ---- prediction ---- */
+typedef struct {
+  int K;              /* nodes (ranks) */
+  double mem_bw, link_bw, link_lat; /* GB/s per node, GB/s, seconds */
+  double cpu;         /* a node's compute against the calibration's threads */
+  int P, B, ctx;
+} target;
+
+typedef struct {
+  const char *name;
+  int tp, ep, tp_to_ep;
+  double pre_tps, dec_tps, pre_comm, dec_comm; /* comm: share of the step */
+  double weights, kv;                           /* bytes a node */
+} layout_pred;
+
+static double spend(const cats *w, const cats *rate, double scale_bw, double scale_cpu, int decode) {
+  double t = 0, s = decode ? scale_bw : scale_cpu;
+  const double *wv = &w->attn, *rv = &rate->attn;
+  for (int i = 0; i < 4; i++)
+    if (rv[i] > 0) t += wv[i] / (rv[i] * (i == 3 ? scale_bw : s));
+  if (rv[4] > 0) t += wv[4] / (rv[4] * scale_cpu);
+  return t;
+}
+
+static void predict(const calib *k, const shape *s, const target *tg, layout_pred *lp) {
+  const dsi_config *c = s->c;
+  int N = tg->K, tp = lp->tp, ep = lp->ep;
+  double bw = tg->mem_bw / k->read_gbs, cpu = tg->cpu;
+  dsi_comm_model cm = dsi_comm_per_token(c, tp, ep, lp->tp_to_ep, N);
+  double lat = tg->link_lat * (N - 1) * (1 + (tp < 2)); /* ring steps; an all-reduce has twice */
+  double per_tok = cm.reduce + cm.gather + cm.a2a, coll = cm.collectives + 1;
+  /* decode: B tokens a step */
+  cats wd = decode_bytes(s, tp, ep, N, tg->B, tg->P + 64);
+  double comm_d = N > 1 ? per_tok * tg->B / (tg->link_bw * 1e9) + coll * lat : 0;
+  double td = spend(&wd, &k->rate_dec, bw, cpu, 1) + k->disp_dec + comm_d;
+  cats wp = prefill_flops(s, tp, ep, N, tg->P);
+  double comm_p = N > 1 ? per_tok * tg->P / (tg->link_bw * 1e9) + coll * lat : 0;
+  double tpf = spend(&wp, &k->rate_pre, bw, cpu, 0) + k->disp_pre + comm_p;
+  lp->dec_tps = tg->B / td;
+  lp->pre_tps = tg->P / tpf;
+  lp->dec_comm = comm_d / td;
+  lp->pre_comm = comm_p / tpf;
+  /* a node's memory: its weights and the latent cache of B sequences of ctx */
+  double E = c->n_routed_experts, row = (double)c->kv_lora_rank + c->qk_rope_head_dim;
+  lp->weights = (s->attn_rep + s->attn_split / tp + s->expert * s->Lm * E / ep + s->shared + s->dense + s->lm) * s->wb +
+                (double)c->vocab_size * c->hidden_size * s->wb + s->router * 4;
+  lp->kv = (double)tg->B * tg->ctx * row * 2 * s->L;
+}
+
+int dsi_cmd_plan(int argc, char **argv) {
+  const char *model = NULL, *preset = NULL;
+  int K = 1, threads = 0, P = 256, B = 1, ctx = 4096, json = 0, colocated = 0;
+  float mem_bw = 0, link_bw = 0, lat_us = -1, node_mem = 0;
+  const dsi_opt opts[] = {
+    {"--model", NULL, OPT_STR, &model, "checkpoint to measure this engine on (and to plan for, without --preset)"},
+    {"--preset", NULL, OPT_STR, &preset, "plan for a preset's shape instead: v3 (DeepSeek-V3 671B), v3slice, bench, small, tiny"},
+    {"--nodes", NULL, OPT_INT, &K, "nodes (ranks), default 1", 1, 4096},
+    {"--mem-bw", NULL, OPT_FLOAT, &mem_bw, "a node's memory read bandwidth, GB/s (default: measured here)", 0, 1e5},
+    {"--link-bw", NULL, OPT_FLOAT, &link_bw, "bandwidth between nodes, GB/s (default 12.5, 100 Gb/s; --colocated: this machine's copy rate)", 0, 1e5},
+    {"--link-latency", NULL, OPT_FLOAT, &lat_us, "latency of one message between nodes, us (default 5; --colocated 20)", 0, 1e6},
+    {"--node-mem", NULL, OPT_FLOAT, &node_mem, "a node's memory, GB (default: this machine's)", 0, 1e6},
+    {"--threads", NULL, OPT_INT, &threads, "threads the calibration runs, and a node's (default: all cores)", 0, dsi_cli_max_threads()},
+    {"--colocated", NULL, OPT_FLAG, &colocated, "the ranks share this machine (mpirun on one box): each gets 1/K of its bandwidth and cores"},
+    {"--prompt-len", NULL, OPT_INT, &P, "prompt tokens for prefill (default 256)", 16, 512},
+    {"--batch", NULL, OPT_INT, &B, "sequences decoded together (default 1)", 1, 256},
+    {"--ctx", NULL, OPT_INT, &ctx, "context a sequence's KV cache holds, for the memory (default 4096)", 1, 1 << 24},
+    {"--json", NULL, OPT_FLAG, &json, "one JSON object"},
+    {0}};
+  int rc = dsi_cli_parse("plan", "--model DIR [--preset v3] --nodes K [--mem-bw GB/s] [--link-bw GB/s] [--link-latency us] [--colocated] [--json]",
+                         opts, argc, argv);
+  if (rc) return rc == 1 ? 0 : 2;
+  if (!model)
+    return dsi_cli_usage_error("plan", "--model is required: the plan measures this engine on a checkpoint here "
+                               "(e.g. one from `dsinfer mkmodel --preset bench`)");
+  if (dsi_dist_size(dsi_cli_dist) > 1) return dsi_cli_usage_error("plan", "plan runs in one process (not under mpirun)");
+  dsi_config cal_cfg, cfg;
+  dsi_err err = {0};
+  if (dsi_config_load(&cal_cfg, model, &err)) {
+    fprintf(stderr, "dsinfer plan: %s\n", err.msg);
+    return 1;
+  }
+  cfg = cal_cfg;
+  if (preset && !dsi_mkmodel_preset(&cfg, preset))
+    return dsi_cli_usage_error("plan", "--preset '%s' is not one of v3, v3slice, bench, small, tiny", preset);
+  if ((int64_t)P + 64 + 1 > cal_cfg.max_position_embeddings)
+    return dsi_cli_usage_error("plan", "--prompt-len %d does not fit the checkpoint's context", P);
+  calib k = {0};
+  dsi_peaks pk;
+  dsi_measure_peaks(threads, &pk);
+  if (calibrate(model, threads, P, 64, &cal_cfg, &pk, &k)) return 1;
+  target tg = {.K = K, .P = P, .B = B, .ctx = ctx, .cpu = 1};
+  tg.mem_bw = mem_bw > 0 ? mem_bw : k.read_gbs;
+  if (colocated) { /* K ranks on this machine: shares of its bandwidth and cores */
+    tg.mem_bw = (mem_bw > 0 ? mem_bw : k.read_gbs) / K;
+    tg.cpu = 1.0 / K;
+  }
+  tg.link_bw = link_bw > 0 ? link_bw : colocated ? pk.triad_gbs / 3 : 12.5;
+  tg.link_lat = (lat_us >= 0 ? lat_us : colocated ? 20 : 5) * 1e-6;
+  double mem = node_mem > 0 ? node_mem * 1e9 : (double)dsi_mem_total();
+  /* the planned model's dtype: the checkpoint's, or a preset's FP8 (V3 ships FP8) */
+  shape s = shape_of(&cfg, preset ? "fp8" : k.dtype);
+  layout_pred lp[4];
+  int n = 0;
+  lp[n++] = (layout_pred){.name = K > 1 ? "ep" : "one", .tp = 1, .ep = K};
+  if (K > 1 && cfg.num_attention_heads % K == 0) {
+    lp[n++] = (layout_pred){.name = "tp rs-ag", .tp = K, .ep = K, .tp_to_ep = DSI_TP_TO_EP_RS_AG};
+    lp[n++] = (layout_pred){.name = "tp allreduce", .tp = K, .ep = K, .tp_to_ep = DSI_TP_TO_EP_ALLREDUCE};
+    lp[n++] = (layout_pred){.name = "tp whole-experts", .tp = K, .ep = 1, .tp_to_ep = DSI_TP_TO_EP_RS_AG};
+  }
+  int pick = -1;
+  for (int i = 0; i < n; i++) {
+    predict(&k, &s, &tg, &lp[i]);
+    int fits = lp[i].weights + lp[i].kv <= 0.9 * mem;
+    if (fits && (pick < 0 || lp[i].dec_tps > lp[pick].dec_tps * 1.02 ||
+                 (lp[i].dec_tps >= lp[pick].dec_tps * 0.98 && lp[i].pre_tps > lp[pick].pre_tps)))
+      pick = i;
+  }
+  const char *target_name = preset ? preset : model;
+  if (json) {
+    printf("{\"calibration\":{\"model\":\"%s\",\"dtype\":\"%s\",\"threads\":%d,\"isa\":\"%s\",\"read_gbs\":%.2f,"
+           "\"prefill_tokens_per_s\":%.2f,\"decode_tokens_per_s\":%.3f},\"target\":\"%s\",\"nodes\":%d,\"mem_bw_gbs\":%.2f,"
+           "\"link_bw_gbs\":%.2f,\"link_latency_us\":%.1f,\"colocated\":%s,\"prompt_len\":%d,\"batch\":%d,\"layouts\":[",
+           model, k.dtype, k.threads, k.isa, k.read_gbs, k.pre_tps, k.dec_tps, target_name, K, tg.mem_bw, tg.link_bw,
+           tg.link_lat * 1e6, colocated ? "true" : "false", P, B);
+    for (int i = 0; i < n; i++)
+      printf("%s{\"layout\":\"%s\",\"tp\":%d,\"ep\":%d,\"prefill_tokens_per_s\":%.2f,\"decode_tokens_per_s\":%.3f,"
+             "\"prefill_comm_share\":%.3f,\"decode_comm_share\":%.3f,\"weights_bytes_per_node\":%.0f,\"kv_bytes_per_node\":%.0f}",
+             i ? "," : "", lp[i].name, lp[i].tp, lp[i].ep, lp[i].pre_tps, lp[i].dec_tps, lp[i].pre_comm, lp[i].dec_comm,
+             lp[i].weights, lp[i].kv);
+    printf("],\"pick\":\"%s\"}\n", pick >= 0 ? lp[pick].name : "none fits");
+    return dsi_cli_finish_output("plan");
+  }
+  printf("measured here: %s (%s, %d threads, isa %s, %.1f GB/s read): prefill %.1f tokens/s (%d tokens), decode %.2f tokens/s\n",
+         model, k.dtype, k.threads, k.isa, k.read_gbs, k.pre_tps, P, k.dec_tps);
+  printf("  decode GB/s by category: attention %.1f, moe %.1f, dense %.1f, lm_head %.1f; prefill GFLOP/s: attention %.1f, "
+         "moe %.1f, dense %.1f\n", k.rate_dec.attn / 1e9, k.rate_dec.moe / 1e9, k.rate_dec.dense / 1e9, k.rate_dec.lm / 1e9,
+         k.rate_pre.attn / 1e9, k.rate_pre.moe / 1e9, k.rate_pre.dense / 1e9);
+  printf("plan: %s (%s weights) on %d node%s%s: %.1f GB/s memory each, links %.2f GB/s and %.0f us; prompt %d, batch %d, "
+         "context %d\n", target_name, preset ? "fp8" : k.dtype, K, K > 1 ? "s" : "", colocated ? " sharing this machine" : "",
+         tg.mem_bw, tg.link_bw, tg.link_lat * 1e6, P, B, ctx);
+  printf("  %-18s %6s %6s %12s %12s %10s %10s %12s %10s\n", "layout", "--tp", "--ep", "prefill t/s", "decode t/s",
+         "comm pre", "comm dec", "weights/node", "KV/node");
+  for (int i = 0; i < n; i++)
+    printf("  %-18s %6d %6d %12.1f %12.2f %9.0f%% %9.0f%% %9.1f GB %7.2f GB%s\n", lp[i].name, lp[i].tp, lp[i].ep,
+           lp[i].pre_tps, lp[i].dec_tps, 100 * lp[i].pre_comm, 100 * lp[i].dec_comm, lp[i].weights / 1e9, lp[i].kv / 1e9,
+           lp[i].weights + lp[i].kv > 0.9 * mem ? "  (does not fit)" : "");
+  if (pick >= 0)
+    printf("pick: %s (--tp %d --ep %d%s): the fastest decode that fits %.0f GB a node\n", lp[pick].name, lp[pick].tp,
+           lp[pick].ep, lp[pick].tp > 1 ? lp[pick].tp_to_ep == DSI_TP_TO_EP_ALLREDUCE ? " --tp-to-ep allreduce" : " --tp-to-ep rs-ag" : "",
+           mem / 1e9);
+  else
+    printf("pick: none: no layout fits %.0f GB a node; more nodes are needed\n", mem / 1e9);
+  return dsi_cli_finish_output("plan");
+}
