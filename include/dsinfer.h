@@ -107,6 +107,9 @@ typedef struct dsi_engine_opts {
                         the ranks (expert parallel MoE); one loaded with tp_size = the world's
                         size runs its heads' share of attention and the FFN on 1/N of the
                         tokens (tensor parallel attention; see tp_to_ep) */
+  int overlap;       /* between ranks: 1 runs the collectives on a communication thread while the
+                        workers compute what does not wait for them (the shared expert beside the
+                        expert dispatch); 0 (default): on a worker, in turn */
   int tp_to_ep;      /* tensor parallel: 0 (DSI_TP_TO_EP_RS_AG) reduce-scatter attention's partial
                         sums into each rank's 1/N of the tokens, the FFN, all-gather; 1
                         (DSI_TP_TO_EP_ALLREDUCE) all-reduce them, split, the FFN, all-gather */
@@ -430,6 +433,7 @@ typedef struct dsi_phase_stats {
   double wall_s, ops_s, dispatch_share;
   double flops, weight_bytes, act_bytes;
   double comm_s, comm_bytes;
+  double comm_overlapped_s; /* of comm_s, the time the caller computed beside it (overlap on) */
   double attention_s, moe_s, dense_s, lm_head_s, other_s; /* the other categories' time */
 } dsi_phase_stats;
 int dsi_engine_profile_stats(dsi_engine *e, int prefill, dsi_phase_stats *out);

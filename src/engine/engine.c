@@ -194,10 +194,10 @@ int dsi_engine_open(dsi_engine **out, dsi_model *m, const dsi_engine_opts *o, ds
     return rc;
   }
   e->exec = (dsi_fwd_exec_opts){.exec = o->exec, .streams = o->streams > 0 ? o->streams : 1, .fuse = 1,
-                                .min_team = o->stream_team_min};
+                                .min_team = o->stream_team_min, .overlap = o->overlap};
   dsi_fwd_set_exec(e->fwd, &e->exec);
   if (o->profile) {
-    e->prof = dsi_prof_new(dsi_pool_size(e->pool), 0);
+    e->prof = dsi_prof_new(dsi_pool_size(e->pool), 0); /* and the communication thread, as thread n */
     dsi_fwd_set_prof(e->fwd, e->prof);
   }
   size_t T = (size_t)e->max_tokens;

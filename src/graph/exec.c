@@ -8,6 +8,8 @@
 #include "graph/prof.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,7 +65,7 @@ static void wait_op(exec_job *j, int d, int tid, int nth) {
   int lo, hi;
   dsi_graph_team_range(r->g, &r->g->ops[d], nth, &lo, &hi);
   for (int spins = 0; atomic_load_explicit(&r->st[d].done, memory_order_acquire) < hi - lo;) {
-    if (j->help && help_open(j, tid)) {
+    if (j->help && tid < nth && help_open(j, tid)) { /* not the communication thread */
       spins = 0;
       continue;
     }
@@ -150,7 +152,76 @@ static void release(dsi_xrun *r, int t) {
 
 size_t dsi_exec_bars_bytes(int n_regions) { return (1 + 2 * (size_t)n_regions) * sizeof(padded_barrier); }
 
-void dsi_exec_graph(dsi_xrun *r, dsi_pool *pool, dsi_prof *prof, int poison, uint8_t *arena) {
+/* ---- the communication thread ---- */
+struct dsi_commer {
+  pthread_t th;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  exec_job *job; /* this step's, while gen is odd... set with gen */
+  int nth;       /* the pool's workers: the thread's id is nth */
+  unsigned long gen;      /* steps handed over */
+  atomic_ulong done;      /* steps finished */
+  int quit;
+};
+
+/* one step: the plan's collectives in order, each once its inputs are ready */
+static void comm_step(exec_job *j, int nth) {
+  const dsi_graph *g = j->r->g;
+  for (int i = 0; i < g->n_ops; i++) {
+    const dsi_op *op = &g->ops[i];
+    if (op->dead || op->team != DSI_TEAM_COMM) continue;
+    for (int d = 0; d < op->n_deps; d++) wait_op(j, op->deps[d], nth, nth);
+    run_op(j, i, nth, nth, nth + 1, 0);
+    atomic_fetch_add_explicit(&j->r->st[i].done, 1, memory_order_release);
+  }
+}
+
+static void *comm_main(void *arg) {
+  dsi_commer *c = arg;
+  unsigned long seen = 0;
+  for (;;) {
+    pthread_mutex_lock(&c->mu);
+    while (c->gen == seen && !c->quit) pthread_cond_wait(&c->cv, &c->mu);
+    if (c->quit) {
+      pthread_mutex_unlock(&c->mu);
+      return NULL;
+    }
+    exec_job *j = c->job;
+    int nth = c->nth;
+    seen = c->gen;
+    pthread_mutex_unlock(&c->mu);
+    comm_step(j, nth);
+    atomic_store_explicit(&c->done, seen, memory_order_release);
+  }
+}
+
+dsi_commer *dsi_commer_new(void) {
+  dsi_commer *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  pthread_mutex_init(&c->mu, NULL);
+  pthread_cond_init(&c->cv, NULL);
+  if (pthread_create(&c->th, NULL, comm_main, c)) {
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+    free(c);
+    return NULL;
+  }
+  return c;
+}
+
+void dsi_commer_free(dsi_commer *c) {
+  if (!c) return;
+  pthread_mutex_lock(&c->mu);
+  c->quit = 1;
+  pthread_cond_signal(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+  pthread_join(c->th, NULL);
+  pthread_mutex_destroy(&c->mu);
+  pthread_cond_destroy(&c->cv);
+  free(c);
+}
+
+void dsi_exec_graph(dsi_xrun *r, dsi_pool *pool, dsi_prof *prof, int poison, uint8_t *arena, dsi_commer *comm) {
   const dsi_graph *g = r->g;
   int nth = dsi_pool_size(pool);
   padded_barrier *bars = r->bars; /* the caller's: nothing is allocated while running */
@@ -162,7 +233,17 @@ void dsi_exec_graph(dsi_xrun *r, dsi_pool *pool, dsi_prof *prof, int poison, uin
   }
   reset_states(r);
   exec_job j = {r, prof, prof_ops(r, prof), bars, 0, g->n_split > 0};
-  if (!poison) {
+  if (!poison && g->n_comm) { /* the collectives on the communication thread, beside the workers */
+    DSI_ASSERT(comm);
+    pthread_mutex_lock(&comm->mu);
+    comm->job = &j;
+    comm->nth = nth;
+    unsigned long gen = ++comm->gen;
+    pthread_cond_signal(&comm->cv);
+    pthread_mutex_unlock(&comm->mu);
+    dsi_pool_run(pool, graph_task, &j);
+    for (int spins = 0; atomic_load_explicit(&comm->done, memory_order_acquire) != gen;) dsi_spin_pause(&spins);
+  } else if (!poison) {
     dsi_pool_run(pool, graph_task, &j);
   } else {
     /* op by op: every read of a byte not written since its tensor's birth
@@ -172,7 +253,8 @@ void dsi_exec_graph(dsi_xrun *r, dsi_pool *pool, dsi_prof *prof, int poison, uin
     for (int i = 0; i < g->n_ops; i++) {
       if (g->ops[i].dead) continue;
       j.op = i;
-      dsi_pool_run(pool, op_task, &j);
+      if (g->ops[i].team == DSI_TEAM_COMM) run_op(&j, i, nth, nth, nth + 1, 0); /* on this thread */
+      else dsi_pool_run(pool, op_task, &j);
       /* every tensor, not only op i's operands: in a split fork a lifetime
        * ends at the region's last op */
       for (int t = 0; t < g->n_ts; t++)

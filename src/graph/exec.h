@@ -75,7 +75,15 @@ static inline uint8_t *dsi_ws_thread(const dsi_xrun *r, const dsi_op *op, int ti
  * issued. */
 typedef struct dsi_prof dsi_prof;
 size_t dsi_exec_bars_bytes(int n_regions);
-void dsi_exec_graph(dsi_xrun *r, dsi_pool *pool, dsi_prof *prof, int poison, uint8_t *arena);
+/* The communication thread: under overlap it runs a plan's collectives
+ * (DSI_TEAM_COMM) in order as their inputs are ready, while the workers go
+ * on with the ops that do not wait for them. NULL when out of memory or
+ * threads. */
+typedef struct dsi_commer dsi_commer;
+dsi_commer *dsi_commer_new(void);
+void dsi_commer_free(dsi_commer *c);
+/* comm: the communication thread, needed when the plan has DSI_TEAM_COMM ops */
+void dsi_exec_graph(dsi_xrun *r, dsi_pool *pool, dsi_prof *prof, int poison, uint8_t *arena, dsi_commer *comm);
 int dsi_exec_eager(dsi_xrun *r, dsi_pool *pool, dsi_prof *prof, dsi_err *err);
 
 /* ---- the op table ---- */

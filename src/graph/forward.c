@@ -50,6 +50,7 @@ typedef struct {
   const dsi_fctx *f;
   dsi_graph *g;
   int T;
+  int overlap; /* collectives overlap: work that can run beside them recorded after them */
 } builder;
 
 #define F32 DSI_DTYPE_F32
@@ -200,10 +201,11 @@ static int moe(builder *bd, const dsi_layer_weights *w, int xn) {
   const dsi_config *c = bd->f->c;
   dsi_graph *g = bd->g;
   int T = bd->T, E = c->n_routed_experts, K = c->num_experts_per_tok, D = c->hidden_size;
-  /* the shared experts do not wait for routing: a stream of their own */
+  /* the shared experts do not wait for routing: a stream of their own;
+   * under overlap, recorded after the dispatch, which they run beside */
   dsi_graph_fork(g);
-  int shared = -1;
-  if (c->n_shared_experts > 0) {
+  int shared = -1, dispatch = g->cur_rows == DSI_ROWS_SHARD && bd->f->ep > 1, late = dispatch && bd->overlap;
+  if (c->n_shared_experts > 0 && !late) {
     dsi_graph_stream(g, 1);
     shared = mlp(bd, &k_shared, w, xn);
     dsi_graph_stream(g, 0);
@@ -218,7 +220,7 @@ static int moe(builder *bd, const dsi_layer_weights *w, int xn) {
   /* expert parallel over this rank's tokens: each token's row goes to the
    * ranks holding its experts, which run them on the rows they receive and
    * send the sums back (the combine) */
-  int dispatch = g->cur_rows == DSI_ROWS_SHARD && bd->f->ep > 1, plan = -1, rows_in = xn;
+  int plan = -1, rows_in = xn;
   if (dispatch) {
     int N = bd->f->coll.size;
     plan = TENSOR(bd, "moe_plan", DSI_DTYPE_I32, dsi_moe_plan_len(T, N));
@@ -234,6 +236,11 @@ static int moe(builder *bd, const dsi_layer_weights *w, int xn) {
     op->out[3] = plan;
     ids = rids;
     weights = rw;
+    if (c->n_shared_experts > 0 && late) {
+      dsi_graph_stream(g, 1);
+      shared = mlp(bd, &k_shared, w, xn);
+      dsi_graph_stream(g, 0);
+    }
     g->cur_rows = DSI_ROWS_RECV;
   }
   int start = TENSOR(bd, "exp_start", DSI_DTYPE_I32, E + 1); /* expert e: pairs [start[e], start[e+1]) */
@@ -330,11 +337,11 @@ static void ffn_sharded(builder *bd, const dsi_layer_weights *w, int x, int attn
 
 /* ---- the model ---- */
 /* The graph of T tokens; NULL when memory ran out while recording it. */
-static dsi_graph *build(const dsi_fctx *f, int T) {
+static dsi_graph *build(const dsi_fctx *f, int T, int overlap) {
   const dsi_model *m = f->m;
   const dsi_config *c = f->c;
   int D = c->hidden_size;
-  builder bd = {f, dsi_graph_new(T), T};
+  builder bd = {f, dsi_graph_new(T), T, overlap};
   dsi_graph *g = bd.g;
   if (!g) return NULL;
   int x = TENSOR(&bd, "x", F32, T, D); /* [T, hidden] the residual stream */
@@ -408,6 +415,7 @@ struct dsi_fwd {
   size_t bars_cap;
   int *pids;    /* [st_cap] */
   uint8_t *naive; /* [max_tokens] this step's tokens in non-absorbed segments */
+  dsi_commer *comm; /* the communication thread (overlap between ranks), or NULL */
   int hugepage;   /* advise huge pages for the arena */
 };
 
@@ -419,7 +427,8 @@ int dsi_fwd_bucket(const dsi_fwd *fw, int T) {
 
 static dsi_plan_opts plan_opts(const dsi_fwd *fw) {
   return (dsi_plan_opts){.fuse = fw->x.fuse, .act_bf16 = fw->f.mm.act_bf16, .streams = fw->x.streams,
-                         .n_threads = fw->f.mm.nth, .min_team = fw->x.min_team};
+                         .n_threads = fw->f.mm.nth, .min_team = fw->x.min_team,
+                         .overlap = fw->x.overlap && fw->f.coll.size > 1};
 }
 
 /* the plan for T's bucket, captured on first use */
@@ -434,7 +443,7 @@ static dsi_graph *plan_for(dsi_fwd *fw, int T, dsi_err *err) {
     }
     if (!s->g || (lru->g && s->used < lru->used)) lru = s;
   }
-  dsi_graph *g = build(&fw->f, bucket);
+  dsi_graph *g = build(&fw->f, bucket, fw->x.overlap && fw->f.coll.size > 1);
   dsi_plan_opts po = plan_opts(fw);
   if (!g || dsi_graph_plan(g, &po)) {
     dsi_graph_free(g);
@@ -488,7 +497,7 @@ int dsi_fwd_run(dsi_fwd *fw, const dsi_fwd_batch *b, const dsi_fwd_cache *cache,
   int eager = fw->x.exec == DSI_EXEC_EAGER;
   dsi_graph *g;
   if (eager) { /* issued op by op: recorded afresh each step, no plan */
-    g = build(&fw->f, T);
+    g = build(&fw->f, T, 0);
     if (!g || dsi_graph_plan_eager(g)) {
       dsi_graph_free(g);
       return dsi_errf(err, DSI_E_NOMEM, "out of memory recording the step of %d tokens", T);
@@ -515,7 +524,7 @@ int dsi_fwd_run(dsi_fwd *fw, const dsi_fwd_batch *b, const dsi_fwd_cache *cache,
     rc = dsi_exec_eager(&r, fw->pool, fw->prof, err);
     dsi_graph_free(g);
   } else {
-    dsi_exec_graph(&r, fw->pool, fw->prof, fw->x.poison, fw->arena);
+    dsi_exec_graph(&r, fw->pool, fw->prof, fw->x.poison, fw->arena, fw->comm);
   }
   return rc;
 }
@@ -560,6 +569,8 @@ static void drop_plans(dsi_fwd *fw) {
 void dsi_fwd_set_exec(dsi_fwd *fw, const dsi_fwd_exec_opts *x) {
   fw->x = *x;
   if (fw->x.streams < 1) fw->x.streams = 1;
+  /* the communication thread, once needed (without it the collectives run on a worker) */
+  if (fw->x.overlap && fw->f.coll.size > 1 && !fw->comm && !(fw->comm = dsi_commer_new())) fw->x.overlap = 0;
   drop_plans(fw);
 }
 
@@ -661,6 +672,7 @@ void dsi_fwd_free(dsi_fwd *fw) {
   free(f->uv);
   free(f->exp_owner);
   dsi_mla_prefill_free(f->mla);
+  dsi_commer_free(fw->comm);
   free(fw->naive);
   dsi_free_aligned(fw->arena);
   free(fw->ptr);

@@ -77,6 +77,9 @@ typedef struct dsi_fwd_exec_opts {
   int fuse;    /* graph: fuse chains of ops (1 by default) */
   int poison;  /* graph: run op by op, freed tensors filled with NaN (a test of the memory plan) */
   int min_team;/* streams: workers each team needs for a fork to be split (0 = 2) */
+  int overlap; /* graph, between ranks: collectives on a communication thread while the
+                  workers compute what does not wait for them (the shared expert recorded
+                  after the expert dispatch) */
 } dsi_fwd_exec_opts;
 
 /* The forward of m on pool's threads: its kernels, precision and cache

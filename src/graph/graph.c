@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "graph/graph.h"
 #include "base/base.h"
+#include "graph/prof.h"
 #include "kernels/gemm.h"
 
 #include <assert.h>
@@ -271,10 +272,15 @@ static int assign_teams(dsi_graph *g, const dsi_plan_opts *o) {
     g->team_a[r] = n - nb;
     g->n_split++;
   }
+  g->n_comm = 0;
   for (int i = 0; i < g->n_ops; i++) {
     dsi_op *op = &g->ops[i];
     int split = op->region >= 0 && g->team_a[op->region] < n;
     op->team = split ? (op->stream ? DSI_TEAM_B : DSI_TEAM_A) : DSI_TEAM_ALL;
+    if (o->overlap && !op->dead && op->cat == DSI_PROF_COMM) {
+      op->team = DSI_TEAM_COMM;
+      g->n_comm++;
+    }
   }
   free(has);
   return DSI_OK;
@@ -285,6 +291,7 @@ void dsi_graph_team_range(const dsi_graph *g, const dsi_op *op, int n, int *lo, 
   *hi = n;
   if (op->team == DSI_TEAM_A) *hi = g->team_a[op->region];
   else if (op->team == DSI_TEAM_B) *lo = g->team_a[op->region];
+  else if (op->team == DSI_TEAM_COMM) *lo = n, *hi = n + 1;
 }
 
 /* ---- pass 3: lifetimes; ops of a fork region count as one span of time,
@@ -298,7 +305,7 @@ static int lifetimes(dsi_graph *g) {
   }
   for (int r = 0; r < g->n_regions; r++) r0[r] = g->n_ops, r1[r] = -1;
   for (int i = 0; i < g->n_ops; i++)
-    if (!g->ops[i].dead && g->ops[i].team != DSI_TEAM_ALL) {
+    if (!g->ops[i].dead && g->ops[i].team != DSI_TEAM_ALL && g->ops[i].region >= 0) {
       int r = g->ops[i].region;
       r0[r] = DSI_MIN(r0[r], i);
       r1[r] = DSI_MAX(r1[r], i);
@@ -308,7 +315,7 @@ static int lifetimes(dsi_graph *g) {
     const dsi_op *op = &g->ops[i];
     if (op->dead) continue;
     int a = i, b = i;
-    if (op->team != DSI_TEAM_ALL) a = r0[op->region], b = r1[op->region];
+    if (op->team != DSI_TEAM_ALL && op->region >= 0) a = r0[op->region], b = r1[op->region];
     access acc[DSI_OP_IN + DSI_OP_OUT + 1];
     int n = accesses(op, acc);
     for (int k = 0; k < n; k++) {
@@ -398,7 +405,8 @@ static void plan_waits(dsi_graph *g, int n) {
       if (covered) continue;
       DSI_ASSERT(op->n_deps < (int)DSI_ARRAY_LEN(op->deps));
       op->deps[op->n_deps++] = j;
-      if (pj->team == DSI_TEAM_ALL) break; /* covers everything before it */
+      /* covers everything before it, but the communication thread's ops */
+      if (pj->team == DSI_TEAM_ALL && !g->n_comm) break;
     }
   }
 }
@@ -463,7 +471,7 @@ int dsi_graph_check(const dsi_graph *g, int n, char *why, size_t why_len) {
 
 void dsi_graph_dump(const dsi_graph *g, void *file) {
   FILE *f = file;
-  static const char *const teams[] = {"all", "A", "B"};
+  static const char *const teams[] = {"all", "A", "B", "comm"};
   fprintf(f, "graph: bucket %d tokens, %d ops, %d tensors, arena %.2f MB (intermediates sum %.2f MB)\n", g->T,
           g->n_ops, g->n_ts, g->arena_bytes / 1e6, g->sum_bytes / 1e6);
   for (int i = 0; i < g->n_ops; i++) {

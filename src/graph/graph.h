@@ -80,8 +80,10 @@ enum {
  * rows other ranks sent it for its experts (expert parallel dispatch) */
 enum { DSI_ROWS_ALL, DSI_ROWS_SHARD, DSI_ROWS_RECV };
 
-/* teams of workers: all of them, or the two halves of a fork */
-enum { DSI_TEAM_ALL, DSI_TEAM_A, DSI_TEAM_B };
+/* teams of workers: all of them, or the two halves of a fork; or, for
+ * the collectives under overlap, the communication thread (thread n of a
+ * pool of n workers) */
+enum { DSI_TEAM_ALL, DSI_TEAM_A, DSI_TEAM_B, DSI_TEAM_COMM };
 
 typedef struct dsi_op {
   dsi_op_kind kind;
@@ -121,6 +123,7 @@ typedef struct dsi_graph {
   int planned, fused, streams;
   int *team_a;      /* [n_regions] threads of team A in each region (all: not split) */
   int n_split;      /* regions split into two teams */
+  int n_comm;       /* ops on the communication thread */
   size_t arena_bytes; /* planned peak */
   size_t sum_bytes;   /* every intermediate with its own memory */
   /* out of memory while recording: set once a tensor or op could not be
@@ -154,6 +157,7 @@ typedef struct dsi_plan_opts {
   int streams;   /* 1 or 2 */
   int n_threads; /* workers the plan runs on */
   int min_team;  /* streams: split a fork only if each team gets this many workers (0 = 2) */
+  int overlap;   /* collectives on the communication thread (DSI_TEAM_COMM), beside the workers */
 } dsi_plan_opts;
 
 /* DSI_OK, or DSI_E_NOMEM (the graph recorded incompletely, or the plan
@@ -161,7 +165,8 @@ typedef struct dsi_plan_opts {
 int dsi_graph_plan(dsi_graph *g, const dsi_plan_opts *o);
 /* for the eager executor: no fusion, one team, lifetimes only; as above */
 int dsi_graph_plan_eager(dsi_graph *g);
-/* threads [lo, hi) of n that run team on op's region */
+/* threads [lo, hi) of n that run team on op's region (the communication
+ * thread is thread n) */
 void dsi_graph_team_range(const dsi_graph *g, const dsi_op *op, int n, int *lo, int *hi);
 /* Check the plan: no two tensors alive at once share bytes, and every pair
  * of ops touching the same bytes (one writing) is ordered by the waits.

@@ -176,6 +176,7 @@ int dsi_prof_write_trace(const dsi_prof *p, const char *path, dsi_err *err) {
       thread_name(f, k * p->nth + t, buf);
     }
   thread_name(f, step_tid, "steps");
+  thread_name(f, step_tid + 1, "communication thread");
   int k = 0;
   for (long i = 0; i < n_spans; i++) {
     const prof_span *s = &p->spans[i];
@@ -187,7 +188,8 @@ int dsi_prof_write_trace(const dsi_prof *p, const char *path, dsi_err *err) {
     fprintf(f, ",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":1,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"layer\":%d,"
                "\"flops\":%.0f,\"weight_bytes\":%.0f,\"act_bytes\":%.0f,\"bytes\":%.0f,\"phase\":\"%s\",\"op\":%d,"
                "\"worker\":%d,\"out\":\"%s\"}},\n",
-            k_cat_names[op ? op->cat : DSI_PROF_OTHER], (op ? op->team : 0) * p->nth + s->ith, (s->t0 - p->origin) * 1e6,
+            k_cat_names[op ? op->cat : DSI_PROF_OTHER], s->ith == p->nth ? step_tid + 1 : (op ? op->team : 0) * p->nth + s->ith,
+            (s->t0 - p->origin) * 1e6,
             (s->t1 - s->t0) * 1e6,
             op ? op->layer : -1, op ? op->flops : 0, op ? op->wbytes : 0, op ? op->abytes : 0,
             op ? op->wbytes + op->abytes : 0, phase, s->op, s->ith, op ? op->out : "");
@@ -223,6 +225,7 @@ typedef struct {
   int n_steps;
   long tokens;
   double wall, ops;
+  double comm_overlap; /* time the communication thread ran a collective while the caller ran another op */
   prof_agg cat[DSI_PROF_N_CAT];
   prof_agg names[MAX_NAMES];
   int n_names;
@@ -259,6 +262,16 @@ static void gather(const dsi_prof *p, prof_phase ph[2]) {
     }
     for (long j = s->span0; j < s->span1; j++) {
       const prof_span *sp = &p->spans[j];
+      if (sp->ith == p->nth) { /* the communication thread: its time, and the caller's work beside it */
+        h->cat[DSI_PROF_COMM].time += sp->t1 - sp->t0;
+        for (long q = s->span0; q < s->span1; q++) {
+          const prof_span *w = &p->spans[q];
+          if (w->ith != 0) continue;
+          double a = DSI_MAX(w->t0, sp->t0), b = DSI_MIN(w->t1, sp->t1);
+          if (b > a) h->comm_overlap += b - a;
+        }
+        continue;
+      }
       if (sp->ith != 0) continue;
       double t = sp->t1 - sp->t0;
       const prof_op *op = sp->op >= 0 ? &p->ops[sp->op] : NULL;
@@ -335,6 +348,7 @@ void dsi_prof_phase_stats(const dsi_prof *p, int prefill, dsi_phase_stats *out) 
   out->ops_s = h->ops;
   out->dispatch_share = h->wall > 0 ? (h->wall - h->ops) / h->wall : 0;
   out->comm_s = h->cat[DSI_PROF_COMM].time;
+  out->comm_overlapped_s = h->comm_overlap;
   out->attention_s = h->cat[DSI_PROF_ATTN].time;
   out->moe_s = h->cat[DSI_PROF_MOE].time;
   out->dense_s = h->cat[DSI_PROF_DENSE].time;

@@ -74,6 +74,8 @@ int dsi_cli_gen_defaults(const char *cmd, const char *model, dsi_sampling *sp, i
 typedef struct {
   int tp, ep, tp_to_ep;
   const char *tp_to_ep_s; /* the option's text */
+  const char *overlap_s;  /* --overlap on|off */
+  int overlap;
   int comm_timeout;       /* seconds a collective may wait for the other ranks (0: 300) */
 } dsi_cli_par;
 
@@ -81,6 +83,7 @@ typedef struct {
   {"--tp", NULL, OPT_INT, &(p).tp, "tensor-parallel ranks for attention, under mpirun -np N: 1 (default) or N", 0, 4096}, \
   {"--ep", NULL, OPT_INT, &(p).ep, "expert-parallel ranks for the MoE, under mpirun -np N: 1 or N (default N)", 0, 4096}, \
   {"--tp-to-ep", NULL, OPT_STR, &(p).tp_to_ep_s, "with --tp N: rs-ag (reduce-scatter, FFN on 1/N of the tokens, all-gather; default) | allreduce (all-reduce, split, all-gather)"}, \
+  {"--overlap", NULL, OPT_STR, &(p).overlap_s, "under mpirun: on runs the collectives on a communication thread beside the compute (the shared expert beside the expert dispatch); off (default)"}, \
   {"--comm-timeout", NULL, OPT_INT, &(p).comm_timeout, "under mpirun: seconds a step's collective waits for a hung or dead rank before naming it and ending every rank (default 300)", 1, 86400}
 
 /* check p against the ranks this run has; 0 or a usage error's exit code */

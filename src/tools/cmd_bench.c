@@ -66,22 +66,27 @@ static void comm_report(const dsi_config *c, const dsi_cli_par *par, dsi_engine 
   double per_tok = cm.reduce + cm.gather + cm.a2a;
   const char *mode = par->tp < 2 ? "experts split, all_reduce" : par->tp_to_ep == DSI_TP_TO_EP_ALLREDUCE ? "allreduce" : "rs-ag";
   if (json)
-    printf(",\"ranks\":%d,\"tp\":%d,\"ep\":%d,\"tp_to_ep\":\"%s\"", N, par->tp, par->ep, mode);
+    printf(",\"ranks\":%d,\"tp\":%d,\"ep\":%d,\"tp_to_ep\":\"%s\",\"overlap\":%s", N, par->tp, par->ep, mode,
+           par->overlap ? "true" : "false");
   else
-    printf("ranks: %d (--tp %d --ep %d, %s); rank 0's view\n", N, par->tp, par->ep, mode);
+    printf("ranks: %d (--tp %d --ep %d, %s, overlap %s); rank 0's view\n", N, par->tp, par->ep, mode,
+           par->overlap ? "on" : "off");
   for (int ph = 0; ph < 2; ph++) {
     dsi_phase_stats st;
     if (dsi_engine_profile_stats(e, ph == 0, &st) || st.steps == 0) continue;
     double ms = st.comm_s * 1e3 / st.steps, share = st.wall_s > 0 ? st.comm_s / st.wall_s : 0;
     double sent = st.comm_bytes / st.steps, model = per_tok * st.tokens / st.steps;
+    double hidden = st.comm_s > 0 ? st.comm_overlapped_s / st.comm_s : 0;
     const char *name = ph == 0 ? "prefill" : "decode";
     if (json) {
-      printf(",\"%s_comm_ms_per_step\":%.3f,\"%s_comm_share\":%.4f,\"%s_comm_bytes_per_step\":%.0f,"
-             "\"%s_comm_bytes_analytic\":%.0f", name, ms, name, share, name, sent, name, model);
+      printf(",\"%s_comm_ms_per_step\":%.3f,\"%s_comm_share\":%.4f,\"%s_comm_overlapped\":%.4f,"
+             "\"%s_comm_bytes_per_step\":%.0f,\"%s_comm_bytes_analytic\":%.0f", name, ms, name, share, name, hidden, name,
+             sent, name, model);
       continue;
     }
-    printf("%-8s %8.2f ms a step in collectives (%.0f%% of the step); %.3f MB sent a step, analytic %.3f MB "
-           "(reduce %.3f, all-gather %.3f, dispatch + combine %.3f at uniform routing)\n", name, ms, 100 * share,
+    printf("%-8s %8.2f ms a step in collectives (%.0f%% of the step, %.0f%% of it beside compute); %.3f MB sent a step, "
+           "analytic %.3f MB (reduce %.3f, all-gather %.3f, dispatch + combine %.3f at uniform routing)\n", name, ms,
+           100 * share, 100 * hidden,
            sent / 1e6, model / 1e6, cm.reduce * st.tokens / st.steps / 1e6, cm.gather * st.tokens / st.steps / 1e6,
            cm.a2a * st.tokens / st.steps / 1e6);
   }

@@ -74,6 +74,9 @@ int dsi_cli_check_par(const char *cmd, dsi_cli_par *p) {
   if (p->tp_to_ep_s && p->tp < 2)
     return dsi_cli_usage_error(cmd, "--tp-to-ep is how tensor-parallel attention meets the MoE: it needs --tp N");
   p->tp_to_ep = p->tp_to_ep_s && !strcmp(p->tp_to_ep_s, "allreduce") ? DSI_TP_TO_EP_ALLREDUCE : DSI_TP_TO_EP_RS_AG;
+  if (p->overlap_s && strcmp(p->overlap_s, "on") && strcmp(p->overlap_s, "off"))
+    return dsi_cli_usage_error(cmd, "--overlap must be on or off, got '%s'", p->overlap_s);
+  p->overlap = p->overlap_s && !strcmp(p->overlap_s, "on");
   return 0;
 }
 
@@ -293,6 +296,7 @@ static int open_engine(const char *cmd, dsi_engine_opts *eo, const dsi_cli_par *
   if (split(par)) {
     eo->dist = dsi_cli_dist;
     eo->tp_to_ep = par->tp_to_ep;
+    eo->overlap = par->overlap;
   }
   if (dsi_engine_open(e, *m, eo, &err)) { /* the model stays the caller's */
     *e = NULL;

@@ -7,7 +7,8 @@
 # all-reduced and split: --tp-to-ep allreduce) into each rank's 1/N of the
 # tokens, whose FFN runs there (their rows dispatched to the experts' owners
 # with all-to-all-v under --ep N, or every expert local under --ep 1), and
-# an all-gather brings the tokens back. On every golden checkpoint, f32
+# an all-gather brings the tokens back; with --overlap on the collectives
+# run on a communication thread beside the compute. On every golden checkpoint, f32
 # logits with 2 and 4 ranks equal the single process's within 1e-5
 # relative per row (prefill, decode, several sequences, each executor,
 # weight layout and stream setting); greedy generation gives the same
@@ -39,11 +40,13 @@ for dir in golden/*/; do
     one="$scratch/$c.one.f32"
     "$bin" logits --precision f32 --threads 1 --model "$m" --tokens "$toks" --tokens 5,6,7 $mode --out "$one" 2>/dev/null
     # the layouts: experts split; heads split both ways, experts split or not
-    layouts=("2|" "4|" "2|--tp 2" "4|--tp 4 --tp-to-ep allreduce")
+    layouts=("2|" "4|" "2|--tp 2 --overlap on" "4|--tp 4 --tp-to-ep allreduce")
     if [ "$c" = tiny-bf16 ] && [ -z "$mode" ]; then
-      layouts+=("4|--tp 4" "2|--tp 2 --tp-to-ep allreduce" "2|--tp 2 --ep 1" "4|--tp 4 --ep 1 --tp-to-ep allreduce")
+      layouts+=("4|--tp 4" "2|--tp 2 --tp-to-ep allreduce" "2|--tp 2 --ep 1" "4|--tp 4 --ep 1 --tp-to-ep allreduce"
+                "2|--overlap on" "2|--tp 2 --overlap on" "4|--tp 4 --tp-to-ep allreduce --overlap on"
+                "2|--tp 2 --ep 1 --overlap on")
     elif [ "$c" = tiny-bf16 ]; then
-      layouts=("2|" "2|--tp 2" "4|--tp 4 --tp-to-ep allreduce")
+      layouts=("2|" "2|--tp 2" "4|--tp 4 --tp-to-ep allreduce --overlap on")
     elif [ -n "$mode" ]; then
       layouts=("2|" "4|--tp 4")
     fi

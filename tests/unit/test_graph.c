@@ -4,7 +4,8 @@
  * bytes; every pair of ops touching the same bytes is ordered by waits),
  * and its arena is smaller than the intermediates laid end to end. The
  * checker itself catches a missing wait and an overlapping placement. The
- * plan cache is bounded and buckets are powers of two. */
+ * plan cache is bounded and buckets are powers of two. A rank's plans
+ * under every layout across ranks, with and without overlap, pass too. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +58,41 @@ static void check_model_plans(const char *dir, int op_opt_off) {
     dsi_pool_free(pool);
   }
   dsi_model_free(m);
+}
+
+/* The plans of a rank's share (never run here: no other ranks): experts
+ * split, heads split both ways, experts whole; collectives on a worker or
+ * on the communication thread (overlap), one or two streams. The checker
+ * must hold with the communication thread as thread n. */
+static void check_dist_plans(const char *dir) {
+  static const struct { int tp, ep, tp_to_ep; } lays[] = {
+    {1, 2, 0}, {2, 2, DSI_TP_TO_EP_RS_AG}, {2, 2, DSI_TP_TO_EP_ALLREDUCE}, {2, 1, DSI_TP_TO_EP_RS_AG}};
+  for (size_t l = 0; l < DSI_ARRAY_LEN(lays); l++) {
+    dsi_model *m;
+    dsi_err err = {0};
+    dsi_load_opts lo = {.tp_size = lays[l].tp, .ep_size = lays[l].ep, .tp_rank = lays[l].tp > 1, .ep_rank = 0};
+    if (!CHECK(dsi_model_open(&m, dir, &lo, &err) == 0)) return;
+    dsi_pool *pool = dsi_pool_new(2);
+    dsi_fwd *f;
+    dsi_fwd_opts fo = {.max_tokens = 64, .max_context = 128, .precision = DSI_ACT_BF16, .kv_block_size = 64,
+                       .coll = {.size = 2, .rank = lays[l].tp > 1}, .tp_to_ep = lays[l].tp_to_ep};
+    if (CHECK(dsi_fwd_new(&f, m, pool, &fo, &err) == 0)) {
+      for (int v = 0; v < 4; v++) {
+        dsi_fwd_exec_opts x = {.exec = DSI_EXEC_GRAPH, .streams = v & 1 ? 2 : 1, .fuse = 1, .min_team = 1,
+                               .overlap = v >= 2};
+        dsi_fwd_set_exec(f, &x);
+        for (int T = 1; T <= 64; T *= 4) {
+          char why[256] = "";
+          int rc = dsi_fwd_check_plan(f, T, why, sizeof why, &err);
+          CHECKF(rc == 0, "%s tp %d ep %d tp_to_ep %d, streams %d, overlap %d, T %d: %s", dir, lays[l].tp, lays[l].ep,
+                 lays[l].tp_to_ep, x.streams, x.overlap, T, why);
+        }
+      }
+      dsi_fwd_free(f);
+    }
+    dsi_pool_free(pool);
+    dsi_model_free(m);
+  }
 }
 
 /* buckets: powers of two, capped at max_tokens; at most 8 plans kept */
@@ -148,6 +184,8 @@ int main(void) {
   check_checker();
   check_buckets();
   check_shapes();
+  check_dist_plans("golden/tiny-bf16/model");
+  check_dist_plans("golden/tiny-fp8/model");
   const char *models[] = {"golden/tiny-bf16/model", "golden/tiny-fp8/model", "golden/tiny-noqlora-bf16/model"};
   for (size_t i = 0; i < DSI_ARRAY_LEN(models); i++) {
     check_model_plans(models[i], 0);
