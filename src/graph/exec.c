@@ -12,6 +12,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct {
   dsi_barrier b;
@@ -60,13 +61,23 @@ static int help_open(exec_job *j, int tid) {
   return 1;
 }
 
+/* Wait for op d. Across the communication thread (a worker waiting for a
+ * collective, or that thread for a worker's op) the wait may be long and
+ * the cores busy: past a short spin it naps instead of yielding, which on
+ * a loaded machine can hand the core to another process for a whole
+ * time slice. */
 static void wait_op(exec_job *j, int d, int tid, int nth) {
   dsi_xrun *r = j->r;
-  int lo, hi;
+  int lo, hi, across = tid == nth || r->g->ops[d].team == DSI_TEAM_COMM;
   dsi_graph_team_range(r->g, &r->g->ops[d], nth, &lo, &hi);
   for (int spins = 0; atomic_load_explicit(&r->st[d].done, memory_order_acquire) < hi - lo;) {
     if (j->help && tid < nth && help_open(j, tid)) { /* not the communication thread */
       spins = 0;
+      continue;
+    }
+    if (across && spins > 2000) {
+      struct timespec nap = {0, 20000};
+      nanosleep(&nap, NULL);
       continue;
     }
     dsi_spin_pause(&spins);
@@ -157,11 +168,11 @@ struct dsi_commer {
   pthread_t th;
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  exec_job *job; /* this step's, while gen is odd... set with gen */
-  int nth;       /* the pool's workers: the thread's id is nth */
-  unsigned long gen;      /* steps handed over */
+  exec_job *job;          /* this step's, set before gen */
+  int nth;                /* the pool's workers: the thread's id is nth */
+  atomic_ulong gen;       /* steps handed over */
   atomic_ulong done;      /* steps finished */
-  int quit;
+  int sleeping, quit;     /* under mu */
 };
 
 /* one step: the plan's collectives in order, each once its inputs are ready */
@@ -176,21 +187,26 @@ static void comm_step(exec_job *j, int nth) {
   }
 }
 
+/* Between steps it polls for the next one a while (a wake-up from sleep
+ * costs more than a decode step on a busy machine), then sleeps. */
 static void *comm_main(void *arg) {
   dsi_commer *c = arg;
   unsigned long seen = 0;
   for (;;) {
-    pthread_mutex_lock(&c->mu);
-    while (c->gen == seen && !c->quit) pthread_cond_wait(&c->cv, &c->mu);
-    if (c->quit) {
-      pthread_mutex_unlock(&c->mu);
-      return NULL;
+    double idle0 = dsi_now();
+    for (int spins = 0; atomic_load_explicit(&c->gen, memory_order_acquire) == seen;) {
+      dsi_spin_pause(&spins);
+      if ((spins & 1023) == 0 && dsi_now() - idle0 > 0.005) break;
     }
-    exec_job *j = c->job;
-    int nth = c->nth;
-    seen = c->gen;
+    pthread_mutex_lock(&c->mu);
+    c->sleeping = 1;
+    while (atomic_load(&c->gen) == seen && !c->quit) pthread_cond_wait(&c->cv, &c->mu);
+    c->sleeping = 0;
+    int quit = c->quit;
     pthread_mutex_unlock(&c->mu);
-    comm_step(j, nth);
+    if (quit) return NULL;
+    seen = atomic_load_explicit(&c->gen, memory_order_acquire);
+    comm_step(c->job, c->nth);
     atomic_store_explicit(&c->done, seen, memory_order_release);
   }
 }
@@ -235,11 +251,11 @@ void dsi_exec_graph(dsi_xrun *r, dsi_pool *pool, dsi_prof *prof, int poison, uin
   exec_job j = {r, prof, prof_ops(r, prof), bars, 0, g->n_split > 0};
   if (!poison && g->n_comm) { /* the collectives on the communication thread, beside the workers */
     DSI_ASSERT(comm);
-    pthread_mutex_lock(&comm->mu);
     comm->job = &j;
     comm->nth = nth;
-    unsigned long gen = ++comm->gen;
-    pthread_cond_signal(&comm->cv);
+    unsigned long gen = atomic_fetch_add_explicit(&comm->gen, 1, memory_order_release) + 1;
+    pthread_mutex_lock(&comm->mu);
+    if (comm->sleeping) pthread_cond_signal(&comm->cv);
     pthread_mutex_unlock(&comm->mu);
     dsi_pool_run(pool, graph_task, &j);
     for (int spins = 0; atomic_load_explicit(&comm->done, memory_order_acquire) != gen;) dsi_spin_pause(&spins);

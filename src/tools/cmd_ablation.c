@@ -2,13 +2,19 @@
  * for this machine: the same workload with its steps turned on one by one
  * (eager; graph; + streams; + op-level), per stage the medians and spread
  * of prefill and decode tokens/s, ms per token, peak RSS, dispatch share,
- * compute and bandwidth utilization, and the gain over the stage before. */
+ * compute and bandwidth utilization, and the gain over the stage before.
+ * Under mpirun, with the heads and experts split over the ranks, the
+ * study's two communication stages follow: the TP->EP restructure
+ * (all-reduce + split -> reduce-scatter) and overlap (collectives on a
+ * communication thread), with the time in collectives, the share of it
+ * beside compute and the bytes sent per step. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/base.h"
+#include "dist/dist.h"
 #include "dsinfer.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
@@ -146,7 +152,146 @@ static void json_num(const char *key, double v, int last) {
   else printf("\"%s\":%.5g%s", key, v, last ? "" : ",");
 }
 
+/* ---- under mpirun: the stages one after another, every rank in step ---- */
+typedef struct {
+  const char *name;
+  int exec, streams, op_opt, tp_to_ep, overlap;
+} rank_stage;
+
+static const rank_stage k_rank_stages[] = {
+  {"eager", DSI_EXEC_EAGER, 1, 0, DSI_TP_TO_EP_ALLREDUCE, 0},
+  {"graph", DSI_EXEC_GRAPH, 1, 0, DSI_TP_TO_EP_ALLREDUCE, 0},
+  {"streams", DSI_EXEC_GRAPH, 2, 0, DSI_TP_TO_EP_ALLREDUCE, 0},
+  {"op-opt", DSI_EXEC_GRAPH, 2, 1, DSI_TP_TO_EP_ALLREDUCE, 0},
+  {"tp-to-ep", DSI_EXEC_GRAPH, 2, 1, DSI_TP_TO_EP_RS_AG, 0},
+  {"overlap", DSI_EXEC_GRAPH, 2, 1, DSI_TP_TO_EP_RS_AG, 1},
+};
+#define N_RANK_STAGES (int)(sizeof k_rank_stages / sizeof *k_rank_stages)
+
+typedef struct {
+  double pre, pre_lo, pre_hi, dec, dec_lo, dec_hi;
+  double comm_pre, comm_dec, hidden_dec, mb_dec; /* shares of the step in collectives; beside compute; MB sent */
+} rank_result;
+
+static int ablation_ranks(const dsi_bench_ablation_opts *o) {
+  const dsi_cli_par *par = o->par;
+  dsi_dist *d = dsi_cli_dist;
+  int N = dsi_dist_size(d), rank = dsi_dist_rank(d), rc = 0, loaded = -1, vocab = 0;
+  dsi_model *m = NULL;
+  rank_result res[N_RANK_STAGES];
+  memset(res, 0, sizeof res);
+  for (int i = 0; i < N_RANK_STAGES && !rc; i++) {
+    const rank_stage *s = &k_rank_stages[i];
+    dsi_err err = {0};
+    if (s->op_opt != loaded) { /* every rank its share of the heads and experts */
+      dsi_model_free(m);
+      m = NULL;
+      dsi_load_opts lo = {.n_threads = o->threads, .op_opt_off = !s->op_opt, .tp_rank = rank, .tp_size = N,
+                          .ep_rank = par->ep > 1 ? rank : 0, .ep_size = par->ep > 1 ? N : 1};
+      dsi_cli_env_opts(&lo, NULL);
+      if (dsi_model_open(&m, o->model, &lo, &err)) {
+        fprintf(stderr, "dsinfer bench: rank %d: %s\n", rank, err.msg);
+        dsi_dist_abort(d, 1);
+      }
+      dsi_model_info info;
+      dsi_model_get_info(m, &info);
+      vocab = info.vocab_size;
+      loaded = s->op_opt;
+    }
+    dsi_engine *e;
+    dsi_engine_opts eo = {.n_threads = o->threads, .max_tokens = 512, .max_context = o->P + o->G + 1,
+                          .act_precision = o->act, .kv_blocks = (o->P + o->G + 64) / 64 * o->B + o->B,
+                          .profile = rank == 0, .exec = s->exec, .streams = s->streams, .dist = d,
+                          .tp_to_ep = s->tp_to_ep, .overlap = s->overlap};
+    dsi_cli_env_opts(NULL, &eo);
+    if (dsi_engine_open(&e, m, &eo, &err)) {
+      fprintf(stderr, "dsinfer bench: rank %d: %s: %s\n", rank, s->name, err.msg);
+      dsi_dist_abort(d, 1);
+    }
+    if (rank != 0) { /* rank 0's steps until it frees this stage's engine */
+      if (dsi_engine_follow(e)) dsi_dist_abort(d, 1);
+      dsi_engine_free(e);
+      continue;
+    }
+    if (!o->json) fprintf(stderr, "%s ...\n", s->name);
+    dsi_bench_result rr;
+    rc = dsi_bench_run(e, vocab, o->P, o->G < 2 ? o->G : 2, o->B, 99, &rr); /* warm-up */
+    dsi_engine_profile_reset(e);
+    memset(d->calls, 0, sizeof d->calls);
+    memset(d->bytes, 0, sizeof d->bytes);
+    double pre[MAX_REPS], dec[MAX_REPS];
+    for (int r = 0; r < o->reps && !rc; r++) {
+      if ((rc = dsi_bench_run(e, vocab, o->P, o->G, o->B, (uint64_t)r + 1, &rr)))
+        fprintf(stderr, "dsinfer bench: %s: %s\n", s->name, dsi_engine_error(e)->msg);
+      pre[r] = rr.prefill_tps;
+      dec[r] = rr.decode_tps;
+    }
+    if (!rc) {
+      rank_result *x = &res[i];
+      spread(pre, o->reps, &x->pre_lo, &x->pre_hi);
+      spread(dec, o->reps, &x->dec_lo, &x->dec_hi);
+      x->pre = dsi_median(pre, o->reps);
+      x->dec = dsi_median(dec, o->reps);
+      dsi_phase_stats ps, ds;
+      dsi_engine_profile_stats(e, 1, &ps);
+      dsi_engine_profile_stats(e, 0, &ds);
+      x->comm_pre = ps.wall_s > 0 ? ps.comm_s / ps.wall_s : 0;
+      x->comm_dec = ds.wall_s > 0 ? ds.comm_s / ds.wall_s : 0;
+      x->hidden_dec = ds.comm_s > 0 ? ds.comm_overlapped_s / ds.comm_s : 0;
+      x->mb_dec = ds.steps ? ds.comm_bytes / ds.steps / 1e6 : 0;
+    }
+    dsi_engine_free(e); /* the others stop following */
+  }
+  dsi_model_free(m);
+  if (rank != 0 || rc) return rc;
+  if (o->json) {
+    printf("[");
+    for (int i = 0; i < N_RANK_STAGES; i++) {
+      const rank_result *r = &res[i];
+      const rank_stage *s = &k_rank_stages[i];
+      printf("%s{\"stage\":\"%s\",\"ranks\":%d,\"tp\":%d,\"ep\":%d,\"exec\":\"%s\",\"streams\":%d,\"op_opt\":%s,"
+             "\"tp_to_ep\":\"%s\",\"overlap\":%s,", i ? "," : "", s->name, N, N, par->ep > 1 ? N : 1,
+             s->exec == DSI_EXEC_EAGER ? "eager" : "graph", s->streams, s->op_opt ? "true" : "false",
+             s->tp_to_ep == DSI_TP_TO_EP_ALLREDUCE ? "allreduce" : "rs-ag", s->overlap ? "true" : "false");
+      json_num("prefill_tokens_per_s", r->pre, 0);
+      json_num("prefill_min", r->pre_lo, 0);
+      json_num("prefill_max", r->pre_hi, 0);
+      json_num("decode_tokens_per_s", r->dec, 0);
+      json_num("decode_min", r->dec_lo, 0);
+      json_num("decode_max", r->dec_hi, 0);
+      json_num("prefill_comm_share", r->comm_pre, 0);
+      json_num("decode_comm_share", r->comm_dec, 0);
+      json_num("decode_comm_overlapped", r->hidden_dec, 0);
+      json_num("decode_comm_mb_per_step", r->mb_dec, 0);
+      json_num("prefill_gain", i ? r->pre / res[i - 1].pre : NAN, 0);
+      json_num("decode_gain", i ? r->dec / res[i - 1].dec : NAN, 0);
+      printf("\"prompt_len\":%d,\"gen_len\":%d,\"batch\":%d,\"reps\":%d,\"threads\":%d}", o->P, o->G, o->B, o->reps,
+             o->threads);
+    }
+    printf("]\n");
+    return 0;
+  }
+  printf("ablation on %d ranks (heads split, experts %s): %s, %d sequence(s) x %d prompt tokens, %d decode steps;\n"
+         "median of %d runs (min..max), rank 0's view\n", N, par->ep > 1 ? "split" : "whole", o->model, o->B, o->P,
+         o->G, o->reps);
+  printf("%-9s %22s %22s %9s %9s %9s %9s %13s\n", "stage", "prefill tok/s", "decode tok/s", "comm pre", "comm dec",
+         "beside", "MB/step", "gain pre/dec");
+  for (int i = 0; i < N_RANK_STAGES; i++) {
+    const rank_result *r = &res[i];
+    char a[32], b[32], g[32] = "-";
+    snprintf(a, sizeof a, "%.0f (%.0f..%.0f)", r->pre, r->pre_lo, r->pre_hi);
+    snprintf(b, sizeof b, "%.2f (%.2f..%.2f)", r->dec, r->dec_lo, r->dec_hi);
+    if (i) snprintf(g, sizeof g, "%.2fx/%.2fx", r->pre / res[i - 1].pre, r->dec / res[i - 1].dec);
+    printf("%-9s %22s %22s %8.1f%% %8.1f%% %8.1f%% %9.3f %13s\n", k_rank_stages[i].name, a, b, 100 * r->comm_pre,
+           100 * r->comm_dec, 100 * r->hidden_dec, r->mb_dec, g);
+  }
+  printf("comm: share of the step's wall time in collectives (prefill, decode); beside: the share of decode's\n"
+         "collective time the caller computed beside it; MB/step: what rank 0 sent per decode step.\n");
+  return 0;
+}
+
 int dsi_bench_ablation(const dsi_bench_ablation_opts *o) {
+  if (dsi_dist_size(dsi_cli_dist) > 1) return ablation_ranks(o);
   dsi_peaks pk;
   dsi_measure_peaks(o->threads, &pk);
   stage_result res[N_STAGES];

@@ -183,10 +183,9 @@ static int bench_model(int argc, char **argv) {
   if (exec && strcmp(exec, "graph") && strcmp(exec, "eager")) return dsi_cli_usage_error("bench", "--exec must be graph or eager");
   if (streams != 1 && streams != 2) return dsi_cli_usage_error("bench", "--streams must be 1 or 2");
   if ((rc = dsi_cli_check_par("bench", &par))) return rc;
-  if (ablation && dsi_dist_size(dsi_cli_dist) > 1)
-    return dsi_cli_usage_error("bench", "--ablation runs in one process (not under mpirun) in this build");
-  if (ablation && (reps > 64 || op_opt || exec || quant || profile))
-    return dsi_cli_usage_error("bench", "--ablation sets --exec, --streams and --op-opt itself; --reps <= 64");
+  if (ablation && (reps > 64 || op_opt || exec || quant || profile || par.tp_to_ep_s || par.overlap_s))
+    return dsi_cli_usage_error("bench", "--ablation sets --exec, --streams, --op-opt, --tp-to-ep and --overlap itself; "
+                               "--reps <= 64");
   /* before anything is measured or made: a sequence must fit the model's context */
   dsi_config cfg;
   dsi_err cerr = {0};
@@ -200,7 +199,7 @@ static int bench_model(int argc, char **argv) {
     return 1;
   }
   if (ablation) {
-    dsi_bench_ablation_opts ao = {model, P, G, B, reps, threads, act, json};
+    dsi_bench_ablation_opts ao = {model, P, G, B, reps, threads, act, json, &par};
     return dsi_bench_ablation(&ao);
   }
   dsi_peaks pk;

@@ -23,6 +23,7 @@ int dsi_bench_run(dsi_engine *e, int vocab, int P, int G, int B, uint64_t seed, 
 typedef struct dsi_bench_ablation_opts {
   const char *model;
   int P, G, B, reps, threads, act, json;
+  const void *par; /* the ranks' layout (dsi_cli_par), under mpirun */
 } dsi_bench_ablation_opts;
 int dsi_bench_ablation(const dsi_bench_ablation_opts *o);
 /* cmd_tokenize.c; argv holds the options only (after "tokenize", or after

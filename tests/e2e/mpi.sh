@@ -98,6 +98,12 @@ want=$(grep -o '"prefill_comm_bytes_analytic":[0-9]*' <<<"$j" | cut -d: -f2)
 [ -n "$sent" ] && [ "$sent" = "$want" ] && [ "$sent" -gt 0 ] && echo "ok   bench --tp 2: $sent bytes a prefill step, as counted" ||
   bad "bench --tp 2 bytes: sent '$sent', analytic '$want'"
 
+# bench --ablation under mpirun: the study's stages, the communication ones last
+j=$("${mpi[@]}" -np 2 "$bin" bench --model "$m" --threads 1 --prompt-len 16 --gen-len 4 --reps 1 --ablation --json 2>/dev/null)
+stages=$(grep -o '"stage":"[a-z-]*"' <<<"$j" | cut -d'"' -f4 | tr '\n' ' ')
+[ "$stages" = "eager graph streams op-opt tp-to-ep overlap " ] && grep -q '"decode_comm_share":0\.[0-9]' <<<"$j" &&
+  echo "ok   bench --ablation on 2 ranks: $stages" || bad "bench --ablation on 2 ranks: '$j'"
+
 # faults: ranks that open different configs or files fail at start naming
 # the difference; a rank short of memory says so before loading; a hung
 # rank is named by the others within the timeout, a dead one by mpirun
