@@ -33,8 +33,14 @@ static const stage k_stages[] = {
 #define N_STAGES (int)(sizeof k_stages / sizeof *k_stages)
 #define MAX_REPS 64
 
+/* a stage's medians and spread over its repetitions */
 typedef struct {
-  double pre, pre_lo, pre_hi, dec, dec_lo, dec_hi, ms;
+  double pre, pre_lo, pre_hi, dec, dec_lo, dec_hi;
+} speeds;
+
+typedef struct {
+  speeds sp;
+  double ms;
   size_t rss;
   double disp_dec, disp_pre, compute_util, bw_util;
   dsi_plan_info plan_dec;
@@ -46,6 +52,13 @@ static void spread(const double *v, int n, double *lo, double *hi) {
     if (v[i] < *lo) *lo = v[i];
     if (v[i] > *hi) *hi = v[i];
   }
+}
+
+static void take_speeds(double *pre, double *dec, int reps, speeds *x) { /* sorts them */
+  spread(pre, reps, &x->pre_lo, &x->pre_hi);
+  spread(dec, reps, &x->dec_lo, &x->dec_hi);
+  x->pre = dsi_median(pre, reps);
+  x->dec = dsi_median(dec, reps);
 }
 
 static dsi_engine *open_stage(const stage *s, dsi_model *m, const dsi_bench_ablation_opts *o) {
@@ -126,10 +139,7 @@ static int measure_speed(const dsi_bench_ablation_opts *o, const dsi_peaks *pk, 
     }
   for (int i = 0; i < N_STAGES && !rc; i++) {
     stage_result *x = &res[i];
-    spread(pre[i], o->reps, &x->pre_lo, &x->pre_hi);
-    spread(dec[i], o->reps, &x->dec_lo, &x->dec_hi);
-    x->pre = dsi_median(pre[i], o->reps);
-    x->dec = dsi_median(dec[i], o->reps);
+    take_speeds(pre[i], dec[i], o->reps, &x->sp);
     x->ms = dsi_median(ms[i], o->reps);
     dsi_phase_stats ps, ds;
     dsi_engine_profile_stats(e[i], 1, &ps);
@@ -152,6 +162,25 @@ static void json_num(const char *key, double v, int last) {
   else printf("\"%s\":%.5g%s", key, v, last ? "" : ",");
 }
 
+/* speeds as JSON fields, and as the table's two columns; prev: the stage before (NULL none) */
+static void json_speeds(const speeds *x, const speeds *prev) {
+  json_num("prefill_tokens_per_s", x->pre, 0);
+  json_num("prefill_min", x->pre_lo, 0);
+  json_num("prefill_max", x->pre_hi, 0);
+  json_num("decode_tokens_per_s", x->dec, 0);
+  json_num("decode_min", x->dec_lo, 0);
+  json_num("decode_max", x->dec_hi, 0);
+  json_num("prefill_gain", prev ? x->pre / prev->pre : NAN, 0);
+  json_num("decode_gain", prev ? x->dec / prev->dec : NAN, 0);
+}
+
+static void text_speeds(const speeds *x, const speeds *prev, char a[32], char b[32], char g[32]) {
+  snprintf(a, 32, "%.0f (%.0f..%.0f)", x->pre, x->pre_lo, x->pre_hi);
+  snprintf(b, 32, "%.2f (%.2f..%.2f)", x->dec, x->dec_lo, x->dec_hi);
+  if (prev) snprintf(g, 32, "%.2fx/%.2fx", x->pre / prev->pre, x->dec / prev->dec);
+  else snprintf(g, 32, "-");
+}
+
 /* ---- under mpirun: the stages one after another, every rank in step ---- */
 typedef struct {
   const char *name;
@@ -169,7 +198,7 @@ static const rank_stage k_rank_stages[] = {
 #define N_RANK_STAGES (int)(sizeof k_rank_stages / sizeof *k_rank_stages)
 
 typedef struct {
-  double pre, pre_lo, pre_hi, dec, dec_lo, dec_hi;
+  speeds sp;
   double comm_pre, comm_dec, hidden_dec, mb_dec; /* shares of the step in collectives; beside compute; MB sent */
 } rank_result;
 
@@ -228,10 +257,7 @@ static int ablation_ranks(const dsi_bench_ablation_opts *o) {
     }
     if (!rc) {
       rank_result *x = &res[i];
-      spread(pre, o->reps, &x->pre_lo, &x->pre_hi);
-      spread(dec, o->reps, &x->dec_lo, &x->dec_hi);
-      x->pre = dsi_median(pre, o->reps);
-      x->dec = dsi_median(dec, o->reps);
+      take_speeds(pre, dec, o->reps, &x->sp);
       dsi_phase_stats ps, ds;
       dsi_engine_profile_stats(e, 1, &ps);
       dsi_engine_profile_stats(e, 0, &ds);
@@ -253,18 +279,11 @@ static int ablation_ranks(const dsi_bench_ablation_opts *o) {
              "\"tp_to_ep\":\"%s\",\"overlap\":%s,", i ? "," : "", s->name, N, N, par->ep > 1 ? N : 1,
              s->exec == DSI_EXEC_EAGER ? "eager" : "graph", s->streams, s->op_opt ? "true" : "false",
              s->tp_to_ep == DSI_TP_TO_EP_ALLREDUCE ? "allreduce" : "rs-ag", s->overlap ? "true" : "false");
-      json_num("prefill_tokens_per_s", r->pre, 0);
-      json_num("prefill_min", r->pre_lo, 0);
-      json_num("prefill_max", r->pre_hi, 0);
-      json_num("decode_tokens_per_s", r->dec, 0);
-      json_num("decode_min", r->dec_lo, 0);
-      json_num("decode_max", r->dec_hi, 0);
+      json_speeds(&r->sp, i ? &res[i - 1].sp : NULL);
       json_num("prefill_comm_share", r->comm_pre, 0);
       json_num("decode_comm_share", r->comm_dec, 0);
       json_num("decode_comm_overlapped", r->hidden_dec, 0);
       json_num("decode_comm_mb_per_step", r->mb_dec, 0);
-      json_num("prefill_gain", i ? r->pre / res[i - 1].pre : NAN, 0);
-      json_num("decode_gain", i ? r->dec / res[i - 1].dec : NAN, 0);
       printf("\"prompt_len\":%d,\"gen_len\":%d,\"batch\":%d,\"reps\":%d,\"threads\":%d}", o->P, o->G, o->B, o->reps,
              o->threads);
     }
@@ -278,10 +297,8 @@ static int ablation_ranks(const dsi_bench_ablation_opts *o) {
          "beside", "MB/step", "gain pre/dec");
   for (int i = 0; i < N_RANK_STAGES; i++) {
     const rank_result *r = &res[i];
-    char a[32], b[32], g[32] = "-";
-    snprintf(a, sizeof a, "%.0f (%.0f..%.0f)", r->pre, r->pre_lo, r->pre_hi);
-    snprintf(b, sizeof b, "%.2f (%.2f..%.2f)", r->dec, r->dec_lo, r->dec_hi);
-    if (i) snprintf(g, sizeof g, "%.2fx/%.2fx", r->pre / res[i - 1].pre, r->dec / res[i - 1].dec);
+    char a[32], b[32], g[32];
+    text_speeds(&r->sp, i ? &res[i - 1].sp : NULL, a, b, g);
     printf("%-9s %22s %22s %8.1f%% %8.1f%% %8.1f%% %9.3f %13s\n", k_rank_stages[i].name, a, b, 100 * r->comm_pre,
            100 * r->comm_dec, 100 * r->hidden_dec, r->mb_dec, g);
   }
@@ -306,20 +323,13 @@ int dsi_bench_ablation(const dsi_bench_ablation_opts *o) {
       printf("%s{\"stage\":\"%s\",\"exec\":\"%s\",\"streams\":%d,\"op_opt\":%s,", i ? "," : "", k_stages[i].name,
              k_stages[i].exec == DSI_EXEC_EAGER ? "eager" : "graph", k_stages[i].streams,
              k_stages[i].op_opt ? "true" : "false");
-      json_num("prefill_tokens_per_s", r->pre, 0);
-      json_num("prefill_min", r->pre_lo, 0);
-      json_num("prefill_max", r->pre_hi, 0);
-      json_num("decode_tokens_per_s", r->dec, 0);
-      json_num("decode_min", r->dec_lo, 0);
-      json_num("decode_max", r->dec_hi, 0);
+      json_speeds(&r->sp, i ? &res[i - 1].sp : NULL);
       json_num("ms_per_token", r->ms, 0);
       printf("\"peak_rss_bytes\":%zu,", r->rss);
       json_num("dispatch_share", r->disp_dec, 0);
       json_num("prefill_dispatch_share", r->disp_pre, 0);
       json_num("compute_util", r->compute_util, 0);
       json_num("bandwidth_util", r->bw_util, 0);
-      json_num("prefill_gain", i ? r->pre / res[i - 1].pre : NAN, 0);
-      json_num("decode_gain", i ? r->dec / res[i - 1].dec : NAN, 0);
       printf("\"prompt_len\":%d,\"gen_len\":%d,\"batch\":%d,\"reps\":%d,\"threads\":%d}", o->P, o->G, o->B, o->reps,
              pk.threads);
     }
@@ -334,10 +344,8 @@ int dsi_bench_ablation(const dsi_bench_ablation_opts *o) {
          "RSS MB", "dispatch", "(prefill)", "compute", "bw", "gain pre/dec");
   for (int i = 0; i < N_STAGES; i++) {
     const stage_result *r = &res[i];
-    char a[32], b[32], g[32] = "-";
-    snprintf(a, sizeof a, "%.0f (%.0f..%.0f)", r->pre, r->pre_lo, r->pre_hi);
-    snprintf(b, sizeof b, "%.2f (%.2f..%.2f)", r->dec, r->dec_lo, r->dec_hi);
-    if (i) snprintf(g, sizeof g, "%.2fx/%.2fx", r->pre / res[i - 1].pre, r->dec / res[i - 1].dec);
+    char a[32], b[32], g[32];
+    text_speeds(&r->sp, i ? &res[i - 1].sp : NULL, a, b, g);
     printf("%-8s %22s %22s %9.2f %8.0f %8.1f%% %8.1f%% %7.1f%% %7.1f%% %13s\n", k_stages[i].name, a, b, r->ms,
            r->rss / 1e6, 100 * r->disp_dec, 100 * r->disp_pre, 100 * r->compute_util, 100 * r->bw_util, g);
   }
