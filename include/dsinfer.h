@@ -107,6 +107,9 @@ typedef struct dsi_engine_opts {
                         the ranks (expert parallel MoE); one loaded with tp_size = the world's
                         size runs its heads' share of attention and the FFN on 1/N of the
                         tokens (tensor parallel attention; see tp_to_ep) */
+  int attn_dp;       /* between ranks, heads not split: 1 runs the whole attention of sequence s
+                        on rank s % N only (its cache rows written there), the tokens meeting at
+                        the experts (SGLang's DP attention); the logits go to rank 0 */
   int overlap;       /* between ranks: 1 runs the collectives on a communication thread while the
                         workers compute what does not wait for them (the shared expert beside the
                         expert dispatch); 0 (default): on a worker, in turn */

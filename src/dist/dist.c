@@ -220,7 +220,7 @@ int dsi_dist_all_reduce_f32(dsi_dist *d, float *buf, size_t n) {
 #endif
 }
 
-const char *const dsi_coll_names[DSI_COLL_N] = {"all_reduce", "reduce_scatter", "all_gather", "all_to_all"};
+const char *const dsi_coll_names[DSI_COLL_N] = {"all_reduce", "reduce_scatter", "all_gather", "all_to_all", "gather"};
 
 int dsi_dist_reduce_scatter_f32(dsi_dist *d, const float *in, float *out, const int *counts) {
   if (!d || d->size == 1) {
@@ -256,6 +256,26 @@ int dsi_dist_all_gather_f32(dsi_dist *d, float *buf, const int *counts, const in
   (void)buf;
   (void)counts;
   (void)displs;
+  return DSI_E_UNSUPPORTED;
+#endif
+}
+
+int dsi_dist_gather_f32(dsi_dist *d, const float *send, int n, float *recv, const int *counts, const int *displs, int root) {
+  if (!d || d->size == 1) {
+    memmove(recv, send, (size_t)n * sizeof(float));
+    return DSI_OK;
+  }
+#ifdef DSINFER_MPI
+  if (d->rank != root) count(d, DSI_COLL_GATHER, 4.0 * n);
+  enter(d, "gather");
+  MPI_Request req;
+  int rc = mpi_status(MPI_Igatherv(send, n, MPI_FLOAT, recv, counts, displs, MPI_FLOAT, root, MPI_COMM_WORLD, &req),
+                      "MPI_Igatherv");
+  return rc ? rc : finish(d, &req, "gather", 1);
+#else
+  (void)counts;
+  (void)displs;
+  (void)root;
   return DSI_E_UNSUPPORTED;
 #endif
 }

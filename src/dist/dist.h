@@ -9,7 +9,7 @@
 #include "dsinfer.h"
 
 /* the collectives, for the counts below */
-enum { DSI_COLL_ALL_REDUCE, DSI_COLL_REDUCE_SCATTER, DSI_COLL_ALL_GATHER, DSI_COLL_ALL_TO_ALL, DSI_COLL_N };
+enum { DSI_COLL_ALL_REDUCE, DSI_COLL_REDUCE_SCATTER, DSI_COLL_ALL_GATHER, DSI_COLL_ALL_TO_ALL, DSI_COLL_GATHER, DSI_COLL_N };
 extern const char *const dsi_coll_names[DSI_COLL_N];
 
 struct dsi_dist {
@@ -48,6 +48,8 @@ int dsi_dist_all_reduce_f32(dsi_dist *d, float *buf, size_t n);
 int dsi_dist_reduce_scatter_f32(dsi_dist *d, const float *in, float *out, const int *counts);
 /* rank r's counts[r] floats at displs[r] of buf, to every rank, in place */
 int dsi_dist_all_gather_f32(dsi_dist *d, float *buf, const int *counts, const int *displs);
+/* rank r's counts[r] floats (send: n of them there) into recv + displs[r] on root */
+int dsi_dist_gather_f32(dsi_dist *d, const float *send, int n, float *recv, const int *counts, const int *displs, int root);
 /* send[r] to rank r, recv[r] from it */
 int dsi_dist_all_to_all_int(dsi_dist *d, const int *send, int *recv);
 /* bytes: send + sdispls[r] (scounts[r] bytes) to rank r; recv likewise */

@@ -51,6 +51,9 @@ static int reduce_scatter(void *ctx, const float *in, float *out, const int *cou
 static int all_gather(void *ctx, float *buf, const int *counts, const int *displs) {
   return coll_done(ctx, dsi_dist_all_gather_f32(ctx, buf, counts, displs), "all_gather");
 }
+static int gather(void *ctx, const float *send, int n, float *recv, const int *counts, const int *displs) {
+  return coll_done(ctx, dsi_dist_gather_f32(ctx, send, n, recv, counts, displs, 0), "gather");
+}
 static int all_to_all_int(void *ctx, const int *send, int *recv) {
   return coll_done(ctx, dsi_dist_all_to_all_int(ctx, send, recv), "all_to_all");
 }
@@ -59,7 +62,7 @@ static int all_to_all_v(void *ctx, const void *send, const int *sc, const int *s
   return coll_done(ctx, dsi_dist_all_to_all_v(ctx, send, sc, sd, recv, rc, rd), "all_to_all_v");
 }
 
-enum { MSG_STOP = 0, MSG_STEP = 1, MSG_HEAD = 4 };
+enum { MSG_STOP = 0, MSG_STEP = 1, MSG_HEAD = 5 };
 
 static int32_t *msg_room(dsi_engine *e, size_t n) {
   if (n > e->msg_cap) {
@@ -70,9 +73,10 @@ static int32_t *msg_room(dsi_engine *e, size_t n) {
 }
 
 /* rank 0: the step every rank runs — tokens, positions, sequences, cache
- * slots and the block tables of the sequences in it — or MSG_STOP */
+ * slots, the rows whose logits are wanted and the block tables of the
+ * sequences in it — or MSG_STOP */
 static int send_step(dsi_engine *e, const dsi_fwd_batch *fb) {
-  int32_t head[MSG_HEAD] = {fb ? MSG_STEP : MSG_STOP, 0, 0, 0};
+  int32_t head[MSG_HEAD] = {fb ? MSG_STEP : MSG_STOP, 0, 0, 0, 0};
   if (!fb) return dsi_dist_bcast(e->dist, head, sizeof head, 0);
   int n = fb->n_tokens, bs = e->kv.block_size, n_seq = 0, n_blk = 0;
   for (int s = 0; s < e->n_seqs_cap; s++) e->seq_mark[s] = -1;
@@ -86,11 +90,13 @@ static int send_step(dsi_engine *e, const dsi_fwd_batch *fb) {
   head[1] = n;
   head[2] = n_seq;
   head[3] = n_blk;
-  int32_t *m = msg_room(e, 4 * (size_t)n + 2 * (size_t)n_seq + n_blk), *p = m;
+  head[4] = fb->n_logits;
+  int32_t *m = msg_room(e, 4 * (size_t)n + fb->n_logits + 2 * (size_t)n_seq + n_blk), *p = m;
   memcpy(p, fb->tokens, n * sizeof(int32_t)), p += n;
   memcpy(p, fb->pos, n * sizeof(int32_t)), p += n;
   memcpy(p, fb->seq, n * sizeof(int32_t)), p += n;
   memcpy(p, fb->slot, n * sizeof(int32_t)), p += n;
+  memcpy(p, fb->logit_rows, fb->n_logits * sizeof(int32_t)), p += fb->n_logits;
   int32_t *blocks = p + 2 * n_seq;
   for (int s = 0; s < e->n_seqs_cap; s++) {
     if (e->seq_mark[s] < 0) continue;
@@ -117,18 +123,20 @@ int dsi_engine_follow(dsi_engine *e) {
       break;
     }
     if (head[0] == MSG_STOP) break;
-    int n = head[1], n_seq = head[2], n_blk = head[3];
-    if (n < 1 || n > e->max_tokens || n_seq < 1 || n_seq > n || n_blk < n_seq || n_blk > e->kv.n_blocks * n_seq) {
+    int n = head[1], n_seq = head[2], n_blk = head[3], nl = head[4];
+    if (n < 1 || n > e->max_tokens || n_seq < 1 || n_seq > n || n_blk < n_seq || n_blk > e->kv.n_blocks * n_seq ||
+        nl < 0 || nl > n) {
       rc = dsi_errf(&e->err, DSI_E_FORMAT, "rank %d: a malformed step from rank 0 (%d tokens, %d sequences, %d blocks)",
                     e->dist->rank, n, n_seq, n_blk);
       break;
     }
-    int32_t *m = msg_room(e, 4 * (size_t)n + 2 * (size_t)n_seq + n_blk);
-    if ((rc = dsi_dist_bcast(e->dist, m, (4 * (size_t)n + 2 * (size_t)n_seq + n_blk) * sizeof(int32_t), 0))) {
+    size_t words = 4 * (size_t)n + nl + 2 * (size_t)n_seq + n_blk;
+    int32_t *m = msg_room(e, words);
+    if ((rc = dsi_dist_bcast(e->dist, m, words * sizeof(int32_t), 0))) {
       rc = dsi_errf(&e->err, rc, "rank %d: receiving a step from rank 0 failed", e->dist->rank);
       break;
     }
-    const int32_t *st = m + 4 * (size_t)n, *blocks = st + 2 * n_seq;
+    const int32_t *st = m + 4 * (size_t)n + nl, *blocks = st + 2 * n_seq;
     for (int k = 0; k < n_seq; k++) {
       int s = st[2 * k];
       if (s >= n_tables) {
@@ -139,8 +147,9 @@ int dsi_engine_follow(dsi_engine *e) {
       tables[s] = blocks;
       blocks += st[2 * k + 1];
     }
+    /* the logit rows: under DP attention each rank computes its sequences' and sends them to rank 0 */
     dsi_fwd_batch fb = {.n_tokens = n, .tokens = m, .pos = m + n, .seq = m + 2 * n, .slot = m + 3 * n,
-                        .block_tables = tables};
+                        .block_tables = tables, .logit_rows = m + 4 * n, .n_logits = nl};
     if ((rc = dsi_fwd_run(e->fwd, &fb, &cache, NULL, &e->err))) break;
   }
   free(tables);
@@ -185,8 +194,9 @@ int dsi_engine_open(dsi_engine **out, dsi_model *m, const dsi_engine_opts *o, ds
     e->dist = o->dist;
     fo.coll = (dsi_coll){.size = n, .rank = o->dist->rank, .ctx = o->dist, .all_reduce_f32 = all_reduce,
                          .reduce_scatter_f32 = reduce_scatter, .all_gather_f32 = all_gather,
-                         .all_to_all_int = all_to_all_int, .all_to_all_v = all_to_all_v};
+                         .all_to_all_int = all_to_all_int, .all_to_all_v = all_to_all_v, .gather_f32 = gather};
     fo.tp_to_ep = o->tp_to_ep;
+    fo.attn_dp = o->attn_dp;
   }
   if ((rc = dsi_fwd_new(&e->fwd, m, e->pool, &fo, err)) ||
       (rc = dsi_kv_init(&e->kv, c->num_hidden_layers, row, bs, nb, dsi_fwd_kv_pairs(e->fwd), !o->no_hugepage, err))) {

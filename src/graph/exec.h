@@ -29,6 +29,7 @@ typedef struct dsi_fctx {
   dsi_coll coll;         /* the collectives between ranks (size 1: none) */
   int tp, ep;            /* ranks the heads and the experts are split over (1: not split) */
   int tp_to_ep;          /* DSI_TP_TO_EP_* (tp > 1) */
+  int attn_dp;           /* DP attention: this rank's sequences' tokens only, all of the graph */
   int *exp_owner;        /* [n_routed_experts] the rank holding each expert (ep > 1) */
 } dsi_fctx;
 
@@ -52,9 +53,16 @@ typedef struct dsi_xrun {
 
 #define XT(r, id) ((void *)(r)->ptr[id])
 
-/* the expert dispatch's plan: ints for a bucket of T tokens on N ranks
- * (rows sent to and received from each rank, each sent row's token) */
-static inline int dsi_moe_plan_len(int T, int n_ranks) { return 2 * n_ranks + T + n_ranks; }
+/* the most rows a rank sends in the expert dispatch of a step of at most T
+ * tokens (each of its tokens once to each rank holding one of its experts):
+ * its share of them (1/N and one) to every rank, or under DP attention any
+ * number of them */
+static inline int dsi_moe_sent_max(const dsi_fctx *f, int T) {
+  return f->attn_dp ? T * f->coll.size : T + f->coll.size;
+}
+/* the expert dispatch's plan: ints for a bucket of T tokens (rows sent to
+ * and received from each rank, each sent row's token) */
+static inline int dsi_moe_plan_len(const dsi_fctx *f, int T) { return 2 * f->coll.size + dsi_moe_sent_max(f, T); }
 
 /* rank r's tokens of a step of T over n ranks: [lo, lo + n) */
 static inline void dsi_shard_of(int T, int r, int n_ranks, int *lo, int *n) {

@@ -222,8 +222,7 @@ static int moe(builder *bd, const dsi_layer_weights *w, int xn) {
    * send the sums back (the combine) */
   int plan = -1, rows_in = xn;
   if (dispatch) {
-    int N = bd->f->coll.size;
-    plan = TENSOR(bd, "moe_plan", DSI_DTYPE_I32, dsi_moe_plan_len(T, N));
+    plan = TENSOR(bd, "moe_plan", DSI_DTYPE_I32, dsi_moe_plan_len(bd->f, T));
     rows_in = TENSOR(bd, "moe_rows", F32, T, D);
     int rids = TENSOR(bd, "moe_rows_ids", DSI_DTYPE_I32, T, K), rw = TENSOR(bd, "moe_rows_w", F32, T, K);
     op = dsi_graph_op(g, DSI_OP_MOE_DISPATCH, "moe_dispatch", DSI_PROF_COMM);
@@ -344,6 +343,8 @@ static dsi_graph *build(const dsi_fctx *f, int T, int overlap) {
   builder bd = {f, dsi_graph_new(T), T, overlap};
   dsi_graph *g = bd.g;
   if (!g) return NULL;
+  /* DP attention: every op on this rank's tokens, the experts reached by dispatch */
+  if (f->attn_dp) g->cur_rows = DSI_ROWS_SHARD;
   int x = TENSOR(&bd, "x", F32, T, D); /* [T, hidden] the residual stream */
   dsi_op *op = dsi_graph_op(g, DSI_OP_EMBED, "embed", DSI_PROF_OTHER);
   op->out[0] = x;
@@ -416,6 +417,9 @@ struct dsi_fwd {
   int *pids;    /* [st_cap] */
   uint8_t *naive; /* [max_tokens] this step's tokens in non-absorbed segments */
   dsi_commer *comm; /* the communication thread (overlap between ranks), or NULL */
+  int32_t *dp_idx;  /* DP attention: [6 max_tokens] this rank's batch, its logit rows, counts */
+  float *dp_logits, *dp_gather;
+  size_t dp_logits_cap, dp_gather_cap;
   int hugepage;   /* advise huge pages for the arena */
 };
 
@@ -491,18 +495,95 @@ static int grow_run_state(dsi_fwd *fw, const dsi_graph *g) {
   return DSI_OK;
 }
 
+/* ---- DP attention: each rank its own sequences' tokens ---- */
+/* the rank a sequence's tokens (and its cache rows) live on */
+static int dp_rank(const dsi_fctx *f, int seq) { return seq % f->coll.size; }
+
+static int grow_f32(float **p, size_t *cap, size_t n) {
+  if (n <= *cap) return DSI_OK;
+  float *q = realloc(*p, n * sizeof(float));
+  if (!q) return DSI_E_NOMEM;
+  *p = q;
+  *cap = n;
+  return DSI_OK;
+}
+
+static int run_local(dsi_fwd *fw, const dsi_fwd_batch *b, int plan_T, const dsi_fwd_cache *cache, float *logits,
+                     dsi_err *err);
+
+/* This rank's tokens as a batch of their own (possibly none: the rank
+ * still takes part in the expert dispatch), their logits to rank 0, which
+ * puts every row back in the batch's order. */
+static int run_dp(dsi_fwd *fw, const dsi_fwd_batch *b, const dsi_fwd_cache *cache, float *logits, dsi_err *err) {
+  const dsi_fctx *f = &fw->f;
+  int me = f->coll.rank, N = f->coll.size, V = f->c->vocab_size, n = 0, nl = 0;
+  int32_t *tok = fw->dp_idx, *pos = tok + f->max_tokens, *seq = pos + f->max_tokens, *slot = seq + f->max_tokens;
+  int32_t *rows = slot + f->max_tokens, *map = rows + f->max_tokens;
+  int l = 0;
+  for (int i = 0; i < b->n_tokens; i++) {
+    int want = l < b->n_logits && b->logit_rows[l] == i;
+    l += want;
+    if (dp_rank(f, b->seq[i]) != me) continue;
+    if (want) rows[nl++] = n;
+    tok[n] = b->tokens[i], pos[n] = b->pos[i], seq[n] = b->seq[i], slot[n] = b->slot[i];
+    n++;
+  }
+  if (grow_f32(&fw->dp_logits, &fw->dp_logits_cap, (size_t)DSI_MAX(nl, 1) * V))
+    return dsi_errf(err, DSI_E_NOMEM, "out of memory for %d rows of logits", nl);
+  dsi_fwd_batch lb = {.n_tokens = n, .tokens = tok, .pos = pos, .seq = seq, .slot = slot,
+                      .block_tables = b->block_tables, .logit_rows = rows, .n_logits = nl};
+  /* planned for the whole step: the dispatch may bring this rank rows of every token */
+  int rc = run_local(fw, &lb, b->n_tokens, cache, fw->dp_logits, err);
+  if (rc) return rc;
+  /* rank r's rows, in the order of its tokens, then back into the batch's order */
+  int *counts = (int *)map, *displs = counts + N;
+  for (int r = 0; r < N; r++) counts[r] = 0;
+  l = 0;
+  for (int i = 0; i < b->n_tokens && l < b->n_logits; i++)
+    if (b->logit_rows[l] == i) counts[dp_rank(f, b->seq[i])] += V, l++;
+  for (int r = 0, at = 0; r < N; r++) displs[r] = at, at += counts[r];
+  float *all = NULL;
+  if (me == 0 && grow_f32(&fw->dp_gather, &fw->dp_gather_cap, (size_t)DSI_MAX(b->n_logits, 1) * V))
+    return dsi_errf(err, DSI_E_NOMEM, "out of memory for %d rows of logits", b->n_logits);
+  all = fw->dp_gather;
+  f->coll.gather_f32(f->coll.ctx, fw->dp_logits, nl * V, all, counts, displs);
+  if (me != 0 || !logits) return DSI_OK;
+  int *next = displs; /* each rank's next row */
+  l = 0;
+  for (int i = 0; i < b->n_tokens && l < b->n_logits; i++)
+    if (b->logit_rows[l] == i) {
+      int r = dp_rank(f, b->seq[i]);
+      memcpy(logits + (size_t)l * V, all + next[r], (size_t)V * sizeof(float));
+      next[r] += V;
+      l++;
+    }
+  return DSI_OK;
+}
+
 int dsi_fwd_run(dsi_fwd *fw, const dsi_fwd_batch *b, const dsi_fwd_cache *cache, float *logits, dsi_err *err) {
+  DSI_ASSERT(b->n_tokens > 0 && b->n_tokens <= fw->f.max_tokens);
+  if (fw->f.attn_dp) return run_dp(fw, b, cache, logits, err);
+  if (!logits && b->n_logits) { /* a follower: no logits here */
+    dsi_fwd_batch nb = *b;
+    nb.n_logits = 0;
+    return run_local(fw, &nb, nb.n_tokens, cache, NULL, err);
+  }
+  return run_local(fw, b, b->n_tokens, cache, logits, err);
+}
+
+/* the batch b on the plan for plan_T tokens (>= b's) */
+static int run_local(dsi_fwd *fw, const dsi_fwd_batch *b, int plan_T, const dsi_fwd_cache *cache, float *logits,
+                     dsi_err *err) {
   int T = b->n_tokens;
-  DSI_ASSERT(T > 0 && T <= fw->f.max_tokens);
   int eager = fw->x.exec == DSI_EXEC_EAGER;
   dsi_graph *g;
   if (eager) { /* issued op by op: recorded afresh each step, no plan */
-    g = build(&fw->f, T, 0);
+    g = build(&fw->f, plan_T, 0);
     if (!g || dsi_graph_plan_eager(g)) {
       dsi_graph_free(g);
       return dsi_errf(err, DSI_E_NOMEM, "out of memory recording the step of %d tokens", T);
     }
-  } else if (!(g = plan_for(fw, T, err))) {
+  } else if (!(g = plan_for(fw, plan_T, err))) {
     return err->status;
   }
   if (grow_run_state(fw, g)) {
@@ -608,6 +689,11 @@ int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, const dsi_fwd
   f->tp = m->tp_size > 1 ? m->tp_size : 1;
   f->ep = m->ep_size > 1 ? m->ep_size : 1;
   f->tp_to_ep = o->tp_to_ep;
+  f->attn_dp = o->attn_dp && f->coll.size > 1;
+  if (f->attn_dp && f->tp > 1) {
+    free(fw);
+    return dsi_errf(err, DSI_E_INVAL, "DP attention runs every head on each rank: the model's heads must not be split");
+  }
   if ((f->tp > 1 && f->tp != f->coll.size) || (f->ep > 1 && f->ep != f->coll.size)) {
     int tp = f->tp, ep = f->ep, n = f->coll.size;
     free(fw);
@@ -627,6 +713,10 @@ int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, const dsi_fwd
     return dsi_errf(err, DSI_E_NOMEM, "cannot allocate the forward's tables for %d positions", max_context);
   }
   fw->naive = calloc(max_tokens, 1);
+  if (f->attn_dp && !(fw->dp_idx = malloc(((size_t)6 * max_tokens + 2 * (size_t)f->coll.size) * sizeof(int32_t)))) {
+    dsi_fwd_free(fw);
+    return dsi_errf(err, DSI_E_NOMEM, "out of memory for the forward's tables");
+  }
   if (f->ep > 1) { /* the ranks' contiguous shares of the experts, as the loader cut them */
     int E = c->n_routed_experts;
     if ((f->exp_owner = malloc((size_t)E * sizeof(int))))
@@ -673,6 +763,9 @@ void dsi_fwd_free(dsi_fwd *fw) {
   free(f->exp_owner);
   dsi_mla_prefill_free(f->mla);
   dsi_commer_free(fw->comm);
+  free(fw->dp_idx);
+  free(fw->dp_logits);
+  free(fw->dp_gather);
   free(fw->naive);
   dsi_free_aligned(fw->arena);
   free(fw->ptr);

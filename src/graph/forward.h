@@ -50,6 +50,8 @@ typedef struct dsi_coll {
   int (*reduce_scatter_f32)(void *ctx, const float *in, float *out, const int *counts);
   /* rank r's counts[r] floats at displs[r] of buf, to every rank (in place) */
   int (*all_gather_f32)(void *ctx, float *buf, const int *counts, const int *displs);
+  /* rank r's counts[r] floats (send, n of them here) at displs[r] of recv on rank 0 */
+  int (*gather_f32)(void *ctx, const float *send, int n, float *recv, const int *counts, const int *displs);
   /* one int to each rank, one from each */
   int (*all_to_all_int)(void *ctx, const int *send, int *recv);
   /* bytes: send[sdispls[r] ..+ scounts[r]) to rank r, recv likewise */
@@ -68,6 +70,8 @@ typedef struct dsi_fwd_opts {
   int hugepage;      /* advise huge pages for the activation arena */
   dsi_coll coll;     /* between ranks; .size 0 or 1: one process */
   int tp_to_ep;      /* DSI_TP_TO_EP_*: when the model's heads are split across the ranks */
+  int attn_dp;       /* between ranks: each rank runs the whole attention for its own sequences
+                        (sequence s on rank s % N), their tokens meet only at the experts */
 } dsi_fwd_opts;
 
 /* how the forward runs (see DSI_EXEC_* in dsinfer.h) */

@@ -878,7 +878,8 @@ static size_t disp_row_bytes(const dsi_fctx *f) {
 static dsi_op_ws ws_moe_dispatch(const dsi_fctx *f, const dsi_op *op, int T) {
   int N = f->coll.size;
   size_t rb = op->kind == DSI_OP_MOE_DISPATCH ? disp_row_bytes(f) : (size_t)f->c->hidden_size * sizeof(float);
-  return (dsi_op_ws){align64((size_t)4 * N * sizeof(int)) + align64((size_t)(T + N) * rb) + (size_t)T * rb, 0};
+  return (dsi_op_ws){align64((size_t)4 * N * sizeof(int)) + align64((size_t)dsi_moe_sent_max(f, T) * rb) + (size_t)T * rb,
+                     0};
 }
 
 typedef struct {
@@ -891,7 +892,7 @@ static a2a_bufs a2a_at(const dsi_xrun *r, const dsi_op *op, size_t rb) {
   uint8_t *w = dsi_ws_shared(r, op);
   a2a_bufs b = {(int *)w, (int *)w + N, (int *)w + 2 * N, (int *)w + 3 * N, NULL, NULL};
   b.send = w + align64((size_t)4 * N * sizeof(int));
-  b.recv = b.send + align64((size_t)(r->g->T + N) * rb);
+  b.recv = b.send + align64((size_t)dsi_moe_sent_max(r->f, r->g->T) * rb);
   return b;
 }
 

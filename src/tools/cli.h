@@ -76,6 +76,8 @@ typedef struct {
   const char *tp_to_ep_s; /* the option's text */
   const char *overlap_s;  /* --overlap on|off */
   int overlap;
+  const char *attn_s;     /* --attn tp|dp */
+  int attn_dp;
   int comm_timeout;       /* seconds a collective may wait for the other ranks (0: 300) */
 } dsi_cli_par;
 
@@ -83,6 +85,7 @@ typedef struct {
   {"--tp", NULL, OPT_INT, &(p).tp, "tensor-parallel ranks for attention, under mpirun -np N: 1 (default) or N", 0, 4096}, \
   {"--ep", NULL, OPT_INT, &(p).ep, "expert-parallel ranks for the MoE, under mpirun -np N: 1 or N (default N)", 0, 4096}, \
   {"--tp-to-ep", NULL, OPT_STR, &(p).tp_to_ep_s, "with --tp N: rs-ag (reduce-scatter, FFN on 1/N of the tokens, all-gather; default) | allreduce (all-reduce, split, all-gather)"}, \
+  {"--attn", NULL, OPT_STR, &(p).attn_s, "under mpirun: tp (default: heads as --tp says) | dp: each rank the whole attention of its own sequences, meeting at the experts"}, \
   {"--overlap", NULL, OPT_STR, &(p).overlap_s, "under mpirun: on runs the collectives on a communication thread beside the compute (the shared expert beside the expert dispatch); off (default)"}, \
   {"--comm-timeout", NULL, OPT_INT, &(p).comm_timeout, "under mpirun: seconds a step's collective waits for a hung or dead rank before naming it and ending every rank (default 300)", 1, 86400}
 

@@ -62,9 +62,11 @@ static int bench_kernels(int argc, char **argv) {
 /* ---- bench --model under mpirun: what the ranks exchange ---- */
 static void comm_report(const dsi_config *c, const dsi_cli_par *par, dsi_engine *e, int json) {
   int N = dsi_dist_size(dsi_cli_dist);
-  dsi_comm_model cm = dsi_comm_per_token(c, par->tp, par->ep, par->tp_to_ep, N);
+  dsi_comm_model cm = dsi_comm_per_token(c, par->tp, par->ep, par->tp_to_ep, par->attn_dp, N);
   double per_tok = cm.reduce + cm.gather + cm.a2a;
-  const char *mode = par->tp < 2 ? "experts split, all_reduce" : par->tp_to_ep == DSI_TP_TO_EP_ALLREDUCE ? "allreduce" : "rs-ag";
+  const char *mode = par->attn_dp ? "dp attention"
+                     : par->tp < 2 ? "experts split, all_reduce"
+                     : par->tp_to_ep == DSI_TP_TO_EP_ALLREDUCE ? "allreduce" : "rs-ag";
   if (json)
     printf(",\"ranks\":%d,\"tp\":%d,\"ep\":%d,\"tp_to_ep\":\"%s\",\"overlap\":%s", N, par->tp, par->ep, mode,
            par->overlap ? "true" : "false");

@@ -66,9 +66,12 @@ int dsi_cli_check_par(const char *cmd, dsi_cli_par *p) {
   }
   if (p->tp == 0) p->tp = 1;
   if (p->ep == 0) p->ep = world;
-  if (world > 1 && p->tp == 1 && p->ep == 1)
-    return dsi_cli_usage_error(cmd, "--tp 1 --ep 1 under mpirun -np %d: every rank would do the same work; give --tp %d "
-                               "or --ep %d", world, world, world);
+  if (p->attn_s && strcmp(p->attn_s, "tp") && strcmp(p->attn_s, "dp"))
+    return dsi_cli_usage_error(cmd, "--attn must be tp or dp, got '%s'", p->attn_s);
+  p->attn_dp = p->attn_s && !strcmp(p->attn_s, "dp");
+  if (world > 1 && p->tp == 1 && p->ep == 1 && !p->attn_dp)
+    return dsi_cli_usage_error(cmd, "--tp 1 --ep 1 under mpirun -np %d: every rank would do the same work; give --tp %d, "
+                               "--ep %d or --attn dp", world, world, world);
   if (p->tp_to_ep_s && strcmp(p->tp_to_ep_s, "rs-ag") && strcmp(p->tp_to_ep_s, "allreduce"))
     return dsi_cli_usage_error(cmd, "--tp-to-ep must be rs-ag or allreduce, got '%s'", p->tp_to_ep_s);
   if (p->tp_to_ep_s && p->tp < 2)
@@ -77,12 +80,15 @@ int dsi_cli_check_par(const char *cmd, dsi_cli_par *p) {
   if (p->overlap_s && strcmp(p->overlap_s, "on") && strcmp(p->overlap_s, "off"))
     return dsi_cli_usage_error(cmd, "--overlap must be on or off, got '%s'", p->overlap_s);
   p->overlap = p->overlap_s && !strcmp(p->overlap_s, "on");
+  if (p->attn_dp && p->tp > 1)
+    return dsi_cli_usage_error(cmd, "--attn dp runs every head on each rank for its own sequences: not with --tp %d", p->tp);
+  if (p->attn_dp && world < 2) return dsi_cli_usage_error(cmd, "--attn dp needs mpirun -np N, N > 1");
   return 0;
 }
 
 dsi_dist *dsi_cli_dist; /* set by main */
 
-static int split(const dsi_cli_par *par) { return par && (par->tp > 1 || par->ep > 1); }
+static int split(const dsi_cli_par *par) { return par && (par->tp > 1 || par->ep > 1 || par->attn_dp); }
 
 /* ---- ranks that must open the same checkpoint ---- */
 static uint32_t fnv1a(const void *p, size_t n, uint32_t h) {
@@ -297,6 +303,7 @@ static int open_engine(const char *cmd, dsi_engine_opts *eo, const dsi_cli_par *
     eo->dist = dsi_cli_dist;
     eo->tp_to_ep = par->tp_to_ep;
     eo->overlap = par->overlap;
+    eo->attn_dp = par->attn_dp;
   }
   if (dsi_engine_open(e, *m, eo, &err)) { /* the model stays the caller's */
     *e = NULL;

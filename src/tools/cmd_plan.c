@@ -22,20 +22,23 @@
 #include "tools/internal.h"
 
 /* ---- what ranks send: bytes per token of a step (f32 activations) ---- */
-dsi_comm_model dsi_comm_per_token(const dsi_config *c, int tp, int ep, int tp_to_ep, int N) {
+dsi_comm_model dsi_comm_per_token(const dsi_config *c, int tp, int ep, int tp_to_ep, int attn_dp, int N) {
   dsi_comm_model m = {0};
   if (N < 2) return m;
   double r = (double)(N - 1) / N, row = 4.0 * c->hidden_size;
   int L = c->num_hidden_layers, Lm = 0, E = c->n_routed_experts, K = c->num_experts_per_tok;
   for (int l = 0; l < L; l++) Lm += dsi_config_is_moe_layer(c, l);
+  if (attn_dp) tp = N, tp_to_ep = -1; /* tokens stay on their rank: the dispatch alone */
   if (tp < 2) { /* experts split alone: each MoE layer's all-reduce */
     m.reduce = Lm * 2 * r * row;
     m.collectives = Lm;
     return m;
   }
-  m.reduce = L * (tp_to_ep == DSI_TP_TO_EP_ALLREDUCE ? 2 : 1) * r * row;
-  m.gather = L * r * row;
-  m.collectives = 2 * L;
+  if (tp_to_ep >= 0) {
+    m.reduce = L * (tp_to_ep == DSI_TP_TO_EP_ALLREDUCE ? 2 : 1) * r * row;
+    m.gather = L * r * row;
+    m.collectives = 2 * L;
+  }
   if (ep > 1) {
     double none = 1; /* a given other rank holds none of the token's K experts */
     for (int i = 0; i < K; i++) none *= (double)(E - E / N - i) / (E - i);
@@ -254,7 +257,7 @@ static void predict(const calib *k, const shape *s, const target *tg, layout_pre
   const dsi_config *c = s->c;
   int N = tg->K, tp = lp->tp, ep = lp->ep;
   double bw = tg->mem_bw / k->read_gbs, cpu = tg->cpu;
-  dsi_comm_model cm = dsi_comm_per_token(c, tp, ep, lp->tp_to_ep, N);
+  dsi_comm_model cm = dsi_comm_per_token(c, tp, ep, lp->tp_to_ep, 0, N);
   double lat = tg->link_lat * (N - 1) * (1 + (tp < 2)); /* ring steps; an all-reduce has twice */
   double per_tok = cm.reduce + cm.gather + cm.a2a, coll = cm.collectives + 1;
   /* decode: B tokens a step */

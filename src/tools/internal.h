@@ -40,12 +40,14 @@ int dsi_mkmodel_preset(dsi_config *c, const char *name);
  * that) and all-gather ((N-1)/N), and the expert dispatch and combine (a
  * token's row to each other rank holding one of its experts: a share p of
  * them under uniform routing, p = 1 - C(E - E/N, K) / C(E, K)); with
- * experts split alone, each MoE layer's all-reduce. collectives: per step. */
+ * experts split alone, each MoE layer's all-reduce; under DP attention
+ * the dispatch and combine alone (the logits' gather to rank 0 is not
+ * counted). collectives: per step. */
 typedef struct dsi_comm_model {
   double reduce, gather, a2a;
   int collectives;
 } dsi_comm_model;
-dsi_comm_model dsi_comm_per_token(const dsi_config *c, int tp, int ep, int tp_to_ep, int N);
+dsi_comm_model dsi_comm_per_token(const dsi_config *c, int tp, int ep, int tp_to_ep, int attn_dp, int N);
 
 /* ---- the kernels alone (bench_kernels.c) ---- */
 typedef struct dsi_bench_kernels_opts {

@@ -8,7 +8,10 @@
 # tokens, whose FFN runs there (their rows dispatched to the experts' owners
 # with all-to-all-v under --ep N, or every expert local under --ep 1), and
 # an all-gather brings the tokens back; with --overlap on the collectives
-# run on a communication thread beside the compute. On every golden checkpoint, f32
+# run on a communication thread beside the compute. DP attention (--attn
+# dp): each rank the whole attention of its own sequences (the two test
+# sequences on two ranks; on four, two ranks hold none), the tokens meeting
+# at the experts, the logits gathered to rank 0. On every golden checkpoint, f32
 # logits with 2 and 4 ranks equal the single process's within 1e-5
 # relative per row (prefill, decode, several sequences, each executor,
 # weight layout and stream setting); greedy generation gives the same
@@ -40,13 +43,13 @@ for dir in golden/*/; do
     one="$scratch/$c.one.f32"
     "$bin" logits --precision f32 --threads 1 --model "$m" --tokens "$toks" --tokens 5,6,7 $mode --out "$one" 2>/dev/null
     # the layouts: experts split; heads split both ways, experts split or not
-    layouts=("2|" "4|" "2|--tp 2 --overlap on" "4|--tp 4 --tp-to-ep allreduce")
+    layouts=("2|" "4|" "2|--tp 2 --overlap on" "4|--tp 4 --tp-to-ep allreduce" "2|--attn dp")
     if [ "$c" = tiny-bf16 ] && [ -z "$mode" ]; then
       layouts+=("4|--tp 4" "2|--tp 2 --tp-to-ep allreduce" "2|--tp 2 --ep 1" "4|--tp 4 --ep 1 --tp-to-ep allreduce"
                 "2|--overlap on" "2|--tp 2 --overlap on" "4|--tp 4 --tp-to-ep allreduce --overlap on"
-                "2|--tp 2 --ep 1 --overlap on")
+                "2|--tp 2 --ep 1 --overlap on" "2|--attn dp" "4|--attn dp --overlap on" "2|--attn dp --ep 1")
     elif [ "$c" = tiny-bf16 ]; then
-      layouts=("2|" "2|--tp 2" "4|--tp 4 --tp-to-ep allreduce --overlap on")
+      layouts=("2|" "2|--tp 2" "4|--tp 4 --tp-to-ep allreduce --overlap on" "2|--attn dp")
     elif [ -n "$mode" ]; then
       layouts=("2|" "4|--tp 4")
     fi
@@ -85,6 +88,10 @@ err=$(timeout 60 "${mpi[@]}" -np 2 "$bin" logits --model "$m" --tokens 1,2 --tp 
   bad "--tp 1 --ep 1 on 2 ranks ran"
 grep -q 'every rank would do the same work' <<<"$err" && echo "ok   --tp 1 --ep 1 on 2 ranks: a usage error" ||
   bad "--tp 1 --ep 1 on 2 ranks: '$err'"
+err=$(timeout 60 "${mpi[@]}" -np 2 "$bin" logits --model "$m" --tokens 1,2 --tp 2 --attn dp --out "$scratch/x" 2>&1) &&
+  bad "--attn dp --tp 2 ran"
+grep -q 'attn dp runs every head on each rank' <<<"$err" && echo "ok   --attn dp --tp 2: a usage error" ||
+  bad "--attn dp --tp 2: '$err'"
 err=$(timeout 60 "${mpi[@]}" -np 3 "$bin" logits --model "$m" --tokens 1,2 --tp 3 --out "$scratch/x" 2>&1) &&
   bad "--tp 3 with 4 heads ran"
 grep -q 'do not split evenly over 3' <<<"$err" && echo "ok   --tp 3 with 4 heads: $(grep -m1 -o 'do not split.*' <<<"$err")" ||

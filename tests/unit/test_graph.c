@@ -61,12 +61,13 @@ static void check_model_plans(const char *dir, int op_opt_off) {
 }
 
 /* The plans of a rank's share (never run here: no other ranks): experts
- * split, heads split both ways, experts whole; collectives on a worker or
+ * split, heads split both ways, experts whole, DP attention; collectives on a worker or
  * on the communication thread (overlap), one or two streams. The checker
  * must hold with the communication thread as thread n. */
 static void check_dist_plans(const char *dir) {
-  static const struct { int tp, ep, tp_to_ep; } lays[] = {
-    {1, 2, 0}, {2, 2, DSI_TP_TO_EP_RS_AG}, {2, 2, DSI_TP_TO_EP_ALLREDUCE}, {2, 1, DSI_TP_TO_EP_RS_AG}};
+  static const struct { int tp, ep, tp_to_ep, dp; } lays[] = {
+    {1, 2, 0, 0}, {2, 2, DSI_TP_TO_EP_RS_AG, 0}, {2, 2, DSI_TP_TO_EP_ALLREDUCE, 0}, {2, 1, DSI_TP_TO_EP_RS_AG, 0},
+    {1, 2, 0, 1}, {1, 1, 0, 1}};
   for (size_t l = 0; l < DSI_ARRAY_LEN(lays); l++) {
     dsi_model *m;
     dsi_err err = {0};
@@ -75,7 +76,8 @@ static void check_dist_plans(const char *dir) {
     dsi_pool *pool = dsi_pool_new(2);
     dsi_fwd *f;
     dsi_fwd_opts fo = {.max_tokens = 64, .max_context = 128, .precision = DSI_ACT_BF16, .kv_block_size = 64,
-                       .coll = {.size = 2, .rank = lays[l].tp > 1}, .tp_to_ep = lays[l].tp_to_ep};
+                       .coll = {.size = 2, .rank = lays[l].tp > 1}, .tp_to_ep = lays[l].tp_to_ep,
+                       .attn_dp = lays[l].dp};
     if (CHECK(dsi_fwd_new(&f, m, pool, &fo, &err) == 0)) {
       for (int v = 0; v < 4; v++) {
         dsi_fwd_exec_opts x = {.exec = DSI_EXEC_GRAPH, .streams = v & 1 ? 2 : 1, .fuse = 1, .min_team = 1,
@@ -84,8 +86,8 @@ static void check_dist_plans(const char *dir) {
         for (int T = 1; T <= 64; T *= 4) {
           char why[256] = "";
           int rc = dsi_fwd_check_plan(f, T, why, sizeof why, &err);
-          CHECKF(rc == 0, "%s tp %d ep %d tp_to_ep %d, streams %d, overlap %d, T %d: %s", dir, lays[l].tp, lays[l].ep,
-                 lays[l].tp_to_ep, x.streams, x.overlap, T, why);
+          CHECKF(rc == 0, "%s tp %d ep %d tp_to_ep %d dp %d, streams %d, overlap %d, T %d: %s", dir, lays[l].tp,
+                 lays[l].ep, lays[l].tp_to_ep, lays[l].dp, x.streams, x.overlap, T, why);
         }
       }
       dsi_fwd_free(f);
