@@ -134,37 +134,59 @@ static double busiest_experts(int E, int K, int B, int N) {
   return sum / draws;
 }
 
-/* decode: weight (and cache) bytes the busiest rank reads in a step of B
- * tokens at context ctx; tp, ep: the ranks heads and experts split over */
-static cats decode_bytes(const shape *s, int tp, int ep, int N, int B, double ctx) {
+/* A layout: heads over tp ranks (1: not split), experts over ep, or DP
+ * attention (each rank its own sequences, whole attention) */
+typedef struct {
+  int tp, ep, dp, N;
+} lay;
+
+/* the distinct experts B tokens of K each reach, of E (at random) */
+static double experts_hit(int E, int K, int B) { return E * (1 - pow(1 - (double)K / E, B)); }
+
+/* decode: weight (and cache) bytes a step of B tokens at context ctx makes
+ * the busiest rank read (*mx) and all ranks together (*sum) */
+static void decode_bytes(const shape *s, lay l, int B, double ctx, cats *mx, cats *sum) {
   const dsi_config *c = s->c;
-  double row = (double)c->kv_lora_rank + c->qk_rope_head_dim;
-  cats w = {0};
-  /* the latent cache is shared by the heads: every rank reads all of it */
-  w.attn = (s->attn_rep + s->attn_split / tp) * s->wb + (double)B * ctx * row * 2 * s->L;
-  double experts = busiest_experts(c->n_routed_experts, c->num_experts_per_tok, B, ep > 1 ? N : 1);
-  /* a rank with any of the step's tokens reads all of the shared and dense weights */
-  w.moe = experts * s->expert * s->wb * s->Lm + s->shared * s->wb + s->router * 4;
-  w.dense = s->dense * s->wb;
-  w.lm = s->lm * s->wb;
-  w.other = B;
-  return w;
+  int N = l.N, E = c->n_routed_experts, K = c->num_experts_per_tok;
+  double row = (double)c->kv_lora_rank + c->qk_rope_head_dim, cache = (double)B * ctx * row * 2 * s->L;
+  /* ranks holding any of the step's tokens: they read all of the shared
+   * and dense weights (and, under DP attention, the attention's) */
+  double busy = l.tp > 1 || l.dp ? DSI_MIN(B, N) : N;
+  double B_dp = l.dp ? ceil((double)B / N) : B; /* the busiest rank's sequences */
+  double attn = (s->attn_rep + s->attn_split / l.tp) * s->wb;
+  mx->attn = attn + (l.dp ? cache * B_dp / B : cache);
+  sum->attn = (l.dp ? busy : N) * attn + (l.dp ? cache : N * cache);
+  double most = busiest_experts(E, K, B, l.ep > 1 ? N : 1), per = s->expert * s->wb * s->Lm;
+  double shared = s->shared * s->wb + s->router * 4;
+  mx->moe = most * per + shared;
+  sum->moe = (l.ep > 1 ? experts_hit(E, K, B) : busy * experts_hit(E, K, (int)ceil((double)B / busy))) * per + busy * shared;
+  mx->dense = s->dense * s->wb;
+  sum->dense = busy * mx->dense;
+  mx->lm = s->lm * s->wb; /* rank 0's, or under DP attention each rank's with sequences */
+  sum->lm = (l.dp ? busy : 1) * mx->lm;
+  mx->other = l.dp ? B_dp : B;
+  sum->other = l.dp ? B : N * (double)B;
 }
 
-/* prefill: FLOPs of the busiest rank for P tokens (lm_head: the last
- * position's weight bytes) */
-static cats prefill_flops(const shape *s, int tp, int ep, int N, int P) {
+/* prefill of one prompt of P tokens: FLOPs (lm_head: the last position's
+ * weight bytes) of the busiest rank (*mx) and of all ranks (*sum) */
+static void prefill_flops(const shape *s, lay l, int P, cats *mx, cats *sum) {
   const dsi_config *c = s->c;
-  double H = c->num_attention_heads, T = P, split = tp > 1 ? N : 1;
-  cats w = {0};
-  double core = 2.0 * T * (T / 2) * (H / tp) * (2.0 * c->kv_lora_rank + c->qk_rope_head_dim) * s->L;
-  w.attn = 2 * T * (s->attn_rep + s->attn_split / tp) + core;
-  w.moe = 2 * T * c->num_experts_per_tok / (ep > 1 ? N : split) * s->expert * s->Lm + 2 * T / split * s->shared +
-          2 * T / split * s->router;
-  w.dense = 2 * T / split * s->dense;
-  w.lm = s->lm * s->wb;
-  w.other = T / split; /* norms and adds, half of them on the FFN's tokens */
-  return w;
+  int N = l.N;
+  double H = c->num_attention_heads, T = P, split = l.tp > 1 ? N : 1, K = c->num_experts_per_tok;
+  double core = 2.0 * T * (T / 2) * H * (2.0 * c->kv_lora_rank + c->qk_rope_head_dim) * s->L;
+  double rep = 2 * T * s->attn_rep, spl = 2 * T * s->attn_split;
+  /* a prompt is one sequence: under DP attention all of it on one rank */
+  mx->attn = rep + (spl + core) / l.tp;
+  sum->attn = l.dp ? mx->attn : (l.tp > 1 ? N * rep + spl + core : N * (rep + spl + core));
+  double routed = 2 * T * K * s->expert * s->Lm, shared = 2 * T * (s->shared + s->router);
+  mx->moe = routed / (l.ep > 1 ? N : split) + shared / split;
+  sum->moe = routed + (l.tp > 1 || l.dp ? 1 : N) * shared;
+  mx->dense = 2 * T / split * s->dense;
+  sum->dense = (l.tp > 1 || l.dp ? 1 : N) * 2 * T * s->dense;
+  mx->lm = sum->lm = s->lm * s->wb;
+  mx->other = l.tp > 1 ? T * (1 + 1.0 / N) / 2 : T; /* norms and adds: the FFN's half on this rank's tokens */
+  sum->other = l.tp > 1 ? T * (N + 1) / 2.0 : l.dp ? T : N * T;
 }
 
 /* ---- calibration: this engine on a checkpoint here ---- */
@@ -221,7 +243,9 @@ static int calibrate(const char *dir, int threads, int P, int G, const dsi_confi
   dsi_model_free(m);
   if (rc) return 1;
   shape s = shape_of(c, k->dtype);
-  cats wd = decode_bytes(&s, 1, 1, 1, 1, P + G / 2.0), wp = prefill_flops(&s, 1, 1, 1, P);
+  cats wd, wp, unused;
+  decode_bytes(&s, (lay){1, 1, 0, 1}, 1, P + G / 2.0, &wd, &unused);
+  prefill_flops(&s, (lay){1, 1, 0, 1}, P, &wp, &unused);
   k->rate_dec = (cats){ratio(wd.attn, k->t_dec.attn), ratio(wd.moe, k->t_dec.moe), ratio(wd.dense, k->t_dec.dense),
                        ratio(wd.lm, k->t_dec.lm), ratio(wd.other, k->t_dec.other)};
   k->rate_pre = (cats){ratio(wp.attn, k->t_pre.attn), ratio(wp.moe, k->t_pre.moe), ratio(wp.dense, k->t_pre.dense),
@@ -233,40 +257,51 @@ static int calibrate(const char *dir, int threads, int P, int G, const dsi_confi
 typedef struct {
   int K;              /* nodes (ranks) */
   double mem_bw, link_bw, link_lat; /* GB/s per node, GB/s, seconds */
-  double cpu;         /* a node's compute against the calibration's threads */
+  int colocated;      /* the K ranks share this machine */
+  double share;       /* colocated: the part of the calibration's threads one rank runs */
   int P, B, ctx;
 } target;
 
 typedef struct {
   const char *name;
-  int tp, ep, tp_to_ep;
+  int tp, ep, dp, tp_to_ep;
   double pre_tps, dec_tps, pre_comm, dec_comm; /* comm: share of the step */
   double weights, kv;                           /* bytes a node */
 } layout_pred;
 
-static double spend(const cats *w, const cats *rate, double scale_bw, double scale_cpu, int decode) {
-  double t = 0, s = decode ? scale_bw : scale_cpu;
-  const double *wv = &w->attn, *rv = &rate->attn;
-  for (int i = 0; i < 4; i++)
-    if (rv[i] > 0) t += wv[i] / (rv[i] * (i == 3 ? scale_bw : s));
-  if (rv[4] > 0) t += wv[4] / (rv[4] * scale_cpu);
+/* Seconds for a step's work by category at the calibrated rates. On nodes
+ * of their own the busiest rank sets the pace, at rates scaled by the
+ * node's bandwidth (decode, and lm_head's weights) or compute against the
+ * calibration's; ranks sharing this machine also share its cores and
+ * bandwidth: each runs at most its threads' part of the rates, and all of
+ * them together at most the machine's. */
+static double spend(const cats *mx, const cats *sum, const cats *rate, const target *tg, double bw, int decode) {
+  double t = 0;
+  const double *m = &mx->attn, *a = &sum->attn, *r = &rate->attn;
+  for (int i = 0; i < 5; i++) {
+    if (r[i] <= 0) continue;
+    if (tg->colocated) t += DSI_MAX(m[i] / (r[i] * tg->share), a[i] / r[i]);
+    else t += m[i] / (r[i] * (decode || i == 3 ? bw : 1));
+  }
   return t;
 }
 
 static void predict(const calib *k, const shape *s, const target *tg, layout_pred *lp) {
   const dsi_config *c = s->c;
   int N = tg->K, tp = lp->tp, ep = lp->ep;
-  double bw = tg->mem_bw / k->read_gbs, cpu = tg->cpu;
-  dsi_comm_model cm = dsi_comm_per_token(c, tp, ep, lp->tp_to_ep, 0, N);
-  double lat = tg->link_lat * (N - 1) * (1 + (tp < 2)); /* ring steps; an all-reduce has twice */
+  lay l = {tp, ep, lp->dp, N};
+  double bw = tg->mem_bw / k->read_gbs;
+  dsi_comm_model cm = dsi_comm_per_token(c, tp, ep, lp->tp_to_ep, lp->dp, N);
+  double lat = tg->link_lat * (N - 1) * (1 + (tp < 2 && !lp->dp)); /* ring steps; an all-reduce has twice */
   double per_tok = cm.reduce + cm.gather + cm.a2a, coll = cm.collectives + 1;
-  /* decode: B tokens a step */
-  cats wd = decode_bytes(s, tp, ep, N, tg->B, tg->P + 64);
+  double disp = tg->colocated ? 1 / tg->share : 1; /* the per-step overhead on a rank's threads */
+  cats mx, sum;
+  decode_bytes(s, l, tg->B, tg->P + 64, &mx, &sum);
   double comm_d = N > 1 ? per_tok * tg->B / (tg->link_bw * 1e9) + coll * lat : 0;
-  double td = spend(&wd, &k->rate_dec, bw, cpu, 1) + k->disp_dec + comm_d;
-  cats wp = prefill_flops(s, tp, ep, N, tg->P);
+  double td = spend(&mx, &sum, &k->rate_dec, tg, bw, 1) + k->disp_dec * disp + comm_d;
+  prefill_flops(s, l, tg->P, &mx, &sum);
   double comm_p = N > 1 ? per_tok * tg->P / (tg->link_bw * 1e9) + coll * lat : 0;
-  double tpf = spend(&wp, &k->rate_pre, bw, cpu, 0) + k->disp_pre + comm_p;
+  double tpf = spend(&mx, &sum, &k->rate_pre, tg, bw, 0) + k->disp_pre * disp + comm_p;
   lp->dec_tps = tg->B / td;
   lp->pre_tps = tg->P / tpf;
   lp->dec_comm = comm_d / td;
@@ -280,7 +315,7 @@ static void predict(const calib *k, const shape *s, const target *tg, layout_pre
 
 int dsi_cmd_plan(int argc, char **argv) {
   const char *model = NULL, *preset = NULL;
-  int K = 1, threads = 0, P = 256, B = 1, ctx = 4096, json = 0, colocated = 0;
+  int K = 1, threads = 0, P = 256, B = 1, ctx = 4096, json = 0, colocated = 0, rank_threads = 0;
   float mem_bw = 0, link_bw = 0, lat_us = -1, node_mem = 0;
   const dsi_opt opts[] = {
     {"--model", NULL, OPT_STR, &model, "checkpoint to measure this engine on (and to plan for, without --preset)"},
@@ -291,7 +326,8 @@ int dsi_cmd_plan(int argc, char **argv) {
     {"--link-latency", NULL, OPT_FLOAT, &lat_us, "latency of one message between nodes, us (default 5; --colocated 20)", 0, 1e6},
     {"--node-mem", NULL, OPT_FLOAT, &node_mem, "a node's memory, GB (default: this machine's)", 0, 1e6},
     {"--threads", NULL, OPT_INT, &threads, "threads the calibration runs, and a node's (default: all cores)", 0, dsi_cli_max_threads()},
-    {"--colocated", NULL, OPT_FLAG, &colocated, "the ranks share this machine (mpirun on one box): each gets 1/K of its bandwidth and cores"},
+    {"--colocated", NULL, OPT_FLAG, &colocated, "the ranks share this machine (mpirun on one box): its cores and bandwidth"},
+    {"--rank-threads", NULL, OPT_INT, &rank_threads, "--colocated: threads each rank runs (default: --threads / K, at least 1)", 0, 4096},
     {"--prompt-len", NULL, OPT_INT, &P, "prompt tokens for prefill (default 256)", 16, 512},
     {"--batch", NULL, OPT_INT, &B, "sequences decoded together (default 1)", 1, 256},
     {"--ctx", NULL, OPT_INT, &ctx, "context a sequence's KV cache holds, for the memory (default 4096)", 1, 1 << 24},
@@ -319,18 +355,16 @@ int dsi_cmd_plan(int argc, char **argv) {
   dsi_peaks pk;
   dsi_measure_peaks(threads, &pk);
   if (calibrate(model, threads, P, 64, &cal_cfg, &pk, &k)) return 1;
-  target tg = {.K = K, .P = P, .B = B, .ctx = ctx, .cpu = 1};
+  target tg = {.K = K, .P = P, .B = B, .ctx = ctx, .colocated = colocated};
   tg.mem_bw = mem_bw > 0 ? mem_bw : k.read_gbs;
-  if (colocated) { /* K ranks on this machine: shares of its bandwidth and cores */
-    tg.mem_bw = (mem_bw > 0 ? mem_bw : k.read_gbs) / K;
-    tg.cpu = 1.0 / K;
-  }
+  /* K ranks on this machine: each runs rank_threads of the calibration's threads */
+  if (colocated) tg.share = DSI_MIN(1.0, (double)(rank_threads > 0 ? rank_threads : DSI_MAX(1, k.threads / K)) / k.threads);
   tg.link_bw = link_bw > 0 ? link_bw : colocated ? pk.triad_gbs / 3 : 12.5;
   tg.link_lat = (lat_us >= 0 ? lat_us : colocated ? 20 : 5) * 1e-6;
   double mem = node_mem > 0 ? node_mem * 1e9 : (double)dsi_mem_total();
   /* the planned model's dtype: the checkpoint's, or a preset's FP8 (V3 ships FP8) */
   shape s = shape_of(&cfg, preset ? "fp8" : k.dtype);
-  layout_pred lp[4];
+  layout_pred lp[5];
   int n = 0;
   lp[n++] = (layout_pred){.name = K > 1 ? "ep" : "one", .tp = 1, .ep = K};
   if (K > 1 && cfg.num_attention_heads % K == 0) {
@@ -338,6 +372,7 @@ int dsi_cmd_plan(int argc, char **argv) {
     lp[n++] = (layout_pred){.name = "tp allreduce", .tp = K, .ep = K, .tp_to_ep = DSI_TP_TO_EP_ALLREDUCE};
     lp[n++] = (layout_pred){.name = "tp whole-experts", .tp = K, .ep = 1, .tp_to_ep = DSI_TP_TO_EP_RS_AG};
   }
+  if (K > 1) lp[n++] = (layout_pred){.name = "dp attention", .tp = 1, .ep = K, .dp = 1};
   int pick = -1;
   for (int i = 0; i < n; i++) {
     predict(&k, &s, &tg, &lp[i]);
@@ -366,9 +401,14 @@ int dsi_cmd_plan(int argc, char **argv) {
   printf("  decode GB/s by category: attention %.1f, moe %.1f, dense %.1f, lm_head %.1f; prefill GFLOP/s: attention %.1f, "
          "moe %.1f, dense %.1f\n", k.rate_dec.attn / 1e9, k.rate_dec.moe / 1e9, k.rate_dec.dense / 1e9, k.rate_dec.lm / 1e9,
          k.rate_pre.attn / 1e9, k.rate_pre.moe / 1e9, k.rate_pre.dense / 1e9);
-  printf("plan: %s (%s weights) on %d node%s%s: %.1f GB/s memory each, links %.2f GB/s and %.0f us; prompt %d, batch %d, "
-         "context %d\n", target_name, preset ? "fp8" : k.dtype, K, K > 1 ? "s" : "", colocated ? " sharing this machine" : "",
-         tg.mem_bw, tg.link_bw, tg.link_lat * 1e6, P, B, ctx);
+  if (colocated)
+    printf("plan: %s (%s weights) on %d rank%s sharing this machine, each on %.0f%% of the calibration's threads; links "
+           "%.2f GB/s and %.0f us; prompt %d, batch %d, context %d\n", target_name, preset ? "fp8" : k.dtype, K,
+           K > 1 ? "s" : "", 100 * tg.share, tg.link_bw, tg.link_lat * 1e6, P, B, ctx);
+  else
+    printf("plan: %s (%s weights) on %d node%s: %.1f GB/s memory each, links %.2f GB/s and %.0f us; prompt %d, batch %d, "
+           "context %d\n", target_name, preset ? "fp8" : k.dtype, K, K > 1 ? "s" : "", tg.mem_bw, tg.link_bw,
+           tg.link_lat * 1e6, P, B, ctx);
   printf("  %-18s %6s %6s %12s %12s %10s %10s %12s %10s\n", "layout", "--tp", "--ep", "prefill t/s", "decode t/s",
          "comm pre", "comm dec", "weights/node", "KV/node");
   for (int i = 0; i < n; i++)
@@ -377,8 +417,9 @@ int dsi_cmd_plan(int argc, char **argv) {
            lp[i].weights + lp[i].kv > 0.9 * mem ? "  (does not fit)" : "");
   if (pick >= 0)
     printf("pick: %s (--tp %d --ep %d%s): the fastest decode that fits %.0f GB a node\n", lp[pick].name, lp[pick].tp,
-           lp[pick].ep, lp[pick].tp > 1 ? lp[pick].tp_to_ep == DSI_TP_TO_EP_ALLREDUCE ? " --tp-to-ep allreduce" : " --tp-to-ep rs-ag" : "",
-           mem / 1e9);
+           lp[pick].ep, lp[pick].dp ? " --attn dp"
+                        : lp[pick].tp > 1 ? lp[pick].tp_to_ep == DSI_TP_TO_EP_ALLREDUCE ? " --tp-to-ep allreduce" : " --tp-to-ep rs-ag"
+                        : "", mem / 1e9);
   else
     printf("pick: none: no layout fits %.0f GB a node; more nodes are needed\n", mem / 1e9);
   return dsi_cli_finish_output("plan");

@@ -15,7 +15,7 @@ field() { grep -o "\"$2\":[^,}]*" <<<"$1" | sed -n "${3:-1}p" | cut -d: -f2 | tr
 
 j=$("$bin" plan --model "$m" --nodes 2 --colocated --prompt-len 32 --json 2>/dev/null)
 n=$(grep -o '"layout":' <<<"$j" | wc -l)
-[ "$n" = 4 ] && echo "ok   4 layouts for 2 nodes" || bad "layouts for 2 nodes: $n in $j"
+[ "$n" = 5 ] && echo "ok   5 layouts for 2 nodes" || bad "layouts for 2 nodes: $n in $j"
 ep=$(field "$j" weights_bytes_per_node 1) rsag=$(field "$j" weights_bytes_per_node 2) whole=$(field "$j" weights_bytes_per_node 4)
 awk -v a="$rsag" -v b="$ep" -v c="$whole" 'BEGIN { exit !(a < b && b < c) }' &&
   echo "ok   weights a node: heads split $rsag < experts split $ep < experts whole $whole" ||
