@@ -5,9 +5,12 @@
 # less per node than experts split alone and whole experts more, the nodes
 # together hold the whole of DeepSeek-V3, and the pick is a layout that
 # fits the nodes' memory. (Its accuracy against measured runs
-# is a benchmark: README, "dsinfer plan".)
+# is a benchmark: README, "dsinfer plan".) Skipped under the sanitizers:
+# most of its time is the bandwidth test's gigabyte of reads, which
+# instrumentation makes slow and which checks nothing of plan's own.
 set -euo pipefail
 bin=$1
+if [ -n "${DSINFER_SANITIZED:-}" ]; then echo "plan: skipped under the sanitizers"; exit 0; fi
 m=golden/tiny-bf16/model
 fails=0
 bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
