@@ -82,6 +82,8 @@ int dsi_cli_check_par(const char *cmd, dsi_cli_par *p) {
   p->overlap = p->overlap_s && !strcmp(p->overlap_s, "on");
   if (p->attn_dp && p->tp > 1)
     return dsi_cli_usage_error(cmd, "--attn dp runs every head on each rank for its own sequences: not with --tp %d", p->tp);
+  if (p->attn_dp && !dsi_dist_has_mpi())
+    return dsi_cli_usage_error(cmd, "--attn dp needs a build with MPI (apt-get install libopenmpi-dev; cmake -DDSINFER_MPI=ON)");
   if (p->attn_dp && world < 2) return dsi_cli_usage_error(cmd, "--attn dp needs mpirun -np N, N > 1");
   return 0;
 }
