@@ -83,31 +83,6 @@ void dsi_log(int level, const char *fmt, ...) {
 }
 
 /* ---- memory ---- */
-static void oom(size_t n) {
-  fprintf(stderr, "dsinfer: out of memory allocating %zu bytes\n", n);
-  abort();
-}
-void *dsi_xmalloc(size_t n) {
-  void *p = malloc(n ? n : 1);
-  if (!p) oom(n);
-  return p;
-}
-void *dsi_xcalloc(size_t n, size_t size) {
-  void *p = calloc(n ? n : 1, size ? size : 1);
-  if (!p) oom(n * size);
-  return p;
-}
-void *dsi_xrealloc(void *p, size_t n) {
-  void *q = realloc(p, n ? n : 1);
-  if (!q) oom(n);
-  return q;
-}
-char *dsi_xstrdup(const char *s) {
-  size_t n = strlen(s) + 1;
-  char *p = dsi_xmalloc(n);
-  memcpy(p, s, n);
-  return p;
-}
 /* Small blocks: calloc, not posix_memalign + memset. From DSI_HUGE_MIN on
  * (the activation arena, the KV cache, the attention's blocks): a
  * dsi_alloc_big mapping of its own, the block starting 64 bytes past a

@@ -468,7 +468,8 @@ int dsi_fwd_plan_stats(dsi_fwd *fw, int T, dsi_fwd_stats *s, dsi_err *err) {
 int dsi_fwd_check_plan(dsi_fwd *fw, int T, char *why, size_t why_len, dsi_err *err) {
   dsi_graph *g = plan_for(fw, T, err);
   if (!g) return err->status;
-  return dsi_graph_check(g, fw->f.mm.nth, why, why_len);
+  int rc = dsi_graph_check(g, fw->f.mm.nth, why, why_len);
+  return rc == DSI_E_NOMEM ? dsi_errf(err, rc, "%s", why) : rc;
 }
 
 void dsi_fwd_dump_plan(dsi_fwd *fw, int T, FILE *out) {

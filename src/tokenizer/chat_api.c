@@ -23,13 +23,14 @@ struct dsi_chat_fmt {
 #define DEEPSEEK_EOS "<｜end▁of▁sentence｜>"
 
 /* A template thinks when, asked to, its generation prompt opens <think>:
- * probing the rendering needs no list of known templates. */
-static int probe_thinks(const dsi_chat_fmt *f) {
+ * probing the rendering needs no list of known templates. 1 or 0 (a
+ * template that cannot render the probe does not think), DSI_E_NOMEM. */
+static int probe_thinks(const dsi_chat_fmt *f, dsi_err *err) {
   char *text = NULL;
-  int thinks = 0;
-  if (dsi_chat_fmt_render(f, "[{\"role\":\"user\",\"content\":\"hi\"}]", 1,
-                          "{\"thinking\":true,\"enable_thinking\":true}", &text, NULL) == DSI_OK)
-    thinks = strstr(text, "<think>") != NULL;
+  int thinks = dsi_chat_fmt_render(f, "[{\"role\":\"user\",\"content\":\"hi\"}]", 1,
+                                   "{\"thinking\":true,\"enable_thinking\":true}", &text, err);
+  if (thinks == DSI_OK) thinks = strstr(text, "<think>") != NULL;
+  else if (thinks != DSI_E_NOMEM) thinks = 0;
   free(text);
   return thinks;
 }
@@ -51,7 +52,11 @@ static int fmt_open(dsi_chat_fmt **out, const char *model_dir, const char *templ
       return dsi_errf(err, DSI_E_FORMAT, "%s: not a JSON object", path);
     }
   }
-  dsi_chat_fmt *f = dsi_xcalloc(1, sizeof *f);
+  dsi_chat_fmt *f = calloc(1, sizeof *f);
+  if (!f) {
+    cJSON_Delete(cfg);
+    return dsi_errf(err, DSI_E_NOMEM, "chat format: out of memory");
+  }
   int st;
   if (template_path) {
     char *src = NULL;
@@ -63,18 +68,18 @@ static int fmt_open(dsi_chat_fmt **out, const char *model_dir, const char *templ
   }
   if (!st && cfg) {
     const char *bos = dsi_tmpl_config_token(cfg, "bos_token"), *eos = dsi_tmpl_config_token(cfg, "eos_token");
-    f->bos = bos ? dsi_xstrdup(bos) : NULL;
-    f->eos = eos ? dsi_xstrdup(eos) : NULL;
+    if ((bos && !(f->bos = strdup(bos))) || (eos && !(f->eos = strdup(eos))))
+      st = dsi_errf(err, DSI_E_NOMEM, "chat format: out of memory");
   } else if (!st) {
-    f->bos = dsi_xstrdup(DEEPSEEK_BOS);
-    f->eos = dsi_xstrdup(DEEPSEEK_EOS);
+    if (!(f->bos = strdup(DEEPSEEK_BOS)) || !(f->eos = strdup(DEEPSEEK_EOS)))
+      st = dsi_errf(err, DSI_E_NOMEM, "chat format: out of memory");
   }
   cJSON_Delete(cfg);
+  if (!st && (f->thinks = probe_thinks(f, err)) < 0) st = f->thinks;
   if (st) {
     dsi_chat_fmt_free(f);
     return st;
   }
-  f->thinks = probe_thinks(f);
   *out = f;
   return DSI_OK;
 }
@@ -106,6 +111,10 @@ int dsi_chat_fmt_render(const dsi_chat_fmt *f, const char *messages_json, int ad
     return dsi_errf(err, DSI_E_INVAL, "chat messages: not a JSON array");
   }
   cJSON *ctx = cJSON_CreateObject();
+  if (!ctx) {
+    cJSON_Delete(msgs);
+    return dsi_errf(err, DSI_E_NOMEM, "chat template: out of memory");
+  }
   if (extra_json) {
     cJSON *extra = cJSON_Parse(extra_json);
     if (!cJSON_IsObject(extra)) {
@@ -150,7 +159,8 @@ static void to_public(const dsi_chat_delta *in, int n_calls, dsi_chat_out_delta 
 int dsi_chat_out_open(dsi_chat_out **out, int in_reasoning, dsi_err *err) {
   *out = NULL;
   dsi_chat_opts o = {.in_reasoning = in_reasoning != 0};
-  dsi_chat_out *c = dsi_xcalloc(1, sizeof *c);
+  dsi_chat_out *c = calloc(1, sizeof *c);
+  if (!c) return dsi_errf(err, DSI_E_NOMEM, "chat output: out of memory");
   int st = dsi_chat_stream_open(&c->s, &o, err);
   if (st) {
     free(c);
