@@ -958,11 +958,16 @@ static cJSON *chat_extra(in *j) {
   return x;
 }
 
+/* the body's JSON object; NULL with the error reply. The messages and the
+ * template's variables are built from it next (on this thread): a cJSON
+ * allocation that fails in either shows in dsi_json_oom() */
 static cJSON *parse_body(const char *body, size_t len, reply *rp) {
+  dsi_json_oom_clear();
   cJSON *root = cJSON_ParseWithLength(body, len);
   if (!cJSON_IsObject(root)) {
     cJSON_Delete(root);
-    reply_error(rp, 400, "invalid_request_error", NULL, NULL, "the body is not a JSON object");
+    if (dsi_json_oom()) reply_oom(rp, "reading the body");
+    else reply_error(rp, 400, "invalid_request_error", NULL, NULL, "the body is not a JSON object");
     return NULL;
   }
   return root;
@@ -982,7 +987,7 @@ int api_chat_parse(dsi_server *srv, const char *body, size_t len, chat_req *cr, 
     goto out;
   mj = cJSON_PrintUnformatted(msgs);
   xj = cJSON_PrintUnformatted(extra);
-  if (!mj || !xj) {
+  if (!mj || !xj || dsi_json_oom()) {
     oom(&j, "for the messages");
     goto out;
   }
@@ -1296,7 +1301,7 @@ void api_tokenize(dsi_server *srv, const char *body, size_t len, reply *rp) {
     if (!(msgs = chat_messages(&j)) || !(extra = chat_extra(&j))) goto out;
     mj = cJSON_PrintUnformatted(msgs);
     xj = cJSON_PrintUnformatted(extra);
-    if (!mj || !xj) {
+    if (!mj || !xj || dsi_json_oom()) {
       oom(&j, "for the messages");
       goto out;
     }

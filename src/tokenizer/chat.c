@@ -180,10 +180,11 @@ static int parse_call(dsi_chat_tool_call *c, const char *s, size_t n, int comple
   c->arguments = dup_trim(args, nargs);
   if (!c->type || !c->name || !c->arguments) return -1;
   const char *end = NULL;
+  dsi_json_oom_clear();
   cJSON *j = cJSON_ParseWithOpts(c->arguments, &end, 1);
   c->arguments_valid = j != NULL && c->arguments[0];
   cJSON_Delete(j);
-  return 0;
+  return !j && dsi_json_oom() ? -1 : 0;
 }
 
 static void call_free(dsi_chat_tool_call *c) {

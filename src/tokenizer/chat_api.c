@@ -45,8 +45,10 @@ static int fmt_open(dsi_chat_fmt **out, const char *model_dir, const char *templ
     char *text;
     int st = dsi_read_file(path, &text, NULL, err);
     if (st) return st;
+    dsi_json_oom_clear();
     cfg = cJSON_Parse(text);
     free(text);
+    if (!cfg && dsi_json_oom()) return dsi_errf(err, DSI_E_NOMEM, "%s: out of memory", path);
     if (!cJSON_IsObject(cfg)) {
       cJSON_Delete(cfg);
       return dsi_errf(err, DSI_E_FORMAT, "%s: not a JSON object", path);
@@ -105,33 +107,31 @@ int dsi_chat_fmt_render(const dsi_chat_fmt *f, const char *messages_json, int ad
                         const char *extra_json, char **text, dsi_err *err) {
   *text = NULL;
   if (!f || !messages_json) return dsi_errf(err, DSI_E_INVAL, "chat format: no format or no messages");
+  dsi_json_oom_clear();
   cJSON *msgs = cJSON_Parse(messages_json);
   if (!cJSON_IsArray(msgs)) {
     cJSON_Delete(msgs);
+    if (dsi_json_oom()) return dsi_errf(err, DSI_E_NOMEM, "chat template: out of memory");
     return dsi_errf(err, DSI_E_INVAL, "chat messages: not a JSON array");
   }
-  cJSON *ctx = cJSON_CreateObject();
-  if (!ctx) {
-    cJSON_Delete(msgs);
-    return dsi_errf(err, DSI_E_NOMEM, "chat template: out of memory");
-  }
-  if (extra_json) {
-    cJSON *extra = cJSON_Parse(extra_json);
-    if (!cJSON_IsObject(extra)) {
-      cJSON_Delete(extra);
-      cJSON_Delete(msgs);
-      cJSON_Delete(ctx);
-      return dsi_errf(err, DSI_E_INVAL, "chat template variables: not a JSON object");
-    }
+  /* extra's keys first, then ours replace any of the same name */
+  cJSON *ctx = extra_json ? cJSON_Parse(extra_json) : cJSON_CreateObject();
+  if (!cJSON_IsObject(ctx)) {
     cJSON_Delete(ctx);
-    ctx = extra; /* its keys first, then ours replace any of the same name */
+    cJSON_Delete(msgs);
+    if (!extra_json || dsi_json_oom()) return dsi_errf(err, DSI_E_NOMEM, "chat template: out of memory");
+    return dsi_errf(err, DSI_E_INVAL, "chat template variables: not a JSON object");
   }
   cJSON_DeleteItemFromObjectCaseSensitive(ctx, "messages");
-  cJSON_AddItemToObject(ctx, "messages", msgs);
+  if (!cJSON_AddItemToObject(ctx, "messages", msgs)) cJSON_Delete(msgs);
   cJSON_DeleteItemFromObjectCaseSensitive(ctx, "add_generation_prompt");
   cJSON_AddBoolToObject(ctx, "add_generation_prompt", add_generation_prompt != 0);
   if (f->bos && !cJSON_GetObjectItemCaseSensitive(ctx, "bos_token")) cJSON_AddStringToObject(ctx, "bos_token", f->bos);
   if (f->eos && !cJSON_GetObjectItemCaseSensitive(ctx, "eos_token")) cJSON_AddStringToObject(ctx, "eos_token", f->eos);
+  if (dsi_json_oom()) { /* the context lost a part */
+    cJSON_Delete(ctx);
+    return dsi_errf(err, DSI_E_NOMEM, "chat template: out of memory");
+  }
   int st = dsi_tmpl_render(f->tmpl, ctx, text, err);
   cJSON_Delete(ctx);
   return st;

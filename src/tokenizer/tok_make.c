@@ -267,6 +267,7 @@ static void vocab_free(mk_vocab *v) {
  * post-processor around the small vocabulary; NULL when out of memory. */
 static char *small_tokenizer_json(int vocab_size, int *n_merges_out) {
   mk_vocab v = {0};
+  dsi_json_oom_clear();
   for (uint32_t cp = 0; v.n < 256; cp++) { /* the bytes, in GPT-2's char order */
     if (dsi_bytelevel_byte(cp) < 0) continue;
     char *c = malloc(5);
@@ -337,7 +338,7 @@ static char *small_tokenizer_json(int vocab_size, int *n_merges_out) {
     free(m);
     if (i == n_merges - 1) ml_done = 1;
   }
-  char *text = ml_done ? cJSON_Print(root) : NULL;
+  char *text = ml_done && !dsi_json_oom() ? cJSON_Print(root) : NULL;
   cJSON_Delete(root);
   vocab_free(&v);
   free(merges);
@@ -357,6 +358,7 @@ static cJSON *config_token(const char *text) {
 
 /* tokenizer_config.json as DeepSeek-V3 ships it: BOS added, the V3 template. */
 static char *small_config_json(void) {
+  dsi_json_oom_clear();
   cJSON *c = cJSON_CreateObject();
   cJSON_AddBoolToObject(c, "add_bos_token", 1);
   cJSON_AddBoolToObject(c, "add_eos_token", 0);
@@ -369,7 +371,7 @@ static char *small_config_json(void) {
   cJSON_AddNullToObject(c, "unk_token");
   cJSON_AddStringToObject(c, "tokenizer_class", "LlamaTokenizerFast");
   cJSON_AddStringToObject(c, "chat_template", dsi_tmpl_deepseek_v3());
-  char *text = cJSON_Print(c);
+  char *text = dsi_json_oom() ? NULL : cJSON_Print(c);
   cJSON_Delete(c);
   return text;
 }

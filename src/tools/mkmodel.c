@@ -467,6 +467,7 @@ static int write_shard(const mk_plan *p, int shard, const char *path, uint64_t s
 
 /* model.safetensors.index.json: which shard holds each tensor. */
 static int write_index(const mk_plan *p, const char *dir, dsi_err *err) {
+  dsi_json_oom_clear();
   cJSON *j = cJSON_CreateObject();
   cJSON *meta = cJSON_AddObjectToObject(j, "metadata");
   cJSON_AddNumberToObject(meta, "total_size", (double)p->total_bytes);
@@ -480,7 +481,7 @@ static int write_index(const mk_plan *p, const char *dir, dsi_err *err) {
       cJSON_AddStringToObject(map, sn, file);
     }
   }
-  char *text = cJSON_Print(j);
+  char *text = dsi_json_oom() ? NULL : cJSON_Print(j);
   cJSON_Delete(j);
   if (!text) return dsi_errf(err, DSI_E_NOMEM, "model.safetensors.index.json: out of memory");
   char path[4096];
