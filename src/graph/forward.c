@@ -372,9 +372,10 @@ static dsi_graph *plan_for(dsi_fwd *fw, int T, dsi_err *err) {
     dsi_free_aligned(fw->arena);
     fw->arena_cap = 0;
     if (!(fw->arena = dsi_alloc_aligned_huge(g->arena_bytes, fw->hugepage))) {
+      dsi_errf(err, DSI_E_NOMEM, "cannot allocate the %.1f MB activation arena for %d tokens", g->arena_bytes / 1e6,
+               bucket);
       dsi_graph_free(g);
-      return dsi_errf(err, DSI_E_NOMEM, "cannot allocate the %.1f MB activation arena for %d tokens",
-                      g->arena_bytes / 1e6, bucket), NULL;
+      return NULL;
     }
     fw->arena_cap = g->arena_bytes;
   }
