@@ -9,9 +9,11 @@
  * assertion, a fault, a hang, an error without a message or a 4xx for a
  * valid request fails the test.
  *
- * Three runs, each first done once without a failure, counting its calls:
+ * Three runs, each first done once without a failure, recording the stack
+ * of each of its calls (cJSON's allocations come through the library's
+ * hooks, so they are calls too):
  *   model:   load the tiny checkpoint, open a profiling engine, prefill,
- *            decode and sample; every call fails in turn (N = 1, 2, ...).
+ *            decode and sample.
  *   serving: on a model and engine opened by the parent (the children are
  *            forked from it): the tokenizer, the chat template, encoding
  *            and decoding, the output parser, a scheduler with two
@@ -19,14 +21,16 @@
  *            string), the server's endpoints called directly (chat whole
  *            and streamed, completions with echo and logprobs, tokenize,
  *            detokenize, models, metrics) and the profiler's trace.
- *   mkmodel: writing a checkpoint with a trained tokenizer.
- * In the last two, every distinct call stack (the caller and four frames
- * above it) fails once, at its first call, and every STRIDE-th call fails
- * too: loops are covered once, not a thousand times.
+ *   mkmodel: writing a sharded FP8 checkpoint with a trained tokenizer.
+ * Then, a child per case, every distinct call stack (see stack_of) fails
+ * once, at its first call, unless an earlier run failed it already; and
+ * every stride-th call fails too: loops are covered once, not a thousand
+ * times, and a few of their later turns as well.
  *
  * RUN=name runs one of them; RUN=name FAIL_AT=N makes its Nth call fail
- * in this process, without a child, saying where each step got to: for a
- * debugger's backtrace of the call that did not cope. */
+ * in this process, without a child, printing where that call is made and
+ * how far each step got: for a debugger's backtrace of the call that did
+ * not cope. ALLOC_FAIL_VERBOSE=1 keeps the children's messages. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <execinfo.h>
@@ -376,8 +380,7 @@ static int run_mkmodel(const char *dir, void *ctx) {
 struct run {
   const char *name;
   int (*fn)(const char *dir, void *ctx);
-  int every_call; /* fail each call, not each stack once */
-  int stride;     /* with every_call 0: also each stride-th call */
+  int stride; /* besides each stack's first call, each stride-th call fails */
 };
 
 /* r's run, in a frame of its own that stack_of stops at */
@@ -472,8 +475,8 @@ static void run_all(const run *r, const char *dir, void *ctx) {
 
   long cases = 0, errors = 0, missed = 0;
   for (long i = 0; i < calls; i++) {
-    int by_stack = !r->every_call && first_call[i];
-    if (!r->every_call && !by_stack && (i + 1) % r->stride) continue;
+    int by_stack = first_call[i];
+    if (!by_stack && (i + 1) % r->stride) continue;
     int end = by_stack ? child(r, dir, ctx, 0, stacks[i]) : child(r, dir, ctx, i + 1, 0);
     cases++;
     if (end >= END_MISSED) { /* another thread's calls came first; the run did not reach it */
@@ -487,8 +490,8 @@ static void run_all(const run *r, const char *dir, void *ctx) {
            end < 0 ? -1 - end : end);
     errors += end == END_ERROR;
   }
-  printf("test_alloc_fail: %s: %ld calls", r->name, calls);
-  if (!r->every_call) printf(" from %ld stacks (%ld failed in an earlier run)", distinct, known);
+  printf("test_alloc_fail: %s: %ld calls from %ld stacks (%ld failed in an earlier run)", r->name, calls, distinct,
+         known);
   printf("; %ld failed in turn, %ld of them reported as errors, %ld not reached (%.1f s)\n", cases, errors, missed,
          dsi_now() - t0);
   CHECKF(calls > 20, "%s: the run does allocate: the wrappers are in place", r->name);
@@ -508,9 +511,9 @@ int main(void) {
   dsi_json_oom_clear(); /* cJSON's allocations go through the library's malloc: the wrappers */
 
   static const run runs[] = {
-      {"model", run_model, 0, 16},
-      {"serving", run_serving, 0, 64},
-      {"mkmodel", run_mkmodel, 0, 256},
+      {"model", run_model, 16},
+      {"serving", run_serving, 64},
+      {"mkmodel", run_mkmodel, 256},
   };
   const char *only = getenv("RUN"), *fail_at = getenv("FAIL_AT");
   for (size_t i = 0; i < DSI_ARRAY_LEN(runs); i++) {
