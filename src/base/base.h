@@ -44,9 +44,11 @@ void dsi_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3
 /* cJSON returns NULL, or leaves a node out, when an allocation fails: a
  * parse then looks like bad JSON, a tree being built loses parts without a
  * word. Its allocations go through these hooks (installed once for the
- * process, cJSON_InitHooks: the library's malloc), which note a failure
- * in a flag of the calling thread: clear it before parsing or building,
- * and look at it when the result is NULL or before using the tree. */
+ * process by the first clear, cJSON_InitHooks: malloc and free, so a
+ * program that uses cJSON too keeps working, though hooks of its own would
+ * be replaced), which note a failure in a flag of the calling thread:
+ * clear it before parsing or building, and look at it when the result is
+ * NULL or before using the tree. */
 void dsi_json_oom_clear(void);
 int dsi_json_oom(void); /* a cJSON allocation of this thread failed since the clear */
 /* 64-byte aligned, zeroed; NULL on failure. Free with dsi_free_aligned.

@@ -83,10 +83,15 @@ static int oom(in *j, const char *what) {
   return -1;
 }
 
+/* the library ran out of memory: 503 with its message */
+static void reply_nomem(reply *rp, const dsi_err *err) {
+  reply_error(rp, 503, "server_error", NULL, "out_of_memory", "%s", err->msg);
+}
+
 /* a library call on the request's text failed: out of memory is 503, the
  * rest the request's fault (400) */
 static void reply_failed(reply *rp, const char *param, const dsi_err *err) {
-  if (err->status == DSI_E_NOMEM) reply_oom(rp, err->msg);
+  if (err->status == DSI_E_NOMEM) reply_nomem(rp, err);
   else reply_error(rp, 400, "invalid_request_error", param, NULL, "%s", err->msg);
 }
 
@@ -304,7 +309,7 @@ static sreq *submit(dsi_server *srv, reply *rp, params *p) {
   dsi_err err = {0};
   sreq *q = sreq_submit(srv, &p->r, p->r.top_logprobs, &err);
   if (!q) {
-    if (err.status == DSI_E_NOMEM) reply_oom(rp, err.msg);
+    if (err.status == DSI_E_NOMEM) reply_nomem(rp, &err);
     else if (err.status == DSI_E_INVAL || err.status == DSI_E_CAPACITY)
       reply_error(rp, 400, "invalid_request_error", NULL, err.status == DSI_E_CAPACITY ? "context_length_exceeded" : NULL,
                   "%s", err.msg);
@@ -645,7 +650,7 @@ static int stream_round(stream *st) {
 static const char k_stream_oom[] = "data: {\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
                                    "\"param\":null,\"code\":\"out_of_memory\"}}\n\n";
 
-static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+ssize_t api_stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
   (void)pos;
   stream *st = cls;
   const char *from = st->out.p;
@@ -746,11 +751,12 @@ static void reply_stream(dsi_server *srv, reply *rp, int chat, sreq **reqs, int 
       ch->text_at = strlen(e);
     }
   rp->status = 200;
-  rp->resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, st, stream_free);
+  rp->resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, api_stream_read, st, stream_free);
   if (!rp->resp) { /* MHD out of memory: no answer, the connection is closed */
     stream_free(st);
     return;
   }
+  rp->stream = st;
   MHD_add_response_header(rp->resp, "Content-Type", "text/event-stream");
   MHD_add_response_header(rp->resp, "Cache-Control", "no-cache");
   rp->log = "streaming";
@@ -993,7 +999,7 @@ int api_chat_parse(dsi_server *srv, const char *body, size_t len, chat_req *cr, 
   }
   dsi_err err = {0};
   if (dsi_chat_fmt_render(srv->fmt, mj, 1, xj, &cr->text, &err)) {
-    if (err.status == DSI_E_NOMEM) reply_oom(rp, err.msg);
+    if (err.status == DSI_E_NOMEM) reply_nomem(rp, &err);
     else reply_error(rp, 400, "invalid_request_error", "messages", NULL, "the chat template failed: %s", err.msg);
     goto out;
   }
@@ -1099,8 +1105,8 @@ void api_chat(dsi_server *srv, const char *body, size_t len, int fd, reply *rp) 
   SB_LIT(&b, "],\"usage\":");
   usage_json(&b, q->c[0].prompt_tokens, q->c[0].cached_tokens, completion, reasoning, 1);
   SB_LIT(&b, "}");
-  reply_sb(rp, 200, &b);
   log_req(rp, id, q, completion);
+  reply_sb(rp, 200, &b); /* out of memory: a 503 whose log says so */
   sreq_release(q);
 out:
   chat_req_free(&cr);
@@ -1275,8 +1281,8 @@ void api_completions(dsi_server *srv, const char *body, size_t len, int fd, repl
   SB_LIT(&b, "],\"usage\":");
   usage_json(&b, prompt, cached, completion, 0, 0);
   SB_LIT(&b, "}");
-  reply_sb(rp, 200, &b);
   log_req(rp, id, reqs[0], completion);
+  reply_sb(rp, 200, &b);
 out:
   for (int r = 0; r < n_req; r++) sreq_release(reqs[r]);
   for (int r = 0; r < MAX_N; r++) free(echoes[r]);

@@ -102,6 +102,7 @@ int sreq_wait(sreq *q, const int *seen, const char *ended, int fd, int once);
 typedef struct reply {
   unsigned status;
   struct MHD_Response *resp;
+  void *stream;    /* a streamed reply's state, which api_stream_read reads as MHD does */
   const char *log; /* what the request line says of it (static, or in logbuf) */
   char logbuf[200];
 } reply;
@@ -115,6 +116,9 @@ void reply_json(reply *rp, unsigned status, char *json);
 void reply_sb(reply *rp, unsigned status, sbuf *b);
 /* 503 out_of_memory, "out of memory <what>" */
 void reply_oom(reply *rp, const char *what);
+/* the next bytes of a streamed reply's body (rp->stream), as MHD reads
+ * them: a count, MHD_CONTENT_READER_END_OF_STREAM at its end */
+ssize_t api_stream_read(void *stream, uint64_t pos, char *buf, size_t max);
 
 /* what a request asks, read and checked: the scheduler request (its
  * prompt, sampling, stops) and the response's options */

@@ -18,9 +18,10 @@
  *            forked from it): the tokenizer, the chat template, encoding
  *            and decoding, the output parser, a scheduler with two
  *            requests (one of two completions with logprobs and a stop
- *            string), the server's endpoints called directly (chat whole
- *            and streamed, completions with echo and logprobs, tokenize,
- *            detokenize, models, metrics) and the profiler's trace.
+ *            string), the server's endpoints called directly (chat and
+ *            completions whole and streamed — the stream read as MHD reads
+ *            it — with logprobs and echo, tokenize, detokenize, models,
+ *            metrics) and the profiler's trace.
  *   mkmodel: writing a sharded FP8 checkpoint with a trained tokenizer.
  * Then, a child per case, every distinct call stack (see stack_of) fails
  * once, at its first call, unless an earlier run failed it already; and
@@ -240,12 +241,42 @@ static int check_reply(reply *rp, const char *what) {
   "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"What is the " \
   "capital of France?\"}],\"max_tokens\":4,\"n\":2,\"logprobs\":true,\"top_logprobs\":2,\"stop\":[\"xyz\"],"    \
   "\"temperature\":0.7,\"seed\":1}"
-#define STREAM_BODY \
-  "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":2,\"stream\":true,\"seed\":2}"
+#define STREAM_BODY                                                                                      \
+  "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":3,\"stream\":true,\"seed\":2," \
+  "\"logprobs\":true,\"top_logprobs\":1,\"stream_options\":{\"include_usage\":true}}"
+#define ECHO_STREAM_BODY \
+  "{\"prompt\":[\"Time is\",[5,6]],\"max_tokens\":2,\"echo\":true,\"stream\":true,\"temperature\":0}"
 #define ECHO_BODY "{\"prompt\":[\"The model reads\",[5,6,7]],\"max_tokens\":3,\"echo\":true,\"temperature\":0}"
 #define LOGPROBS_BODY "{\"prompt\":\"Time is\",\"max_tokens\":3,\"logprobs\":2,\"stop\":\"zz\"}"
 #define TOKENIZE_BODY "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}"
 #define DETOKENIZE_BODY "{\"tokens\":[5,6,7,300]}"
+
+/* a streamed reply read to its end as MHD reads it: [DONE] last, or an
+ * error event (a completion that failed, out of memory) */
+static int read_stream(reply *rp, const char *what) {
+  if (!rp->resp || rp->status != 200) return END_OK; /* check_reply judges it */
+  static char body[1 << 16];
+  size_t n = 0;
+  for (;;) {
+    ssize_t k = api_stream_read(rp->stream, n, body + n, sizeof body - 1 - n);
+    if (k == MHD_CONTENT_READER_END_OF_STREAM) break;
+    if (k < 0 || n + (size_t)k >= sizeof body - 1) {
+      fprintf(stderr, "%s: the stream broke off or ran past %zu bytes\n", what, sizeof body);
+      return END_SILENT;
+    }
+    n += (size_t)k;
+  }
+  body[n] = 0;
+  static const char done[] = "data: [DONE]\n\n";
+  const char *e = strstr(body, "data: {\"error\":{\"message\":\"");
+  if (e && e[sizeof "data: {\"error\":{\"message\":\"" - 1] != '"') { /* a message that is not empty */
+    fprintf(stderr, "%s: %.200s\n", what, e);
+    return END_ERROR;
+  }
+  if (!e && n >= sizeof done - 1 && !strcmp(body + n - (sizeof done - 1), done)) return END_OK;
+  fprintf(stderr, "%s: the stream ended without [DONE] or an error: ...%s\n", what, body + (n > 200 ? n - 200 : 0));
+  return END_SILENT;
+}
 
 /* the server's endpoints on scheduler s, called directly */
 static int serve_some(dsi_sched *s, const dsi_tok *tok, const dsi_chat_fmt *fmt, int ctx) {
@@ -259,8 +290,12 @@ static int serve_some(dsi_sched *s, const dsi_tok *tok, const dsi_chat_fmt *fmt,
   int rc = END_OK;
   api_chat(&srv, CHAT_BODY, strlen(CHAT_BODY), -1, &rp);
   rc = worst(rc, check_reply(&rp, "chat"));
-  api_chat(&srv, STREAM_BODY, strlen(STREAM_BODY), -1, &rp); /* set up, then dropped as a client would */
+  api_chat(&srv, STREAM_BODY, strlen(STREAM_BODY), -1, &rp);
+  rc = worst(rc, read_stream(&rp, "chat stream"));
   rc = worst(rc, check_reply(&rp, "chat stream"));
+  api_completions(&srv, ECHO_STREAM_BODY, strlen(ECHO_STREAM_BODY), -1, &rp);
+  rc = worst(rc, read_stream(&rp, "completions stream"));
+  rc = worst(rc, check_reply(&rp, "completions stream"));
   api_completions(&srv, ECHO_BODY, strlen(ECHO_BODY), -1, &rp);
   rc = worst(rc, check_reply(&rp, "completions with echo"));
   api_completions(&srv, LOGPROBS_BODY, strlen(LOGPROBS_BODY), -1, &rp);
@@ -271,7 +306,7 @@ static int serve_some(dsi_sched *s, const dsi_tok *tok, const dsi_chat_fmt *fmt,
   rc = worst(rc, check_reply(&rp, "detokenize"));
   api_models(&srv, NULL, &rp);
   rc = worst(rc, check_reply(&rp, "models"));
-  if (dsi_sched_wait_idle(s, 30)) rc = END_HANG; /* the stream's request, cancelled */
+  if (dsi_sched_wait_idle(s, 30)) rc = END_HANG;
   dsi_sched_stats st;
   dsi_sched_get_stats(s, &st);
   sbuf b = {0};
