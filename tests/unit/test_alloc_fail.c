@@ -23,6 +23,9 @@
  *            it — with logprobs and echo, tokenize, detokenize, models,
  *            metrics) and the profiler's trace.
  *   mkmodel: writing a sharded FP8 checkpoint with a trained tokenizer.
+ *   commands: a chat of three turns and a /reset, and detokenize
+ *            --stream, as the dsinfer command runs them: a failure must
+ *            print `dsinfer CMD: ...` and exit 1 (or 2).
  * Then, a child per case, every distinct call stack (see stack_of) fails
  * once, at its first call, unless an earlier run failed it already; and
  * every stride-th call fails too: loops are covered once, not a thousand
@@ -35,6 +38,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <execinfo.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -48,6 +52,7 @@
 #include "check.h"
 #include "dsinfer.h"
 #include "server/server_impl.h"
+#include "tools/commands.h"
 #include "tools/internal.h"
 
 /* ---- the wrapped allocator ---- */
@@ -410,6 +415,46 @@ static int run_mkmodel(const char *dir, void *ctx) {
   return rc;
 }
 
+/* ---- run 4: the commands ---- */
+
+/* dsinfer NAME ARGS... in this process, its stdout dropped and its stderr
+ * kept: 0 when it worked; exit 1 or 2 must come with a line naming the
+ * command */
+static int command(const char *dir, const char *name, int (*fn)(int, char **), char **argv) {
+  int argc = 0;
+  while (argv[argc]) argc++;
+  char path[300], said[4096] = "";
+  snprintf(path, sizeof path, "%s/stderr-%d", dir, (int)getpid());
+  fflush(NULL);
+  int out = dup(1), err = dup(2), fd = open(path, O_CREAT | O_TRUNC | O_RDWR, 0600), null = open("/dev/null", O_WRONLY);
+  DSI_ASSERT(out >= 0 && err >= 0 && fd >= 0 && null >= 0);
+  dup2(null, 1), dup2(fd, 2);
+  int rc = fn(argc, argv);
+  fflush(NULL);
+  dup2(out, 1), dup2(err, 2);
+  ssize_t n = pread(fd, said, sizeof said - 1, 0);
+  said[n > 0 ? n : 0] = 0;
+  close(out), close(err), close(fd), close(null);
+  unlink(path);
+  char prefix[64];
+  snprintf(prefix, sizeof prefix, "dsinfer %s: ", name);
+  if (!rc) return END_OK;
+  const char *line = strstr(said, prefix);
+  fprintf(stderr, "%s: exit %d: %.300s\n", name, rc, line ? line : said);
+  return (rc == 1 || rc == 2) && line && line[strlen(prefix)] != '\n' ? END_ERROR : END_SILENT;
+}
+
+static int run_commands(const char *dir, void *ctx) {
+  (void)ctx;
+  char input[300];
+  snprintf(input, sizeof input, "%s/chat-input.txt", dir);
+  if (!freopen(input, "r", stdin)) return END_SILENT;
+  char *chat[] = {"--model", (char *)dir, "-n", "2", "--system", "Be brief.", "--threads", "1", NULL};
+  char *detokenize[] = {"--model", (char *)dir, "--ids", "5,6,7,300", "--stream", NULL};
+  int rc = command(dir, "chat", dsi_cmd_chat, chat);
+  return worst(rc, command(dir, "detokenize", dsi_cmd_detokenize, detokenize));
+}
+
 /* ---- the runs, each call of them failing in turn ---- */
 
 struct run {
@@ -541,6 +586,10 @@ int main(void) {
   dsi_mkmodel_opts mo = {.preset = "tiny", .dtype = "bf16", .seed = 3, .out_dir = dir, .tokenizer = "builtin"};
   DSI_ASSERT(dsi_mkmodel(&mo, &err) == 0);
   dsi_set_log_level(-1); /* the children's warnings are not the test's output */
+  char input[300];
+  snprintf(input, sizeof input, "%s/chat-input.txt", dir);
+  FILE *in = fopen(input, "w");
+  DSI_ASSERT(in && fputs("Hello!\n/reset\nWhat is the capital of France?\nAnd of Italy?\n", in) >= 0 && !fclose(in));
   void *warm[2];
   backtrace(warm, 2); /* its first call loads what it needs */
   dsi_json_oom_clear(); /* cJSON's allocations go through the library's malloc: the wrappers */
@@ -549,6 +598,7 @@ int main(void) {
       {"model", run_model, 16},
       {"serving", run_serving, 64},
       {"mkmodel", run_mkmodel, 256},
+      {"commands", run_commands, 256},
   };
   const char *only = getenv("RUN"), *fail_at = getenv("FAIL_AT");
   for (size_t i = 0; i < DSI_ARRAY_LEN(runs); i++) {
