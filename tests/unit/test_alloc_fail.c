@@ -472,7 +472,9 @@ static __attribute__((noinline)) int enter(const run *r, const char *dir, void *
 
 /* the run once in a child, failing call fail_at (or the first call from
  * stack fail_stack); its end (END_*), or -1 - signal */
-static int child(const run *r, const char *dir, void *ctx, long fail_at, uint64_t fail_stack) {
+/* a child that runs r, call fail_at (or the first call from stack
+ * fail_stack) failing; child_end says how it ended */
+static pid_t child_start(const run *r, const char *dir, void *ctx, long fail_at, uint64_t fail_stack) {
   fflush(NULL);
   pid_t pid = fork();
   DSI_ASSERT(pid >= 0);
@@ -487,10 +489,11 @@ static int child(const run *r, const char *dir, void *ctx, long fail_at, uint64_
     atomic_store(&g_armed, 0);
     _exit(rc | (fail_at || fail_stack) * !atomic_load(&g_failed) * END_MISSED);
   }
-  int st;
-  DSI_ASSERT(waitpid(pid, &st, 0) == pid);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1 - WTERMSIG(st);
+  return pid;
 }
+
+/* a child's end from its wait status: END_*, or -1 - signal */
+static int child_end(int st) { return WIFEXITED(st) ? WEXITSTATUS(st) : -1 - WTERMSIG(st); }
 
 typedef struct call_at {
   uint64_t stack;
@@ -520,7 +523,10 @@ static void run_all(const run *r, const char *dir, void *ctx) {
   g_record = mmap(NULL, MAX_RECORD * sizeof *g_record, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   DSI_ASSERT(g_record != MAP_FAILED);
   atomic_store(&g_calls, 0);
-  int first = child(r, dir, ctx, 0, 0);
+  int st;
+  pid_t pid = child_start(r, dir, ctx, 0, 0);
+  DSI_ASSERT(waitpid(pid, &st, 0) == pid);
+  int first = child_end(st);
   CHECKF(first == END_OK, "%s: the run without a failure ended %d", r->name, first);
   long calls = 0;
   while (calls < MAX_RECORD && g_record[calls]) calls++;
@@ -553,11 +559,27 @@ static void run_all(const run *r, const char *dir, void *ctx) {
   }
   free(order);
 
-  long cases = 0, errors = 0, missed = 0;
-  for (long i = 0; i < calls; i++) {
-    int by_stack = first_call[i];
-    if (!by_stack && (i + 1) % r->stride) continue;
-    int end = by_stack ? child(r, dir, ctx, 0, stacks[i]) : child(r, dir, ctx, i + 1, 0);
+  /* the cases, a few children at a time (each waits on its threads a lot) */
+  enum { MAX_PAR = 4 };
+  struct { pid_t pid; long call; } running[MAX_PAR];
+  int par = (int)DSI_MIN(DSI_MAX(sysconf(_SC_NPROCESSORS_ONLN), 1), MAX_PAR), busy = 0;
+  long cases = 0, errors = 0, missed = 0, next = 0;
+  for (;;) {
+    for (; next < calls && busy < par; next++) {
+      int by_stack = first_call[next];
+      if (!by_stack && (next + 1) % r->stride) continue;
+      running[busy].pid = by_stack ? child_start(r, dir, ctx, 0, stacks[next]) : child_start(r, dir, ctx, next + 1, 0);
+      running[busy++].call = next;
+    }
+    if (!busy) break;
+    pid = waitpid(-1, &st, 0);
+    DSI_ASSERT(pid > 0);
+    int k = 0;
+    while (k < busy && running[k].pid != pid) k++;
+    DSI_ASSERT(k < busy);
+    long i = running[k].call;
+    running[k] = running[--busy];
+    int end = child_end(st);
     cases++;
     if (end >= END_MISSED) { /* another thread's calls came first; the run did not reach it */
       missed++;
