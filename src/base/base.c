@@ -2,9 +2,11 @@
 #define _GNU_SOURCE
 #include "base/base.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,31 +85,20 @@ void dsi_log(int level, const char *fmt, ...) {
 }
 
 /* ---- memory ---- */
-static void oom(size_t n) {
-  fprintf(stderr, "dsinfer: out of memory allocating %zu bytes\n", n);
-  abort();
-}
-void *dsi_xmalloc(size_t n) {
-  void *p = malloc(n ? n : 1);
-  if (!p) oom(n);
+static _Thread_local int t_json_oom;
+static void *json_malloc(size_t n) {
+  void *p = malloc(n);
+  if (!p) t_json_oom = 1;
   return p;
 }
-void *dsi_xcalloc(size_t n, size_t size) {
-  void *p = calloc(n ? n : 1, size ? size : 1);
-  if (!p) oom(n * size);
-  return p;
+static void json_hooks(void) { cJSON_InitHooks(&(cJSON_Hooks){.malloc_fn = json_malloc, .free_fn = free}); }
+void dsi_json_oom_clear(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, json_hooks);
+  t_json_oom = 0;
 }
-void *dsi_xrealloc(void *p, size_t n) {
-  void *q = realloc(p, n ? n : 1);
-  if (!q) oom(n);
-  return q;
-}
-char *dsi_xstrdup(const char *s) {
-  size_t n = strlen(s) + 1;
-  char *p = dsi_xmalloc(n);
-  memcpy(p, s, n);
-  return p;
-}
+int dsi_json_oom(void) { return t_json_oom; }
+
 /* Small blocks: calloc, not posix_memalign + memset. From DSI_HUGE_MIN on
  * (the activation arena, the KV cache, the attention's blocks): a
  * dsi_alloc_big mapping of its own, the block starting 64 bytes past a

@@ -38,12 +38,19 @@ int dsi_log_level(void);
 void dsi_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ---- memory ---- */
-/* Aborts on failure: only for small, bounded allocations whose failure is
- * not a user's problem. Large buffers use dsi_alloc_big. */
-void *dsi_xmalloc(size_t n);
-void *dsi_xcalloc(size_t n, size_t size);
-void *dsi_xrealloc(void *p, size_t n);
-char *dsi_xstrdup(const char *s);
+/* Running out is an error the caller reports, everywhere (plain malloc and
+ * a check for small things; these for the aligned and the large). */
+
+/* cJSON returns NULL, or leaves a node out, when an allocation fails: a
+ * parse then looks like bad JSON, a tree being built loses parts without a
+ * word. Its allocations go through these hooks (installed once for the
+ * process by the first clear, cJSON_InitHooks: malloc and free, so a
+ * program that uses cJSON too keeps working, though hooks of its own would
+ * be replaced), which note a failure in a flag of the calling thread:
+ * clear it before parsing or building, and look at it when the result is
+ * NULL or before using the tree. */
+void dsi_json_oom_clear(void);
+int dsi_json_oom(void); /* a cJSON allocation of this thread failed since the clear */
 /* 64-byte aligned, zeroed; NULL on failure. Free with dsi_free_aligned.
  * From 4 MiB on, a mapping of its own, with huge pages advised when huge
  * is set (dsi_alloc_aligned: always). */

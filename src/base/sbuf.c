@@ -6,22 +6,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* room for n more bytes and the NUL */
-static void reserve(sbuf *b, size_t n) {
-  if (b->n + n + 1 <= b->cap) return;
+/* room for n more bytes and the NUL; 0, or -1 with the buffer failed */
+static int reserve(sbuf *b, size_t n) {
+  if (b->oom) return -1;
+  if (b->n + n + 1 <= b->cap) return 0;
   size_t c = b->cap ? b->cap : 256;
   while (c < b->n + n + 1) c *= 2;
   char *p = realloc(b->p, c);
   if (!p) {
-    fprintf(stderr, "dsinfer: out of memory\n");
-    abort();
+    b->oom = 1;
+    return -1;
   }
   b->p = p;
   b->cap = c;
+  return 0;
 }
 
 void sb_put(sbuf *b, const void *s, size_t n) {
-  reserve(b, n);
+  if (reserve(b, n)) return;
   if (n) memcpy(b->p + b->n, s, n);
   b->n += n;
   b->p[b->n] = 0;
@@ -49,8 +51,7 @@ void sb_printf(sbuf *b, const char *fmt, ...) {
   va_copy(ap2, ap);
   int n = vsnprintf(NULL, 0, fmt, ap);
   va_end(ap);
-  if (n > 0) {
-    reserve(b, (size_t)n);
+  if (n > 0 && !reserve(b, (size_t)n)) {
     vsnprintf(b->p + b->n, (size_t)n + 1, fmt, ap2);
     b->n += (size_t)n;
   }

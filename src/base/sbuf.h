@@ -1,5 +1,7 @@
-/* base: a growable text buffer (always NUL-terminated), for the commands
- * and the server; out of memory is fatal, as for any small allocation. */
+/* base: a growable text buffer (always NUL-terminated once anything is in
+ * it), for the commands, the server and the safetensors writer. Running out
+ * of memory sticks: the buffer is marked failed (oom), later appends do
+ * nothing, and whoever finishes the text checks oom before using it. */
 #ifndef DSI_SBUF_H
 #define DSI_SBUF_H
 
@@ -8,6 +10,7 @@
 typedef struct sbuf {
   char *p;
   size_t n, cap;
+  int oom; /* an append did not fit in memory: the text is incomplete */
 } sbuf;
 
 /* append s[0..n) */

@@ -64,9 +64,15 @@ static int all_to_all_v(void *ctx, const void *send, const int *sc, const int *s
 
 enum { MSG_STOP = 0, MSG_STEP = 1, MSG_HEAD = 5 };
 
+/* room for n words in the step message; NULL (e->err set) when out of memory */
 static int32_t *msg_room(dsi_engine *e, size_t n) {
   if (n > e->msg_cap) {
-    e->msg = dsi_xrealloc(e->msg, n * sizeof(int32_t));
+    int32_t *m = realloc(e->msg, n * sizeof(int32_t));
+    if (!m) {
+      dsi_errf(&e->err, DSI_E_NOMEM, "out of memory for a step's message to the other ranks (%zu ids)", n);
+      return NULL;
+    }
+    e->msg = m;
     e->msg_cap = n;
   }
   return e->msg;
@@ -92,6 +98,7 @@ static int send_step(dsi_engine *e, const dsi_fwd_batch *fb) {
   head[3] = n_blk;
   head[4] = fb->n_logits;
   int32_t *m = msg_room(e, 4 * (size_t)n + fb->n_logits + 2 * (size_t)n_seq + n_blk), *p = m;
+  if (!m) return DSI_E_NOMEM; /* before the head: the others wait for the next step */
   memcpy(p, fb->tokens, n * sizeof(int32_t)), p += n;
   memcpy(p, fb->pos, n * sizeof(int32_t)), p += n;
   memcpy(p, fb->seq, n * sizeof(int32_t)), p += n;
@@ -132,6 +139,10 @@ int dsi_engine_follow(dsi_engine *e) {
     }
     size_t words = 4 * (size_t)n + nl + 2 * (size_t)n_seq + n_blk;
     int32_t *m = msg_room(e, words);
+    if (!m) {
+      rc = DSI_E_NOMEM;
+      break;
+    }
     if ((rc = dsi_dist_bcast(e->dist, m, words * sizeof(int32_t), 0))) {
       rc = dsi_errf(&e->err, rc, "rank %d: receiving a step from rank 0 failed", e->dist->rank);
       break;
@@ -140,13 +151,19 @@ int dsi_engine_follow(dsi_engine *e) {
     for (int k = 0; k < n_seq; k++) {
       int s = st[2 * k];
       if (s >= n_tables) {
-        tables = dsi_xrealloc(tables, (s + 1) * sizeof *tables);
+        const int32_t **t = realloc(tables, (s + 1) * sizeof *tables);
+        if (!t) {
+          rc = dsi_errf(&e->err, DSI_E_NOMEM, "rank %d: out of memory for the block tables", e->dist->rank);
+          break;
+        }
+        tables = t;
         memset(tables + n_tables, 0, (s + 1 - n_tables) * sizeof *tables);
         n_tables = s + 1;
       }
       tables[s] = blocks;
       blocks += st[2 * k + 1];
     }
+    if (rc) break;
     /* the logit rows: under DP attention each rank computes its sequences' and sends them to rank 0 */
     dsi_fwd_batch fb = {.n_tokens = n, .tokens = m, .pos = m + n, .seq = m + 2 * n, .slot = m + 3 * n,
                         .block_tables = tables, .logit_rows = m + 4 * n, .n_logits = nl};
@@ -207,7 +224,11 @@ int dsi_engine_open(dsi_engine **out, dsi_model *m, const dsi_engine_opts *o, ds
                                 .min_team = o->stream_team_min, .overlap = o->overlap};
   dsi_fwd_set_exec(e->fwd, &e->exec);
   if (o->profile) {
-    e->prof = dsi_prof_new(dsi_pool_size(e->pool), 0); /* and the communication thread, as thread n */
+    /* and the communication thread, as thread n */
+    if (!(e->prof = dsi_prof_new(dsi_pool_size(e->pool), 0))) {
+      dsi_engine_free(e);
+      return dsi_errf(err, DSI_E_NOMEM, "out of memory for the profiler's buffers");
+    }
     dsi_fwd_set_prof(e->fwd, e->prof);
   }
   size_t T = (size_t)e->max_tokens;

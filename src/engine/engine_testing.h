@@ -18,7 +18,7 @@ void dsi_engine_fail_token(dsi_engine *e, int32_t token);
 /* Every completion of s draws ids[0..n) in order (logprobs still from the
  * model's logits), then the end-of-sentence token: a fixed output, to test
  * what is built on the text (reasoning and tool-call parsing, streaming).
- * Set before the first request; ids copied. */
-void dsi_sched_testing_script(dsi_sched *s, const int32_t *ids, int n);
+ * Set before the first request; ids copied (DSI_E_NOMEM when they cannot be). */
+int dsi_sched_testing_script(dsi_sched *s, const int32_t *ids, int n);
 
 #endif

@@ -355,7 +355,7 @@ static void release_kv(dsi_sched *s, completion *c, int keep) {
 }
 
 /* a sequence for c, with the longest cached prefix of its tokens but the
- * last (whose logits are wanted) */
+ * last (whose logits are wanted); out of memory: an error in the engine's */
 static int open_seq(dsi_sched *s, completion *c) {
   dsi_engine *e = s->e;
   c->seq = dsi_seq_new(e);
@@ -363,7 +363,13 @@ static int open_seq(dsi_sched *s, completion *c) {
   dsi_kv_seq *q = &e->seqs[c->seq];
   /* the block table holds a whole completion: no growth while running */
   int cap = DSI_CEIL_DIV(c->cap, e->kv.block_size) + 1;
-  q->blocks = dsi_xrealloc(q->blocks, (size_t)cap * sizeof(int32_t));
+  int32_t *blocks = realloc(q->blocks, (size_t)cap * sizeof(int32_t));
+  if (!blocks) {
+    dsi_seq_free(e, c->seq);
+    c->seq = -1;
+    return dsi_errf(&e->err, DSI_E_NOMEM, "out of memory for a block table of %d blocks", cap);
+  }
+  q->blocks = blocks;
   q->cap = cap;
   c->computed = s->o.no_prefix_cache ? 0 : dsi_kv_match(&e->kv, q, c->toks, c->n_tok - 1);
   if (!c->admitted) c->cached = DSI_MIN(c->computed, c->req->r.n_prompt);
@@ -388,7 +394,10 @@ typedef struct {
   const char *text;
   size_t len;
   const char *stop; /* the stop string found, NULL none */
+  int oom;          /* the piece could not be held: the completion ends with an error */
 } text_out;
+
+#define TEXT_OOM "out of memory for the completion's text"
 
 /* append piece to c's pending text; emit what can no longer be the start
  * of a stop string, or everything before a stop string found */
@@ -397,12 +406,12 @@ static text_out take_text(completion *c, const char *piece, size_t len, int last
   if (c->n_pend + len > c->cap_pend) { /* a token longer than any so far (rare: sized for most at submit) */
     size_t cap = 2 * (c->n_pend + len);
     char *p = realloc(c->pend, cap);
-    if (!p) len = 0; /* out of memory: the piece is lost, not the process */
-    else c->pend = p, c->cap_pend = cap;
+    if (!p) return (text_out){c->pend, 0, NULL, 1};
+    c->pend = p, c->cap_pend = cap;
   }
   if (len) memcpy(c->pend + c->n_pend, piece, len);
   c->n_pend += len;
-  text_out t = {c->pend, 0, NULL};
+  text_out t = {c->pend, 0, NULL, 0};
   size_t cut = c->n_pend; /* first byte of the earliest stop string */
   for (int i = 0; i < q->r.n_stop; i++) {
     const char *hit = memmem(c->pend, c->n_pend, q->stop[i], strlen(q->stop[i]));
@@ -478,6 +487,7 @@ static void finish(dsi_sched *s, completion *c, dsi_finish why, const dsi_reques
     text_out t = take_text(c, piece, len, 1);
     ev.text = t.text;
     ev.text_len = t.len;
+    if (t.oom) why = ev.finish = DSI_FINISH_ERROR, ev.error = TEXT_OOM;
   }
   double tn = now();
   ev.prompt_tokens = q->r.n_prompt;
@@ -649,7 +659,12 @@ static int plan_step(dsi_sched *s, int *n_tokens, int *n_decode) {
     if (c->index > 0 && !c->admitted && q->c[0].state != C_DONE && q->c[0].computed < q->r.n_prompt &&
         !s->o.no_prefix_cache)
       continue;
-    if (c->seq < 0 && open_seq(s, c)) break;
+    if (c->seq < 0 && open_seq(s, c)) { /* out of memory: this completion ends, the others go on */
+      char msg[sizeof s->e->err.msg];
+      snprintf(msg, sizeof msg, "%s", s->e->err.msg);
+      finish(s, c, DSI_FINISH_ERROR, NULL, msg);
+      continue;
+    }
     int need = c->n_tok - c->computed, take = need == 1 ? 1 : DSI_MIN(need, DSI_MIN(prefill, budget - T));
     if (blocks_short(s, c, c->computed + take) > dsi_kv_available(kv) - planned) {
       release_kv(s, c, 1);
@@ -690,8 +705,12 @@ static void deliver(dsi_sched *s, completion *c, int32_t tok, const dsi_sample_o
     const char *piece;
     size_t len;
     if (c->detok) {
-      dsi_detok_flush(c->detok, &piece, &len);
-      text_out t = take_text(c, piece, len, 1);
+      text_out t = {NULL, 0, NULL, dsi_detok_flush(c->detok, &piece, &len) != DSI_OK};
+      if (!t.oom) t = take_text(c, piece, len, 1);
+      if (t.oom) {
+        finish(s, c, DSI_FINISH_ERROR, NULL, TEXT_OOM);
+        return;
+      }
       ev.text = t.text, ev.text_len = t.len;
     }
     finish(s, c, DSI_FINISH_STOP, &ev, NULL);
@@ -701,21 +720,28 @@ static void deliver(dsi_sched *s, completion *c, int32_t tok, const dsi_sample_o
   c->n_out++;
   s->acc.generation_tokens++;
   dsi_request_event ev = {.token = tok, .stop_token = -1, .logprob = so->logprob, .top = so->top, .n_top = so->n_top};
-  text_out t = {NULL, 0, NULL};
+  text_out t = {NULL, 0, NULL, 0};
   int at_end = (r->max_tokens > 0 && c->n_out >= r->max_tokens) || c->n_tok > s->e->max_context;
   if (c->detok) {
     const char *piece = NULL;
     size_t len = 0;
     dsi_err err = {0};
-    if (dsi_detok_push(c->detok, tok, &piece, &len, &err)) piece = NULL, len = 0;
+    if (dsi_detok_push(c->detok, tok, &piece, &len, &err)) {
+      finish(s, c, DSI_FINISH_ERROR, NULL, err.msg);
+      return;
+    }
     if (at_end) { /* the end: whatever the detokenizer holds is final too */
       const char *p2;
       size_t l2;
-      take_text(c, piece, len, 0);
-      dsi_detok_flush(c->detok, &p2, &l2);
-      t = take_text(c, p2, l2, 1);
+      t = take_text(c, piece, len, 0);
+      if (!t.oom) t.oom = dsi_detok_flush(c->detok, &p2, &l2) != DSI_OK;
+      if (!t.oom) t = take_text(c, p2, l2, 1);
     } else {
       t = take_text(c, piece, len, 0);
+    }
+    if (t.oom) {
+      finish(s, c, DSI_FINISH_ERROR, NULL, TEXT_OOM);
+      return;
     }
     ev.text = t.text, ev.text_len = t.len;
   }
@@ -836,11 +862,13 @@ static void *loop(void *arg) {
   return NULL;
 }
 
-void dsi_sched_testing_script(dsi_sched *s, const int32_t *ids, int n) {
+int dsi_sched_testing_script(dsi_sched *s, const int32_t *ids, int n) {
   free(s->script);
-  s->script = dsi_xmalloc((size_t)(n > 0 ? n : 1) * sizeof *ids);
+  s->n_script = 0;
+  if (!(s->script = malloc((size_t)(n > 0 ? n : 1) * sizeof *ids))) return DSI_E_NOMEM;
   memcpy(s->script, ids, (size_t)n * sizeof *ids);
   s->n_script = n;
+  return DSI_OK;
 }
 
 static void free_buffers(dsi_sched *s) {
@@ -851,7 +879,8 @@ static void free_buffers(dsi_sched *s) {
 
 int dsi_sched_open(dsi_sched **out, dsi_engine *e, const dsi_tok *tok, const dsi_sched_opts *o, dsi_err *err) {
   *out = NULL;
-  dsi_sched *s = dsi_xcalloc(1, sizeof *s);
+  dsi_sched *s = calloc(1, sizeof *s);
+  if (!s) return dsi_errf(err, DSI_E_NOMEM, "out of memory for the scheduler");
   s->e = e;
   s->tok = tok;
   if (o) s->o = *o;

@@ -457,9 +457,10 @@ static dsi_graph *plan_for(dsi_fwd *fw, int T, dsi_err *err) {
     dsi_free_aligned(fw->arena);
     fw->arena_cap = 0;
     if (!(fw->arena = dsi_alloc_aligned_huge(g->arena_bytes, fw->hugepage))) {
+      dsi_errf(err, DSI_E_NOMEM, "cannot allocate the %.1f MB activation arena for %d tokens", g->arena_bytes / 1e6,
+               bucket);
       dsi_graph_free(g);
-      return dsi_errf(err, DSI_E_NOMEM, "cannot allocate the %.1f MB activation arena for %d tokens",
-                      g->arena_bytes / 1e6, bucket), NULL;
+      return NULL;
     }
     fw->arena_cap = g->arena_bytes;
   }
@@ -631,7 +632,8 @@ int dsi_fwd_plan_stats(dsi_fwd *fw, int T, dsi_fwd_stats *s, dsi_err *err) {
 int dsi_fwd_check_plan(dsi_fwd *fw, int T, char *why, size_t why_len, dsi_err *err) {
   dsi_graph *g = plan_for(fw, T, err);
   if (!g) return err->status;
-  return dsi_graph_check(g, fw->f.mm.nth, why, why_len);
+  int rc = dsi_graph_check(g, fw->f.mm.nth, why, why_len);
+  return rc == DSI_E_NOMEM ? dsi_errf(err, rc, "%s", why) : rc;
 }
 
 void dsi_fwd_dump_plan(dsi_fwd *fw, int T, FILE *out) {

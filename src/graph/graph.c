@@ -442,7 +442,11 @@ int dsi_graph_check(const dsi_graph *g, int n, char *why, size_t why_len) {
     }
   /* hb[i]: ops certainly complete when op i starts */
   size_t words = (size_t)(g->n_ops + 63) / 64;
-  uint64_t *hb = dsi_xcalloc((size_t)g->n_ops * words, sizeof(uint64_t));
+  uint64_t *hb = calloc(DSI_MAX((size_t)g->n_ops * words, 1), sizeof(uint64_t));
+  if (!hb) {
+    snprintf(why, why_len, "out of memory for the check's table of %d ops", g->n_ops);
+    return DSI_E_NOMEM;
+  }
 #define HB(i) (hb + (size_t)(i) * words)
   int rc = 0;
   for (int i = 0; i < g->n_ops && !rc; i++) {

@@ -170,7 +170,8 @@ int dsi_graph_plan_eager(dsi_graph *g);
 void dsi_graph_team_range(const dsi_graph *g, const dsi_op *op, int n, int *lo, int *hi);
 /* Check the plan: no two tensors alive at once share bytes, and every pair
  * of ops touching the same bytes (one writing) is ordered by the waits.
- * 0 if sound, else -1 with the first problem in why. */
+ * 0 if sound, else -1 with the first problem in why (DSI_E_NOMEM, with
+ * why saying so, when it cannot be checked for want of memory). */
 int dsi_graph_check(const dsi_graph *g, int n_threads, char *why, size_t why_len);
 /* print the plan (ops, teams, waits, tensors, offsets) */
 void dsi_graph_dump(const dsi_graph *g, void *file);

@@ -48,6 +48,7 @@ static void amx_task(void *ctx, int ith, int nth) {
 int dsi_measure_peaks(int n_threads, dsi_peaks *out) {
   memset(out, 0, sizeof *out);
   dsi_pool *pool = dsi_pool_new(n_threads > 0 ? n_threads : dsi_ncpu());
+  if (!pool) return DSI_E_NOMEM;
   int nth = dsi_pool_size(pool);
   out->threads = nth;
   /* 1 GiB, far past the caches that are ours (the L3 is shared and large:

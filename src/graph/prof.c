@@ -60,14 +60,19 @@ void dsi_prof_span(dsi_prof *p, int op, int ith, double t0, double t1) {
 }
 
 dsi_prof *dsi_prof_new(int n_threads, long max_spans) {
-  dsi_prof *p = dsi_xcalloc(1, sizeof *p);
+  dsi_prof *p = calloc(1, sizeof *p);
+  if (!p) return NULL;
   p->nth = n_threads;
   p->max_spans = max_spans > 0 ? max_spans : 1l << 20;
   p->max_ops = (int)DSI_MAX(1024, p->max_spans / 2);
   p->max_steps = (int)DSI_MAX(256, p->max_spans / 64);
-  p->spans = dsi_xmalloc(p->max_spans * sizeof *p->spans);
-  p->ops = dsi_xmalloc(p->max_ops * sizeof *p->ops);
-  p->steps = dsi_xmalloc(p->max_steps * sizeof *p->steps);
+  p->spans = malloc(p->max_spans * sizeof *p->spans);
+  p->ops = malloc(p->max_ops * sizeof *p->ops);
+  p->steps = malloc(p->max_steps * sizeof *p->steps);
+  if (!p->spans || !p->ops || !p->steps) {
+    dsi_prof_free(p);
+    return NULL;
+  }
   p->cur = -1;
   p->origin = dsi_now();
   return p;

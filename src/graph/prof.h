@@ -22,7 +22,8 @@ typedef enum {
 typedef struct dsi_prof dsi_prof;
 
 /* Room for max_spans timed thread shares (0 = 1M) of a pool of n_threads;
- * ops and steps get proportional room. The executors record into it. */
+ * ops and steps get proportional room. The executors record into it.
+ * NULL when out of memory. */
 dsi_prof *dsi_prof_new(int n_threads, long max_spans);
 void dsi_prof_free(dsi_prof *p);
 void dsi_prof_reset(dsi_prof *p);  /* forget everything recorded (between steps) */

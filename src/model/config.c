@@ -414,10 +414,13 @@ int dsi_config_parse(dsi_config *c, const char *json, size_t len, const char *pa
   const char *end = NULL;
   /* cJSON skips a NUL as whitespace: a NUL inside the text is an error there */
   const char *nul = memchr(text, 0, len);
+  dsi_json_oom_clear();
   cJSON *root = nul ? NULL : cJSON_ParseWithLengthOpts(text, len + 1, &end, 1);
   if (nul) end = nul;
   int st;
-  if (!root) {
+  if (!root && dsi_json_oom()) {
+    st = dsi_errf(err, DSI_E_NOMEM, "%s: out of memory", path);
+  } else if (!root) {
     size_t off = end && end >= text && end <= text + len ? (size_t)(end - text) : len;
     int line, col;
     text_position(text, off, &line, &col);
@@ -506,8 +509,11 @@ int dsi_gen_config_load(const char *dir, dsi_gen_config *g, dsi_err *err) {
   int st = dsi_read_file(path, &text, &len, err);
   if (st != DSI_OK) return st;
   const char *end = NULL;
+  dsi_json_oom_clear();
   cJSON *root = memchr(text, 0, len) ? NULL : cJSON_ParseWithLengthOpts(text, len + 1, &end, 1);
-  if (!root)
+  if (!root && dsi_json_oom())
+    st = dsi_errf(err, DSI_E_NOMEM, "%s: out of memory", path);
+  else if (!root)
     st = dsi_errf(err, DSI_E_FORMAT, "%s: bad JSON at byte %zu", path,
                   end && end >= text && end <= text + len ? (size_t)(end - text) : len);
   else if (!cJSON_IsObject(root))

@@ -49,6 +49,7 @@ static char *retab(const char *s) {
 /* Keys in alphabetical order, as json.dump(sort_keys=True) leaves them in
  * the files people download. Returns NULL only when memory runs out. */
 char *dsi_config_to_json(const dsi_config *c) {
+  dsi_json_oom_clear();
   cJSON *j = cJSON_CreateObject();
   if (!j) return NULL;
   cJSON *arch = cJSON_AddArrayToObject(j, "architectures");
@@ -119,7 +120,7 @@ char *dsi_config_to_json(const dsi_config *c) {
   cJSON_AddNumberToObject(j, "v_head_dim", c->v_head_dim);
   cJSON_AddNumberToObject(j, "vocab_size", c->vocab_size);
 
-  char *tabbed = cJSON_Print(j);
+  char *tabbed = dsi_json_oom() ? NULL : cJSON_Print(j); /* not with a key left out */
   cJSON_Delete(j);
   if (!tabbed) return NULL;
   char *out = retab(tabbed);

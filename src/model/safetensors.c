@@ -164,8 +164,11 @@ static cJSON *st_parse_json(const uint8_t *buf, uint64_t n, const char *path, ds
   memcpy(text, buf + 8, (size_t)n);
   text[n] = 0;
   const char *end = NULL;
+  dsi_json_oom_clear();
   cJSON *root = cJSON_ParseWithLengthOpts(text, (size_t)n + 1, &end, 1);
-  if (!root) {
+  if (!root && dsi_json_oom()) {
+    dsi_errf(err, DSI_E_NOMEM, "%s: out of memory reading the header", path);
+  } else if (!root) {
     size_t off = end && end >= text && end <= text + n ? (size_t)(end - text) : (size_t)n;
     dsi_errf(err, DSI_E_FORMAT, "%s: header is not valid JSON (at byte %zu of the header)", path, off);
   } else if (!cJSON_IsObject(root)) {
@@ -320,11 +323,14 @@ static int st_open_index(dsi_st_set *set, const char *dir, const char *index_pat
   int st = dsi_read_file(index_path, &text, &len, err);
   if (st != DSI_OK) return st;
   const char *end = NULL;
+  dsi_json_oom_clear();
   cJSON *root = cJSON_ParseWithLengthOpts(text, len + 1, &end, 1);
   const cJSON *map = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
   char **shards = NULL;
   int n_shards = 0;
-  if (!root) {
+  if (!root && dsi_json_oom()) {
+    st = dsi_errf(err, DSI_E_NOMEM, "%s: out of memory", index_path);
+  } else if (!root) {
     st = dsi_errf(err, DSI_E_FORMAT, "%s: bad JSON at byte %zu", index_path,
                   end && end >= text && end <= text + len ? (size_t)(end - text) : len);
   } else if (!cJSON_IsObject(map)) {

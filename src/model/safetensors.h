@@ -63,7 +63,7 @@ int dsi_st_finish(dsi_st_set *set, dsi_err *err);
 typedef struct dsi_st_writer dsi_st_writer;
 /* Tensors are declared first (name, dtype, shape), then their data is
  * written in the same order. */
-dsi_st_writer *dsi_st_writer_new(void);
+dsi_st_writer *dsi_st_writer_new(void); /* NULL when out of memory */
 void dsi_st_writer_add(dsi_st_writer *w, const char *name, dsi_dtype dt, int ndim, const int64_t *shape);
 /* writes header; data then follows with dsi_st_writer_data in add order */
 int dsi_st_writer_begin(dsi_st_writer *w, const char *path, dsi_err *err);

@@ -2,6 +2,7 @@
  * header is written as Hugging Face writes it (compact JSON in declaration
  * order, space-padded to 8 bytes), then the data streams in declared order. */
 #include "model/safetensors.h"
+#include "base/sbuf.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -20,6 +21,7 @@ struct dsi_st_writer {
   st_entry *tensors;
   int n, cap;
   char *bad;          /* first invalid declaration, reported by begin */
+  int oom;            /* a declaration could not be held: begin fails */
   FILE *f;
   char *path;
   int cur;            /* tensor receiving data */
@@ -45,9 +47,7 @@ struct dsi_st_writer {
 
 enum { ST_BUF = 4 << 20 };
 
-dsi_st_writer *dsi_st_writer_new(void) {
-  return dsi_xcalloc(1, sizeof(dsi_st_writer));
-}
+dsi_st_writer *dsi_st_writer_new(void) { return calloc(1, sizeof(dsi_st_writer)); }
 
 static void flusher_stop(dsi_st_writer *w);
 
@@ -66,10 +66,12 @@ void dsi_st_writer_free(dsi_st_writer *w) {
 
 /* ---- declaring tensors ---- */
 
-/* A bad declaration (ndim out of range, negative dim, empty name) is kept
- * and reported by dsi_st_writer_begin, since add returns nothing. */
+/* A bad declaration (ndim out of range, negative dim, empty name), or one
+ * there is no memory for, is kept and reported by dsi_st_writer_begin,
+ * since add returns nothing. */
 void dsi_st_writer_add(dsi_st_writer *w, const char *name, dsi_dtype dt, int ndim, const int64_t *shape) {
   DSI_ASSERT(w && name && !w->f);
+  if (w->oom) return;
   if (!w->bad) {
     char why[160] = "";
     if (!*name) snprintf(why, sizeof why, "empty tensor name");
@@ -80,17 +82,30 @@ void dsi_st_writer_add(dsi_st_writer *w, const char *name, dsi_dtype dt, int ndi
     if (*why) {
       const char *who = *name ? name : "(unnamed)";
       size_t n = strlen(who) + strlen(why) + 3;
-      w->bad = dsi_xmalloc(n);
+      if (!(w->bad = malloc(n))) {
+        w->oom = 1;
+        return;
+      }
       snprintf(w->bad, n, "%s: %s", who, why);
     }
   }
   if (w->n == w->cap) {
-    w->cap = w->cap ? 2 * w->cap : 64;
-    w->tensors = dsi_xrealloc(w->tensors, (size_t)w->cap * sizeof *w->tensors);
+    int cap = w->cap ? 2 * w->cap : 64;
+    st_entry *grown = realloc(w->tensors, (size_t)cap * sizeof *w->tensors);
+    if (!grown) {
+      w->oom = 1;
+      return;
+    }
+    w->tensors = grown;
+    w->cap = cap;
   }
-  st_entry *t = &w->tensors[w->n++];
+  st_entry *t = &w->tensors[w->n];
   memset(t, 0, sizeof *t);
-  t->name = dsi_xstrdup(name);
+  if (!(t->name = strdup(name))) {
+    w->oom = 1;
+    return;
+  }
+  w->n++;
   t->dtype = dt;
   t->ndim = (ndim < 0 || ndim > DSI_ST_MAX_DIMS) ? 0 : ndim;
   t->nbytes = dsi_dtype_size(dt);
@@ -102,45 +117,15 @@ void dsi_st_writer_add(dsi_st_writer *w, const char *name, dsi_dtype dt, int ndi
 
 /* ---- the header ---- */
 
-typedef struct sbuf { char *p; size_t n, cap; } sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n) {
-  if (b->n + n + 1 > b->cap) {
-    while (b->n + n + 1 > b->cap) b->cap = b->cap ? 2 * b->cap : 4096;
-    b->p = dsi_xrealloc(b->p, b->cap);
-  }
-  memcpy(b->p + b->n, s, n);
-  b->n += n;
-  b->p[b->n] = 0;
-}
 static void sb_str(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
-static void sb_u64(sbuf *b, unsigned long long v) {
-  char t[24];
-  sb_put(b, t, (size_t)snprintf(t, sizeof t, "%llu", v));
-}
-static void sb_json_string(sbuf *b, const char *s) {
-  sb_put(b, "\"", 1);
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') {
-      char e[2] = {'\\', (char)c};
-      sb_put(b, e, 2);
-    } else if (c < 0x20) {
-      char e[8];
-      sb_put(b, e, (size_t)snprintf(e, sizeof e, "\\u%04x", c));
-    } else {
-      sb_put(b, (const char *)&c, 1);
-    }
-  }
-  sb_put(b, "\"", 1);
-}
 
 static int cmp_name(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
 /* The header JSON, padded with spaces so that 8 + its length is a multiple
- * of 8 (data then starts 8-aligned, as Hugging Face's writer does). */
+ * of 8 (data then starts 8-aligned, as Hugging Face's writer does); NULL
+ * when out of memory. */
 static char *header_json(const dsi_st_writer *w, size_t *len) {
   sbuf b = {0};
   sb_str(&b, "{\"__metadata__\":{\"format\":\"pt\"}");
@@ -148,23 +133,24 @@ static char *header_json(const dsi_st_writer *w, size_t *len) {
   for (int i = 0; i < w->n; i++) {
     const st_entry *t = &w->tensors[i];
     sb_str(&b, ",");
-    sb_json_string(&b, t->name);
+    sb_json(&b, t->name);
     sb_str(&b, ":{\"dtype\":\"");
     sb_str(&b, dsi_dtype_st_name(t->dtype));
     sb_str(&b, "\",\"shape\":[");
     for (int d = 0; d < t->ndim; d++) {
       if (d) sb_str(&b, ",");
-      sb_u64(&b, (unsigned long long)t->shape[d]);
+      sb_printf(&b, "%llu", (unsigned long long)t->shape[d]);
     }
     sb_str(&b, "],\"data_offsets\":[");
-    sb_u64(&b, off);
-    sb_str(&b, ",");
-    sb_u64(&b, off + t->nbytes);
-    sb_str(&b, "]}");
+    sb_printf(&b, "%zu,%zu]}", off, off + t->nbytes);
     off += t->nbytes;
   }
   sb_str(&b, "}");
-  while (b.n % 8) sb_str(&b, " ");
+  while (b.n % 8 && !b.oom) sb_str(&b, " ");
+  if (b.oom) {
+    free(b.p);
+    return NULL;
+  }
   *len = b.n;
   return b.p;
 }
@@ -257,9 +243,11 @@ static int write_failed(dsi_st_writer *w, dsi_err *err, const char *what, int e)
 
 int dsi_st_writer_begin(dsi_st_writer *w, const char *path, dsi_err *err) {
   DSI_ASSERT(w && path && !w->f);
+  if (w->oom) return dsi_errf(err, DSI_E_NOMEM, "%s: out of memory declaring %d tensors", path, w->n + 1);
   if (w->bad) return dsi_errf(err, DSI_E_INVAL, "%s: bad tensor %s", path, w->bad);
   if (w->n > 1) {
-    char **names = dsi_xmalloc((size_t)w->n * sizeof *names);
+    char **names = malloc((size_t)w->n * sizeof *names);
+    if (!names) return dsi_errf(err, DSI_E_NOMEM, "%s: out of memory checking %d tensor names", path, w->n);
     for (int i = 0; i < w->n; i++) names[i] = w->tensors[i].name;
     qsort(names, (size_t)w->n, sizeof *names, cmp_name);
     for (int i = 1; i < w->n; i++)
@@ -272,16 +260,23 @@ int dsi_st_writer_begin(dsi_st_writer *w, const char *path, dsi_err *err) {
   }
 
   free(w->path);
-  w->path = dsi_xstrdup(path);
+  if (!(w->path = strdup(path))) return dsi_errf(err, DSI_E_NOMEM, "%s: out of memory", path);
+  for (int i = 0; i < 2; i++)
+    if (!w->buf[i] && !(w->buf[i] = malloc(ST_BUF)))
+      return dsi_errf(err, DSI_E_NOMEM, "%s: out of memory for the write buffers", path);
+  size_t hlen;
+  char *h = header_json(w, &hlen);
+  if (!h) return dsi_errf(err, DSI_E_NOMEM, "%s: out of memory for the header of %d tensors", path, w->n);
   errno = 0;
   w->f = fopen(path, "wb");
-  if (!w->f) return dsi_errf(err, DSI_E_IO, "%s: cannot create: %s", path, strerror(errno));
+  if (!w->f) {
+    free(h);
+    return dsi_errf(err, DSI_E_IO, "%s: cannot create: %s", path, strerror(errno));
+  }
   w->cur = 0;
   w->cur_written = 0;
   w->failed = 0;
 
-  size_t hlen;
-  char *h = header_json(w, &hlen);
   uint8_t len8[8];
   for (int i = 0; i < 8; i++) len8[i] = (uint8_t)((uint64_t)hlen >> (8 * i));
   errno = 0;
@@ -289,8 +284,6 @@ int dsi_st_writer_begin(dsi_st_writer *w, const char *path, dsi_err *err) {
   free(h);
   if (!ok) return write_failed(w, err, "header", errno);
 
-  for (int i = 0; i < 2; i++)
-    if (!w->buf[i]) w->buf[i] = dsi_xmalloc(ST_BUF);
   w->fill = 0;
   w->fill_n = 0;
   flusher_start(w);

@@ -76,6 +76,25 @@ static int bad(in *j, const char *param, const char *fmt, const char *detail) {
   return -1;
 }
 
+/* out of memory reading the request: 503 */
+static int oom(in *j, const char *what) {
+  if (!j->bad) reply_oom(j->rp, what);
+  j->bad = 1;
+  return -1;
+}
+
+/* the library ran out of memory: 503 with its message */
+static void reply_nomem(reply *rp, const dsi_err *err) {
+  reply_error(rp, 503, "server_error", NULL, "out_of_memory", "%s", err->msg);
+}
+
+/* a library call on the request's text failed: out of memory is 503, the
+ * rest the request's fault (400) */
+static void reply_failed(reply *rp, const char *param, const dsi_err *err) {
+  if (err->status == DSI_E_NOMEM) reply_nomem(rp, err);
+  else reply_error(rp, 400, "invalid_request_error", param, NULL, "%s", err->msg);
+}
+
 static const cJSON *field(const in *j, const char *k) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(j->o, k);
   return v && !cJSON_IsNull(v) ? v : NULL;
@@ -180,13 +199,13 @@ static int get_params(dsi_server *srv, in *j, params *p, int chat) {
   if (st) {
     int n = 0;
     if (cJSON_IsString(st)) {
-      if (*st->valuestring) p->stop_buf[n++] = dsi_xstrdup(st->valuestring);
+      if (*st->valuestring && !(p->stop_buf[n++] = strdup(st->valuestring))) return oom(j, "for the stop strings");
     } else if (cJSON_IsArray(st)) {
       const cJSON *e;
       cJSON_ArrayForEach(e, st) {
         if (!cJSON_IsString(e)) return bad(j, "stop", "'%s' must be a string or an array of strings%s", "");
         if (n == MAX_STOP) return bad(j, "stop", "'%s' holds at most 16 strings%s", "");
-        if (*e->valuestring) p->stop_buf[n++] = dsi_xstrdup(e->valuestring);
+        if (*e->valuestring && !(p->stop_buf[n++] = strdup(e->valuestring))) return oom(j, "for the stop strings");
       }
     } else {
       return bad(j, "stop", "'%s' must be a string or an array of strings%s", "");
@@ -290,7 +309,8 @@ static sreq *submit(dsi_server *srv, reply *rp, params *p) {
   dsi_err err = {0};
   sreq *q = sreq_submit(srv, &p->r, p->r.top_logprobs, &err);
   if (!q) {
-    if (err.status == DSI_E_INVAL || err.status == DSI_E_CAPACITY)
+    if (err.status == DSI_E_NOMEM) reply_nomem(rp, &err);
+    else if (err.status == DSI_E_INVAL || err.status == DSI_E_CAPACITY)
       reply_error(rp, 400, "invalid_request_error", NULL, err.status == DSI_E_CAPACITY ? "context_length_exceeded" : NULL,
                   "%s", err.msg);
     else reply_error(rp, 500, "server_error", NULL, NULL, "%s", err.msg);
@@ -302,14 +322,19 @@ static const char *finish_str(dsi_finish f, int tool_calls) {
   return f == DSI_FINISH_LENGTH ? "length" : f == DSI_FINISH_STOP ? (tool_calls ? "tool_calls" : "stop") : "abort";
 }
 
-/* a token's text, for logprobs */
+/* a token's text, for logprobs (out of memory: b failed) */
 static void token_text(dsi_server *srv, int32_t id, sbuf *b) {
   char *t = NULL;
   size_t n = 0;
   dsi_err err = {0};
-  if (id >= 0 && !dsi_tok_decode(srv->tok, &id, 1, 0, &t, &n, &err)) sb_put(b, t, n);
+  int st = id >= 0 ? dsi_tok_decode(srv->tok, &id, 1, 0, &t, &n, &err) : DSI_OK;
+  if (!st) sb_put(b, t, n);
+  else if (st == DSI_E_NOMEM) b->oom = 1;
   free(t);
 }
+
+/* what went into the part sub also went into b */
+static void sb_merge_oom(sbuf *b, const sbuf *sub) { b->oom |= sub->oom; }
 
 /* "token":..,"logprob":..,"bytes":[..] of id */
 static void token_fields(dsi_server *srv, sbuf *b, int32_t id, float lp) {
@@ -322,6 +347,7 @@ static void token_fields(dsi_server *srv, sbuf *b, int32_t id, float lp) {
   SB_LIT(b, ",\"bytes\":[");
   for (size_t i = 0; i < t.n; i++) sb_printf(b, "%s%u", i ? "," : "", (unsigned char)t.p[i]);
   SB_LIT(b, "]");
+  sb_merge_oom(b, &t);
   free(t.p);
 }
 
@@ -356,6 +382,7 @@ static size_t text_logprobs(dsi_server *srv, const scomp *c, int n_top, int a, i
     jnum(&lps, c->lp[k]);
     sb_printf(&offs, "%zu", at);
     at += t.n;
+    sb_merge_oom(b, &t);
     free(t.p);
     SB_LIT(&tops, "{");
     for (int x = 0; x < n_top && c->top[(size_t)k * n_top + x].id >= 0; x++) {
@@ -366,12 +393,14 @@ static size_t text_logprobs(dsi_server *srv, const scomp *c, int n_top, int a, i
       jstr(&tops, tt.p ? tt.p : "", tt.n);
       SB_LIT(&tops, ":");
       jnum(&tops, tl->logprob);
+      sb_merge_oom(b, &tt);
       free(tt.p);
     }
     SB_LIT(&tops, "}");
   }
   sb_printf(b, "{\"tokens\":[%s],\"token_logprobs\":[%s],\"top_logprobs\":[%s],\"text_offset\":[%s]}",
             toks.p ? toks.p : "", lps.p ? lps.p : "", tops.p ? tops.p : "", offs.p ? offs.p : "");
+  b->oom |= toks.oom | lps.oom | tops.oom | offs.oom;
   free(toks.p), free(lps.p), free(tops.p), free(offs.p);
   return at;
 }
@@ -435,6 +464,7 @@ typedef struct stream {
   sbuf out;
   size_t off;
   int done;
+  int oom;          /* sending k_stream_oom, the stream's end */
   int in_reasoning;
   uint64_t rid;
   double t0;
@@ -504,7 +534,8 @@ static void chat_deltas(stream *st, choice *ch, const dsi_chat_out_delta *d, int
     any = 1;
   }
   if (any) SB_LIT(&delta, "}");
-  if (any || (st->logprobs && e > a)) emit(st, ch, any ? delta.p : "{}", any ? delta.n : 2, NULL, a, e, c);
+  sb_merge_oom(&st->out, &delta);
+  if (!delta.oom && (any || (st->logprobs && e > a))) emit(st, ch, any ? delta.p : "{}", any ? delta.n : 2, NULL, a, e, c);
   free(delta.p);
 }
 
@@ -519,13 +550,13 @@ static void take(stream *st, choice *ch, const char *text, size_t len, int a, in
   }
   if (st->chat) {
     dsi_chat_out_delta d;
-    if (len || e > a) {
-      dsi_chat_out_feed(ch->out, text, len, &d, NULL);
-      chat_deltas(st, ch, &d, a, e, c);
+    if (len || e > a) { /* the parser fails only for want of memory */
+      if (dsi_chat_out_feed(ch->out, text, len, &d, NULL)) st->out.oom = 1;
+      else chat_deltas(st, ch, &d, a, e, c);
     }
     if (ended && c->finish != DSI_FINISH_ERROR) {
-      dsi_chat_out_finish(ch->out, &d, NULL);
-      chat_deltas(st, ch, &d, e, e, c);
+      if (dsi_chat_out_finish(ch->out, &d, NULL)) st->out.oom = 1;
+      else chat_deltas(st, ch, &d, e, e, c);
     }
   } else if (len || (st->logprobs && e > a)) {
     emit(st, ch, text, len, NULL, a, e, c);
@@ -594,7 +625,13 @@ static int stream_round(stream *st) {
     pthread_mutex_lock(&q->mu);
     scomp *c = &q->c[ch->i];
     size_t len = c->text.n - ch->seen_text;
-    char *text = len ? dsi_xmalloc(len) : NULL;
+    char *text = len ? malloc(len) : NULL;
+    if (c->oom || (len && !text)) { /* the stream ends with an out-of-memory event */
+      pthread_mutex_unlock(&q->mu);
+      free(text);
+      st->out.oom = 1;
+      return 0;
+    }
     if (len) memcpy(text, c->text.p + ch->seen_text, len);
     int a = ch->seen_tok, e = c->n_tok, ended = c->finish != DSI_FINISH_NONE;
     ch->seen_text = c->text.n;
@@ -608,18 +645,32 @@ static int stream_round(stream *st) {
   return 0;
 }
 
-static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+/* the last event of a stream whose next chunk could not be made for want
+ * of memory (its requests are cancelled when the stream is freed) */
+static const char k_stream_oom[] = "data: {\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
+                                   "\"param\":null,\"code\":\"out_of_memory\"}}\n\n";
+
+ssize_t api_stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
   (void)pos;
   stream *st = cls;
-  while (st->off == st->out.n) {
+  const char *from = st->out.p;
+  size_t have = st->out.n;
+  for (;;) {
+    if (st->out.oom && !st->oom) { /* what the round made is dropped (none of it was sent) */
+      st->oom = st->done = 1;
+      st->off = 0;
+    }
+    if (st->oom) from = k_stream_oom, have = sizeof k_stream_oom - 1;
+    else from = st->out.p, have = st->out.n;
+    if (st->off < have) break;
+    if (st->done) return MHD_CONTENT_READER_END_OF_STREAM;
     st->out.n = 0;
     st->off = 0;
-    if (st->done) return MHD_CONTENT_READER_END_OF_STREAM;
     if (stream_round(st) < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
   }
-  size_t n = st->out.n - st->off;
+  size_t n = have - st->off;
   if (n > max) n = max;
-  memcpy(buf, st->out.p + st->off, n);
+  memcpy(buf, from + st->off, n);
   st->off += n;
   return (ssize_t)n;
 }
@@ -648,10 +699,22 @@ static void stream_free(void *cls) {
   free(st);
 }
 
-/* the reply that streams reqs (taken) */
+/* the reply that streams reqs (taken, with echoes) */
 static void reply_stream(dsi_server *srv, reply *rp, int chat, sreq **reqs, int n_req, char **echoes,
                          const params *p, int in_reasoning, int fd, const char *id) {
-  stream *st = dsi_xcalloc(1, sizeof *st);
+  stream *st = calloc(1, sizeof *st);
+  if (st) st->ch = calloc((size_t)n_req * reqs[0]->n, sizeof *st->ch);
+  if (!st || !st->ch) {
+    for (int r = 0; r < n_req; r++) sreq_release(reqs[r]);
+    if (echoes)
+      for (int r = 0; r < n_req; r++) free(echoes[r]);
+    free(echoes);
+    free(reqs);
+    if (st) free(st->ch);
+    free(st);
+    reply_oom(rp, "for the stream");
+    return;
+  }
   st->srv = srv;
   st->chat = chat;
   st->fd = fd;
@@ -670,14 +733,13 @@ static void reply_stream(dsi_server *srv, reply *rp, int chat, sreq **reqs, int 
   snprintf(st->id, sizeof st->id, "%s", id);
   int n = reqs[0]->n;
   st->n_choice = n_req * n;
-  st->ch = dsi_xcalloc((size_t)st->n_choice, sizeof *st->ch);
   for (int r = 0; r < n_req; r++)
     for (int i = 0; i < n; i++) {
       choice *ch = &st->ch[r * n + i];
       ch->q = reqs[r];
       ch->i = i;
       ch->index = r * n + i;
-      if (chat) dsi_chat_out_open(&ch->out, in_reasoning, NULL);
+      if (chat && dsi_chat_out_open(&ch->out, in_reasoning, NULL)) st->out.oom = 1; /* the first read says so */
     }
   /* completions with echo: each choice's first chunk is its prompt */
   if (echoes)
@@ -689,7 +751,12 @@ static void reply_stream(dsi_server *srv, reply *rp, int chat, sreq **reqs, int 
       ch->text_at = strlen(e);
     }
   rp->status = 200;
-  rp->resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, st, stream_free);
+  rp->resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, api_stream_read, st, stream_free);
+  if (!rp->resp) { /* MHD out of memory: no answer, the connection is closed */
+    stream_free(st);
+    return;
+  }
+  rp->stream = st;
   MHD_add_response_header(rp->resp, "Content-Type", "text/event-stream");
   MHD_add_response_header(rp->resp, "Cache-Control", "no-cache");
   rp->log = "streaming";
@@ -725,6 +792,10 @@ static int failed(sreq **reqs, int n_req, reply *rp) {
   for (int r = 0; r < n_req; r++)
     for (int i = 0; i < reqs[r]->n; i++) {
       const scomp *c = &reqs[r]->c[i];
+      if (c->oom) {
+        reply_oom(rp, "for the answer");
+        return 1;
+      }
       if (c->finish == DSI_FINISH_ERROR) {
         reply_error(rp, 500, "server_error", NULL, NULL, "%s", c->error ? c->error : "the request failed");
         return 1;
@@ -780,6 +851,10 @@ static cJSON *chat_messages(in *j) {
     return NULL;
   }
   cJSON *out = cJSON_CreateArray();
+  if (!out) {
+    oom(j, "for the messages");
+    return NULL;
+  }
   const cJSON *m;
   cJSON_ArrayForEach(m, msgs) {
     const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
@@ -795,7 +870,7 @@ static cJSON *chat_messages(in *j) {
     }
     sbuf text = {0};
     const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
-    if (content_text(j, content, &text)) {
+    if (content_text(j, content, &text) || (text.oom && oom(j, "for a message"))) {
       free(text.p);
       break;
     }
@@ -864,6 +939,10 @@ static cJSON *chat_messages(in *j) {
  * and chat_template_kwargs */
 static cJSON *chat_extra(in *j) {
   cJSON *x = cJSON_CreateObject();
+  if (!x) {
+    oom(j, "for the template's variables");
+    return NULL;
+  }
   const cJSON *tools = field(j, "tools"), *choice = field(j, "tool_choice"), *kw = field(j, "chat_template_kwargs");
   if (tools && !cJSON_IsArray(tools)) bad(j, "tools", "'%s' must be an array%s", "");
   if (choice && !cJSON_IsString(choice) && !cJSON_IsObject(choice))
@@ -885,11 +964,16 @@ static cJSON *chat_extra(in *j) {
   return x;
 }
 
+/* the body's JSON object; NULL with the error reply. The messages and the
+ * template's variables are built from it next (on this thread): a cJSON
+ * allocation that fails in either shows in dsi_json_oom() */
 static cJSON *parse_body(const char *body, size_t len, reply *rp) {
+  dsi_json_oom_clear();
   cJSON *root = cJSON_ParseWithLength(body, len);
   if (!cJSON_IsObject(root)) {
     cJSON_Delete(root);
-    reply_error(rp, 400, "invalid_request_error", NULL, NULL, "the body is not a JSON object");
+    if (dsi_json_oom()) reply_oom(rp, "reading the body");
+    else reply_error(rp, 400, "invalid_request_error", NULL, NULL, "the body is not a JSON object");
     return NULL;
   }
   return root;
@@ -909,13 +993,18 @@ int api_chat_parse(dsi_server *srv, const char *body, size_t len, chat_req *cr, 
     goto out;
   mj = cJSON_PrintUnformatted(msgs);
   xj = cJSON_PrintUnformatted(extra);
+  if (!mj || !xj || dsi_json_oom()) {
+    oom(&j, "for the messages");
+    goto out;
+  }
   dsi_err err = {0};
   if (dsi_chat_fmt_render(srv->fmt, mj, 1, xj, &cr->text, &err)) {
-    reply_error(rp, 400, "invalid_request_error", "messages", NULL, "the chat template failed: %s", err.msg);
+    if (err.status == DSI_E_NOMEM) reply_nomem(rp, &err);
+    else reply_error(rp, 400, "invalid_request_error", "messages", NULL, "the chat template failed: %s", err.msg);
     goto out;
   }
   if (dsi_tok_encode(srv->tok, cr->text, strlen(cr->text), DSI_TOK_REPLACE_INVALID, &cr->ids, &n, &err)) {
-    reply_error(rp, 400, "invalid_request_error", "messages", NULL, "%s", err.msg);
+    reply_failed(rp, "messages", &err);
     goto out;
   }
   if (check_length(srv, rp, n, &cr->p)) goto out;
@@ -948,7 +1037,12 @@ void api_chat(dsi_server *srv, const char *body, size_t len, int fd, reply *rp) 
   char id[48];
   snprintf(id, sizeof id, "chatcmpl-%llx", (unsigned long long)(q->id * 0x9e3779b97f4a7c15ull));
   if (p.stream) {
-    sreq **reqs = dsi_xmalloc(sizeof *reqs);
+    sreq **reqs = malloc(sizeof *reqs);
+    if (!reqs) {
+      sreq_release(q);
+      reply_oom(rp, "for the stream");
+      goto out;
+    }
     reqs[0] = q;
     reply_stream(srv, rp, 1, reqs, 1, NULL, &p, in_reasoning, fd, id);
     goto out;
@@ -968,9 +1062,15 @@ void api_chat(dsi_server *srv, const char *body, size_t len, int fd, reply *rp) 
     const scomp *c = &q->c[i];
     dsi_chat_out *o;
     dsi_chat_out_delta d;
-    dsi_chat_out_open(&o, in_reasoning, NULL);
-    dsi_chat_out_feed(o, c->text.p ? c->text.p : "", c->text.n, &d, NULL);
-    dsi_chat_out_finish(o, &d, NULL);
+    if (dsi_chat_out_open(&o, in_reasoning, NULL)) { /* the parser fails only for want of memory */
+      b.oom = 1;
+      break;
+    }
+    if (dsi_chat_out_feed(o, c->text.p ? c->text.p : "", c->text.n, &d, NULL) || dsi_chat_out_finish(o, &d, NULL)) {
+      dsi_chat_out_free(o);
+      b.oom = 1;
+      break;
+    }
     const char *rs = dsi_chat_out_reasoning(o), *ct = dsi_chat_out_content(o);
     int nc = d.n_tool_calls;
     sb_printf(&b, "%s{\"index\":%d,\"message\":{\"role\":\"assistant\",\"content\":", i ? "," : "", i);
@@ -1005,8 +1105,8 @@ void api_chat(dsi_server *srv, const char *body, size_t len, int fd, reply *rp) 
   SB_LIT(&b, "],\"usage\":");
   usage_json(&b, q->c[0].prompt_tokens, q->c[0].cached_tokens, completion, reasoning, 1);
   SB_LIT(&b, "}");
-  reply_json(rp, 200, b.p);
   log_req(rp, id, q, completion);
+  reply_sb(rp, 200, &b); /* out of memory: a 503 whose log says so */
   sreq_release(q);
 out:
   chat_req_free(&cr);
@@ -1025,15 +1125,16 @@ static int one_prompt(dsi_server *srv, in *j, const cJSON *v, prompts *ps) {
   if (cJSON_IsString(v)) {
     if (dsi_tok_encode(srv->tok, v->valuestring, strlen(v->valuestring), DSI_TOK_ADD_SPECIAL | DSI_TOK_REPLACE_INVALID,
                        &ps->ids[ps->n], &ps->len[ps->n], &err)) {
-      reply_error(j->rp, 400, "invalid_request_error", "prompt", NULL, "%s", err.msg);
+      if (!j->bad) reply_failed(j->rp, "prompt", &err);
       j->bad = 1;
       return -1;
     }
-    ps->text[ps->n++] = dsi_xstrdup(v->valuestring);
+    if (!(ps->text[ps->n++] = strdup(v->valuestring))) return oom(j, "for the prompt");
     return 0;
   }
   int m = cJSON_GetArraySize(v);
-  int32_t *ids = dsi_xmalloc((size_t)(m ? m : 1) * sizeof *ids);
+  int32_t *ids = malloc((size_t)(m ? m : 1) * sizeof *ids);
+  if (!ids) return oom(j, "for the prompt's ids");
   int k = 0;
   const cJSON *e;
   cJSON_ArrayForEach(e, v) {
@@ -1117,19 +1218,27 @@ void api_completions(dsi_server *srv, const char *body, size_t len, int fd, repl
       char *t = NULL;
       size_t tl = 0;
       dsi_err err = {0};
-      if (ps.text[i]) t = dsi_xstrdup(ps.text[i]);
-      else if (dsi_tok_decode(srv->tok, ps.ids[i], ps.len[i], 0, &t, &tl, &err)) t = dsi_xstrdup("");
+      if (ps.text[i]) t = strdup(ps.text[i]);
+      else if (dsi_tok_decode(srv->tok, ps.ids[i], ps.len[i], 0, &t, &tl, &err)) t = NULL;
+      if (!t) { /* the ids are the model's: decoding them fails only for want of memory */
+        reply_oom(rp, "for the echoed prompt");
+        goto out;
+      }
       echoes[i] = t;
     }
   }
   char id[48];
   snprintf(id, sizeof id, "cmpl-%llx", (unsigned long long)(reqs[0]->id * 0x9e3779b97f4a7c15ull));
   if (p.stream) {
-    sreq **rs = dsi_xmalloc((size_t)n_req * sizeof *rs);
+    sreq **rs = malloc((size_t)n_req * sizeof *rs);
+    char **es = p.echo ? malloc((size_t)n_req * sizeof *es) : NULL;
+    if (!rs || (p.echo && !es)) {
+      free(rs), free(es);
+      reply_oom(rp, "for the stream");
+      goto out;
+    }
     memcpy(rs, reqs, (size_t)n_req * sizeof *rs);
-    char **es = NULL;
     if (p.echo) {
-      es = dsi_xmalloc((size_t)n_req * sizeof *es);
       memcpy(es, echoes, (size_t)n_req * sizeof *es);
       memset(echoes, 0, sizeof echoes);
     }
@@ -1158,6 +1267,7 @@ void api_completions(dsi_server *srv, const char *body, size_t len, int fd, repl
       if (echoes[r]) sb_put(&t, echoes[r], strlen(echoes[r]));
       if (c->text.n) sb_put(&t, c->text.p, c->text.n);
       jstr(&b, t.p ? t.p : "", t.n);
+      sb_merge_oom(&b, &t);
       free(t.p);
       SB_LIT(&b, ",\"logprobs\":");
       if (p.logprobs) text_logprobs(srv, c, q->n_top, 0, c->n_tok, 0, &b);
@@ -1171,8 +1281,8 @@ void api_completions(dsi_server *srv, const char *body, size_t len, int fd, repl
   SB_LIT(&b, "],\"usage\":");
   usage_json(&b, prompt, cached, completion, 0, 0);
   SB_LIT(&b, "}");
-  reply_json(rp, 200, b.p);
   log_req(rp, id, reqs[0], completion);
+  reply_sb(rp, 200, &b);
 out:
   for (int r = 0; r < n_req; r++) sreq_release(reqs[r]);
   for (int r = 0; r < MAX_N; r++) free(echoes[r]);
@@ -1197,9 +1307,13 @@ void api_tokenize(dsi_server *srv, const char *body, size_t len, reply *rp) {
     if (!(msgs = chat_messages(&j)) || !(extra = chat_extra(&j))) goto out;
     mj = cJSON_PrintUnformatted(msgs);
     xj = cJSON_PrintUnformatted(extra);
+    if (!mj || !xj || dsi_json_oom()) {
+      oom(&j, "for the messages");
+      goto out;
+    }
     if (dsi_chat_fmt_render(srv->fmt, mj, gen, xj, &text, &err) ||
         dsi_tok_encode(srv->tok, text, strlen(text), DSI_TOK_REPLACE_INVALID, &ids, &n, &err)) {
-      reply_error(rp, 400, "invalid_request_error", "messages", NULL, "%s", err.msg);
+      reply_failed(rp, "messages", &err);
       goto out;
     }
   } else {
@@ -1212,7 +1326,7 @@ void api_tokenize(dsi_server *srv, const char *body, size_t len, reply *rp) {
     }
     if (dsi_tok_encode(srv->tok, pr->valuestring, strlen(pr->valuestring),
                        (special ? DSI_TOK_ADD_SPECIAL : 0) | DSI_TOK_REPLACE_INVALID, &ids, &n, &err)) {
-      reply_error(rp, 400, "invalid_request_error", "prompt", NULL, "%s", err.msg);
+      reply_failed(rp, "prompt", &err);
       goto out;
     }
   }
@@ -1221,7 +1335,7 @@ void api_tokenize(dsi_server *srv, const char *body, size_t len, reply *rp) {
   sb_printf(&b, "{\"count\":%zu,\"max_model_len\":%d,\"tokens\":[", n, srv->o.ctx);
   for (size_t i = 0; i < n; i++) sb_printf(&b, "%s%d", i ? "," : "", ids[i]);
   SB_LIT(&b, "]}");
-  reply_json(rp, 200, b.p);
+  reply_sb(rp, 200, &b);
 out:
   cJSON_Delete(msgs);
   cJSON_Delete(extra);
@@ -1240,7 +1354,11 @@ void api_detokenize(dsi_server *srv, const char *body, size_t len, reply *rp) {
     goto out;
   }
   int m = cJSON_GetArraySize(t), k = 0;
-  int32_t *ids = dsi_xmalloc((size_t)(m ? m : 1) * sizeof *ids);
+  int32_t *ids = malloc((size_t)(m ? m : 1) * sizeof *ids);
+  if (!ids) {
+    oom(&j, "for the ids");
+    goto out;
+  }
   const cJSON *e;
   cJSON_ArrayForEach(e, t) {
     if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 ||
@@ -1254,13 +1372,13 @@ void api_detokenize(dsi_server *srv, const char *body, size_t len, reply *rp) {
   size_t n = 0;
   dsi_err err = {0};
   if (!j.bad && dsi_tok_decode(srv->tok, ids, (size_t)k, 0, &text, &n, &err))
-    reply_error(rp, 400, "invalid_request_error", "tokens", NULL, "%s", err.msg);
+    reply_failed(rp, "tokens", &err);
   else if (!j.bad) {
     sbuf b = {0};
     SB_LIT(&b, "{\"prompt\":");
     jstr(&b, text, n);
     SB_LIT(&b, "}");
-    reply_json(rp, 200, b.p);
+    reply_sb(rp, 200, &b);
   }
   free(text);
   free(ids);
@@ -1279,12 +1397,12 @@ void api_models(dsi_server *srv, const char *id, reply *rp) {
   sb_printf(&m, ",\"object\":\"model\",\"created\":%ld,\"owned_by\":\"dsinfer\",\"root\":", srv->created);
   jcstr(&m, srv->model_name);
   sb_printf(&m, ",\"max_model_len\":%d}", srv->o.ctx);
-  if (id) {
-    reply_json(rp, 200, m.p);
+  if (id || m.oom) {
+    reply_sb(rp, 200, &m);
     return;
   }
   sbuf b = {0};
   sb_printf(&b, "{\"object\":\"list\",\"data\":[%s]}", m.p);
   free(m.p);
-  reply_json(rp, 200, b.p);
+  reply_sb(rp, 200, &b);
 }

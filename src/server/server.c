@@ -50,9 +50,26 @@ static void sreq_unref_locked(sreq *q) {
   sreq_free(q);
 }
 
-static char *dup_or_null(const char *s) { return s ? dsi_xstrdup(s) : NULL; }
+/* room for c's next token; -1 out of memory */
+static int tok_room(sreq *q, scomp *c) {
+  if (c->n_tok < c->cap_tok) return 0;
+  int cap = c->cap_tok ? 2 * c->cap_tok : 64;
+  void *p;
+  if (!(p = realloc(c->tok, (size_t)cap * sizeof *c->tok))) return -1;
+  c->tok = p;
+  if (!(p = realloc(c->lp, (size_t)cap * sizeof *c->lp))) return -1;
+  c->lp = p;
+  if (q->n_top) {
+    if (!(p = realloc(c->top, (size_t)cap * q->n_top * sizeof *c->top))) return -1;
+    c->top = p;
+  }
+  c->cap_tok = cap;
+  return 0;
+}
 
-/* the loop thread: keep what the event carries; wake the HTTP thread */
+/* the loop thread: keep what the event carries; wake the HTTP thread. What
+ * cannot be kept for want of memory ends the request (cancelled; its HTTP
+ * side answers 503) */
 static void on_event(void *user, const dsi_request_event *ev) {
   sreq *q = user;
   dsi_server *srv = q->srv;
@@ -60,13 +77,10 @@ static void on_event(void *user, const dsi_request_event *ev) {
   pthread_mutex_lock(&q->mu);
   scomp *c = &q->c[ev->index];
   if (ev->text_len) sb_put(&c->text, ev->text, ev->text_len);
-  if (ev->token >= 0) {
-    if (c->n_tok == c->cap_tok) {
-      c->cap_tok = c->cap_tok ? 2 * c->cap_tok : 64;
-      c->tok = dsi_xrealloc(c->tok, (size_t)c->cap_tok * sizeof *c->tok);
-      c->lp = dsi_xrealloc(c->lp, (size_t)c->cap_tok * sizeof *c->lp);
-      if (q->n_top) c->top = dsi_xrealloc(c->top, (size_t)c->cap_tok * q->n_top * sizeof *c->top);
-    }
+  if (ev->token >= 0 && !c->oom && tok_room(q, c)) c->oom = 1;
+  if (c->text.oom && !c->oom) c->oom = 1;
+  if (c->oom && !ev->finish) dsi_sched_cancel(srv->s, q->id); /* the lock order of sreq_release: q, then the scheduler's */
+  if (ev->token >= 0 && !c->oom) {
     c->tok[c->n_tok] = ev->token;
     c->lp[c->n_tok] = ev->logprob;
     for (int k = 0; k < q->n_top; k++)
@@ -80,8 +94,7 @@ static void on_event(void *user, const dsi_request_event *ev) {
   if (ev->finish) {
     c->finish = ev->finish;
     c->stop_token = ev->stop_token;
-    c->stop = dup_or_null(ev->stop);
-    c->error = dup_or_null(ev->error);
+    if ((ev->stop && !(c->stop = strdup(ev->stop))) || (ev->error && !(c->error = strdup(ev->error)))) c->oom = 1;
     c->context_full = ev->context_full;
     c->prompt_tokens = ev->prompt_tokens;
     c->cached_tokens = ev->cached_tokens;
@@ -100,7 +113,8 @@ static void on_event(void *user, const dsi_request_event *ev) {
 
 sreq *sreq_submit(dsi_server *srv, dsi_request *r, int n_top, dsi_err *err) {
   int n = r->n > 0 ? r->n : 1;
-  sreq *q = dsi_xcalloc(1, sizeof *q + (size_t)n * sizeof(scomp));
+  sreq *q = calloc(1, sizeof *q + (size_t)n * sizeof(scomp));
+  if (!q) return dsi_errf(err, DSI_E_NOMEM, "out of memory for a request of %d completions", n), NULL;
   pthread_mutex_init(&q->mu, NULL);
   pthread_cond_init(&q->cv, NULL);
   q->srv = srv;
@@ -161,10 +175,42 @@ int sreq_wait(sreq *q, const int *seen, const char *ended, int fd, int once) {
 
 /* ---- replies ---- */
 
-void reply_json(reply *rp, unsigned status, char *json) {
+/* the answer when there is no memory to write one */
+static char k_oom_body[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,"
+                           "\"code\":\"out_of_memory\"}}";
+
+/* rp's response, or none (MHD out of memory: the connection is closed) */
+static void reply_buffer(reply *rp, unsigned status, const char *type, char *body, size_t len,
+                         enum MHD_ResponseMemoryMode mode) {
   rp->status = status;
-  rp->resp = MHD_create_response_from_buffer(strlen(json), json, MHD_RESPMEM_MUST_FREE);
-  MHD_add_response_header(rp->resp, "Content-Type", "application/json");
+  rp->resp = MHD_create_response_from_buffer(len, body, mode);
+  if (!rp->resp) {
+    if (mode == MHD_RESPMEM_MUST_FREE) free(body);
+    return;
+  }
+  MHD_add_response_header(rp->resp, "Content-Type", type);
+}
+
+void reply_json(reply *rp, unsigned status, char *json) {
+  if (!json) {
+    reply_buffer(rp, 503, "application/json", k_oom_body, sizeof k_oom_body - 1, MHD_RESPMEM_PERSISTENT);
+    rp->log = "out of memory";
+    return;
+  }
+  reply_buffer(rp, status, "application/json", json, strlen(json), MHD_RESPMEM_MUST_FREE);
+}
+
+void reply_sb(reply *rp, unsigned status, sbuf *b) {
+  if (b->oom) {
+    free(b->p);
+    b->p = NULL;
+  }
+  reply_json(rp, status, b->p);
+  *b = (sbuf){0};
+}
+
+void reply_oom(reply *rp, const char *what) {
+  reply_error(rp, 503, "server_error", NULL, "out_of_memory", "out of memory %s", what);
 }
 
 void reply_error(reply *rp, unsigned status, const char *type, const char *param, const char *code, const char *fmt,
@@ -186,16 +232,11 @@ void reply_error(reply *rp, unsigned status, const char *type, const char *param
   if (code) sb_json(&b, code);
   else sb_put(&b, "null", 4);
   sb_put(&b, "}}", 2);
-  reply_json(rp, status, b.p);
+  reply_sb(rp, status, &b);
   snprintf(rp->logbuf, sizeof rp->logbuf, "%.190s", msg);
   rp->log = rp->logbuf;
 }
 
-static void reply_text(reply *rp, unsigned status, const char *type, const char *text, size_t len) {
-  rp->status = status;
-  rp->resp = MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_PERSISTENT);
-  MHD_add_response_header(rp->resp, "Content-Type", type);
-}
 
 /* ---- one HTTP request ---- */
 
@@ -260,16 +301,17 @@ static void answer(dsi_server *srv, struct MHD_Connection *c, conn *cx, const ch
   const char *body = cx->body.p ? cx->body.p : "";
   size_t len = cx->body.n;
   switch (cx->route) {
-  case R_PAGE: reply_text(rp, 200, "text/html; charset=utf-8", dsi_page_html, dsi_page_html_len); break;
-  case R_HEALTH: reply_json(rp, 200, dsi_xstrdup("{\"status\":\"ok\"}")); break;
+  case R_PAGE:
+    reply_buffer(rp, 200, "text/html; charset=utf-8", (char *)dsi_page_html, dsi_page_html_len, MHD_RESPMEM_PERSISTENT);
+    break;
+  case R_HEALTH: reply_json(rp, 200, strdup("{\"status\":\"ok\"}")); break;
   case R_METRICS: {
     dsi_sched_stats st;
     dsi_sched_get_stats(srv->s, &st);
     sbuf b = {0};
     metrics_render(&srv->m, &st, srv->model_label, &b);
-    rp->status = 200;
-    rp->resp = MHD_create_response_from_buffer(b.n, b.p, MHD_RESPMEM_MUST_FREE);
-    MHD_add_response_header(rp->resp, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
+    if (b.oom) reply_sb(rp, 200, &b);
+    else reply_buffer(rp, 200, "text/plain; version=0.0.4; charset=utf-8", b.p, b.n, MHD_RESPMEM_MUST_FREE);
     break;
   }
   case R_MODELS: api_models(srv, NULL, rp); break;
@@ -295,7 +337,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   dsi_server *srv = cls;
   conn *cx = *con_cls;
   if (!cx) { /* the headers: route, method, key, the body's announced size */
-    cx = dsi_xcalloc(1, sizeof *cx);
+    if (!(cx = calloc(1, sizeof *cx))) { /* answered at once: no state to wait for the body with */
+      reply rp = {0};
+      reply_json(&rp, 503, NULL);
+      if (!rp.resp) return MHD_NO;
+      enum MHD_Result r = MHD_queue_response(c, rp.status, rp.resp);
+      MHD_destroy_response(rp.resp);
+      count_status(srv, rp.status);
+      return r;
+    }
     cx->t0 = now_s();
     *con_cls = cx;
     pthread_mutex_lock(&srv->mu);
@@ -342,6 +392,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   } else if (cx->too_big)
     reply_error(&rp, 413, "invalid_request_error", NULL, "body_too_large", "the body is over the limit of %zu bytes",
                 srv->o.max_body);
+  else if (cx->body.oom) reply_oom(&rp, "for the request's body");
   else answer(srv, c, cx, url, &rp);
   int cx_route = cx->route;
   cx->route = R_NONE;
@@ -370,6 +421,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
 
 /* ---- the server ---- */
 
+/* NULL when out of memory */
 static char *label_escape(const char *s) {
   sbuf b = {0};
   for (; *s; s++) {
@@ -378,22 +430,24 @@ static char *label_escape(const char *s) {
     else sb_put(&b, s, 1);
   }
   sb_put(&b, "", 0);
-  return b.p;
+  if (b.oom) free(b.p);
+  return b.oom ? NULL : b.p;
 }
 
 int dsi_server_open(dsi_server **out, dsi_sched *s, const dsi_tok *tok, const dsi_chat_fmt *fmt,
                     const dsi_server_opts *o, dsi_err *err) {
   *out = NULL;
-  dsi_server *srv = dsi_xcalloc(1, sizeof *srv);
+  dsi_server *srv = calloc(1, sizeof *srv);
+  if (!srv) return dsi_errf(err, DSI_E_NOMEM, "out of memory for the server");
   srv->s = s;
   srv->tok = tok;
   srv->fmt = fmt;
   srv->o = *o;
   if (!srv->o.max_body) srv->o.max_body = (size_t)16 << 20;
   if (srv->o.max_waiting <= 0) srv->o.max_waiting = 256;
-  srv->host = dsi_xstrdup(o->host ? o->host : "127.0.0.1");
-  srv->model_name = dsi_xstrdup(o->model_name ? o->model_name : "dsinfer");
-  srv->api_key = o->api_key && *o->api_key ? dsi_xstrdup(o->api_key) : NULL;
+  srv->host = strdup(o->host ? o->host : "127.0.0.1");
+  srv->model_name = strdup(o->model_name ? o->model_name : "dsinfer");
+  srv->api_key = o->api_key && *o->api_key ? strdup(o->api_key) : NULL;
   srv->created = (long)time(NULL);
   srv->n_valid = dsi_tok_vocab_size(tok);
   srv->chat_eos = -1;
@@ -401,7 +455,11 @@ int dsi_server_open(dsi_server **out, dsi_sched *s, const dsi_tok *tok, const ds
   pthread_mutex_init(&srv->mu, NULL);
   pthread_cond_init(&srv->quiet, NULL);
   metrics_init(&srv->m);
-  srv->model_label = label_escape(srv->model_name);
+  srv->model_label = srv->model_name ? label_escape(srv->model_name) : NULL;
+  if (!srv->host || !srv->model_name || !srv->model_label || (o->api_key && *o->api_key && !srv->api_key)) {
+    dsi_server_free(srv);
+    return dsi_errf(err, DSI_E_NOMEM, "out of memory setting up the server");
+  }
 
   char port[16];
   snprintf(port, sizeof port, "%d", o->port);

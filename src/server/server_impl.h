@@ -46,6 +46,7 @@ typedef struct scomp {
   dsi_finish finish;
   int32_t stop_token;
   char *stop, *error;
+  int oom;                /* what it made could not be held: it was cancelled, and answers 503 */
   int context_full, prompt_tokens, cached_tokens, completion_tokens;
   double queue_s, prefill_s, decode_s;
 } scomp;
@@ -101,6 +102,7 @@ int sreq_wait(sreq *q, const int *seen, const char *ended, int fd, int once);
 typedef struct reply {
   unsigned status;
   struct MHD_Response *resp;
+  void *stream;    /* a streamed reply's state, which api_stream_read reads as MHD does */
   const char *log; /* what the request line says of it (static, or in logbuf) */
   char logbuf[200];
 } reply;
@@ -108,8 +110,15 @@ typedef struct reply {
 /* an OpenAI error object as the response */
 void reply_error(reply *rp, unsigned status, const char *type, const char *param, const char *code, const char *fmt,
                  ...) __attribute__((format(printf, 6, 7)));
-/* a JSON body (taken) */
+/* a JSON body (taken); NULL: out of memory, answered 503 with a static body */
 void reply_json(reply *rp, unsigned status, char *json);
+/* b's text as the JSON body (taken); out of memory as reply_json's NULL */
+void reply_sb(reply *rp, unsigned status, sbuf *b);
+/* 503 out_of_memory, "out of memory <what>" */
+void reply_oom(reply *rp, const char *what);
+/* the next bytes of a streamed reply's body (rp->stream), as MHD reads
+ * them: a count, MHD_CONTENT_READER_END_OF_STREAM at its end */
+ssize_t api_stream_read(void *stream, uint64_t pos, char *buf, size_t max);
 
 /* what a request asks, read and checked: the scheduler request (its
  * prompt, sampling, stops) and the response's options */

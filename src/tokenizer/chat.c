@@ -31,16 +31,25 @@ static const char *const OPEN_MARKS[] = {THINK_OPEN, NULL};
 
 /* ---- growable text ---- */
 
+/* out of memory sticks (oom): nothing more is appended, and the stream's
+ * feed or finish that sees it fails */
 typedef struct cbuf {
   char *p;
   size_t n, cap;
+  int oom;
 } cbuf;
 
 static void cb_put(cbuf *b, const char *s, size_t n) {
+  if (b->oom) return;
   if (b->n + n + 1 > b->cap) {
     size_t cap = b->cap ? b->cap : 64;
     while (cap < b->n + n + 1) cap *= 2;
-    b->p = dsi_xrealloc(b->p, cap);
+    char *p = realloc(b->p, cap);
+    if (!p) {
+      b->oom = 1;
+      return;
+    }
+    b->p = p;
     b->cap = cap;
   }
   if (n) memcpy(b->p + b->n, s, n);
@@ -57,10 +66,12 @@ static void cb_drop(cbuf *b, size_t n) { /* the first n bytes */
 
 static int is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
+/* s[0..n) without white space around it, malloc'd; NULL out of memory */
 static char *dup_trim(const char *s, size_t n) {
   while (n && is_ws(*s)) { s++; n--; }
   while (n && is_ws(s[n - 1])) n--;
-  char *d = dsi_xmalloc(n + 1);
+  char *d = malloc(n + 1);
+  if (!d) return NULL;
   memcpy(d, s, n);
   d[n] = 0;
   return d;
@@ -122,6 +133,8 @@ static void field_put(field *f, const char *p, size_t n) {
   cb_put(&f->ws, p + e, n - e);
 }
 
+static int field_oom(const field *f) { return f->all.oom || f->delta.oom || f->ws.oom; }
+
 static void field_free(field *f) {
   free(f->all.p);
   free(f->delta.p);
@@ -132,8 +145,9 @@ static void field_free(field *f) {
 
 /* The text between <｜tool▁call▁begin｜> and <｜tool▁call▁end｜>:
  *   V3/R1: TYPE<｜tool▁sep｜>NAME\n```json\nARGS\n```
- *   V3.1:  NAME<｜tool▁sep｜>ARGS */
-static void parse_call(dsi_chat_tool_call *c, const char *s, size_t n, int complete) {
+ *   V3.1:  NAME<｜tool▁sep｜>ARGS
+ * -1 when out of memory (c then holds what could be copied, to be freed). */
+static int parse_call(dsi_chat_tool_call *c, const char *s, size_t n, int complete) {
   memset(c, 0, sizeof *c);
   c->complete = complete;
   const char *sep = find(s, n, CALL_SEP);
@@ -164,10 +178,13 @@ static void parse_call(dsi_chat_tool_call *c, const char *s, size_t n, int compl
     }
   }
   c->arguments = dup_trim(args, nargs);
+  if (!c->type || !c->name || !c->arguments) return -1;
   const char *end = NULL;
+  dsi_json_oom_clear();
   cJSON *j = cJSON_ParseWithOpts(c->arguments, &end, 1);
   c->arguments_valid = j != NULL && c->arguments[0];
   cJSON_Delete(j);
+  return !j && dsi_json_oom() ? -1 : 0;
 }
 
 static void call_free(dsi_chat_tool_call *c) {
@@ -188,6 +205,7 @@ struct dsi_chat_stream {
   field reasoning, content;
   dsi_chat_tool_call *calls;
   int n_calls, cap_calls;
+  int oom;          /* a tool call could not be held (the buffers have their own) */
   dsi_chat_msg msg; /* views for dsi_chat_stream_msg */
 };
 
@@ -204,11 +222,18 @@ static int maybe(const cbuf *b, const char *const *marks) {
 }
 
 static void add_call(dsi_chat_stream *s, const char *body, size_t n, int complete) {
+  if (s->oom) return;
   if (s->n_calls == s->cap_calls) {
-    s->cap_calls = s->cap_calls ? s->cap_calls * 2 : 4;
-    s->calls = dsi_xrealloc(s->calls, (size_t)s->cap_calls * sizeof *s->calls);
+    int cap = s->cap_calls ? s->cap_calls * 2 : 4;
+    dsi_chat_tool_call *c = realloc(s->calls, (size_t)cap * sizeof *s->calls);
+    if (!c) {
+      s->oom = 1;
+      return;
+    }
+    s->calls = c;
+    s->cap_calls = cap;
   }
-  parse_call(&s->calls[s->n_calls++], body, n, complete);
+  if (parse_call(&s->calls[s->n_calls++], body, n, complete)) s->oom = 1;
 }
 
 static void skip_ws(cbuf *b) {
@@ -272,6 +297,7 @@ static void step(dsi_chat_stream *s, int final) {
           cbuf t = {0};
           cb_put(&t, CALL_BEGIN, strlen(CALL_BEGIN));
           cb_put(&t, s->pend.p, s->pend.n);
+          t.oom |= s->pend.oom;
           free(s->pend.p);
           s->pend = t;
         }
@@ -321,8 +347,8 @@ static void step(dsi_chat_stream *s, int final) {
 /* ---- the API ---- */
 
 int dsi_chat_stream_open(dsi_chat_stream **out, const dsi_chat_opts *opts, dsi_err *err) {
-  (void)err;
-  dsi_chat_stream *s = dsi_xcalloc(1, sizeof *s);
+  dsi_chat_stream *s = *out = calloc(1, sizeof *s);
+  if (!s) return dsi_errf(err, DSI_E_NOMEM, "chat output: out of memory");
   if (opts && opts->in_reasoning) {
     s->state = ST_THINK_START;
     s->saw_reasoning = 1;
@@ -331,14 +357,21 @@ int dsi_chat_stream_open(dsi_chat_stream **out, const dsi_chat_opts *opts, dsi_e
   return DSI_OK;
 }
 
-static void fill_delta(dsi_chat_stream *s, dsi_chat_delta *d, int calls_before) {
-  if (!d) return;
+/* the delta of a feed or a finish; out of memory anywhere in the stream
+ * fails it (and every later one) */
+static int fill_delta(dsi_chat_stream *s, dsi_chat_delta *d, int calls_before, dsi_err *err) {
+  if (s->oom || s->pend.oom || field_oom(&s->reasoning) || field_oom(&s->content)) {
+    if (d) memset(d, 0, sizeof *d);
+    return dsi_errf(err, DSI_E_NOMEM, "chat output: out of memory");
+  }
+  if (!d) return DSI_OK;
   d->reasoning = s->reasoning.delta.p ? s->reasoning.delta.p : "";
   d->reasoning_len = s->reasoning.delta.n;
   d->content = s->content.delta.p ? s->content.delta.p : "";
   d->content_len = s->content.delta.n;
   d->tool_calls_from = calls_before;
   d->tool_calls_to = s->n_calls;
+  return DSI_OK;
 }
 
 int dsi_chat_stream_feed(dsi_chat_stream *s, const char *piece, size_t len, dsi_chat_delta *d, dsi_err *err) {
@@ -349,8 +382,7 @@ int dsi_chat_stream_feed(dsi_chat_stream *s, const char *piece, size_t len, dsi_
     cb_put(&s->pend, piece ? piece : "", piece ? len : 0);
     step(s, 0);
   }
-  fill_delta(s, d, before);
-  return DSI_OK;
+  return fill_delta(s, d, before, err);
 }
 
 int dsi_chat_stream_finish(dsi_chat_stream *s, dsi_chat_delta *d, dsi_err *err) {
@@ -359,8 +391,7 @@ int dsi_chat_stream_finish(dsi_chat_stream *s, dsi_chat_delta *d, dsi_err *err) 
   int before = s->n_calls;
   step(s, 1);
   s->reasoning.ws.n = s->content.ws.n = 0; /* trailing white space goes */
-  fill_delta(s, d, before);
-  return DSI_OK;
+  return fill_delta(s, d, before, err);
 }
 
 const dsi_chat_msg *dsi_chat_stream_msg(dsi_chat_stream *s) {
@@ -386,12 +417,19 @@ int dsi_chat_parse(const char *text, size_t len, const dsi_chat_opts *opts, dsi_
   dsi_chat_stream *s;
   int st = dsi_chat_stream_open(&s, opts, err);
   if (st) return st;
-  dsi_chat_stream_feed(s, text, len, NULL, err);
-  dsi_chat_stream_finish(s, NULL, err);
+  if ((st = dsi_chat_stream_feed(s, text, len, NULL, err)) || (st = dsi_chat_stream_finish(s, NULL, err))) {
+    dsi_chat_stream_free(s);
+    return st;
+  }
   /* hand the stream's buffers over */
   const dsi_chat_msg *m = dsi_chat_stream_msg(s);
-  out->reasoning_content = m->reasoning_content ? dsi_xstrdup(m->reasoning_content) : NULL;
-  out->content = dsi_xstrdup(m->content);
+  out->reasoning_content = m->reasoning_content ? strdup(m->reasoning_content) : NULL;
+  out->content = strdup(m->content);
+  if (!out->content || (m->reasoning_content && !out->reasoning_content)) {
+    dsi_chat_stream_free(s);
+    dsi_chat_msg_free(out);
+    return dsi_errf(err, DSI_E_NOMEM, "chat output: out of memory");
+  }
   out->tool_calls = s->calls;
   out->n_tool_calls = s->n_calls;
   s->calls = NULL;

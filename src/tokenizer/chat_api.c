@@ -23,13 +23,14 @@ struct dsi_chat_fmt {
 #define DEEPSEEK_EOS "<｜end▁of▁sentence｜>"
 
 /* A template thinks when, asked to, its generation prompt opens <think>:
- * probing the rendering needs no list of known templates. */
-static int probe_thinks(const dsi_chat_fmt *f) {
+ * probing the rendering needs no list of known templates. 1 or 0 (a
+ * template that cannot render the probe does not think), DSI_E_NOMEM. */
+static int probe_thinks(const dsi_chat_fmt *f, dsi_err *err) {
   char *text = NULL;
-  int thinks = 0;
-  if (dsi_chat_fmt_render(f, "[{\"role\":\"user\",\"content\":\"hi\"}]", 1,
-                          "{\"thinking\":true,\"enable_thinking\":true}", &text, NULL) == DSI_OK)
-    thinks = strstr(text, "<think>") != NULL;
+  int thinks = dsi_chat_fmt_render(f, "[{\"role\":\"user\",\"content\":\"hi\"}]", 1,
+                                   "{\"thinking\":true,\"enable_thinking\":true}", &text, err);
+  if (thinks == DSI_OK) thinks = strstr(text, "<think>") != NULL;
+  else if (thinks != DSI_E_NOMEM) thinks = 0;
   free(text);
   return thinks;
 }
@@ -44,14 +45,20 @@ static int fmt_open(dsi_chat_fmt **out, const char *model_dir, const char *templ
     char *text;
     int st = dsi_read_file(path, &text, NULL, err);
     if (st) return st;
+    dsi_json_oom_clear();
     cfg = cJSON_Parse(text);
     free(text);
+    if (!cfg && dsi_json_oom()) return dsi_errf(err, DSI_E_NOMEM, "%s: out of memory", path);
     if (!cJSON_IsObject(cfg)) {
       cJSON_Delete(cfg);
       return dsi_errf(err, DSI_E_FORMAT, "%s: not a JSON object", path);
     }
   }
-  dsi_chat_fmt *f = dsi_xcalloc(1, sizeof *f);
+  dsi_chat_fmt *f = calloc(1, sizeof *f);
+  if (!f) {
+    cJSON_Delete(cfg);
+    return dsi_errf(err, DSI_E_NOMEM, "chat format: out of memory");
+  }
   int st;
   if (template_path) {
     char *src = NULL;
@@ -63,18 +70,18 @@ static int fmt_open(dsi_chat_fmt **out, const char *model_dir, const char *templ
   }
   if (!st && cfg) {
     const char *bos = dsi_tmpl_config_token(cfg, "bos_token"), *eos = dsi_tmpl_config_token(cfg, "eos_token");
-    f->bos = bos ? dsi_xstrdup(bos) : NULL;
-    f->eos = eos ? dsi_xstrdup(eos) : NULL;
+    if ((bos && !(f->bos = strdup(bos))) || (eos && !(f->eos = strdup(eos))))
+      st = dsi_errf(err, DSI_E_NOMEM, "chat format: out of memory");
   } else if (!st) {
-    f->bos = dsi_xstrdup(DEEPSEEK_BOS);
-    f->eos = dsi_xstrdup(DEEPSEEK_EOS);
+    if (!(f->bos = strdup(DEEPSEEK_BOS)) || !(f->eos = strdup(DEEPSEEK_EOS)))
+      st = dsi_errf(err, DSI_E_NOMEM, "chat format: out of memory");
   }
   cJSON_Delete(cfg);
+  if (!st && (f->thinks = probe_thinks(f, err)) < 0) st = f->thinks;
   if (st) {
     dsi_chat_fmt_free(f);
     return st;
   }
-  f->thinks = probe_thinks(f);
   *out = f;
   return DSI_OK;
 }
@@ -100,29 +107,31 @@ int dsi_chat_fmt_render(const dsi_chat_fmt *f, const char *messages_json, int ad
                         const char *extra_json, char **text, dsi_err *err) {
   *text = NULL;
   if (!f || !messages_json) return dsi_errf(err, DSI_E_INVAL, "chat format: no format or no messages");
+  dsi_json_oom_clear();
   cJSON *msgs = cJSON_Parse(messages_json);
   if (!cJSON_IsArray(msgs)) {
     cJSON_Delete(msgs);
+    if (dsi_json_oom()) return dsi_errf(err, DSI_E_NOMEM, "chat template: out of memory");
     return dsi_errf(err, DSI_E_INVAL, "chat messages: not a JSON array");
   }
-  cJSON *ctx = cJSON_CreateObject();
-  if (extra_json) {
-    cJSON *extra = cJSON_Parse(extra_json);
-    if (!cJSON_IsObject(extra)) {
-      cJSON_Delete(extra);
-      cJSON_Delete(msgs);
-      cJSON_Delete(ctx);
-      return dsi_errf(err, DSI_E_INVAL, "chat template variables: not a JSON object");
-    }
+  /* extra's keys first, then ours replace any of the same name */
+  cJSON *ctx = extra_json ? cJSON_Parse(extra_json) : cJSON_CreateObject();
+  if (!cJSON_IsObject(ctx)) {
     cJSON_Delete(ctx);
-    ctx = extra; /* its keys first, then ours replace any of the same name */
+    cJSON_Delete(msgs);
+    if (!extra_json || dsi_json_oom()) return dsi_errf(err, DSI_E_NOMEM, "chat template: out of memory");
+    return dsi_errf(err, DSI_E_INVAL, "chat template variables: not a JSON object");
   }
   cJSON_DeleteItemFromObjectCaseSensitive(ctx, "messages");
-  cJSON_AddItemToObject(ctx, "messages", msgs);
+  if (!cJSON_AddItemToObject(ctx, "messages", msgs)) cJSON_Delete(msgs);
   cJSON_DeleteItemFromObjectCaseSensitive(ctx, "add_generation_prompt");
   cJSON_AddBoolToObject(ctx, "add_generation_prompt", add_generation_prompt != 0);
   if (f->bos && !cJSON_GetObjectItemCaseSensitive(ctx, "bos_token")) cJSON_AddStringToObject(ctx, "bos_token", f->bos);
   if (f->eos && !cJSON_GetObjectItemCaseSensitive(ctx, "eos_token")) cJSON_AddStringToObject(ctx, "eos_token", f->eos);
+  if (dsi_json_oom()) { /* the context lost a part */
+    cJSON_Delete(ctx);
+    return dsi_errf(err, DSI_E_NOMEM, "chat template: out of memory");
+  }
   int st = dsi_tmpl_render(f->tmpl, ctx, text, err);
   cJSON_Delete(ctx);
   return st;
@@ -150,7 +159,8 @@ static void to_public(const dsi_chat_delta *in, int n_calls, dsi_chat_out_delta 
 int dsi_chat_out_open(dsi_chat_out **out, int in_reasoning, dsi_err *err) {
   *out = NULL;
   dsi_chat_opts o = {.in_reasoning = in_reasoning != 0};
-  dsi_chat_out *c = dsi_xcalloc(1, sizeof *c);
+  dsi_chat_out *c = calloc(1, sizeof *c);
+  if (!c) return dsi_errf(err, DSI_E_NOMEM, "chat output: out of memory");
   int st = dsi_chat_stream_open(&c->s, &o, err);
   if (st) {
     free(c);

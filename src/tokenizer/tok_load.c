@@ -653,8 +653,10 @@ static int parse_config(dsi_tok *t, const tok_strmap *added_map, const char *pat
   size_t len;
   int rc = dsi_read_file(path, &buf, &len, err);
   if (rc) return rc;
+  dsi_json_oom_clear();
   cJSON *cfg = cJSON_ParseWithLength(buf, len);
   free(buf);
+  if (!cfg && dsi_json_oom()) return dsi_errf(err, DSI_E_NOMEM, "%s: out of memory", path);
   if (!cfg) return dsi_errf(err, DSI_E_FORMAT, "%s: not valid JSON", path);
   if (!cJSON_IsObject(cfg)) {
     cJSON_Delete(cfg);
@@ -716,6 +718,7 @@ static int build_tables(dsi_tok *t, dsi_err *err) {
     else if (pool_add_bytelevel(t, src, &tmp, &tcap, &t->bytes[id]) < 0) goto oom;
   }
   free(tmp);
+  tmp = NULL;
   if (map_init(&t->key_map, (size_t)t->n_vocab, t->key)) goto oom;
   for (int32_t id = 0; id < t->n_ids; id++)
     if (t->key[id].off != TOK_NONE) map_put(t, &t->key_map, id);
@@ -796,7 +799,12 @@ int dsi_tok_open(dsi_tok **out, const char *path, const char *cfg_path, int flag
   size_t len;
   int rc = dsi_read_file(path, &buf, &len, err);
   if (rc) return rc;
+  dsi_json_oom_clear();
   cJSON *root = cJSON_ParseWithLength(buf, len);
+  if (!root && dsi_json_oom()) {
+    free(buf);
+    return dsi_errf(err, DSI_E_NOMEM, "%s: out of memory", path);
+  }
   if (!root) {
     const char *at = cJSON_GetErrorPtr();
     size_t off = at && at >= buf && at <= buf + len ? (size_t)(at - buf) : 0;

@@ -72,13 +72,21 @@ typedef struct mk_word {
   int n, freq;
 } mk_word;
 
+/* text's id, text taken (freed when already there); -1 when out of memory
+ * (text is NULL or cannot be held) */
 static int vocab_add(mk_vocab *v, char *text) {
+  if (!text) return -1;
   for (int i = 0; i < v->n; i++)
     if (!strcmp(v->text[i], text)) {
       free(text);
       return i;
     }
-  v->text = dsi_xrealloc(v->text, (size_t)(v->n + 1) * sizeof *v->text);
+  char **t = realloc(v->text, (size_t)(v->n + 1) * sizeof *v->text);
+  if (!t) {
+    free(text);
+    return -1;
+  }
+  v->text = t;
   v->text[v->n] = text;
   return v->n++;
 }
@@ -111,6 +119,12 @@ static int byte_rank(uint8_t b) { /* a byte's place among the 256 byte tokens */
   return r;
 }
 
+static void words_free(mk_word *w, int n) {
+  for (int i = 0; i < n; i++) free(w[i].sym);
+  free(w);
+}
+
+/* the corpus's distinct pre-tokens with their counts; NULL when out of memory */
 static mk_word *corpus_words(int *n_words) {
   mk_word *w = NULL;
   int n = 0;
@@ -126,8 +140,12 @@ static mk_word *corpus_words(int *n_words) {
     if (found >= 0) {
       w[found].freq++;
     } else {
-      w = dsi_xrealloc(w, (size_t)(n + 1) * sizeof *w);
-      w[n].sym = dsi_xmalloc(len * sizeof(int32_t));
+      mk_word *grown = realloc(w, (size_t)(n + 1) * sizeof *w);
+      if (!grown || !(grown[n].sym = malloc(len * sizeof(int32_t)))) {
+        words_free(grown ? grown : w, n);
+        return NULL;
+      }
+      w = grown;
       for (size_t k = 0; k < len; k++) w[n].sym[k] = byte_rank((uint8_t)s[k]);
       w[n].n = (int)len;
       w[n].freq = 1;
@@ -151,15 +169,18 @@ static int pair_order(const void *x, const void *y) {
 
 /* Learn merges (each pair seen at least twice) until v has max_new more
  * tokens; merges[i] = {left, right} ids - MK_FIRST_BYTE. Returns how many
- * merges (two may make the same token: a merge then adds none). */
+ * merges (two may make the same token: a merge then adds none), -1 when
+ * out of memory. */
 static int train(mk_vocab *v, int max_new, int32_t (*merges)[2]) {
   int max = 4 * max_new, first = v->n;
   int n_words, n_merges = 0;
   mk_word *w = corpus_words(&n_words);
+  if (!w) return -1;
   size_t cap = 0;
   for (int i = 0; i < n_words; i++) cap += (size_t)w[i].n;
-  mk_pair *pairs = dsi_xmalloc((cap + 1) * sizeof *pairs);
-  while (n_merges < max && v->n - first < max_new) {
+  mk_pair *pairs = malloc((cap + 1) * sizeof *pairs);
+  if (!pairs) n_merges = -1;
+  while (pairs && n_merges < max && v->n - first < max_new) {
     size_t np = 0;
     for (int i = 0; i < n_words; i++)
       for (int k = 0; k + 1 < w[i].n; k++) pairs[np++] = (mk_pair){w[i].sym[k], w[i].sym[k + 1], w[i].freq};
@@ -178,10 +199,16 @@ static int train(mk_vocab *v, int max_new, int32_t (*merges)[2]) {
     }
     if (best.count < 2) break;
     size_t la = strlen(v->text[best.a]), lb = strlen(v->text[best.b]);
-    char *joined = dsi_xmalloc(la + lb + 1);
-    memcpy(joined, v->text[best.a], la);
-    memcpy(joined + la, v->text[best.b], lb + 1);
+    char *joined = malloc(la + lb + 1);
+    if (joined) {
+      memcpy(joined, v->text[best.a], la);
+      memcpy(joined + la, v->text[best.b], lb + 1);
+    }
     int32_t id = vocab_add(v, joined);
+    if (id < 0) {
+      n_merges = -1;
+      break;
+    }
     merges[n_merges][0] = best.a;
     merges[n_merges][1] = best.b;
     n_merges++;
@@ -194,8 +221,7 @@ static int train(mk_vocab *v, int max_new, int32_t (*merges)[2]) {
       w[i].n = o;
     }
   }
-  for (int i = 0; i < n_words; i++) free(w[i].sym);
-  free(w);
+  words_free(w, n_words);
   free(pairs);
   return n_merges;
 }
@@ -232,19 +258,33 @@ static cJSON *byte_level(int add_prefix_space, int trim_offsets, int use_regex) 
   return b;
 }
 
+static void vocab_free(mk_vocab *v) {
+  for (int i = 0; i < v->n; i++) free(v->text[i]);
+  free(v->text);
+}
+
 /* tokenizer.json: DeepSeek-V3's normalizer, pre-tokenizer, decoder and
- * post-processor around the small vocabulary. */
+ * post-processor around the small vocabulary; NULL when out of memory. */
 static char *small_tokenizer_json(int vocab_size, int *n_merges_out) {
   mk_vocab v = {0};
+  dsi_json_oom_clear();
   for (uint32_t cp = 0; v.n < 256; cp++) { /* the bytes, in GPT-2's char order */
     if (dsi_bytelevel_byte(cp) < 0) continue;
-    char *c = dsi_xmalloc(5);
-    c[tok_utf8_encode(cp, c)] = 0;
-    vocab_add(&v, c);
+    char *c = malloc(5);
+    if (c) c[tok_utf8_encode(cp, c)] = 0;
+    if (vocab_add(&v, c) < 0) {
+      vocab_free(&v);
+      return NULL;
+    }
   }
   int max = DSI_MIN(MK_MAX_MERGES, vocab_size - MK_FIRST_MERGE - MK_N_TOP);
-  int32_t(*merges)[2] = dsi_xmalloc((size_t)DSI_MAX(4 * max, 1) * sizeof *merges);
-  int n_merges = max > 0 ? train(&v, max, merges) : 0;
+  int32_t(*merges)[2] = malloc((size_t)DSI_MAX(4 * max, 1) * sizeof *merges);
+  int n_merges = !merges ? -1 : max > 0 ? train(&v, max, merges) : 0;
+  if (n_merges < 0) {
+    vocab_free(&v);
+    free(merges);
+    return NULL;
+  }
   *n_merges_out = n_merges;
   /* the added tokens follow the vocabulary without a gap: Hugging Face
    * numbers added tokens missing from the vocab in order after it */
@@ -288,17 +328,19 @@ static char *small_tokenizer_json(int vocab_size, int *n_merges_out) {
   cJSON_AddNumberToObject(vocab, PAD_TEXT, 2);
   for (int i = 0; i < v.n; i++) cJSON_AddNumberToObject(vocab, v.text[i], MK_FIRST_BYTE + i);
   cJSON *ml = cJSON_AddArrayToObject(model, "merges");
+  int ml_done = !n_merges;
   for (int i = 0; i < n_merges; i++) {
     const char *a = v.text[merges[i][0]], *b = v.text[merges[i][1]];
-    char *m = dsi_xmalloc(strlen(a) + strlen(b) + 2);
+    char *m = malloc(strlen(a) + strlen(b) + 2);
+    if (!m) break; /* the merges are cut short: the file is not written */
     sprintf(m, "%s %s", a, b);
     cJSON_AddItemToArray(ml, cJSON_CreateString(m));
     free(m);
+    if (i == n_merges - 1) ml_done = 1;
   }
-  char *text = cJSON_Print(root);
+  char *text = ml_done && !dsi_json_oom() ? cJSON_Print(root) : NULL;
   cJSON_Delete(root);
-  for (int i = 0; i < v.n; i++) free(v.text[i]);
-  free(v.text);
+  vocab_free(&v);
   free(merges);
   return text;
 }
@@ -316,6 +358,7 @@ static cJSON *config_token(const char *text) {
 
 /* tokenizer_config.json as DeepSeek-V3 ships it: BOS added, the V3 template. */
 static char *small_config_json(void) {
+  dsi_json_oom_clear();
   cJSON *c = cJSON_CreateObject();
   cJSON_AddBoolToObject(c, "add_bos_token", 1);
   cJSON_AddBoolToObject(c, "add_eos_token", 0);
@@ -328,7 +371,7 @@ static char *small_config_json(void) {
   cJSON_AddNullToObject(c, "unk_token");
   cJSON_AddStringToObject(c, "tokenizer_class", "LlamaTokenizerFast");
   cJSON_AddStringToObject(c, "chat_template", dsi_tmpl_deepseek_v3());
-  char *text = cJSON_Print(c);
+  char *text = dsi_json_oom() ? NULL : cJSON_Print(c);
   cJSON_Delete(c);
   return text;
 }
@@ -404,7 +447,7 @@ int dsi_tok_write_checkpoint(const char *dir, const char *src, int must_fit, int
     if (vocab_size < MK_FIRST_MERGE + MK_N_TOP)
       return dsi_errf(err, DSI_E_INVAL, "vocab_size %d is too small for a byte-level tokenizer (at least %d)", vocab_size,
                       MK_FIRST_MERGE + MK_N_TOP);
-    int n_merges;
+    int n_merges = 0;
     if ((st = write_text(dir, "tokenizer.json", small_tokenizer_json(vocab_size, &n_merges), err)) ||
         (st = write_text(dir, "tokenizer_config.json", small_config_json(), err)))
       return st;

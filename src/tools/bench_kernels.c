@@ -47,7 +47,11 @@ static int random_packed(dsi_mat *w, dsi_dtype dt, int rows, int cols, void **me
   float *scales = NULL;
   if (dt == DSI_DTYPE_F8_E4M3) {
     size_t ns = (size_t)DSI_CEIL_DIV(rows, 128) * shape.scale_cols;
-    scales = dsi_xmalloc(ns * sizeof(float));
+    if (!(scales = malloc(ns * sizeof(float)))) {
+      dsi_free_big(*mem, *bytes);
+      *mem = NULL;
+      return DSI_E_NOMEM;
+    }
     for (size_t i = 0; i < ns; i++) scales[i] = 1e-3f * (1 + dsi_rng_uniform(r));
     shape.scale = scales;
   }
@@ -85,9 +89,10 @@ static void bench_grouped(FILE *out, const dsi_kern *k, const dsi_peaks *pk, int
     else mem[2 * e + 1] = NULL, bytes[2 * e + 1] = 0;
   }
   /* routing: each token picks G_K distinct experts at random; pairs sorted by expert */
-  int32_t *tok = dsi_xmalloc(P * sizeof(int32_t)), start[G_E + 1] = {0}, cnt[G_E] = {0}, *pick = dsi_xmalloc(P * sizeof(int32_t));
-  float *wt = dsi_xmalloc(P * sizeof(float));
-  for (int t = 0; t < G_T; t++)
+  int32_t *tok = malloc(P * sizeof(int32_t)), start[G_E + 1] = {0}, cnt[G_E] = {0}, *pick = malloc(P * sizeof(int32_t));
+  float *wt = malloc(P * sizeof(float));
+  ok &= tok && pick && wt;
+  for (int t = 0; t < G_T && ok; t++)
     for (int k = 0; k < G_K; k++) {
       int e, dup;
       do {
@@ -101,7 +106,7 @@ static void bench_grouped(FILE *out, const dsi_kern *k, const dsi_peaks *pk, int
   for (int e = 0; e < G_E; e++) start[e + 1] = start[e] + cnt[e];
   int cur[G_E];
   memcpy(cur, start, sizeof cur);
-  for (int t = 0; t < G_T; t++)
+  for (int t = 0; t < G_T && ok; t++)
     for (int k = 0; k < G_K; k++) {
       int at = cur[pick[t * G_K + k]]++;
       tok[at] = t;
@@ -114,8 +119,8 @@ static void bench_grouped(FILE *out, const dsi_kern *k, const dsi_peaks *pk, int
   void *ws = dsi_alloc_aligned(ws_bytes);
   float *x = dsi_alloc_aligned((size_t)P * G_D * sizeof(float)), *h = dsi_alloc_aligned((size_t)P * G_I * sizeof(float));
   float *y = dsi_alloc_aligned((size_t)P * G_D * sizeof(float));
-  dsi_gemm *gs = dsi_xcalloc(G_E, sizeof(dsi_gemm));
-  if (!ok || !x || !h || !y || !ws) {
+  dsi_gemm *gs = calloc(G_E, sizeof(dsi_gemm));
+  if (!ok || !x || !h || !y || !ws || !gs || !pool) {
     fprintf(out, "grouped: not enough memory\n");
     goto done;
   }
@@ -228,16 +233,16 @@ static void bench_attention(FILE *out, const dsi_kern *k, int nth, int reps) {
   float *cache = dsi_alloc_big((size_t)nb * A_BS * A_ROW * sizeof(float), 1);
   uint16_t *pc = dsi_alloc_big((size_t)nb * A_BS * A_ROW * sizeof(uint16_t), 1);
   float *q = dsi_alloc_aligned((size_t)A_H * A_ROW * sizeof(float));
-  int32_t *table = dsi_xmalloc(nb * sizeof(int32_t));
-  float **ws = dsi_xcalloc(nth, sizeof(float *)), **outs = dsi_xcalloc(nth, sizeof(float *));
+  int32_t *table = malloc(nb * sizeof(int32_t));
+  float **ws = calloc(nth, sizeof(float *)), **outs = calloc(nth, sizeof(float *));
   size_t ws_bytes = DSI_MAX((size_t)A_G * max_ctx * 4 + (size_t)max_ctx * 8, DSI_ATTN_PAIRS_WS(A_H, A_ROW));
-  int ok = cache && pc && q;
-  for (int i = 0; i < nth; i++) {
+  int ok = cache && pc && q && table && ws && outs;
+  for (int i = 0; ok && i < nth; i++) {
     ok &= (ws[i] = dsi_alloc_aligned(ws_bytes)) != NULL;
     ok &= (outs[i] = dsi_alloc_aligned((size_t)A_H * A_KVL * sizeof(float))) != NULL;
   }
   dsi_pool *pool = dsi_pool_new(nth);
-  if (!ok) {
+  if (!ok || !pool) {
     fprintf(out, "attention: not enough memory\n");
     goto done;
   }
@@ -280,7 +285,7 @@ static void bench_attention(FILE *out, const dsi_kern *k, int nth, int reps) {
   }
   if (!amx) fprintf(out, "(no AMX here: the bf16 pair path does not run)\n");
 done:
-  for (int i = 0; i < nth; i++) dsi_free_aligned(ws[i]), dsi_free_aligned(outs[i]);
+  for (int i = 0; ws && outs && i < nth; i++) dsi_free_aligned(ws[i]), dsi_free_aligned(outs[i]);
   free(ws);
   free(outs);
   dsi_free_big(cache, (size_t)nb * A_BS * A_ROW * sizeof(float));
@@ -469,7 +474,7 @@ int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) 
   dsi_gemm_fn picked = NULL;
   float *x = dsi_alloc_aligned((size_t)max_m * kmax * sizeof(float));
   int ok = 1;
-  if (!ws || !x) {
+  if (!ws || !x || !pool) {
     ok = 0;
     goto done;
   }

@@ -104,7 +104,10 @@ static int measure_rss(const dsi_bench_ablation_opts *o, stage_result *res) {
     }
     dsi_engine *e = open_stage(s, m, o);
     dsi_bench_result r;
-    if (!e || dsi_bench_run(e, vocab, o->P, o->G < 2 ? o->G : 2, o->B, 99, &r)) rc = 1;
+    dsi_err berr = {0};
+    if (e && dsi_bench_run(e, vocab, o->P, o->G < 2 ? o->G : 2, o->B, 99, &r, &berr))
+      fprintf(stderr, "dsinfer bench: %s: %s\n", s->name, berr.msg);
+    if (!e || berr.msg[0]) rc = 1;
     res[i].rss = dsi_peak_rss();
     dsi_engine_free(e);
   }
@@ -124,15 +127,17 @@ static int measure_speed(const dsi_bench_ablation_opts *o, const dsi_peaks *pk, 
     if (!rc && !(e[i] = open_stage(&k_stages[i], m[k], o))) rc = 1;
   }
   dsi_bench_result rr;
+  dsi_err berr = {0};
   for (int i = 0; i < N_STAGES && !rc; i++) { /* warm-up: pages, caches, plans */
-    rc = dsi_bench_run(e[i], vocab, o->P, o->G < 2 ? o->G : 2, o->B, 99, &rr);
+    if ((rc = dsi_bench_run(e[i], vocab, o->P, o->G < 2 ? o->G : 2, o->B, 99, &rr, &berr)))
+      fprintf(stderr, "dsinfer bench: %s: %s\n", k_stages[i].name, berr.msg);
     dsi_engine_profile_reset(e[i]);
   }
   double pre[N_STAGES][MAX_REPS], dec[N_STAGES][MAX_REPS], ms[N_STAGES][MAX_REPS];
   for (int r = 0; r < o->reps && !rc; r++)
     for (int i = 0; i < N_STAGES && !rc; i++) {
-      if ((rc = dsi_bench_run(e[i], vocab, o->P, o->G, o->B, (uint64_t)r + 1, &rr)))
-        fprintf(stderr, "dsinfer bench: %s: %s\n", k_stages[i].name, dsi_engine_error(e[i])->msg);
+      if ((rc = dsi_bench_run(e[i], vocab, o->P, o->G, o->B, (uint64_t)r + 1, &rr, &berr)))
+        fprintf(stderr, "dsinfer bench: %s: %s\n", k_stages[i].name, berr.msg);
       pre[i][r] = rr.prefill_tps;
       dec[i][r] = rr.decode_tps;
       ms[i][r] = rr.ms_per_token;
@@ -244,17 +249,19 @@ static int ablation_ranks(const dsi_bench_ablation_opts *o) {
     }
     if (!o->json) fprintf(stderr, "%s ...\n", s->name);
     dsi_bench_result rr;
-    rc = dsi_bench_run(e, vocab, o->P, o->G < 2 ? o->G : 2, o->B, 99, &rr); /* warm-up */
+    dsi_err berr = {0};
+    rc = dsi_bench_run(e, vocab, o->P, o->G < 2 ? o->G : 2, o->B, 99, &rr, &berr); /* warm-up */
     dsi_engine_profile_reset(e);
     memset(d->calls, 0, sizeof d->calls);
     memset(d->bytes, 0, sizeof d->bytes);
     double pre[MAX_REPS], dec[MAX_REPS];
     for (int r = 0; r < o->reps && !rc; r++) {
-      if ((rc = dsi_bench_run(e, vocab, o->P, o->G, o->B, (uint64_t)r + 1, &rr)))
-        fprintf(stderr, "dsinfer bench: %s: %s\n", s->name, dsi_engine_error(e)->msg);
+      if ((rc = dsi_bench_run(e, vocab, o->P, o->G, o->B, (uint64_t)r + 1, &rr, &berr)))
+        fprintf(stderr, "dsinfer bench: %s: %s\n", s->name, berr.msg);
       pre[r] = rr.prefill_tps;
       dec[r] = rr.decode_tps;
     }
+    if (rc && berr.msg[0]) fprintf(stderr, "dsinfer bench: %s: %s\n", s->name, berr.msg);
     if (!rc) {
       rank_result *x = &res[i];
       take_speeds(pre, dec, o->reps, &x->sp);

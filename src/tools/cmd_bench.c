@@ -103,13 +103,23 @@ static void comm_report(const dsi_config *c, const dsi_cli_par *par, dsi_engine 
 }
 
 /* ---- bench --model ---- */
-int dsi_bench_run(dsi_engine *e, int vocab, int P, int G, int B, uint64_t seed, dsi_bench_result *r) {
+int dsi_bench_run(dsi_engine *e, int vocab, int P, int G, int B, uint64_t seed, dsi_bench_result *r, dsi_err *err) {
   int n = P * B, rc = 0;
   int32_t *tok = malloc(n * sizeof(int32_t)), *seq = malloc(n * sizeof(int32_t)), ids[256];
   uint8_t *want = calloc(n, 1);
   float *logits = malloc((size_t)B * vocab * sizeof(float));
   uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
-  for (int b = 0; b < B; b++) ids[b] = dsi_seq_new(e);
+  int made = 0;
+  if (!tok || !seq || !want || !logits) {
+    rc = dsi_errf(err, DSI_E_NOMEM, "out of memory for a batch of %d tokens", n);
+    goto out;
+  }
+  for (; made < B; made++)
+    if ((ids[made] = dsi_seq_new(e)) < 0) {
+      *err = *dsi_engine_error(e);
+      rc = 1;
+      goto out;
+    }
   for (int b = 0; b < B; b++)
     for (int p = 0; p < P; p++) {
       x = x * 6364136223846793005ull + 1442695040888963407ull;
@@ -135,10 +145,12 @@ int dsi_bench_run(dsi_engine *e, int vocab, int P, int G, int B, uint64_t seed, 
     if (dsi_engine_forward(e, &db, logits)) rc = 1;
   }
   double t2 = now();
-  for (int b = 0; b < B; b++) dsi_seq_free(e, ids[b]);
+  if (rc) *err = *dsi_engine_error(e);
   r->prefill_tps = n / (t1 - t0);
   r->decode_tps = G > 0 ? (double)G * B / (t2 - t1) : 0;
   r->ms_per_token = G > 0 ? (t2 - t1) * 1e3 / G : 0;
+out:
+  for (int b = 0; b < made; b++) dsi_seq_free(e, ids[b]);
   free(tok);
   free(seq);
   free(want);
@@ -226,7 +238,8 @@ static int bench_model(int argc, char **argv) {
   double pre[64], dec[64], mpt[64];
   reps = reps > 64 ? 64 : reps;
   dsi_bench_result warm;
-  rc = dsi_bench_run(e, info.vocab_size, DSI_MIN(P, 16), DSI_MIN(G, 2), B, 99, &warm); /* pages, caches */
+  dsi_err berr = {0};
+  rc = dsi_bench_run(e, info.vocab_size, DSI_MIN(P, 16), DSI_MIN(G, 2), B, 99, &warm, &berr); /* pages, caches */
   dsi_engine_profile_reset(e);
   if (ranks > 1) { /* count the measured runs' collectives only */
     memset(dsi_cli_dist->calls, 0, sizeof dsi_cli_dist->calls);
@@ -234,13 +247,13 @@ static int bench_model(int argc, char **argv) {
   }
   for (int r = 0; r < reps && !rc; r++) {
     dsi_bench_result rr;
-    rc = dsi_bench_run(e, info.vocab_size, P, G, B, (uint64_t)r + 1, &rr);
+    rc = dsi_bench_run(e, info.vocab_size, P, G, B, (uint64_t)r + 1, &rr, &berr);
     pre[r] = rr.prefill_tps;
     dec[r] = rr.decode_tps;
     mpt[r] = rr.ms_per_token;
   }
   if (rc) {
-    fprintf(stderr, "dsinfer bench: %s\n", dsi_engine_error(e)->msg);
+    fprintf(stderr, "dsinfer bench: %s\n", berr.msg);
   } else {
     double spread_lo = pre[0], spread_hi = pre[0], dlo = dec[0], dhi = dec[0];
     for (int r = 1; r < reps; r++) {

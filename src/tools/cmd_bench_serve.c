@@ -58,14 +58,11 @@ static void on_event(void *user, const dsi_request_event *ev) {
   pthread_mutex_unlock(&ld->mu);
 }
 
+/* the q-quantile of v[0..n) (sorted in place) */
 static double pct(double *v, int n, double q) {
   if (n == 0) return 0;
-  double *c = malloc((size_t)n * sizeof *c);
-  memcpy(c, v, (size_t)n * sizeof *c);
-  dsi_median(c, n); /* sorts */
-  double r = c[(int)DSI_MIN((double)n - 1, floor(q * (n - 1) + 0.5))];
-  free(c);
-  return r;
+  dsi_median(v, n); /* sorts */
+  return v[(int)DSI_MIN((double)n - 1, floor(q * (n - 1) + 0.5))];
 }
 
 int dsi_cmd_bench_serve(int argc, char **argv) {
@@ -123,17 +120,28 @@ int dsi_cmd_bench_serve(int argc, char **argv) {
   dsi_rng rng;
   dsi_rng_seed(&rng, seed);
   int32_t *prompts = malloc((size_t)requests * L * sizeof(int32_t));
+  load ld = {.t = calloc((size_t)requests, sizeof(req_times))};
+  req_ctx *ctxs = calloc((size_t)requests, sizeof *ctxs);
+  uint64_t *ids = malloc((size_t)requests * sizeof *ids);
+  double *ttft = malloc((size_t)requests * sizeof(double)), *e2e = malloc((size_t)requests * sizeof(double));
+  double *itl = malloc((size_t)requests * DSI_MAX(G, 1) * sizeof(double));
+  int ok = prompts && ld.t && ctxs && ids && ttft && e2e && itl;
+  for (int i = 0; ok && i < requests; i++) ok = (ld.t[i].gaps = malloc((size_t)DSI_MAX(G, 1) * sizeof(double))) != NULL;
+  if (!ok) {
+    fprintf(stderr, "dsinfer bench serve: out of memory for %d requests\n", requests);
+    for (int i = 0; ld.t && i < requests; i++) free(ld.t[i].gaps);
+    free(ld.t), free(ctxs), free(ids), free(prompts), free(ttft), free(e2e), free(itl);
+    dsi_sched_free(s);
+    dsi_engine_free(e);
+    dsi_model_free(m);
+    return 1;
+  }
   for (int i = 0; i < requests; i++)
     for (int k = 0; k < L; k++)
       prompts[(size_t)i * L + k] = k < P && i > 0 ? prompts[k] : 2 + (int32_t)(dsi_rng_u64(&rng) % (uint64_t)(info.vocab_size - 2));
-  load ld = {.t = calloc((size_t)requests, sizeof(req_times))};
   pthread_mutex_init(&ld.mu, NULL);
   pthread_cond_init(&ld.cv, NULL);
-  req_ctx *ctxs = calloc((size_t)requests, sizeof *ctxs);
-  for (int i = 0; i < requests; i++) {
-    ld.t[i].gaps = malloc((size_t)G * sizeof(double));
-    ctxs[i] = (req_ctx){&ld, i};
-  }
+  for (int i = 0; i < requests; i++) ctxs[i] = (req_ctx){&ld, i};
   /* warm-up: the plans of a full batch and a prompt chunk captured, pages touched */
   {
     load wl = {0};
@@ -161,7 +169,6 @@ int dsi_cmd_bench_serve(int argc, char **argv) {
   dsi_sched_get_stats(s, &st0);
   double t0 = dsi_now();
   int submitted = 0;
-  uint64_t *ids = malloc((size_t)requests * sizeof *ids);
   double next_at = t0;
   while (submitted < requests) {
     if (conc) { /* closed loop */
@@ -193,8 +200,6 @@ int dsi_cmd_bench_serve(int argc, char **argv) {
   dsi_sched_stats st;
   dsi_sched_get_stats(s, &st);
   /* the figures */
-  double *ttft = malloc((size_t)requests * sizeof(double)), *e2e = malloc((size_t)requests * sizeof(double));
-  double *itl = malloc((size_t)requests * G * sizeof(double));
   long out_tokens = 0, n_itl = 0;
   double last_end = t0;
   for (int i = 0; i < submitted; i++) {

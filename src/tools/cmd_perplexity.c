@@ -39,15 +39,25 @@ static int read_tokens(const char *model, const char *file, int32_t **ids, size_
     fprintf(stderr, "dsinfer perplexity: %s: cannot open\n", file);
     return 1;
   }
+  int oom = 0;
   for (size_t cap = 0;;) {
-    if (len == cap && !(text = realloc(text, (cap = cap ? 2 * cap : 1 << 16) + 1))) break;
+    if (len == cap) {
+      char *grown = realloc(text, (cap = cap ? 2 * cap : 1 << 16) + 1);
+      if (!grown) {
+        oom = 1;
+        break;
+      }
+      text = grown;
+    }
     size_t k = fread(text + len, 1, cap - len, f);
     len += k;
     if (k == 0) break;
   }
-  int read_err = ferror(f) || !text;
+  int read_err = ferror(f);
   fclose(f);
-  if (read_err) {
+  if (oom) {
+    fprintf(stderr, "dsinfer perplexity: %s: out of memory reading it (%zu bytes so far)\n", file, len);
+  } else if (read_err) {
     fprintf(stderr, "dsinfer perplexity: %s: cannot read\n", file);
   } else if (access(json, R_OK) != 0) {
     fprintf(stderr, "dsinfer perplexity: %s: not found: the checkpoint has no tokenizer\n", json);
@@ -147,7 +157,10 @@ int dsi_cmd_perplexity(int argc, char **argv) {
     fprintf(stderr, "dsinfer perplexity: --stride %d must be at most ctx - 2 = %d\n", stride, ctx - 2);
     goto out;
   }
-  if (!(w = make_windows(n_ids, ctx, stride, &n_windows))) goto out;
+  if (!(w = make_windows(n_ids, ctx, stride, &n_windows))) {
+    fprintf(stderr, "dsinfer perplexity: out of memory for the windows of %zu tokens\n", n_ids);
+    goto out;
+  }
   if (n_windows == 0) {
     fprintf(stderr, "dsinfer perplexity: %s has %zu tokens: too few for one window of %d\n", file, n_ids, ctx);
     goto out;

@@ -218,9 +218,10 @@ static int calibrate(const char *dir, int threads, int P, int G, const dsi_confi
   dsi_model_info info;
   dsi_model_get_info(m, &info);
   dsi_bench_result r;
-  int rc = dsi_bench_run(e, info.vocab_size, DSI_MIN(P, 16), 2, 1, 99, &r); /* warm-up */
+  dsi_err berr = {0};
+  int rc = dsi_bench_run(e, info.vocab_size, DSI_MIN(P, 16), 2, 1, 99, &r, &berr); /* warm-up */
   dsi_engine_profile_reset(e);
-  for (int i = 0; i < 2 && !rc; i++) rc = dsi_bench_run(e, info.vocab_size, P, G, 1, (uint64_t)i + 1, &r);
+  for (int i = 0; i < 2 && !rc; i++) rc = dsi_bench_run(e, info.vocab_size, P, G, 1, (uint64_t)i + 1, &r, &berr);
   dsi_phase_stats pre, dec;
   if (!rc && !dsi_engine_profile_stats(e, 1, &pre) && !dsi_engine_profile_stats(e, 0, &dec) && pre.steps && dec.steps) {
     k->t_pre = cats_of(&pre);
@@ -230,7 +231,7 @@ static int calibrate(const char *dir, int threads, int P, int G, const dsi_confi
     k->pre_tps = pre.tokens / pre.wall_s;
     k->dec_tps = dec.tokens / dec.wall_s;
   } else {
-    fprintf(stderr, "dsinfer plan: the calibration run failed: %s\n", rc ? dsi_engine_error(e)->msg : "no steps recorded");
+    fprintf(stderr, "dsinfer plan: the calibration run failed: %s\n", rc ? berr.msg : "no steps recorded");
     rc = 1;
   }
   k->threads = threads > 0 ? threads : dsi_default_threads();

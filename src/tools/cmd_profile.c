@@ -47,11 +47,12 @@ int dsi_cmd_profile(int argc, char **argv) {
    * of q_b's output for a 2048-token prompt of V3's 128 heads) and cold
    * caches are not the profile */
   dsi_bench_result r;
-  rc = dsi_bench_run(e, info.vocab_size, P, G < 2 ? G : 2, B, 99, &r);
+  dsi_err berr = {0};
+  rc = dsi_bench_run(e, info.vocab_size, P, G < 2 ? G : 2, B, 99, &r, &berr);
   dsi_engine_profile_reset(e);
-  if (!rc) rc = dsi_bench_run(e, info.vocab_size, P, G, B, 1, &r);
+  if (!rc) rc = dsi_bench_run(e, info.vocab_size, P, G, B, 1, &r, &berr);
   if (rc) {
-    fprintf(stderr, "dsinfer profile: %s\n", dsi_engine_error(e)->msg);
+    fprintf(stderr, "dsinfer profile: %s\n", berr.msg);
   } else {
     printf("model %s (%s weights), isa %s; %d sequence(s) x %d prompt tokens, %d decode steps\n", model,
            info.weight_dtype, dsi_engine_isa(e), B, P, G);

@@ -181,6 +181,7 @@ typedef struct view {
   int thinking;   /* reasoning being shown */
   int thought;    /* some reasoning was shown */
   int answered;   /* some answer was shown */
+  int oom;        /* the output parser ran out of memory: nothing more is shown */
 } view;
 
 static void view_reasoning(view *v, const char *t, size_t n) {
@@ -213,9 +214,12 @@ static void view_delta(view *v, const dsi_chat_out_delta *d) {
 }
 
 static void view_piece(view *v, const char *piece, size_t len) {
-  if (!len) return;
+  if (!len || v->oom) return;
   dsi_chat_out_delta d;
-  dsi_chat_out_feed(v->out, piece, len, &d, NULL);
+  if (dsi_chat_out_feed(v->out, piece, len, &d, NULL)) { /* it fails only for want of memory */
+    v->oom = 1;
+    return;
+  }
   if (v->raw) fwrite(piece, 1, len, stdout);
   else view_delta(v, &d);
   fflush(stdout);
@@ -223,7 +227,10 @@ static void view_piece(view *v, const char *piece, size_t len) {
 
 static void view_finish(view *v) {
   dsi_chat_out_delta d;
-  dsi_chat_out_finish(v->out, &d, NULL);
+  if (v->oom || dsi_chat_out_finish(v->out, &d, NULL)) {
+    v->oom = 1;
+    return;
+  }
   if (v->raw) return;
   view_delta(v, &d);
   view_end_reasoning(v, d.n_tool_calls > 0);
@@ -313,6 +320,7 @@ static int generate(session *s, view *v, const int32_t *ids, int n, int n_max, i
     if (a.error[0]) rc = fail_msg(s, a.error);
   }
   view_finish(v);
+  if (v->oom && !rc) rc = fail_msg(s, "out of memory showing the answer");
   pthread_cond_destroy(&a.cv);
   pthread_mutex_destroy(&a.mu);
   return rc;
@@ -366,7 +374,7 @@ int dsi_cmd_run(int argc, char **argv) {
     sb_str(&msgs, "{\"role\":\"user\",\"content\":");
     sb_json(&msgs, a.prompt);
     sb_str(&msgs, "}]");
-    rc = chat_prompt(&s, msgs.p, &text, &ids, &n);
+    rc = msgs.oom ? fail_msg(&s, "out of memory for the prompt") : chat_prompt(&s, msgs.p, &text, &ids, &n);
     free(msgs.p);
     if (rc) goto done;
   } else if (dsi_tok_encode(s.tok, a.prompt, strlen(a.prompt), DSI_TOK_ADD_SPECIAL | DSI_TOK_REPLACE_INVALID, &ids,
@@ -406,6 +414,7 @@ typedef struct turn {
 
 static void history_json(sbuf *b, const char *system, const turn *h, int n) {
   b->n = 0;
+  b->oom = 0; /* a failed turn's: the buffer as it was is still whole */
   sb_str(b, "[");
   if (system) {
     sb_str(b, "{\"role\":\"system\",\"content\":");
@@ -422,14 +431,19 @@ static void history_json(sbuf *b, const char *system, const turn *h, int n) {
   sb_str(b, "]");
 }
 
-static void history_push(turn **h, int *n, const char *role, const char *content) {
+/* 0, or 1 after saying that the conversation could not hold the message */
+static int history_push(const session *s, turn **h, int *n, const char *role, const char *content) {
   turn *t = realloc(*h, (size_t)(*n + 1) * sizeof **h);
-  if (!t) abort();
-  *h = t;
-  t[*n].role = strdup(role);
-  t[*n].content = strdup(content);
-  if (!t[*n].role || !t[*n].content) abort();
+  if (t) *h = t;
+  char *r = t ? strdup(role) : NULL, *c = r ? strdup(content) : NULL;
+  if (!c) {
+    free(r);
+    return fail_msg(s, "out of memory for the conversation");
+  }
+  t[*n].role = r;
+  t[*n].content = c;
   (*n)++;
+  return 0;
 }
 
 static void history_clear(turn *h, int *n) {
@@ -447,6 +461,7 @@ static int chat_turn(session *s, turn **hist, int *n_hist, sbuf *msgs, int *full
   char *text = NULL;
   int32_t *ids = NULL;
   size_t n = 0;
+  if (msgs->oom) return fail_msg(s, "out of memory for the conversation");
   if (chat_prompt(s, msgs->p, &text, &ids, &n)) return 1;
   if (s->a->verbose) print_ids(s, ids, n);
   gen_stats st = {.prompt = (int)n};
@@ -460,8 +475,8 @@ static int chat_turn(session *s, turn **hist, int *n_hist, sbuf *msgs, int *full
   if (!rc) { /* from here the turn stands, even if generating failed part way */
     fputc('\n', stdout);
     fflush(stdout);
-    history_push(hist, n_hist, "assistant", dsi_chat_out_content(out));
-    if (!grc) print_stats(s, &st, 1);
+    if (history_push(s, hist, n_hist, "assistant", dsi_chat_out_content(out))) rc = 1;
+    else if (!grc) print_stats(s, &st, 1);
   }
   dsi_chat_out_free(out);
   free(text);
@@ -530,7 +545,10 @@ int dsi_cmd_chat(int argc, char **argv) {
       failed = 1;
       continue;
     }
-    history_push(&hist, &n_hist, "user", line);
+    if (history_push(&s, &hist, &n_hist, "user", line)) {
+      failed = 1;
+      continue;
+    }
     int full = 0;
     if (chat_turn(&s, &hist, &n_hist, &msgs, &full)) {
       /* the message could not be answered (too long for the context): forget it */

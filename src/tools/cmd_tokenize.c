@@ -126,9 +126,10 @@ static int json_string(const char *s, size_t n, sbuf *out) {
     sb_utf8(out, u);
   }
   while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r' || s[i] == '\n')) i++;
-  return i == n ? 0 : -1;
+  return out->oom ? DSI_E_NOMEM : i == n ? 0 : -1;
 }
 
+/* one JSON array of ids: 0, -1 not one, DSI_E_NOMEM */
 static int json_ids(const char *s, int32_t **ids, size_t *n, size_t *cap) {
   const char *p = s;
   *n = 0;
@@ -147,7 +148,7 @@ static int json_ids(const char *s, int32_t **ids, size_t *n, size_t *cap) {
     if (*n == *cap) {
       *cap = *cap ? *cap * 2 : 64;
       int32_t *q = realloc(*ids, *cap * sizeof *q);
-      if (!q) return -1;
+      if (!q) return DSI_E_NOMEM;
       *ids = q;
     }
     (*ids)[(*n)++] = (int32_t)v;
@@ -239,8 +240,10 @@ int dsi_cmd_tokenize(int argc, char **argv) {
     sbuf s = {0};
     while ((got = getline(&line, &lcap, f)) >= 0) {
       lineno++;
-      if (json_string(line, (size_t)got, &s)) {
-        fprintf(stderr, "dsinfer %s: %s:%zu: not one JSON string\n", cmd, jsonl, lineno);
+      int js = json_string(line, (size_t)got, &s);
+      if (js) {
+        fprintf(stderr, "dsinfer %s: %s:%zu: %s\n", cmd, jsonl, lineno,
+                js == DSI_E_NOMEM ? "out of memory" : "not one JSON string");
         rc = 1;
         break;
       }
@@ -296,7 +299,7 @@ static int decode_ids(const dsi_tok *tok, const int32_t *ids, size_t n, int flag
     if (rc) return rc;
     sb_put(out, text, len);
     free(text);
-    return 0;
+    return out->oom ? dsi_errf(err, DSI_E_NOMEM, "out of memory for the text") : 0;
   }
   dsi_detok *d;
   int rc = dsi_detok_open(&d, tok, flags, err);
@@ -312,13 +315,13 @@ static int decode_ids(const dsi_tok *tok, const int32_t *ids, size_t n, int flag
       fflush(live);
     }
   }
+  if (!rc && (rc = dsi_detok_flush(d, &piece, &len))) dsi_errf(err, rc, "out of memory");
   if (!rc) {
-    rc = dsi_detok_flush(d, &piece, &len);
     sb_put(out, piece, len);
     if (live && len) fwrite(piece, 1, len, live);
   }
   dsi_detok_free(d);
-  return rc;
+  return !rc && out->oom ? dsi_errf(err, DSI_E_NOMEM, "out of memory for the text") : rc;
 }
 
 int dsi_cmd_detokenize(int argc, char **argv) {
@@ -369,8 +372,10 @@ int dsi_cmd_detokenize(int argc, char **argv) {
       size_t lcap = 0, lineno = 0, cap = 0, n = 0;
       while (getline(&line, &lcap, f) >= 0) {
         lineno++;
-        if (json_ids(line, &ids, &n, &cap)) {
-          fprintf(stderr, "dsinfer %s: %s:%zu: not one JSON array of integers\n", cmd, jsonl, lineno);
+        int ji = json_ids(line, &ids, &n, &cap);
+        if (ji) {
+          fprintf(stderr, "dsinfer %s: %s:%zu: %s\n", cmd, jsonl, lineno,
+                  ji == DSI_E_NOMEM ? "out of memory" : "not one JSON array of integers");
           rc = 1;
           break;
         }
@@ -437,16 +442,25 @@ typedef struct corpus {
   size_t n, bytes;
 } corpus;
 
-static void corpus_add(corpus *c, const char *s, size_t n) {
-  c->doc = realloc(c->doc, (c->n + 1) * sizeof *c->doc);
-  c->len = realloc(c->len, (c->n + 1) * sizeof *c->len);
-  if (!c->doc || !c->len) abort();
-  c->doc[c->n] = malloc(n + 1);
-  if (!c->doc[c->n]) abort();
+static void corpus_free(corpus *c) {
+  for (size_t d = 0; d < c->n; d++) free(c->doc[d]);
+  free(c->doc);
+  free(c->len);
+  memset(c, 0, sizeof *c);
+}
+
+/* a copy of s[0..n) as the next document; -1 out of memory */
+static int corpus_add(corpus *c, const char *s, size_t n) {
+  char **d = realloc(c->doc, (c->n + 1) * sizeof *c->doc);
+  if (d) c->doc = d;
+  size_t *l = d ? realloc(c->len, (c->n + 1) * sizeof *c->len) : NULL;
+  if (l) c->len = l;
+  if (!l || !(c->doc[c->n] = malloc(n + 1))) return -1;
   memcpy(c->doc[c->n], s, n);
   c->doc[c->n][n] = 0;
   c->len[c->n++] = n;
   c->bytes += n;
+  return 0;
 }
 
 /* Texts from a JSONL corpus (or one text file), joined by newlines into
@@ -459,18 +473,27 @@ static int build_corpus(const char *path, size_t target, corpus *c, dsi_err *err
   char **texts = NULL;
   size_t *tlen = NULL, nt = 0;
   size_t i = 0;
+  int oom = 0;
   while (i < len && (all[i] == ' ' || all[i] == '\n')) i++;
   int is_jsonl = i < len && all[i] == '"';
   if (is_jsonl) {
     for (size_t a = 0; a < len;) {
       size_t b = a;
       while (b < len && all[b] != '\n') b++;
-      if (b > a && !json_string(all + a, b - a, &s)) {
-        texts = realloc(texts, (nt + 1) * sizeof *texts);
-        tlen = realloc(tlen, (nt + 1) * sizeof *tlen);
-        if (!texts || !tlen) abort();
-        texts[nt] = malloc(s.n + 1);
-        if (!texts[nt]) abort();
+      int js = b > a ? json_string(all + a, b - a, &s) : -1;
+      if (js == DSI_E_NOMEM) {
+        oom = 1;
+        break;
+      }
+      if (!js) {
+        char **t = realloc(texts, (nt + 1) * sizeof *texts);
+        if (t) texts = t;
+        size_t *tl = t ? realloc(tlen, (nt + 1) * sizeof *tlen) : NULL;
+        if (tl) tlen = tl;
+        if (!tl || !(texts[nt] = malloc(s.n + 1))) {
+          oom = 1;
+          break;
+        }
         memcpy(texts[nt], s.p, s.n);
         tlen[nt++] = s.n;
       }
@@ -479,30 +502,38 @@ static int build_corpus(const char *path, size_t target, corpus *c, dsi_err *err
   } else {
     texts = malloc(sizeof *texts);
     tlen = malloc(sizeof *tlen);
-    if (!texts || !tlen) abort();
-    texts[0] = all, tlen[0] = len, nt = 1, all = NULL;
+    if (texts && tlen) texts[0] = all, tlen[0] = len, nt = 1, all = NULL;
+    else oom = 1;
   }
   free(all);
   free(s.p);
-  if (!nt) return -1;
+  if (!nt || oom) {
+    for (size_t k = 0; k < nt; k++) free(texts[k]);
+    free(texts), free(tlen);
+    return oom ? dsi_errf(err, DSI_E_NOMEM, "%s: out of memory for the corpus", path) : -1;
+  }
   size_t total = 0;
   for (size_t rep = 0; total < target; rep++) {
     for (size_t k = 0; k < nt && total < target; k++) {
       if (doc.n) sb_put(&doc, "\n", 1);
       sb_put(&doc, texts[k], tlen[k]);
       if (doc.n >= (1 << 16)) {
-        corpus_add(c, doc.p, doc.n);
+        oom |= doc.oom || corpus_add(c, doc.p, doc.n);
         total += doc.n;
         doc.n = 0;
       }
     }
-    if (rep > 100000) break;
+    if (rep > 100000 || oom) break;
   }
-  if (doc.n) corpus_add(c, doc.p, doc.n);
+  if (doc.n && !oom) oom |= doc.oom || corpus_add(c, doc.p, doc.n);
   for (size_t k = 0; k < nt; k++) free(texts[k]);
   free(texts);
   free(tlen);
   free(doc.p);
+  if (oom) {
+    corpus_free(c);
+    return dsi_errf(err, DSI_E_NOMEM, "%s: out of memory for a corpus of %zu bytes", path, target);
+  }
   return 0;
 }
 
@@ -544,6 +575,12 @@ int dsi_cmd_bench_tokenizer(int argc, char **argv) {
   printf("tokenizer: vocab %d, loaded in %.2f s\n", dsi_tok_vocab_size(tok), t_load);
   printf("corpus:    %.2f MB in %zu documents, from %s\n", (double)c.bytes / 1e6, c.n, corpus_path);
   double *mbps = calloc((size_t)reps, sizeof *mbps);
+  if (!mbps) {
+    fprintf(stderr, "dsinfer %s: out of memory\n", cmd);
+    corpus_free(&c);
+    dsi_tok_free(tok);
+    return 1;
+  }
   size_t n_tokens = 0;
   dsi_err err = {0};
   for (int r = 0; r < reps && !rc; r++) {
@@ -609,9 +646,7 @@ int dsi_cmd_bench_tokenizer(int argc, char **argv) {
   printf("speedup:   %7.1fx\n", ours / ref);
 done:
   free(mbps);
-  for (size_t d = 0; d < c.n; d++) free(c.doc[d]);
-  free(c.doc);
-  free(c.len);
+  corpus_free(&c);
   dsi_tok_free(tok);
   return rc;
 }

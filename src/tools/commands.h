@@ -13,12 +13,13 @@ int dsi_cmd_bench(int argc, char **argv);
 int dsi_cmd_plan(int argc, char **argv); /* cmd_plan.c */
 int dsi_cmd_profile(int argc, char **argv); /* cmd_profile.c */
 /* cmd_bench.c: B sequences of P random tokens (from seed) prefilled in one
- * batch, then G greedy decode steps; 0, or 1 when the engine failed */
+ * batch, then G greedy decode steps; 0, or 1 with err set (the engine's
+ * error, or out of memory) */
 typedef struct dsi_bench_result {
   double prefill_tps, decode_tps, ms_per_token;
 } dsi_bench_result;
 typedef struct dsi_engine dsi_engine;
-int dsi_bench_run(dsi_engine *e, int vocab, int P, int G, int B, uint64_t seed, dsi_bench_result *r);
+int dsi_bench_run(dsi_engine *e, int vocab, int P, int G, int B, uint64_t seed, dsi_bench_result *r, dsi_err *err);
 /* cmd_ablation.c: bench --ablation */
 typedef struct dsi_bench_ablation_opts {
   const char *model;

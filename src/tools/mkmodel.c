@@ -133,6 +133,8 @@ typedef struct mk_plan {
   const char *dtype; /* f32 | bf16 | fp8 */
   mk_tensor *t;
   int n, cap;
+  int oom;            /* a tensor could not be added: the plan is incomplete */
+  mk_tensor spare;    /* what plan_push fills when out of memory */
   size_t total_bytes;
   int64_t max_cols;
   int n_shards;
@@ -141,12 +143,15 @@ typedef struct mk_plan {
 static int64_t scale_rows(const mk_tensor *t) { return DSI_CEIL_DIV(t->rows, MK_BAND); }
 static int64_t scale_cols(const mk_tensor *t) { return DSI_CEIL_DIV(t->cols, MK_BAND); }
 
+/* a new tensor of the plan; out of memory, p->oom and a spare to fill */
 static mk_tensor *plan_push(mk_plan *p, const char *name, int64_t rows, int64_t cols, int ndim) {
-  if (p->n == p->cap) {
-    p->cap = p->cap ? 2 * p->cap : 256;
-    p->t = dsi_xrealloc(p->t, (size_t)p->cap * sizeof *p->t);
+  if (p->n == p->cap && !p->oom) {
+    int cap = p->cap ? 2 * p->cap : 256;
+    mk_tensor *t = realloc(p->t, (size_t)cap * sizeof *p->t);
+    if (t) p->t = t, p->cap = cap;
+    else p->oom = 1;
   }
-  mk_tensor *t = &p->t[p->n++];
+  mk_tensor *t = p->oom ? &p->spare : &p->t[p->n++];
   memset(t, 0, sizeof *t);
   DSI_ASSERT(strlen(name) < sizeof t->name);
   strcpy(t->name, name);
@@ -442,6 +447,7 @@ static int write_tensor(dsi_st_writer *w, const mk_tensor *t, uint64_t seed, mk_
 static int write_shard(const mk_plan *p, int shard, const char *path, uint64_t seed, mk_buffers *b,
                        mk_progress *pr, dsi_err *err) {
   dsi_st_writer *w = dsi_st_writer_new();
+  if (!w) return dsi_errf(err, DSI_E_NOMEM, "%s: out of memory", path);
   for (int i = 0; i < p->n; i++) {
     const mk_tensor *t = &p->t[i];
     if (t->shard != shard) continue;
@@ -464,6 +470,7 @@ static int write_shard(const mk_plan *p, int shard, const char *path, uint64_t s
 
 /* model.safetensors.index.json: which shard holds each tensor. */
 static int write_index(const mk_plan *p, const char *dir, dsi_err *err) {
+  dsi_json_oom_clear();
   cJSON *j = cJSON_CreateObject();
   cJSON *meta = cJSON_AddObjectToObject(j, "metadata");
   cJSON_AddNumberToObject(meta, "total_size", (double)p->total_bytes);
@@ -477,7 +484,7 @@ static int write_index(const mk_plan *p, const char *dir, dsi_err *err) {
       cJSON_AddStringToObject(map, sn, file);
     }
   }
-  char *text = cJSON_Print(j);
+  char *text = dsi_json_oom() ? NULL : cJSON_Print(j);
   cJSON_Delete(j);
   if (!text) return dsi_errf(err, DSI_E_NOMEM, "model.safetensors.index.json: out of memory");
   char path[4096];
@@ -495,7 +502,10 @@ static int write_config(const mk_plan *p, const char *dir, dsi_err *err) {
   if (!strcmp(p->dtype, "f32")) {
     static const char from[] = "\"torch_dtype\": \"bfloat16\"", to[] = "\"torch_dtype\": \"float32\"";
     char *at = strstr(text, from);
-    DSI_ASSERT(at);
+    if (!at) { /* cJSON could not add the key */
+      free(text);
+      return dsi_errf(err, DSI_E_NOMEM, "config.json: out of memory");
+    }
     memmove(at + sizeof to - 1, at + sizeof from - 1, strlen(at + sizeof from - 1) + 1);
     memcpy(at, to, sizeof to - 1);
   }
@@ -622,6 +632,10 @@ int dsi_mkmodel(const dsi_mkmodel_opts *o, dsi_err *err) {
   p.dtype = o->dtype;
   p.cfg.fp8 = !strcmp(o->dtype, "fp8");
   plan_build(&p);
+  if (p.oom) {
+    free(p.t);
+    return dsi_errf(err, DSI_E_NOMEM, "out of memory planning %d tensors", p.n + 1);
+  }
   plan_shards(&p, o->shard_mb);
   const int sharded = o->shard_mb > 0;
 

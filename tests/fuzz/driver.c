@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "../unit/xalloc.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

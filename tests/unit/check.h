@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "xalloc.h"
+
 static int check_passed, check_failed;
 
 static inline int check_one(int ok, const char *file, int line, const char *what) {

@@ -63,7 +63,7 @@ int main(void) {
   int32_t *ids;
   size_t n;
   DSI_ASSERT(dsi_tok_encode(tok, SCRIPT, strlen(SCRIPT), 0, &ids, &n, &err) == 0);
-  dsi_sched_testing_script(s, ids, (int)n);
+  DSI_ASSERT(dsi_sched_testing_script(s, ids, (int)n) == 0);
   free(ids);
   dsi_server *srv;
   dsi_server_opts so = {.port = 0, .model_name = "tiny", .ctx = 512, .api_key = "k", .quiet = 1};
