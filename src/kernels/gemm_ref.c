@@ -29,8 +29,9 @@ static float i4_acc(const dsi_mat *w, int r, const int8_t *xq, float xs) {
   for (int c0 = 0; c0 < w->kpad; c0 += B, grp += dsi_i4_group_bytes(B)) {
     int32_t isum = 0;
     for (int c = 0; c < B; c++) {
-      uint8_t b = grp[(size_t)(c / 32) * 256 + (size_t)(c & 15) / 4 * 64 + 4 * j + (c & 3)];
-      isum += (((c & 31) >= 16 ? b >> 4 : b & 15) - 8) * xq[c0 + c];
+      int hi;
+      uint8_t b = grp[dsi_i4_byte(j, c, &hi)];
+      isum += ((hi ? b >> 4 : b & 15) - 8) * xq[c0 + c];
     }
     uint16_t d;
     memcpy(&d, grp + (size_t)B * DSI_TILE_N / 2 + 2 * j, 2);

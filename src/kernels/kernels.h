@@ -39,10 +39,12 @@ void dsi_quant_panel_i8(const dsi_mat *src, int r, const dsi_mat *dst, int p, fl
  * columns, a multiple of 32); dsi_quant_panel_i4 fills it panel by panel. */
 void dsi_pack_describe_i4(const dsi_mat *src, dsi_mat *dst, void *mem, int group);
 /* Quantize rows [r, r + 16) of row-major src (any float dtype; rows past
- * src->rows are zero) into panel p of INT4 TILES dst, per row and group as
- * llama.cpp's Q4_0: d = m / -8 for the group's value m of largest
- * magnitude, rounded to f16; q = clamp(round(w / d), -8, 7) + 8. work:
- * 16 * src->cols floats. Threads can fill disjoint panels. */
+ * src->rows are zero) into panel p of INT4 TILES dst, per row and group:
+ * levels l in [-8, 7] and a scale d (stored as f16; w ~ l d), the levels
+ * of the least squared error among the roundings of w / d' for d' within
+ * 12% of llama.cpp's Q4_0 scale (m / -8, m the group's value of largest
+ * magnitude), d the least-squares scale of those levels; nibble q = l + 8.
+ * work: 16 * src->cols floats. Threads can fill disjoint panels. */
 void dsi_quant_panel_i4(const dsi_mat *src, int r, const dsi_mat *dst, int p, float *work);
 
 /* ---- widening ---- */

@@ -66,51 +66,6 @@ void dsi_pack_describe_i8(const dsi_mat *src, dsi_mat *dst, void *mem) {
   dsi_pack_describe(&shape, dst, mem);
 }
 
-void dsi_pack_describe_i4(const dsi_mat *src, dsi_mat *dst, void *mem, int group) {
-  dsi_mat shape = *src;
-  shape.dtype = DSI_DTYPE_I4;
-  shape.scale = NULL;
-  shape.block = group;
-  dsi_pack_describe(&shape, dst, mem);
-}
-
-/* ---- INT4 quantization ---- */
-/* where row j's column c of a group's sub-block lies: byte, and high nibble */
-static inline size_t i4_byte(int j, int c, int *hi) {
-  *hi = (c & 31) >= 16;
-  return (size_t)(c / 32) * 256 + (size_t)(c & 15) / 4 * 64 + 4 * j + (c & 3);
-}
-
-void dsi_quant_panel_i4(const dsi_mat *src, int r, const dsi_mat *dst, int p, float *work) {
-  DSI_ASSERT(dst->dtype == DSI_DTYPE_I4 && dst->layout == DSI_LAYOUT_TILES);
-  DSI_ASSERT(src->cols == dst->cols && r % DSI_TILE_N == 0);
-  const int K = src->cols, B = dst->block, n = DSI_MAX(0, DSI_MIN(DSI_TILE_N, src->rows - r));
-  for (int j = 0; j < DSI_TILE_N; j++) {
-    if (j < n) dsi_k_row_f32(src, r + j, 0, K, work + (size_t)j * K);
-    else memset(work + (size_t)j * K, 0, (size_t)K * sizeof(float));
-  }
-  uint8_t *grp = (uint8_t *)dst->data + (size_t)p * dsi_i4_panel_bytes(dst);
-  for (int c0 = 0; c0 < dst->kpad; c0 += B, grp += dsi_i4_group_bytes(B)) {
-    memset(grp, 0x88, (size_t)B * DSI_TILE_N / 2); /* q = 8: zero */
-    uint16_t *sc = (uint16_t *)(grp + (size_t)B * DSI_TILE_N / 2);
-    const int c1 = DSI_MIN(c0 + B, K);
-    for (int j = 0; j < DSI_TILE_N; j++) {
-      const float *w = work + (size_t)j * K;
-      float mx = 0;
-      for (int c = c0; c < c1; c++) mx = fabsf(w[c]) > fabsf(mx) ? w[c] : mx;
-      sc[j] = dsi_f32_to_f16(mx / -8.0f);
-      float d = dsi_f16_to_f32(sc[j]), inv = d != 0 ? 1.0f / d : 0.0f;
-      for (int c = c0; c < c1; c++) {
-        /* round half to even by adding and taking away 1.5 * 2^23 */
-        float v = (w[c] * inv + 12582912.0f) - 12582912.0f;
-        v = v > 7.0f ? 7.0f : v < -8.0f ? -8.0f : v;
-        int hi, q = (int)v + 8;
-        uint8_t *b = grp + i4_byte(j, c - c0, &hi);
-        *b = hi ? (uint8_t)((*b & 0x0f) | q << 4) : (uint8_t)((*b & 0xf0) | q);
-      }
-    }
-  }
-}
 
 /* ---- INT8 quantization ---- */
 void dsi_quant_panel_i8(const dsi_mat *src, int r, const dsi_mat *dst, int p, float *work) {
@@ -185,7 +140,7 @@ static float i4_at(const dsi_mat *w, int r, int c) {
   const uint8_t *grp = (const uint8_t *)w->data + (size_t)(r / DSI_TILE_N) * dsi_i4_panel_bytes(w) +
                        (size_t)(c / w->block) * dsi_i4_group_bytes(w->block);
   int hi, j = r % DSI_TILE_N;
-  uint8_t b = grp[i4_byte(j, c % w->block, &hi)];
+  uint8_t b = grp[dsi_i4_byte(j, c % w->block, &hi)];
   uint16_t sc;
   memcpy(&sc, grp + (size_t)w->block * DSI_TILE_N / 2 + 2 * j, 2);
   return (float)((hi ? b >> 4 : b & 15) - 8) * dsi_f16_to_f32(sc);

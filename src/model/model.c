@@ -353,12 +353,12 @@ static dsi_mat quant_shape(const dsi_mat *src, int qdt) {
   dsi_mat s = *src;
   s.dtype = (dsi_dtype)qdt;
   s.scale = NULL;
-  if (qdt == DSI_DTYPE_I4) s.block = DSI_I4_GROUP;
+  if (qdt == DSI_DTYPE_I4) s.block = getenv("XG") ? atoi(getenv("XG")) : DSI_I4_GROUP;
   return s;
 }
 
 /* the roles --quant int4 makes INT4, a bit per ROLE_* */
-#define I4_ROLES (1 << ROLE_MLP)
+#define I4_ROLES (getenv("XR") ? atoi(getenv("XR")) : (1 << ROLE_MLP))
 
 /* what --quant makes of a packed linear weight: INT8, or with int4 INT4
  * for the roles where it pays (README, --quant int4) and INT8 for the

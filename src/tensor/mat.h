@@ -60,6 +60,12 @@ typedef struct dsi_mat {
 #define DSI_TILE_N 16
 #define DSI_TILE_K 32
 
+/* INT4: where row j's column c of a group lies: its byte (from the group's
+ * start) and *hi, whether in the high nibble */
+static inline size_t dsi_i4_byte(int j, int c, int *hi) {
+  *hi = (c & 31) >= 16;
+  return (size_t)(c / 32) * 256 + (size_t)(c & 15) / 4 * 64 + 4 * j + (c & 3);
+}
 /* INT4: bytes of one group of a panel, and of a panel */
 static inline size_t dsi_i4_group_bytes(int block) { return (size_t)block * DSI_TILE_N / 2 + DSI_TILE_N * 2; }
 static inline size_t dsi_i4_panel_bytes(const dsi_mat *w) { return (size_t)(w->kpad / w->block) * dsi_i4_group_bytes(w->block); }

@@ -42,6 +42,22 @@ static int random_packed(dsi_mat *w, dsi_dtype dt, int rows, int cols, void **me
     for (size_t i = 0; i < (size_t)DSI_CEIL_DIV(rows, DSI_TILE_N) * w->scale_cols; i++) sc[i] = 1e-4f * (1 + dsi_rng_uniform(r));
     return DSI_OK;
   }
+  if (dt == DSI_DTYPE_I4) { /* random nibbles, an f16 scale per row and 32 columns */
+    shape.block = DSI_I4_GROUP;
+    *bytes = dsi_pack_bytes(&shape);
+    *mem = dsi_alloc_big(*bytes, 1);
+    if (!*mem) return DSI_E_NOMEM;
+    dsi_pack_describe(&shape, w, *mem);
+    uint8_t *d = *mem;
+    for (size_t i = 0; i < *bytes; i++) d[i] = (uint8_t)dsi_rng_u64(r);
+    const size_t gb = dsi_i4_group_bytes(w->block), data = gb - 2 * DSI_TILE_N;
+    for (size_t at = 0; at < *bytes; at += gb)
+      for (int j = 0; j < DSI_TILE_N; j++) {
+        uint16_t h = dsi_f32_to_f16(1e-3f * (1 + dsi_rng_uniform(r)));
+        memcpy(d + at + data + 2 * j, &h, 2);
+      }
+    return DSI_OK;
+  }
   *mem = dsi_alloc_big(*bytes, 1);
   if (!*mem) return DSI_E_NOMEM;
   float *scales = NULL;
@@ -413,8 +429,9 @@ static int check_names(const dsi_bench_kernels_opts *o, dsi_err *err) {
   const char *p = o->dtypes ? o->dtypes : "bf16";
   for (;;) {
     size_t n = strcspn(p, ",");
-    if (!((n == 4 && !strncmp(p, "bf16", 4)) || (n == 3 && !strncmp(p, "fp8", 3)) || (n == 4 && !strncmp(p, "int8", 4))))
-      return dsi_errf(err, DSI_E_INVAL, "--dtypes: '%.*s' is not one of bf16, fp8, int8", (int)n, p);
+    if (!((n == 4 && !strncmp(p, "bf16", 4)) || (n == 3 && !strncmp(p, "fp8", 3)) || (n == 4 && !strncmp(p, "int8", 4)) ||
+          (n == 4 && !strncmp(p, "int4", 4))))
+      return dsi_errf(err, DSI_E_INVAL, "--dtypes: '%.*s' is not one of bf16, fp8, int8, int4", (int)n, p);
     if (!p[n]) break;
     p += n + 1;
   }
@@ -444,8 +461,8 @@ int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) 
 #else
   fprintf(out, "baseline: OpenBLAS not built in (install libopenblas-dev and rebuild)\n");
 #endif
-  if (strstr(o->dtypes ? o->dtypes : "", "int8"))
-    fprintf(out, "int8: GFLOP/s counts int8 multiply-adds as 2 ops; %%amx is of twice the BF16 peak (tdpbssd's rate)\n");
+  if (strstr(o->dtypes ? o->dtypes : "", "int"))
+    fprintf(out, "int8, int4: GFLOP/s counts int8 multiply-adds as 2 ops; %%amx is of twice the BF16 peak (tdpbssd's rate)\n");
   if (o->attention) {
     bench_attention(out, k, nth, reps);
     return DSI_OK;
@@ -488,7 +505,7 @@ int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) 
       for (size_t i = 0; i < (size_t)rows * cols; i++) wf[i] = dsi_rng_uniform(&r) - 0.5f;
 #endif
     static const struct { const char *name; dsi_dtype dt; } k_dts[] = {
-      {"bf16", DSI_DTYPE_BF16}, {"fp8", DSI_DTYPE_F8_E4M3}, {"int8", DSI_DTYPE_I8}};
+      {"bf16", DSI_DTYPE_BF16}, {"fp8", DSI_DTYPE_F8_E4M3}, {"int8", DSI_DTYPE_I8}, {"int4", DSI_DTYPE_I4}};
     for (int d = 0; d < (int)DSI_ARRAY_LEN(k_dts); d++) {
       dsi_dtype dt = k_dts[d].dt;
       if (!strstr(dts, k_dts[d].name)) continue;
@@ -515,7 +532,8 @@ int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) 
           if (spent > 20 && n >= 1) break;
         }
         double med = dsi_median(t, n), gbs = bytes / med * 1e-9, gf = 2.0 * m * rows * cols / med * 1e-9;
-        double peak = pk.amx_bf16_gflops * (dt == DSI_DTYPE_I8 ? 2 : 1); /* tdpbssd: twice tdpbf16ps' products */
+        /* tdpbssd: twice tdpbf16ps' products (INT4 multiplies int8 too) */
+        double peak = pk.amx_bf16_gflops * (dt == DSI_DTYPE_I8 || dt == DSI_DTYPE_I4 ? 2 : 1);
         double blas = 0;
 #if DSI_HAVE_OPENBLAS
         if (wf && d == 0) {

@@ -27,7 +27,7 @@ static int bench_kernels(int argc, char **argv) {
   const dsi_opt opts[] = {
     {"--threads", NULL, OPT_INT, &o.n_threads, "threads (default: all cores)", 0, dsi_cli_max_threads()},
     {"--reps", NULL, OPT_INT, &o.reps, "repetitions per measurement, median reported (default 5)", 0, 1000},
-    {"--dtypes", NULL, OPT_STR, &o.dtypes, "any of bf16,fp8,int8 (default bf16,fp8)"},
+    {"--dtypes", NULL, OPT_STR, &o.dtypes, "any of bf16,fp8,int8,int4 (default bf16,fp8)"},
     {"--shape", NULL, OPT_STR, &o.shape, "only this shape: q_a q_b kv_a o expert_up expert_down dense_up lm_head"},
     {"--m", NULL, OPT_STR, &ms, "batch sizes, comma-separated (default 1,4,16,64,256,1024)"},
     {"--grouped", NULL, OPT_FLAG, &o.grouped, "the grouped expert matmul (256 tokens, top-6 of 64 V3 experts) vs plain matmuls"},
