@@ -353,17 +353,18 @@ static dsi_mat quant_shape(const dsi_mat *src, int qdt) {
   dsi_mat s = *src;
   s.dtype = (dsi_dtype)qdt;
   s.scale = NULL;
-  if (qdt == DSI_DTYPE_I4) s.block = getenv("XG") ? atoi(getenv("XG")) : DSI_I4_GROUP;
+  if (qdt == DSI_DTYPE_I4) s.block = DSI_I4_GROUP;
   return s;
 }
 
 /* the roles --quant int4 makes INT4, a bit per ROLE_* */
-#define I4_ROLES (getenv("XR") ? atoi(getenv("XR")) : (1 << ROLE_MLP))
+#define I4_ROLES (1 << ROLE_MLP)
 
 /* what --quant makes of a packed linear weight: INT8, or with int4 INT4
- * for the roles where it pays (README, --quant int4) and INT8 for the
- * rest. W_UV (kv_b_proj's) stays INT8: the prefill's attention multiplies
- * its int8 rows. */
+ * for the MLP weights and INT8 for the rest (README, --quant int4: on
+ * models/brown INT4 attention or lm_head weights cost more accuracy than
+ * the MLP's, for fewer bytes). W_UV (kv_b_proj's) stays INT8: the
+ * prefill's attention multiplies its int8 rows. */
 static int quant_dtype(const dsi_model *m, const spec *s) {
   if (m->quant == DSI_QUANT_INT4 && !s->mla && (I4_ROLES >> s->role & 1)) return DSI_DTYPE_I4;
   return DSI_DTYPE_I8;
