@@ -358,13 +358,14 @@ static dsi_mat quant_shape(const dsi_mat *src, int qdt) {
 }
 
 /* the roles --quant int4 makes INT4, a bit per ROLE_* */
-#define I4_ROLES (1 << ROLE_MLP)
+#define I4_ROLES (1 << ROLE_MLP | 1 << ROLE_ATTN)
 
 /* what --quant makes of a packed linear weight: INT8, or with int4 INT4
- * for the MLP weights and INT8 for the rest (README, --quant int4: on
- * models/brown INT4 attention or lm_head weights cost more accuracy than
- * the MLP's, for fewer bytes). W_UV (kv_b_proj's) stays INT8: the
- * prefill's attention multiplies its int8 rows. */
+ * for the MLP and attention projections and INT8 for lm_head (README,
+ * --quant int4: measured, INT4 attention halves its prefill time where
+ * INT8 has no VNNI kernel, for a little accuracy; INT4 lm_head costs more
+ * than all the rest). W_UV (kv_b_proj's) stays INT8: the prefill's
+ * attention multiplies its int8 rows. */
 static int quant_dtype(const dsi_model *m, const spec *s) {
   if (m->quant == DSI_QUANT_INT4 && !s->mla && (I4_ROLES >> s->role & 1)) return DSI_DTYPE_I4;
   return DSI_DTYPE_I8;
