@@ -71,6 +71,9 @@ const char *dsi_gemm_kernel_name(dsi_gemm_fn fn) {
   return fn == dsi_gemm_ref ? "ref" : "?";
 }
 
+#if !DSI_HAVE_AVX512 /* no x86/avx512_peak.c */
+double dsi_vec_peak(dsi_vec_peak_kind kind, double seconds) { (void)kind, (void)seconds; return 0; }
+#endif
 #if !defined(__x86_64__) /* no x86/amx_peak.c */
 double dsi_amx_peak_gflops(double seconds) { (void)seconds; return 0; }
 double dsi_amx_walk_gflops(int stage, const uint8_t *far, size_t far_bytes, double seconds) {

@@ -15,6 +15,10 @@ positive() { # file, pattern of the line, unit: the first figure followed by the
 }
 "$bin" bench kernels --shape kv_a --m 1,16 --dtypes bf16,fp8,int4 --reps 1 > "$scratch/table.txt"
 positive "$scratch/table.txt" "memory read" "GB/s,"
+if grep -qE "isa (avx512|amx)" "$scratch/table.txt"; then # the vector peaks where there is AVX-512
+  positive "$scratch/table.txt" "vector peaks" "GFLOP/s,"
+  grep -q "kv_a .* int4 .*(avx512.*int4; peak" "$scratch/table.txt" || fail "no int4 kernel named" "" "$scratch/table.txt"
+fi
 for dt in bf16 fp8 int4; do
   for m in 1 16; do
     line=$(awk -v d=$dt -v m=$m '$1 == "kv_a" && $4 == d && $5 == m' "$scratch/table.txt")
