@@ -26,6 +26,7 @@ expect 1 "context limit" -- "$bin" generate --model $good --tokens "$long" -n 1
 expect 2 "--quant must be none, int8 or int4" -- "$bin" generate --model $good --tokens 1 --quant int2
 expect 2 "--quant must be none, int8 or int4" -- "$bin" bench --model $good --quant fp4
 expect 1 "cannot be combined with --op-opt off" -- "$bin" generate --model $good --tokens 1 -n 1 --quant int8 --op-opt off
+expect 1 "int4 quantization packs the weights" -- "$bin" generate --model $good --tokens 1 -n 1 --quant int4 --mlock
 expect 2 "--exec must be graph or eager" -- "$bin" generate --model $good --tokens 1 --exec lazy
 expect 2 "--streams 3 is out of range: it must be in [0, 2]" -- "$bin" generate --model $good --tokens 1 --streams 3
 expect 2 "--exec must be graph or eager" -- "$bin" bench --model $good --exec lazy
