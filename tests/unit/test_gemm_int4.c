@@ -197,6 +197,9 @@ static void test_kernels(dsi_rng *rng) {
           int rows = rows_set[ri], cols = cols_set[ci], m = m_set[mi];
           /* the oracle is scalar: the larger products on a rotating m only */
           if ((double)rows * cols * m > 3e5 && mi % 3 != (ri + ci + epi) % 3) continue;
+#ifdef __SANITIZE_ADDRESS__
+          if ((ri + ci + mi + epi) % 2) continue; /* half the cases: the suite's time under ASan */
+#endif
           one_case(ks, nk, (dsi_epilogue)epi, rows, cols, m, (ri + ci + mi) % 2 ? 128 : 32, rng);
           n++;
         }
