@@ -58,8 +58,13 @@ typedef struct dsi_load_opts {
 /* DSI_QUANT_INT8: every packed linear weight (not the embedding, the norms,
  * the MoE router or W_UK) becomes symmetric int8 with one f32 scale per 16
  * rows x 128 columns, whatever the checkpoint's dtype (F32, BF16, F16, FP8).
- * Needs packed weights (not with mlock or op_opt_off). */
-enum { DSI_QUANT_NONE = 0, DSI_QUANT_INT8 = 1 };
+ * Needs packed weights (not with mlock or op_opt_off).
+ * DSI_QUANT_INT4: the MLP weights (routed and shared experts, dense MLPs)
+ * and the attention projections (q, kv_a, o) become 4-bit with one f16
+ * scale per row and 32 columns, lm_head and W_UV int8 as above; INT4
+ * matmuls multiply int8 activations (one scale per row) in every
+ * precision mode. */
+enum { DSI_QUANT_NONE = 0, DSI_QUANT_INT8 = 1, DSI_QUANT_INT4 = 2 };
 
 /* Open a Hugging Face checkpoint directory (config.json + model.safetensors
  * or model.safetensors.index.json with shards). */

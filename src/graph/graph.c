@@ -87,7 +87,7 @@ void dsi_graph_workspace(dsi_graph *g, int i, size_t shared, size_t thread, int 
 char *dsi_tensor_desc(const dsi_tensor *t, char *buf, size_t len) {
   static const char *const names[DSI_DTYPE_COUNT] = {
     [DSI_DTYPE_F32] = "f32", [DSI_DTYPE_BF16] = "bf16", [DSI_DTYPE_F16] = "f16", [DSI_DTYPE_F8_E4M3] = "fp8",
-    [DSI_DTYPE_I32] = "i32", [DSI_DTYPE_I64] = "i64", [DSI_DTYPE_I8] = "i8", [DSI_DTYPE_U8] = "u8"};
+    [DSI_DTYPE_I32] = "i32", [DSI_DTYPE_I64] = "i64", [DSI_DTYPE_I8] = "i8", [DSI_DTYPE_U8] = "u8", [DSI_DTYPE_I4] = "i4"};
   size_t at = (size_t)snprintf(buf, len, "%s[", (unsigned)t->dtype < DSI_DTYPE_COUNT ? names[t->dtype] : "?");
   for (int d = 0; d < t->ndim && at < len; d++) at += (size_t)snprintf(buf + at, len - at, "%s%lld", d ? "," : "", (long long)t->ne[d]);
   if (at < len) snprintf(buf + at, len - at, t->ndim ? "]" : "...]");
@@ -181,7 +181,8 @@ static int only_packed_consumers(const dsi_graph *g, int i, int t) {
   for (int k = i + 1; k < g->n_ops; k++) {
     const dsi_op *op = &g->ops[k];
     if (op->dead || !reads(op, t)) continue;
-    if (op->kind == DSI_OP_MATMUL && op->in[0] == t && op->w->layout == DSI_LAYOUT_TILES && op->w->dtype != DSI_DTYPE_I8)
+    if (op->kind == DSI_OP_MATMUL && op->in[0] == t && op->w->layout == DSI_LAYOUT_TILES && op->w->dtype != DSI_DTYPE_I8 &&
+        op->w->dtype != DSI_DTYPE_I4)
       any = 1;
     else if (op->kind == DSI_OP_MOE_GATE_UP && op->in[0] == t)
       any = 1;

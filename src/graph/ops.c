@@ -30,7 +30,10 @@ static dsi_mm_thread mm_thread(const dsi_xrun *r, const dsi_op *op, const dsi_te
 }
 
 /* costs of a matmul of m rows */
-static double mat_bytes(const dsi_mat *w) { return (double)w->rows * w->cols * dsi_dtype_size(w->dtype); }
+static double mat_bytes(const dsi_mat *w) {
+  if (w->dtype == DSI_DTYPE_I4) return (double)dsi_pack_bytes(w); /* 4 bits, and its scales */
+  return (double)w->rows * w->cols * dsi_dtype_size(w->dtype);
+}
 static void mm_cost(const dsi_mat *w, double m, dsi_op_cost *c) {
   c->flops += 2.0 * m * w->rows * w->cols;
   c->wbytes += mat_bytes(w);

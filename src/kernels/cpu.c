@@ -45,6 +45,7 @@ static void detect(void) {
     c->avx512bw = c->avx512f && ((b >> 30) & 1);
     c->avx512vl = c->avx512f && ((b >> 31) & 1);
     c->avx512vbmi = c->avx512f && ((cx >> 1) & 1);
+    c->avx512vnni = c->avx512f && ((cx >> 11) & 1);
     int amx_bf16 = (d >> 22) & 1, amx_tile = (d >> 24) & 1, amx_int8 = (d >> 25) & 1;
     __cpuid_count(7, 1, a, b, cx, d);
     c->avx512bf16 = c->avx512f && ((a >> 5) & 1);
@@ -99,6 +100,9 @@ static void make_tables(void) {
      * and below AMX's 8 rows the f32 route measured as fast or faster
      * (docs/perf-notes.md) */
     k->dot_bf16 = k->level == DSI_ISA_AVX512BF16;
+    /* every CPU with AVX512-BF16 has VNNI; capped to avx512, the INT4
+     * matmul takes the vpmaddubsw route (tests run both here) */
+    k->vnni = k->level >= DSI_ISA_AVX512BF16 && c->avx512vnni;
 #endif
 #if DSI_HAVE_AMX
     k->amx = k->level >= DSI_ISA_AMX;

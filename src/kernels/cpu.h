@@ -12,7 +12,7 @@ typedef enum { DSI_ISA_SCALAR, DSI_ISA_AVX2, DSI_ISA_AVX512, DSI_ISA_AVX512BF16,
 
 typedef struct dsi_cpu {
   int avx2, fma, f16c;
-  int avx512f, avx512bw, avx512vl, avx512bf16, avx512vbmi;
+  int avx512f, avx512bw, avx512vl, avx512bf16, avx512vbmi, avx512vnni;
   int amx_tile, amx_bf16, amx_int8; /* and the OS granted tile data */
   dsi_isa best;    /* what the hardware and OS support */
 } dsi_cpu;
@@ -32,6 +32,8 @@ typedef struct dsi_kern {
                                     with it and without AMX) */
   int amx;                       /* the AMX BF16 tile kernels run (matmul, attention) */
   int amx_int8;                  /* and the AMX INT8 matmul */
+  int vnni;                      /* AVX512-VNNI (vpdpbusd) at the AVX512BF16 level and
+                                    above: the INT4 matmul uses it */
 } dsi_kern;
 /* the table for this CPU at min(cap, its best level) */
 const dsi_kern *dsi_kern_get(dsi_isa cap);

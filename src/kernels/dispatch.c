@@ -8,6 +8,19 @@
 dsi_gemm_fn dsi_gemm_pick(const dsi_kern *k, const dsi_mat *w, int m, int act_bf16, int *prep) {
   *prep = DSI_PREP_NONE;
   if (w->layout != DSI_LAYOUT_TILES) return dsi_gemm_ref;
+  if (w->dtype == DSI_DTYPE_I4) {
+    /* int8 activations in every precision mode; no AMX kernel: AMX CPUs
+     * run the VNNI one */
+    *prep = DSI_PREP_I8;
+#if DSI_HAVE_AVX512
+    if (k->vnni) return dsi_gemm_avx512_vnni_i4;
+    if (k->level >= DSI_ISA_AVX512) return dsi_gemm_avx512_i4;
+#endif
+#if DSI_HAVE_AVX2
+    if (k->level >= DSI_ISA_AVX2) return dsi_gemm_avx2_i4;
+#endif
+    return dsi_gemm_ref;
+  }
   int kernel_dtype = w->dtype == DSI_DTYPE_F32 || w->dtype == DSI_DTYPE_BF16 || w->dtype == DSI_DTYPE_F8_E4M3;
   (void)kernel_dtype;
   (void)m;
@@ -48,13 +61,19 @@ const char *dsi_gemm_kernel_name(dsi_gemm_fn fn) {
 #if DSI_HAVE_AVX512
   if (fn == dsi_gemm_avx512) return "avx512";
   if (fn == dsi_gemm_avx512_bf16) return "avx512-bf16";
+  if (fn == dsi_gemm_avx512_vnni_i4) return "avx512-vnni-int4";
+  if (fn == dsi_gemm_avx512_i4) return "avx512-int4";
 #endif
 #if DSI_HAVE_AVX2
   if (fn == dsi_gemm_avx2) return "avx2";
+  if (fn == dsi_gemm_avx2_i4) return "avx2-int4";
 #endif
   return fn == dsi_gemm_ref ? "ref" : "?";
 }
 
+#if !DSI_HAVE_AVX512 /* no x86/avx512_peak.c */
+double dsi_vec_peak(dsi_vec_peak_kind kind, double seconds) { (void)kind, (void)seconds; return 0; }
+#endif
 #if !defined(__x86_64__) /* no x86/amx_peak.c */
 double dsi_amx_peak_gflops(double seconds) { (void)seconds; return 0; }
 double dsi_amx_walk_gflops(int stage, const uint8_t *far, size_t far_bytes, double seconds) {

@@ -70,6 +70,13 @@ void dsi_gemm_amx_int8(const dsi_gemm *g, int r0, int r1, void *scratch);
 /* AVX2 + FMA (any m; TILES layout, F32 / BF16 / FP8 / INT8) — x86/avx2.c */
 void dsi_gemm_avx2(const dsi_gemm *g, int r0, int r1, void *scratch);
 
+/* INT4 weights times int8 activations (any m; needs xq): AVX-512 with VNNI
+ * (vpdpbusd), AVX-512 BW (vpmaddubsw), AVX2 — x86/avx512_int4.c,
+ * x86/avx2_int4.c. They and dsi_gemm_ref agree bitwise before the SiLU. */
+void dsi_gemm_avx512_vnni_i4(const dsi_gemm *g, int r0, int r1, void *scratch);
+void dsi_gemm_avx512_i4(const dsi_gemm *g, int r0, int r1, void *scratch);
+void dsi_gemm_avx2_i4(const dsi_gemm *g, int r0, int r1, void *scratch);
+
 /* What a kernel reads besides x, prepared once by the caller. */
 enum {
   DSI_PREP_NONE, /* x as it is (with bf16 activations: rounded to bf16 values first) */
@@ -98,7 +105,8 @@ dsi_gemm_fn dsi_gemm_pick(const struct dsi_kern *k, const dsi_mat *w, int m, int
 /* whether dsi_gemm_pick gives BF16 / FP8 weights the AMX kernel at m
  * (then activations are wanted as bf16 rows) */
 int dsi_gemm_amx_rows(const struct dsi_kern *k, int m, int act_bf16);
-/* "ref", "avx2", "avx512", "avx512-bf16", "amx", "amx-int8" */
+/* "ref", "avx2", "avx512", "avx512-bf16", "amx", "amx-int8", "avx512-vnni-int4",
+ * "avx512-int4", "avx2-int4" */
 const char *dsi_gemm_kernel_name(dsi_gemm_fn fn);
 
 /* Pack gate [I, D] and up [I, D] (row-major, same dtype) into one TILES

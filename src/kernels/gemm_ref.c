@@ -15,8 +15,67 @@ static inline const float *x_row(const dsi_gemm *g, int i) {
 
 static inline float silu(float v) { return v / (1.0f + expf(-v)); }
 
+/* ---- INT4 weights times int8 activations ----
+ * acc(i, r) = xs_i * sum over groups, in order, of fma(isum, d_r,g, .),
+ * isum the exact integer sum of (q - 8) * xq over the group: every kernel
+ * computes these same operations (an int32 sum is exact in any order, and
+ * under 2^24 for groups of up to 256 columns), so all agree bitwise
+ * before the epilogue and a row's result does not depend on its batch. */
+static float i4_acc(const dsi_mat *w, int r, const int8_t *xq, float xs) {
+  const int B = w->block;
+  const uint8_t *grp = (const uint8_t *)w->data + (size_t)(r / DSI_TILE_N) * dsi_i4_panel_bytes(w);
+  const int j = r % DSI_TILE_N;
+  float acc = 0;
+  for (int c0 = 0; c0 < w->kpad; c0 += B, grp += dsi_i4_group_bytes(B)) {
+    int32_t isum = 0;
+    for (int c = 0; c < B; c++) {
+      int hi;
+      uint8_t b = grp[dsi_i4_byte(j, c, &hi)];
+      isum += ((hi ? b >> 4 : b & 15) - 8) * xq[c0 + c];
+    }
+    uint16_t d;
+    memcpy(&d, grp + (size_t)B * DSI_TILE_N / 2 + 2 * j, 2);
+    acc = fmaf((float)isum, dsi_f16_to_f32(d), acc);
+  }
+  return acc * xs;
+}
+
+static void gemm_ref_i4(const dsi_gemm *g, int r0, int r1, void *scratch) {
+  const dsi_mat *w = g->w;
+  const size_t ldq = DSI_XQ_LD(w->kpad);
+  const int8_t *xq = g->xq;
+  const float *xs = g->xq_scale;
+  if (!xq) { /* not prepared: quantized here, as dsi_rows_to_i8 does */
+    DSI_ASSERT((size_t)g->m * (ldq + sizeof(float)) <= DSI_GEMM_SCRATCH(w->cols));
+    float *s = scratch;
+    int8_t *q = (int8_t *)(s + g->m);
+    dsi_rows_to_i8(&dsi_vec_ops_generic, g->x, g->ldx, g->x_rows, g->m, w->cols, (int)ldq, q, s);
+    xq = q, xs = s;
+  }
+  if (g->epi == DSI_EPI_SILU_PAIRS) {
+    DSI_ASSERT(r0 % 32 == 0);
+    for (int r = r0; r < r1; r += 32)
+      for (int j = 0; j < DSI_TILE_N; j++)
+        for (int i = 0; i < g->m; i++) {
+          const int8_t *x = xq + (size_t)i * ldq;
+          g->y[(size_t)i * g->ldy + r / 2 + j] = silu(i4_acc(w, r + j, x, xs[i])) * i4_acc(w, r + 16 + j, x, xs[i]);
+        }
+    return;
+  }
+  for (int r = r0; r < r1 && r < w->rows; r++)
+    for (int i = 0; i < g->m; i++) {
+      float acc = i4_acc(w, r, xq + (size_t)i * ldq, xs[i]);
+      if (g->epi == DSI_EPI_STORE) g->y[(size_t)i * g->ldy + r] = acc;
+      else g->y[(size_t)g->y_rows[i] * g->ldy + r] += g->y_scale[i] * acc;
+    }
+}
+
 void dsi_gemm_ref(const dsi_gemm *g, int r0, int r1, void *scratch) {
   const dsi_mat *w = g->w;
+  if (w->dtype == DSI_DTYPE_I4) {
+    gemm_ref_i4(g, r0, r1, scratch);
+    return;
+  }
   int K = w->cols;
   float *row = scratch, *row2 = row + K;
   if (g->epi == DSI_EPI_SILU_PAIRS) {

@@ -31,6 +31,22 @@ void dsi_pack_describe_i8(const dsi_mat *src, dsi_mat *dst, void *mem);
  * 127]. work: 16 * src->cols floats. Threads can fill disjoint panels. */
 void dsi_quant_panel_i8(const dsi_mat *src, int r, const dsi_mat *dst, int p, float *work);
 
+/* ---- INT4 quantization (at load) ---- */
+/* columns per INT4 scale (the group): measured against 64 and 128 on the
+ * models' held-out text (README, --quant int4) */
+#define DSI_I4_GROUP 32
+/* Describe an INT4 TILES matrix of src's shape at mem (groups of `group`
+ * columns, a multiple of 32); dsi_quant_panel_i4 fills it panel by panel. */
+void dsi_pack_describe_i4(const dsi_mat *src, dsi_mat *dst, void *mem, int group);
+/* Quantize rows [r, r + 16) of row-major src (any float dtype; rows past
+ * src->rows are zero) into panel p of INT4 TILES dst, per row and group:
+ * levels l in [-8, 7] and a scale d (stored as f16; w ~ l d), the levels
+ * of the least squared error among the roundings of w / d' for d' within
+ * 12% of llama.cpp's Q4_0 scale (m / -8, m the group's value of largest
+ * magnitude), d the least-squares scale of those levels; nibble q = l + 8.
+ * work: 16 * src->cols floats. Threads can fill disjoint panels. */
+void dsi_quant_panel_i4(const dsi_mat *src, int r, const dsi_mat *dst, int p, float *work);
+
 /* ---- widening ---- */
 /* out[0..c1-c0) = W[r, c0..c1) in f32 */
 void dsi_k_row_f32(const dsi_mat *w, int r, int c0, int c1, float *out);

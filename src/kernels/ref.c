@@ -12,6 +12,11 @@
 
 /* ---- packing ---- */
 static size_t pack_data_bytes(const dsi_mat *w) {
+  if (w->dtype == DSI_DTYPE_I4) { /* its scales are in its panels */
+    DSI_ASSERT(w->block > 0 && w->block % DSI_TILE_K == 0);
+    size_t kpad = DSI_CEIL_DIV_SZ(w->cols, w->block) * w->block;
+    return DSI_CEIL_DIV_SZ(w->rows, DSI_TILE_N) * (kpad / w->block) * dsi_i4_group_bytes(w->block);
+  }
   size_t rows = DSI_CEIL_DIV_SZ(w->rows, DSI_TILE_N) * DSI_TILE_N;
   size_t kpad = DSI_CEIL_DIV_SZ(w->cols, DSI_TILE_K) * DSI_TILE_K;
   return (rows * kpad * dsi_dtype_size(w->dtype) + 63) & ~(size_t)63;
@@ -34,6 +39,12 @@ void dsi_pack_describe(const dsi_mat *src, dsi_mat *dst, void *mem) {
   dst->layout = DSI_LAYOUT_TILES;
   dst->kpad = (int)DSI_CEIL_DIV_SZ(src->cols, DSI_TILE_K) * DSI_TILE_K;
   dst->data = mem;
+  if (src->dtype == DSI_DTYPE_I4) {
+    dst->kpad = (int)DSI_CEIL_DIV_SZ(src->cols, src->block) * src->block;
+    dst->scale = NULL;
+    dst->scale_cols = dst->kpad / src->block;
+    return;
+  }
   if (src->dtype != DSI_DTYPE_F8_E4M3 && src->dtype != DSI_DTYPE_I8) return;
   float *sc = (float *)((uint8_t *)mem + pack_data_bytes(src));
   dst->scale = sc;
@@ -54,6 +65,7 @@ void dsi_pack_describe_i8(const dsi_mat *src, dsi_mat *dst, void *mem) {
   shape.scale = NULL;
   dsi_pack_describe(&shape, dst, mem);
 }
+
 
 /* ---- INT8 quantization ---- */
 void dsi_quant_panel_i8(const dsi_mat *src, int r, const dsi_mat *dst, int p, float *work) {
@@ -123,7 +135,22 @@ void dsi_pack_rows(const dsi_mat *src, const dsi_mat *dst, int r0, int r1) {
 }
 
 /* ---- widening ---- */
+/* INT4: (q - 8) * scale */
+static float i4_at(const dsi_mat *w, int r, int c) {
+  const uint8_t *grp = (const uint8_t *)w->data + (size_t)(r / DSI_TILE_N) * dsi_i4_panel_bytes(w) +
+                       (size_t)(c / w->block) * dsi_i4_group_bytes(w->block);
+  int hi, j = r % DSI_TILE_N;
+  uint8_t b = grp[dsi_i4_byte(j, c % w->block, &hi)];
+  uint16_t sc;
+  memcpy(&sc, grp + (size_t)w->block * DSI_TILE_N / 2 + 2 * j, 2);
+  return (float)((hi ? b >> 4 : b & 15) - 8) * dsi_f16_to_f32(sc);
+}
+
 static void row_f32_tiles(const dsi_mat *w, int r, int c0, int c1, float *out) {
+  if (w->dtype == DSI_DTYPE_I4) {
+    for (int c = c0; c < c1; c++) out[c - c0] = i4_at(w, r, c);
+    return;
+  }
   for (int c = c0; c < c1; c++) {
     size_t i = dsi_tiles_index(w, r, c);
     float v;

@@ -1,7 +1,7 @@
 /* model: open a checkpoint directory — config.json + safetensors — check
  * every tensor the forward needs against the config, and copy the weights
  * into anonymous memory (or lock the mapping with --mlock), packed into the
- * kernels' layout and, with --quant int8, quantized on the way. */
+ * kernels' layout and, with --quant int8 or int4, quantized on the way. */
 #define _GNU_SOURCE
 #include "model/model.h"
 #include "base/pool.h"
@@ -36,7 +36,8 @@ struct spec {
   int mla;                   /* kv_b_proj: split into w_uk_t / w_uv / w_uk when packed */
   dsi_mat *uk_dst, *uv_dst, *ukr_dst;
   int exact;                 /* never quantized (the MoE router: its logits pick experts) */
-  int quant;                 /* packed as INT8 (decided with the storage) */
+  int role;                  /* ROLE_*: what --quant int4 makes of it */
+  int quant;                 /* 0, or packed as DSI_DTYPE_I8 / DSI_DTYPE_I4 (decided with the storage) */
   int tp_axis, tp_unit;      /* tensor parallel: split by heads along rows (1) or columns (2),
                                 tp_unit rows or columns a head */
   dsi_st_tensor own, own_scale; /* a slice of the file's tensor (and its scales) in memory of
@@ -46,6 +47,9 @@ struct spec {
   float *src_scale;          /* FP8 scales widened to f32 (temporary) */
   size_t off2, off3;         /* STORE_MLA: w_uv's and w_uk's offsets */
 };
+
+/* a linear weight's part of the model, for --quant int4 */
+enum { ROLE_ATTN, ROLE_MLP, ROLE_HEAD };
 
 typedef struct {
   spec *v;
@@ -127,10 +131,10 @@ static int plan_tensors(dsi_model *m, spec_list *l, dsi_err *err) {
     w->is_moe = dsi_config_is_moe_layer(c, L);
     if (!w->is_moe) {
       int64_t I = c->intermediate_size;
-      add_spec(l, SPEC_MAT, I, D, &w->gate_proj, NULL, P "mlp.gate_proj.weight", L);
-      add_spec(l, SPEC_MAT, I, D, &w->up_proj, NULL, P "mlp.up_proj.weight", L);
+      add_spec(l, SPEC_MAT, I, D, &w->gate_proj, NULL, P "mlp.gate_proj.weight", L)->role = ROLE_MLP;
+      add_spec(l, SPEC_MAT, I, D, &w->up_proj, NULL, P "mlp.up_proj.weight", L)->role = ROLE_MLP;
       link_gate_up(l, &w->gate_up);
-      add_spec(l, SPEC_MAT, D, I, &w->down_proj, NULL, P "mlp.down_proj.weight", L);
+      add_spec(l, SPEC_MAT, D, I, &w->down_proj, NULL, P "mlp.down_proj.weight", L)->role = ROLE_MLP;
       continue;
     }
     int E = c->n_routed_experts;
@@ -145,23 +149,23 @@ static int plan_tensors(dsi_model *m, spec_list *l, dsi_err *err) {
     if (!w->exp_gate || !w->exp_up || !w->exp_down || !w->exp_gate_up)
       return dsi_errf(err, DSI_E_NOMEM, "out of memory for layer %d's %d experts", L, E);
     for (int e = m->exp_lo; e < m->exp_hi; e++) { /* this rank's share (expert parallel) */
-      add_spec(l, SPEC_MAT, I, D, &w->exp_gate[e], NULL, P "mlp.experts.%d.gate_proj.weight", L, e);
-      add_spec(l, SPEC_MAT, I, D, &w->exp_up[e], NULL, P "mlp.experts.%d.up_proj.weight", L, e);
+      add_spec(l, SPEC_MAT, I, D, &w->exp_gate[e], NULL, P "mlp.experts.%d.gate_proj.weight", L, e)->role = ROLE_MLP;
+      add_spec(l, SPEC_MAT, I, D, &w->exp_up[e], NULL, P "mlp.experts.%d.up_proj.weight", L, e)->role = ROLE_MLP;
       link_gate_up(l, &w->exp_gate_up[e]);
-      add_spec(l, SPEC_MAT, D, I, &w->exp_down[e], NULL, P "mlp.experts.%d.down_proj.weight", L, e);
+      add_spec(l, SPEC_MAT, D, I, &w->exp_down[e], NULL, P "mlp.experts.%d.down_proj.weight", L, e)->role = ROLE_MLP;
     }
     if (c->n_shared_experts > 0) {
       int64_t S = (int64_t)c->n_shared_experts * I;
-      add_spec(l, SPEC_MAT, S, D, &w->gate_proj, NULL, P "mlp.shared_experts.gate_proj.weight", L);
-      add_spec(l, SPEC_MAT, S, D, &w->up_proj, NULL, P "mlp.shared_experts.up_proj.weight", L);
+      add_spec(l, SPEC_MAT, S, D, &w->gate_proj, NULL, P "mlp.shared_experts.gate_proj.weight", L)->role = ROLE_MLP;
+      add_spec(l, SPEC_MAT, S, D, &w->up_proj, NULL, P "mlp.shared_experts.up_proj.weight", L)->role = ROLE_MLP;
       link_gate_up(l, &w->gate_up);
-      add_spec(l, SPEC_MAT, D, S, &w->down_proj, NULL, P "mlp.shared_experts.down_proj.weight", L);
+      add_spec(l, SPEC_MAT, D, S, &w->down_proj, NULL, P "mlp.shared_experts.down_proj.weight", L)->role = ROLE_MLP;
     }
 #undef P
   }
   add_spec(l, SPEC_VEC, 1, D, NULL, &m->norm, "model.norm.weight");
   if (!c->tie_word_embeddings)
-    add_spec(l, SPEC_MAT, c->vocab_size, D, &m->lm_head, NULL, "lm_head.weight");
+    add_spec(l, SPEC_MAT, c->vocab_size, D, &m->lm_head, NULL, "lm_head.weight")->role = ROLE_HEAD;
   if (l->oom) return dsi_errf(err, DSI_E_NOMEM, "out of memory for the list of %d tensors", l->n);
   return DSI_OK;
 }
@@ -451,12 +455,32 @@ static dsi_mat ukr_shape(const dsi_config *c, const dsi_mat *src) {
   return s;
 }
 
-/* the shape a quantized weight is packed in */
-static dsi_mat i8_shape(const dsi_mat *src) {
+/* the shape a quantized weight is packed in (qdt: DSI_DTYPE_I8 or I4) */
+static dsi_mat quant_shape(const dsi_mat *src, int qdt) {
   dsi_mat s = *src;
-  s.dtype = DSI_DTYPE_I8;
+  s.dtype = (dsi_dtype)qdt;
   s.scale = NULL;
+  if (qdt == DSI_DTYPE_I4) s.block = DSI_I4_GROUP;
   return s;
+}
+
+/* the roles --quant int4 makes INT4, a bit per ROLE_* */
+#define I4_ROLES (1 << ROLE_MLP | 1 << ROLE_ATTN)
+
+/* what --quant makes of a packed linear weight: INT8, or with int4 INT4
+ * for the MLP and attention projections and INT8 for lm_head (README,
+ * --quant int4: measured, INT4 attention halves its prefill time where
+ * INT8 has no VNNI kernel, for a little accuracy; INT4 lm_head costs more
+ * than all the rest). W_UV (kv_b_proj's) stays INT8: the prefill's
+ * attention multiplies its int8 rows. */
+static int quant_dtype(const dsi_model *m, const spec *s) {
+  if (m->quant == DSI_QUANT_INT4 && !s->mla && (I4_ROLES >> s->role & 1)) return DSI_DTYPE_I4;
+  return DSI_DTYPE_I8;
+}
+
+static void quant_describe(const dsi_mat *src, int qdt, dsi_mat *dst, void *mem) {
+  dsi_mat q = quant_shape(src, qdt);
+  dsi_pack_describe(&q, dst, mem);
 }
 
 static size_t plan_storage(dsi_model *m, spec_list *l) {
@@ -464,10 +488,10 @@ static size_t plan_storage(dsi_model *m, spec_list *l) {
   for (int i = 0; i < l->n; i++) {
     spec *s = &l->v[i];
     src_view(m, s);
-    dsi_mat q = i8_shape(&s->src);
     /* kv_b_proj packed whole (heads not in whole panels) holds W_UK too: exact */
-    s->quant = m->quant == DSI_QUANT_INT8 && s->kind == SPEC_MAT && m->packed && !s->exact &&
-               s->mat != &m->embed_tokens && (!s->mla || can_pack_mla(&m->cfg));
+    s->quant = m->quant && s->kind == SPEC_MAT && m->packed && !s->exact && s->mat != &m->embed_tokens &&
+               (!s->mla || can_pack_mla(&m->cfg)) ? quant_dtype(m, s) : 0;
+    dsi_mat q = quant_shape(&s->src, s->quant ? s->quant : DSI_DTYPE_I8);
     if (s->kind == SPEC_VEC) {
       s->store = STORE_ROWS;
       s->off = off;
@@ -627,13 +651,15 @@ static int pack_mla(dsi_model *m, spec *s) {
 static int quant_rows(const spec *s, const spec *up, int r0, int r1) {
   float *work = malloc((size_t)DSI_TILE_N * s->cols * sizeof(float));
   if (!work) return DSI_E_NOMEM;
+  void (*quant_panel)(const dsi_mat *, int, const dsi_mat *, int, float *) =
+      s->quant == DSI_DTYPE_I4 ? dsi_quant_panel_i4 : dsi_quant_panel_i8;
   for (int r = r0; r < r1; r += DSI_TILE_N) {
     if (!up) {
-      dsi_quant_panel_i8(&s->src, r, s->mat, r / DSI_TILE_N, work);
+      quant_panel(&s->src, r, s->mat, r / DSI_TILE_N, work);
       continue;
     }
-    dsi_quant_panel_i8(&s->src, r, s->gu_dst, 2 * (r / DSI_TILE_N), work);
-    dsi_quant_panel_i8(&up->src, r, s->gu_dst, 2 * (r / DSI_TILE_N) + 1, work);
+    quant_panel(&s->src, r, s->gu_dst, 2 * (r / DSI_TILE_N), work);
+    quant_panel(&up->src, r, s->gu_dst, 2 * (r / DSI_TILE_N) + 1, work);
   }
   free(work);
   return DSI_OK;
@@ -732,12 +758,12 @@ static int fill_all(dsi_model *m, spec_list *l, int n_threads, int show, double 
       *s->mat = s->src;
       if (!m->mlocked) s->mat->data = m->mem + s->off;
     } else if (s->store == STORE_TILES) {
-      if (s->quant) dsi_pack_describe_i8(&s->src, s->mat, m->mem + s->off);
+      if (s->quant) quant_describe(&s->src, s->quant, s->mat, m->mem + s->off);
       else dsi_pack_describe(&s->src, s->mat, m->mem + s->off);
     } else if (s->store == STORE_GATE_UP && s->quant) { /* described here: filled in pieces */
       dsi_mat shape = s->src;
       shape.rows = (int)DSI_CEIL_DIV(s->rows, DSI_TILE_N) * DSI_TILE_N * 2;
-      dsi_pack_describe_i8(&shape, s->gu_dst, m->mem + s->off);
+      quant_describe(&shape, s->quant, s->gu_dst, m->mem + s->off);
     }
     if (s->store == STORE_NONE) continue;
     int step = 1 << 30, whole = s->kind == SPEC_VEC || s->store == STORE_MLA || (s->store == STORE_GATE_UP && !s->quant);
@@ -856,13 +882,13 @@ int dsi_model_open(dsi_model **out, const char *dir, const dsi_load_opts *opts, 
   m->mlocked = opts->mlock;
   m->packed = !opts->mlock && !opts->op_opt_off;
   m->quant = opts->quant;
-  if (m->quant != DSI_QUANT_NONE && m->quant != DSI_QUANT_INT8) {
-    rc = dsi_errf(err, DSI_E_INVAL, "%s: unknown quantization %d (0 = none, 1 = int8)", dir, m->quant);
+  if (m->quant != DSI_QUANT_NONE && m->quant != DSI_QUANT_INT8 && m->quant != DSI_QUANT_INT4) {
+    rc = dsi_errf(err, DSI_E_INVAL, "%s: unknown quantization %d (0 = none, 1 = int8, 2 = int4)", dir, m->quant);
     goto fail;
   }
   if (m->quant && !m->packed) {
-    rc = dsi_errf(err, DSI_E_INVAL, "%s: int8 quantization packs the weights; it cannot be combined with %s", dir,
-                  opts->mlock ? "--mlock" : "--op-opt off");
+    rc = dsi_errf(err, DSI_E_INVAL, "%s: %s quantization packs the weights; it cannot be combined with %s", dir,
+                  m->quant == DSI_QUANT_INT4 ? "int4" : "int8", opts->mlock ? "--mlock" : "--op-opt off");
     goto fail;
   }
   if (m->mlocked)
@@ -893,7 +919,7 @@ int dsi_model_open(dsi_model **out, const char *dir, const dsi_load_opts *opts, 
     m->layers[L].mla_fmt = m->packed && can_pack_mla(&m->cfg) ? DSI_MLA_SPLIT : DSI_MLA_KV_B;
     m->layers[L].ffn_fmt = m->packed ? DSI_FFN_GATE_UP : DSI_FFN_SEPARATE;
   }
-  m->weight_dtype = m->quant ? "int8" : dtype_summary(&l);
+  m->weight_dtype = m->quant == DSI_QUANT_INT4 ? "int4" : m->quant ? "int8" : dtype_summary(&l);
   m->weight_bytes = m->mlocked ? m->file_bytes : total;
   if (!m->mlocked) dsi_st_close(&m->st); /* weights live in m->mem now */
   free_slices(&l);

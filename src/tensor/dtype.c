@@ -9,13 +9,14 @@ static const struct { const char *name; size_t size; } k_dtypes[DSI_DTYPE_COUNT]
   [DSI_DTYPE_F16] = {"F16", 2},     [DSI_DTYPE_F8_E4M3] = {"F8_E4M3", 1},
   [DSI_DTYPE_I32] = {"I32", 4},     [DSI_DTYPE_I64] = {"I64", 8},
   [DSI_DTYPE_I8] = {"I8", 1},       [DSI_DTYPE_U8] = {"U8", 1},
+  [DSI_DTYPE_I4] = {"I4", 1},
 };
 
 size_t dsi_dtype_size(dsi_dtype t) { return (unsigned)t < DSI_DTYPE_COUNT ? k_dtypes[t].size : 0; }
 const char *dsi_dtype_st_name(dsi_dtype t) { return (unsigned)t < DSI_DTYPE_COUNT ? k_dtypes[t].name : "?"; }
 int dsi_dtype_from_st_name(const char *s) {
   for (int i = 0; i < DSI_DTYPE_COUNT; i++)
-    if (!strcmp(s, k_dtypes[i].name)) return i;
+    if (i != DSI_DTYPE_I4 && !strcmp(s, k_dtypes[i].name)) return i; /* I4 is the kernels' own */
   return -1;
 }
 

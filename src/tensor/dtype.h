@@ -18,6 +18,10 @@ typedef enum dsi_dtype {
    * weights; kernels.h says where the scales sit) */
   DSI_DTYPE_I8,
   DSI_DTYPE_U8, /* raw bytes (a workspace) */
+  /* group-wise 4-bit weights quantized at load, packed with their f16
+   * scales (tensor/mat.h says how); no checkpoint holds it, and its size
+   * here (1) is not its bytes: dsi_pack_bytes gives those */
+  DSI_DTYPE_I4,
   DSI_DTYPE_COUNT
 } dsi_dtype;
 

@@ -29,6 +29,16 @@
  *        few percent of the tile products), so one copy and one order
  *        serve every dtype, the widening, the packers and the AVX-512
  *        kernel. */
+/* INT4 (weights quantized at load, DSI_DTYPE_I4) keeps the 16-row panels
+ * but not the pair order: a panel is kpad / block groups of `block`
+ * columns (kpad a multiple of block, block a multiple of 32), each group
+ * block / 32 sub-blocks of 256 bytes followed by the group's 16 f16
+ * scales, one per row (32 bytes), so a panel is one forward stream. In
+ * sub-block s of group g (columns c0 = g block + 32 s ..), byte 64 u +
+ * 4 j + t holds row j's column c0 + 4 u + t in its low nibble and column
+ * c0 + 16 + 4 u + t in its high nibble (u, t < 4): after a mask or a
+ * shift, a 64-byte line is the unsigned operand of vpdpbusd for 16 rows
+ * and 4 columns. A nibble q means (q - 8) * scale; padding is q = 8. */
 typedef enum { DSI_LAYOUT_ROWS, DSI_LAYOUT_TILES } dsi_layout;
 
 /* A weight matrix [rows = out, cols = in] in its checkpoint dtype. FP8
@@ -40,8 +50,8 @@ typedef struct dsi_mat {
   dsi_dtype dtype;
   int rows, cols;
   const void *data;
-  const float *scale; /* FP8 and INT8 only */
-  int block;          /* FP8 / INT8 block size (128) */
+  const float *scale; /* FP8 and INT8 only (INT4's are in its panels) */
+  int block;          /* FP8 / INT8 block size (128); INT4 group size */
   int scale_cols;     /* ceil(cols / block) */
   dsi_layout layout;
   int kpad;           /* TILES: padded columns (multiple of 32) */
@@ -50,10 +60,21 @@ typedef struct dsi_mat {
 #define DSI_TILE_N 16
 #define DSI_TILE_K 32
 
+/* INT4: where row j's column c of a group lies: its byte (from the group's
+ * start) and *hi, whether in the high nibble */
+static inline size_t dsi_i4_byte(int j, int c, int *hi) {
+  *hi = (c & 31) >= 16;
+  return (size_t)(c / 32) * 256 + (size_t)(c & 15) / 4 * 64 + 4 * j + (c & 3);
+}
+/* INT4: bytes of one group of a panel, and of a panel */
+static inline size_t dsi_i4_group_bytes(int block) { return (size_t)block * DSI_TILE_N / 2 + DSI_TILE_N * 2; }
+static inline size_t dsi_i4_panel_bytes(const dsi_mat *w) { return (size_t)(w->kpad / w->block) * dsi_i4_group_bytes(w->block); }
+
 /* panels [p0, p0 + ceil(rows/16)) of a TILES matrix, as a matrix of its own */
 static inline dsi_mat dsi_mat_panels(const dsi_mat *w, int p0, int rows) {
   dsi_mat v = *w;
-  v.data = (const uint8_t *)w->data + (size_t)p0 * DSI_TILE_N * w->kpad * dsi_dtype_size(w->dtype);
+  v.data = (const uint8_t *)w->data + (w->dtype == DSI_DTYPE_I4 ? (size_t)p0 * dsi_i4_panel_bytes(w)
+                                                                  : (size_t)p0 * DSI_TILE_N * w->kpad * dsi_dtype_size(w->dtype));
   if (w->scale) v.scale = w->scale + (size_t)p0 * w->scale_cols;
   v.rows = rows;
   return v;

@@ -42,6 +42,22 @@ static int random_packed(dsi_mat *w, dsi_dtype dt, int rows, int cols, void **me
     for (size_t i = 0; i < (size_t)DSI_CEIL_DIV(rows, DSI_TILE_N) * w->scale_cols; i++) sc[i] = 1e-4f * (1 + dsi_rng_uniform(r));
     return DSI_OK;
   }
+  if (dt == DSI_DTYPE_I4) { /* random nibbles, an f16 scale per row and 32 columns */
+    shape.block = DSI_I4_GROUP;
+    *bytes = dsi_pack_bytes(&shape);
+    *mem = dsi_alloc_big(*bytes, 1);
+    if (!*mem) return DSI_E_NOMEM;
+    dsi_pack_describe(&shape, w, *mem);
+    uint8_t *d = *mem;
+    for (size_t i = 0; i < *bytes; i++) d[i] = (uint8_t)dsi_rng_u64(r);
+    const size_t gb = dsi_i4_group_bytes(w->block), data = gb - 2 * DSI_TILE_N;
+    for (size_t at = 0; at < *bytes; at += gb)
+      for (int j = 0; j < DSI_TILE_N; j++) {
+        uint16_t h = dsi_f32_to_f16(1e-3f * (1 + dsi_rng_uniform(r)));
+        memcpy(d + at + data + 2 * j, &h, 2);
+      }
+    return DSI_OK;
+  }
   *mem = dsi_alloc_big(*bytes, 1);
   if (!*mem) return DSI_E_NOMEM;
   float *scales = NULL;
@@ -418,12 +434,61 @@ static int check_names(const dsi_bench_kernels_opts *o, dsi_err *err) {
   const char *p = o->dtypes ? o->dtypes : "bf16";
   for (;;) {
     size_t n = strcspn(p, ",");
-    if (!((n == 4 && !strncmp(p, "bf16", 4)) || (n == 3 && !strncmp(p, "fp8", 3)) || (n == 4 && !strncmp(p, "int8", 4))))
-      return dsi_errf(err, DSI_E_INVAL, "--dtypes: '%.*s' is not one of bf16, fp8, int8", (int)n, p);
+    if (!((n == 4 && !strncmp(p, "bf16", 4)) || (n == 3 && !strncmp(p, "fp8", 3)) || (n == 4 && !strncmp(p, "int8", 4)) ||
+          (n == 4 && !strncmp(p, "int4", 4))))
+      return dsi_errf(err, DSI_E_INVAL, "--dtypes: '%.*s' is not one of bf16, fp8, int8, int4", (int)n, p);
     if (!p[n]) break;
     p += n + 1;
   }
   return DSI_OK;
+}
+
+/* ---- one core's vector peaks, summed over the threads ---- */
+typedef struct {
+  double fma, dpbf16, vnni; /* GFLOP/s, GFLOP/s, GOP/s */
+} vec_peaks;
+
+static void vec_peak_task(void *ctx, int ith, int nth) {
+  vec_peaks *p = ctx;
+  (void)nth;
+  p[ith] = (vec_peaks){dsi_vec_peak(DSI_PEAK_FMA, 0.2), dsi_vec_peak(DSI_PEAK_DPBF16, 0.2), dsi_vec_peak(DSI_PEAK_VNNI, 0.2)};
+}
+
+static vec_peaks measure_vec_peaks(int nth) {
+  vec_peaks per[256] = {{0}}, sum = {0};
+  if (nth > 256) return sum;
+  dsi_pool *pool = dsi_pool_new(nth);
+  dsi_pool_run(pool, vec_peak_task, per);
+  dsi_pool_free(pool);
+  for (int i = 0; i < nth; i++) sum.fma += per[i].fma, sum.dpbf16 += per[i].dpbf16, sum.vnni += per[i].vnni;
+  return sum;
+}
+
+/* the peak a kernel's rate is judged by, and its name */
+static double kernel_peak(dsi_gemm_fn fn, const dsi_peaks *pk, const vec_peaks *vp, int int8, const char **name) {
+  const char *k = dsi_gemm_kernel_name(fn);
+  *name = "-";
+  if (!strcmp(k, "amx") || !strcmp(k, "amx-int8")) return *name = "amx", pk->amx_bf16_gflops * (int8 ? 2 : 1);
+  if (!strcmp(k, "avx512-bf16")) return *name = "vdpbf16ps", vp->dpbf16;
+  if (!strcmp(k, "avx512-vnni-int4")) return *name = "vpdpbusd", vp->vnni;
+  if (!strcmp(k, "avx512")) return *name = "fma", vp->fma;
+  return 0;
+}
+
+/* the CPU's model name (/proc/cpuinfo), or "" */
+static void cpu_model(char *buf, size_t len) {
+  buf[0] = 0;
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (!f) return;
+  char line[256];
+  while (fgets(line, sizeof line, f))
+    if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
+      const char *v = strchr(line, ':') + 1;
+      v += strspn(v, " \t");
+      snprintf(buf, len, "%.*s", (int)strcspn(v, "\n"), v);
+      break;
+    }
+  fclose(f);
 }
 
 int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) {
@@ -441,16 +506,22 @@ int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) 
   dsi_peaks pk;
   rc = dsi_measure_peaks(nth, &pk);
   if (rc) return dsi_errf(err, rc, "cannot allocate the bandwidth test's buffers");
-  fprintf(out, "machine: %d threads, isa %s; memory read %.1f GB/s, triad %.1f GB/s; AMX BF16 peak %.0f GFLOP/s (%d cores)\n",
-          pk.threads, dsi_isa_str(k->level), pk.read_gbs, pk.triad_gbs, pk.amx_bf16_gflops, pk.threads);
+  vec_peaks vp = measure_vec_peaks(nth);
+  char model[128];
+  cpu_model(model, sizeof model);
+  fprintf(out, "machine: %s, %d threads, isa %s; memory read %.1f GB/s, triad %.1f GB/s; AMX BF16 peak %.0f GFLOP/s (%d cores)\n",
+          model[0] ? model : "CPU model unknown", pk.threads, dsi_isa_str(k->level), pk.read_gbs, pk.triad_gbs,
+          pk.amx_bf16_gflops, pk.threads);
+  fprintf(out, "vector peaks (12 chains a core, all threads): f32 FMA %.0f GFLOP/s, vdpbf16ps %.0f GFLOP/s, "
+               "vpdpbusd %.0f GOP/s (0: not on this CPU)\n", vp.fma, vp.dpbf16, vp.vnni);
 #if DSI_HAVE_OPENBLAS
   fprintf(out, "baseline: OpenBLAS cblas_sgemm (f32 weights; this OpenBLAS has no cblas_sbgemm)\n");
   openblas_set_num_threads(nth);
 #else
   fprintf(out, "baseline: OpenBLAS not built in (install libopenblas-dev and rebuild)\n");
 #endif
-  if (strstr(o->dtypes ? o->dtypes : "", "int8"))
-    fprintf(out, "int8: GFLOP/s counts int8 multiply-adds as 2 ops; %%amx is of twice the BF16 peak (tdpbssd's rate)\n");
+  if (strstr(o->dtypes ? o->dtypes : "", "int"))
+    fprintf(out, "int8, int4: GFLOP/s counts int8 multiply-adds as 2 ops; AMX INT8's peak is twice the BF16 one (tdpbssd's rate)\n");
   if (o->attention) {
     bench_attention(out, k, nth, reps);
     return DSI_OK;
@@ -465,7 +536,7 @@ int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) 
     return DSI_OK;
   }
   fprintf(out, "%-12s %6s %6s %-5s %5s %9s %8s %6s %9s %6s %10s %7s\n", "shape", "rows", "cols", "dtype", "M", "ms",
-          "GB/s", "%bw", "GFLOP/s", "%amx", "blas GF/s", "x blas");
+          "GB/s", "%bw", "GFLOP/s", "%peak", "blas GF/s", "x blas");
   dsi_pool *pool = dsi_pool_new(nth);
   size_t kmax = 16384 + 64;
   dsi_mm mm = {.k = k, .act_bf16 = k->amx || k->dot_bf16, .nth = nth};
@@ -493,7 +564,7 @@ int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) 
       for (size_t i = 0; i < (size_t)rows * cols; i++) wf[i] = dsi_rng_uniform(&r) - 0.5f;
 #endif
     static const struct { const char *name; dsi_dtype dt; } k_dts[] = {
-      {"bf16", DSI_DTYPE_BF16}, {"fp8", DSI_DTYPE_F8_E4M3}, {"int8", DSI_DTYPE_I8}};
+      {"bf16", DSI_DTYPE_BF16}, {"fp8", DSI_DTYPE_F8_E4M3}, {"int8", DSI_DTYPE_I8}, {"int4", DSI_DTYPE_I4}};
     for (int d = 0; d < (int)DSI_ARRAY_LEN(k_dts); d++) {
       dsi_dtype dt = k_dts[d].dt;
       if (!strstr(dts, k_dts[d].name)) continue;
@@ -520,7 +591,8 @@ int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) 
           if (spent > 20 && n >= 1) break;
         }
         double med = dsi_median(t, n), gbs = bytes / med * 1e-9, gf = 2.0 * m * rows * cols / med * 1e-9;
-        double peak = pk.amx_bf16_gflops * (dt == DSI_DTYPE_I8 ? 2 : 1); /* tdpbssd: twice tdpbf16ps' products */
+        const char *peak_name;
+        double peak = kernel_peak(picked, &pk, &vp, dt == DSI_DTYPE_I8, &peak_name);
         double blas = 0;
 #if DSI_HAVE_OPENBLAS
         if (wf && d == 0) {
@@ -541,9 +613,9 @@ int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) 
           snprintf(bl, sizeof bl, "%.1f", blas);
           snprintf(ratio, sizeof ratio, "%.1fx", gf / blas);
         }
-        fprintf(out, "%-12s %6d %6d %-5s %5d %9.3f %8.1f %5.0f%% %9.1f %5.1f%% %10s %7s  (%s)\n", k_shapes[s].name,
-                rows, cols, k_dts[d].name, m, med * 1e3, gbs, 100 * gbs / pk.read_gbs, gf,
-                peak > 0 ? 100 * gf / peak : 0, bl, ratio, dsi_gemm_kernel_name(picked));
+        fprintf(out, "%-12s %6d %6d %-5s %5d %9.3f %8.1f %5.0f%% %9.1f %5.1f%% %10s %7s  (%s; peak %s)\n",
+                k_shapes[s].name, rows, cols, k_dts[d].name, m, med * 1e3, gbs, 100 * gbs / pk.read_gbs, gf,
+                peak > 0 ? 100 * gf / peak : 0, bl, ratio, dsi_gemm_kernel_name(picked), peak_name);
         fflush(out);
       }
       dsi_free_big(mem, bytes);

@@ -108,7 +108,7 @@ typedef struct {
   {"--mlock", NULL, OPT_FLAG, &(r).mlock, "lock the file mapping and compute from it (row-major)"},   \
   {"--op-opt", NULL, OPT_STR, &(r).op_opt, "on: pack weights into the kernels' layout (default); off: keep row-major"}, \
   {"--precision", NULL, OPT_STR, &(r).precision, "activations into matmuls: auto | f32 | bf16 (default auto: bf16 where AMX or AVX512-BF16 runs)"}, \
-  {"--quant", NULL, OPT_STR, &(r).quant, "none | int8: quantize the packed weights while loading (default none)"}, \
+  {"--quant", NULL, OPT_STR, &(r).quant, "none | int8 | int4: quantize the packed weights while loading (default none)"}, \
   {"--exec", NULL, OPT_STR, &(r).exec, "graph: replay a plan captured per shape bucket (default); eager: op by op"}, \
   {"--streams", NULL, OPT_INT, &(r).streams, "1, or 2: shared expert beside routed experts, q beside kv (default 1)", 0, 2}, \
   {"--allow-nonfinite", NULL, OPT_FLAG, &(r).allow_nonfinite, "load weights that hold NaN or infinity (a warning, not an error)", 0, 0}, \
@@ -125,6 +125,8 @@ void dsi_cli_env_opts(dsi_load_opts *lo, dsi_engine_opts *eo);
 /* DSINFER_NO_JIT set: DSI_TOK_NO_JIT, for dsi_tok_open (PCRE2's interpreter instead of its JIT) */
 int dsi_cli_tok_flags(void);
 
+/* --quant's value as DSI_QUANT_* (NULL: none); -1 when it is not one */
+int dsi_cli_quant_mode(const char *s);
 /* check the shared options; *act gets DSI_ACT_*; returns 0 or a usage error's exit code */
 int dsi_cli_check_run_opts(const char *cmd, run_opts *r, int *act);
 /* The processes of this run (main.c: a world of one outside mpirun). */

@@ -28,7 +28,7 @@ static int bench_kernels(int argc, char **argv) {
   const dsi_opt opts[] = {
     {"--threads", NULL, OPT_INT, &o.n_threads, "threads (default: all cores)", 0, dsi_cli_max_threads()},
     {"--reps", NULL, OPT_INT, &o.reps, "repetitions per measurement, median reported (default 5)", 0, 1000},
-    {"--dtypes", NULL, OPT_STR, &o.dtypes, "any of bf16,fp8,int8 (default bf16,fp8)"},
+    {"--dtypes", NULL, OPT_STR, &o.dtypes, "any of bf16,fp8,int8,int4 (default bf16,fp8)"},
     {"--shape", NULL, OPT_STR, &o.shape, "only this shape: q_a q_b kv_a o expert_up expert_down dense_up lm_head"},
     {"--m", NULL, OPT_STR, &ms, "batch sizes, comma-separated (default 1,4,16,64,256,1024)"},
     {"--grouped", NULL, OPT_FLAG, &o.grouped, "the grouped expert matmul (256 tokens, top-6 of 64 V3 experts) vs plain matmuls"},
@@ -171,7 +171,7 @@ static int bench_model(int argc, char **argv) {
     {"--threads", NULL, OPT_INT, &threads, "threads (default: all cores)", 0, dsi_cli_max_threads()},
     {"--precision", NULL, OPT_STR, &precision, "auto | f32 | bf16 (see generate --help)"},
     {"--op-opt", NULL, OPT_STR, &op_opt, "on (packed weights, default) | off (row-major)"},
-    {"--quant", NULL, OPT_STR, &quant, "none (default) | int8: quantize the packed weights while loading"},
+    {"--quant", NULL, OPT_STR, &quant, "none (default) | int8 | int4: quantize the packed weights while loading"},
     {"--exec", NULL, OPT_STR, &exec, "graph (default) | eager"},
     {"--streams", NULL, OPT_INT, &streams, "1 (default) | 2", 1, 2},
     {"--ablation", NULL, OPT_FLAG, &ablation, "run the study's stages one by one: eager, graph, streams, op-opt"},
@@ -193,7 +193,7 @@ static int bench_model(int argc, char **argv) {
   else if (precision && !strcmp(precision, "bf16")) act = DSI_ACT_BF16;
   else if (precision && strcmp(precision, "auto")) return dsi_cli_usage_error("bench", "--precision must be auto, f32 or bf16");
   if (op_opt && strcmp(op_opt, "on") && strcmp(op_opt, "off")) return dsi_cli_usage_error("bench", "--op-opt must be on or off");
-  if (quant && strcmp(quant, "none") && strcmp(quant, "int8")) return dsi_cli_usage_error("bench", "--quant must be none or int8");
+  if (dsi_cli_quant_mode(quant) < 0) return dsi_cli_usage_error("bench", "--quant must be none, int8 or int4");
   if (exec && strcmp(exec, "graph") && strcmp(exec, "eager")) return dsi_cli_usage_error("bench", "--exec must be graph or eager");
   if (streams != 1 && streams != 2) return dsi_cli_usage_error("bench", "--streams must be 1 or 2");
   if ((rc = dsi_cli_check_par("bench", &par))) return rc;
@@ -222,7 +222,7 @@ static int bench_model(int argc, char **argv) {
   dsi_err err = {0};
   dsi_model *m;
   dsi_load_opts lo = {.progress = !json, .n_threads = threads, .op_opt_off = op_opt && !strcmp(op_opt, "off"),
-                      .quant = quant && !strcmp(quant, "int8") ? DSI_QUANT_INT8 : DSI_QUANT_NONE};
+                      .quant = dsi_cli_quant_mode(quant)};
   dsi_engine_opts eo = {.n_threads = threads, .max_tokens = 512, .max_context = P + G + 1,
                         .kv_blocks = (P + G + 64) / 64 * B + B, .act_precision = act, .profile = profile != NULL,
                         .exec = exec && !strcmp(exec, "eager") ? DSI_EXEC_EAGER : DSI_EXEC_GRAPH, .streams = streams};

@@ -35,9 +35,8 @@ int dsi_cli_check_run_opts(const char *cmd, run_opts *r, int *act) {
   if (r->op_opt && strcmp(r->op_opt, "on") && strcmp(r->op_opt, "off"))
     return dsi_cli_usage_error(cmd, "--op-opt must be on or off, got '%s'", r->op_opt);
   r->op_opt_off = r->op_opt && !strcmp(r->op_opt, "off");
-  if (r->quant && strcmp(r->quant, "none") && strcmp(r->quant, "int8"))
-    return dsi_cli_usage_error(cmd, "--quant must be none or int8, got '%s'", r->quant);
-  r->quant_mode = r->quant && !strcmp(r->quant, "int8") ? DSI_QUANT_INT8 : DSI_QUANT_NONE;
+  r->quant_mode = dsi_cli_quant_mode(r->quant);
+  if (r->quant_mode < 0) return dsi_cli_usage_error(cmd, "--quant must be none, int8 or int4, got '%s'", r->quant);
   r->exec_mode = DSI_EXEC_GRAPH;
   if (r->exec && !strcmp(r->exec, "eager")) r->exec_mode = DSI_EXEC_EAGER;
   else if (r->exec && strcmp(r->exec, "graph")) return dsi_cli_usage_error(cmd, "--exec must be graph or eager, got '%s'", r->exec);
@@ -244,6 +243,10 @@ static void fault_from_env(dsi_dist *d) {
   d->fault_kind = !strcmp(kind, "die") ? DSI_FAULT_DIE : !strcmp(kind, "hang") ? DSI_FAULT_HANG : DSI_FAULT_NONE;
   d->fault_rank = rank;
   d->fault_call = call;
+}
+
+int dsi_cli_quant_mode(const char *s) {
+  return !s || !strcmp(s, "none") ? DSI_QUANT_NONE : !strcmp(s, "int8") ? DSI_QUANT_INT8 : !strcmp(s, "int4") ? DSI_QUANT_INT4 : -1;
 }
 
 /* this rank's share of the model (all of it in one process) */

@@ -121,7 +121,7 @@ b=$("$bin" generate --model "$M" --tokens 3,1,4 -n 6 2>/dev/null)
 
 # ---- bench kernels measures what exists ----
 expect 2 "--shape 'nope' is not one of" -- "$bin" bench kernels --shape nope
-expect 2 "--dtypes: 'f4' is not one of bf16, fp8, int8" -- "$bin" bench kernels --dtypes f4
+expect 2 "--dtypes: 'f4' is not one of bf16, fp8, int8, int4" -- "$bin" bench kernels --dtypes f4
 
 # ---- mkmodel ----
 out=$("$bin" mkmodel --preset huge --out "$S/huge" 2>&1); rc=$?

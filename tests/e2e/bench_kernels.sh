@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # e2e: `bench kernels` runs its table and its ceilings, and prints positive
 # figures (a kernel or a buffer that failed prints 0): kv_a's row at M=1
-# and 16 beside the measured peaks; the ceilings' matvec rates, and where
+# and 16 (BF16, FP8, INT4) beside the measured peaks; the ceilings' matvec rates, and where
 # AMX is in use the tile peak, the four stages of the GEMM's tile loop and
 # the GEMM itself; with the ISA capped below AMX, no tile loop.
 set -euo pipefail
@@ -13,9 +13,13 @@ positive() { # file, pattern of the line, unit: the first figure followed by the
   awk -v u="$3" '{ for (i = 1; i < NF; i++) if ($(i + 1) == u) exit !($i + 0 > 0); exit 1 }' <<< "$line" ||
     fail "not positive ($3): $line" "" "$1"
 }
-"$bin" bench kernels --shape kv_a --m 1,16 --dtypes bf16,fp8 --reps 1 > "$scratch/table.txt"
+"$bin" bench kernels --shape kv_a --m 1,16 --dtypes bf16,fp8,int4 --reps 1 > "$scratch/table.txt"
 positive "$scratch/table.txt" "memory read" "GB/s,"
-for dt in bf16 fp8; do
+if grep -qE "isa (avx512|amx)" "$scratch/table.txt"; then # the vector peaks where there is AVX-512
+  positive "$scratch/table.txt" "vector peaks" "GFLOP/s,"
+  grep -q "kv_a .* int4 .*(avx512.*int4; peak" "$scratch/table.txt" || fail "no int4 kernel named" "" "$scratch/table.txt"
+fi
+for dt in bf16 fp8 int4; do
   for m in 1 16; do
     line=$(awk -v d=$dt -v m=$m '$1 == "kv_a" && $4 == d && $5 == m' "$scratch/table.txt")
     [ -n "$line" ] || fail "no kv_a $dt M=$m row" "" "$scratch/table.txt"

@@ -23,9 +23,10 @@ expect 1 "config.json" -- "$bin" generate --model "$scratch/nope" --tokens 1
 expect 1 "outside the vocabulary" -- "$bin" generate --model $good --tokens 1,99999 -n 1
 long=$(seq 1 600 | awk '{printf "%s%d", (NR > 1 ? "," : ""), $1 % 500}')
 expect 1 "context limit" -- "$bin" generate --model $good --tokens "$long" -n 1
-expect 2 "--quant must be none or int8" -- "$bin" generate --model $good --tokens 1 --quant int4
-expect 2 "--quant must be none or int8" -- "$bin" bench --model $good --quant fp4
+expect 2 "--quant must be none, int8 or int4" -- "$bin" generate --model $good --tokens 1 --quant int2
+expect 2 "--quant must be none, int8 or int4" -- "$bin" bench --model $good --quant fp4
 expect 1 "cannot be combined with --op-opt off" -- "$bin" generate --model $good --tokens 1 -n 1 --quant int8 --op-opt off
+expect 1 "int4 quantization packs the weights" -- "$bin" generate --model $good --tokens 1 -n 1 --quant int4 --mlock
 expect 2 "--exec must be graph or eager" -- "$bin" generate --model $good --tokens 1 --exec lazy
 expect 2 "--streams 3 is out of range: it must be in [0, 2]" -- "$bin" generate --model $good --tokens 1 --streams 3
 expect 2 "--exec must be graph or eager" -- "$bin" bench --model $good --exec lazy
@@ -35,6 +36,7 @@ e=$("$bin" generate --model $good --tokens 3,1,4 -n 6 --exec eager 2>/dev/null)
 g=$("$bin" generate --model $good --tokens 3,1,4 -n 6 --exec graph --streams 2 2>/dev/null)
 [ -n "$e" ] && [ "$e" = "$g" ] && ok || bad "eager ($e) and graph ($g) generate differently"
 "$bin" generate --model $good --tokens 5,6,7 -n 3 --quant int8 2>/dev/null | grep -qE '^[0-9]+(,[0-9]+){2}$' && ok || bad "generate --quant int8"
+"$bin" generate --model $good --tokens 5,6,7 -n 3 --quant int4 2>/dev/null | grep -qE '^[0-9]+(,[0-9]+){2}$' && ok || bad "generate --quant int4"
 
 mk() { rm -rf "$scratch/$1"; cp -r $good "$scratch/$1"; chmod -R u+w "$scratch/$1"; }
 mk shape; sed -i 's/"intermediate_size": 320/"intermediate_size": 300/' "$scratch/shape/config.json"

@@ -61,10 +61,13 @@ static void alone(dsi_model *m, const int32_t *prompt, int np, int V, int32_t *g
 static void run_case(int quant);
 
 int main(void) {
-  for (int q = 0; q < 2; q++)
+  /* INT8 weights: AVX-512 below 16 rows, AMX INT8 above; INT4: int8
+   * activations at every batch size */
+  static const int quants[] = {DSI_QUANT_NONE, DSI_QUANT_INT8, DSI_QUANT_INT4};
+  for (size_t q = 0; q < DSI_ARRAY_LEN(quants); q++)
     for (size_t x = 0; x < DSI_ARRAY_LEN(k_execs); x++) {
       g_exec = &k_execs[x];
-      run_case(q ? DSI_QUANT_INT8 : 0); /* INT8 weights: AVX-512 below 16 rows, AMX INT8 above */
+      run_case(quants[q]);
     }
   return check_done();
 }
@@ -157,7 +160,7 @@ static void run_case(int quant) {
   for (size_t i = 0; i < (size_t)N_GEN * V; i++) worst = fmax(worst, fabs(lg0[i] - ref_lg[i]));
   CHECKF(worst <= 1e-5, "logits alone vs batched differ by %g", worst);
   printf("%s, %s: greedy tokens alone == batched: %s; max logit diff %g; %d mixed steps\n",
-         quant ? "int8 weights" : "checkpoint weights", g_exec->name, same ? "yes" : "no", worst, mixed_steps);
+         quant == DSI_QUANT_INT4 ? "int4 weights" : quant ? "int8 weights" : "checkpoint weights", g_exec->name, same ? "yes" : "no", worst, mixed_steps);
   free(logits);
   free(lg0);
   free(ref_lg);

@@ -6,6 +6,8 @@
 
 #include "check.h"
 #include "test_isa.h"
+#include "gemm_two.h"
+#include "logits_cmp.h"
 #include "base/base.h"
 #include "base/pool.h"
 #include "dsinfer.h"
@@ -197,29 +199,6 @@ static double norm_err(const float *got, const float *want, const float *base, s
   return rmax > 0 ? dmax / rmax : dmax;
 }
 
-typedef struct {
-  const dsi_gemm *g;
-  dsi_gemm_fn fn;
-  int split, end;
-  void *scratch[2];
-} job;
-
-static void run_share(void *ctx, int ith, int nth) {
-  job *j = ctx;
-  (void)nth;
-  int r0 = ith ? j->split : 0, r1 = ith ? j->end : j->split;
-  if (r0 < r1) j->fn(j->g, r0, r1, j->scratch[ith]);
-}
-
-/* the kernel in two row ranges, on two threads */
-static void run_kernel(dsi_gemm_fn fn, const dsi_gemm *g, int silu) {
-  int unit = silu ? 32 : DSI_TILE_N, rows = g->w->rows;
-  job j = {.g = g, .fn = fn, .split = rows / 2 / unit * unit, .end = DSI_CEIL_DIV(rows, unit) * unit};
-  for (int t = 0; t < 2; t++) j.scratch[t] = dsi_alloc_aligned(DSI_GEMM_SCRATCH(g->w->cols));
-  dsi_pool_run(g_pool, run_share, &j);
-  for (int t = 0; t < 2; t++) dsi_free_aligned(j.scratch[t]);
-}
-
 /* dequantized copy of int8 rows: what the AMX kernel multiplies, in f32 */
 static float *dequant_rows(const int8_t *xq, const float *xs, int m, int cols, int ld) {
   float *o = dsi_xmalloc((size_t)m * cols * sizeof(float));
@@ -266,7 +245,7 @@ static void one_case(dsi_epilogue epi, int rows, int cols, int m, int use_amx, d
     dsi_gemm_ref(&r, 0, silu ? pk.rows : rows, scr);
     memcpy(y, y0, yn * sizeof(float));
     g.y = y;
-    run_kernel(AVX512_FN, &g, silu);
+    gemm_two(g_pool, AVX512_FN, &g, silu);
     double e = norm_err(y, yref, epi == DSI_EPI_SCATTER_ADD ? y0 : NULL, yn);
     g_worst[0] = fmax(g_worst[0], e);
     CHECKF(e <= 1e-5, "%s epi %d rows %d cols %d m %d: normalized error %.3g", name, (int)epi, rows, cols, m, e);
@@ -288,7 +267,7 @@ static void one_case(dsi_epilogue epi, int rows, int cols, int m, int use_amx, d
     g.y = y;
     g.xq = xq;
     g.xq_scale = xs;
-    run_kernel(AMX_INT8_FN, &g, silu);
+    gemm_two(g_pool, AMX_INT8_FN, &g, silu);
     double e = norm_err(y, yref, epi == DSI_EPI_SCATTER_ADD ? y0 : NULL, yn);
     g_worst[1] = fmax(g_worst[1], e);
     CHECKF(e <= 1e-3, "%s epi %d rows %d cols %d m %d: normalized error %.3g", name, (int)epi, rows, cols, m, e);
@@ -437,16 +416,9 @@ static void golden_case(const char *name, int act, int decode) {
   int agree = 0, close = 0;
   double cosv[24], worst_cos = 1;
   for (int t = 0; t < n && ref; t++) {
-    const float *a = out + (size_t)t * V, *r = ref + (size_t)t * V;
-    int ia = 0, ir = 0;
-    double ab = 0, aa = 0, bb = 0;
-    for (int v = 0; v < V; v++) {
-      if (a[v] > a[ia]) ia = v;
-      if (r[v] > r[ir]) ir = v;
-      ab += (double)a[v] * r[v], aa += (double)a[v] * a[v], bb += (double)r[v] * r[v];
-    }
-    agree += ia == ir;
-    cosv[t] = ab / sqrt(aa * bb);
+    int same;
+    cosv[t] = logits_cos(out + (size_t)t * V, ref + (size_t)t * V, V, &same);
+    agree += same;
     close += cosv[t] >= 0.99;
     worst_cos = fmin(worst_cos, cosv[t]);
   }

@@ -1,0 +1,49 @@
+/* kernels: one core's AVX-512 compute peaks, measured on the spot with
+ * 12 independent accumulators (latency hidden) on registers — f32 FMA,
+ * AVX512-BF16 vdpbf16ps and VNNI vpdpbusd — the roofs `bench kernels`
+ * sets each vector kernel beside. */
+#include <immintrin.h>
+#include <time.h>
+
+#include "kernels/cpu.h"
+#include "kernels/peak.h"
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* 12 chains of one instruction on registers; asm, so that neither the
+ * compiler's flags (this file has no VNNI) nor its optimizer change it */
+#define LOOP12(INSN)                                                                                          \
+  __asm__ volatile(INSN " %%zmm12, %%zmm13, %%zmm0\n\t" INSN " %%zmm12, %%zmm13, %%zmm1\n\t"                \
+                   INSN " %%zmm12, %%zmm13, %%zmm2\n\t" INSN " %%zmm12, %%zmm13, %%zmm3\n\t"                \
+                   INSN " %%zmm12, %%zmm13, %%zmm4\n\t" INSN " %%zmm12, %%zmm13, %%zmm5\n\t"                \
+                   INSN " %%zmm12, %%zmm13, %%zmm6\n\t" INSN " %%zmm12, %%zmm13, %%zmm7\n\t"                \
+                   INSN " %%zmm12, %%zmm13, %%zmm8\n\t" INSN " %%zmm12, %%zmm13, %%zmm9\n\t"                \
+                   INSN " %%zmm12, %%zmm13, %%zmm10\n\t" INSN " %%zmm12, %%zmm13, %%zmm11\n\t" ::          \
+                       : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", \
+                         "xmm10", "xmm11")
+
+double dsi_vec_peak(dsi_vec_peak_kind kind, double seconds) {
+  const dsi_cpu *c = dsi_cpu_get();
+  if (!c->avx512f || (kind == DSI_PEAK_DPBF16 && !c->avx512bf16) || (kind == DSI_PEAK_VNNI && !c->avx512vnni))
+    return 0;
+  /* small operands: no denormals, no overflow in the time measured */
+  __asm__ volatile("vpxord %%zmm12, %%zmm12, %%zmm12\n\tvpxord %%zmm13, %%zmm13, %%zmm13" ::: "xmm12", "xmm13");
+  long iters = 0;
+  double t0 = now(), el;
+  do {
+    for (int i = 0; i < 1024; i++) {
+      if (kind == DSI_PEAK_FMA) LOOP12("vfmadd231ps");
+      else if (kind == DSI_PEAK_DPBF16) LOOP12("vdpbf16ps");
+      else LOOP12("vpdpbusd");
+    }
+    iters += 1024;
+    el = now() - t0;
+  } while (el < seconds);
+  /* per instruction: FMA 16 x 2 flops; vdpbf16ps 32 x 2; vpdpbusd 64 x 2 ops */
+  const double per = kind == DSI_PEAK_FMA ? 32 : kind == DSI_PEAK_DPBF16 ? 64 : 128;
+  return (double)iters * 12 * per / el * 1e-9;
+}
