@@ -148,8 +148,9 @@ void dsi_free_big(void *p, size_t n) {
   if (p) munmap(p, n ? n : 1);
 }
 
-static size_t status_kb(const char *key) {
-  FILE *f = fopen("/proc/self/status", "r");
+/* a "Key:  N kB" line of a /proc file, in bytes; 0 when absent */
+static size_t proc_kb(const char *file, const char *key) {
+  FILE *f = fopen(file, "r");
   if (!f) return 0;
   char line[256];
   size_t kb = 0, klen = strlen(key);
@@ -158,21 +159,11 @@ static size_t status_kb(const char *key) {
   fclose(f);
   return kb * 1024;
 }
-size_t dsi_rss_bytes(void) { return status_kb("VmRSS:"); }
+size_t dsi_rss_bytes(void) { return proc_kb("/proc/self/status", "VmRSS:"); }
 
-static size_t meminfo_kb(const char *key) {
-  FILE *f = fopen("/proc/meminfo", "r");
-  if (!f) return 0;
-  char line[256];
-  size_t kb = 0, klen = strlen(key);
-  while (fgets(line, sizeof line, f))
-    if (!strncmp(line, key, klen)) { kb = strtoull(line + klen, NULL, 10); break; }
-  fclose(f);
-  return kb * 1024;
-}
-size_t dsi_mem_available(void) { return meminfo_kb("MemAvailable:"); }
-size_t dsi_mem_total(void) { return meminfo_kb("MemTotal:"); }
-size_t dsi_peak_rss_bytes(void) { return status_kb("VmHWM:"); }
+size_t dsi_mem_available(void) { return proc_kb("/proc/meminfo", "MemAvailable:"); }
+size_t dsi_mem_total(void) { return proc_kb("/proc/meminfo", "MemTotal:"); }
+size_t dsi_peak_rss_bytes(void) { return proc_kb("/proc/self/status", "VmHWM:"); }
 void dsi_rss_reset_peak(void) {
   FILE *f = fopen("/proc/self/clear_refs", "w"); /* "5" resets VmHWM to VmRSS */
   if (f) {

@@ -197,6 +197,15 @@ static int mlp(builder *bd, const mlp_names *k, const dsi_layer_weights *w, int 
 }
 
 /* ---- MoE: route, each expert on its tokens, plus the shared experts ---- */
+/* the shared experts on the fork's second stream; -1 when the model has none */
+static int shared_experts(builder *bd, const dsi_layer_weights *w, int xn) {
+  if (bd->f->c->n_shared_experts <= 0) return -1;
+  dsi_graph_stream(bd->g, 1);
+  int y = mlp(bd, &k_shared, w, xn);
+  dsi_graph_stream(bd->g, 0);
+  return y;
+}
+
 static int moe(builder *bd, const dsi_layer_weights *w, int xn) {
   const dsi_config *c = bd->f->c;
   dsi_graph *g = bd->g;
@@ -205,11 +214,7 @@ static int moe(builder *bd, const dsi_layer_weights *w, int xn) {
    * under overlap, recorded after the dispatch, which they run beside */
   dsi_graph_fork(g);
   int shared = -1, dispatch = g->cur_rows == DSI_ROWS_SHARD && bd->f->ep > 1, late = dispatch && bd->overlap;
-  if (c->n_shared_experts > 0 && !late) {
-    dsi_graph_stream(g, 1);
-    shared = mlp(bd, &k_shared, w, xn);
-    dsi_graph_stream(g, 0);
-  }
+  if (!late) shared = shared_experts(bd, w, xn);
   int scores = linear(bd, "router", DSI_PROF_MOE, &w->gate, xn, DSI_EPI_STORE); /* [T, n_experts] */
   int ids = TENSOR(bd, "topk_ids", DSI_DTYPE_I32, T, K), weights = TENSOR(bd, "topk_w", F32, T, K);
   dsi_op *op = dsi_graph_op(g, DSI_OP_ROUTER_TOPK, "router_topk", DSI_PROF_MOE);
@@ -235,11 +240,7 @@ static int moe(builder *bd, const dsi_layer_weights *w, int xn) {
     op->out[3] = plan;
     ids = rids;
     weights = rw;
-    if (c->n_shared_experts > 0 && late) {
-      dsi_graph_stream(g, 1);
-      shared = mlp(bd, &k_shared, w, xn);
-      dsi_graph_stream(g, 0);
-    }
+    if (late) shared = shared_experts(bd, w, xn);
     g->cur_rows = DSI_ROWS_RECV;
   }
   int start = TENSOR(bd, "exp_start", DSI_DTYPE_I32, E + 1); /* expert e: pairs [start[e], start[e+1]) */
