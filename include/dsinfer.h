@@ -118,6 +118,10 @@ typedef struct dsi_engine_opts {
   int overlap;       /* between ranks: 1 runs the collectives on a communication thread while the
                         workers compute what does not wait for them (the shared expert beside the
                         expert dispatch); 0 (default): on a worker, in turn */
+  int two_batch_min; /* overlap on: a step of at least this many tokens over two or more sequences
+                        runs as two micro-batches, interleaved at their collectives, so that one
+                        computes while the other's dispatch or combine is in flight (SGLang's
+                        two-batch overlap); 0 (default): never */
   int tp_to_ep;      /* tensor parallel: 0 (DSI_TP_TO_EP_RS_AG) reduce-scatter attention's partial
                         sums into each rank's 1/N of the tokens, the FFN, all-gather; 1
                         (DSI_TP_TO_EP_ALLREDUCE) all-reduce them, split, the FFN, all-gather */
@@ -437,6 +441,7 @@ void dsi_engine_profile_summary(dsi_engine *e, FILE *out);
  * sent (ring algorithms for reductions and gathers). */
 typedef struct dsi_phase_stats {
   int steps;
+  int two_batch_steps; /* of steps, those run as two micro-batches (overlap, two_batch_min) */
   long tokens;
   double wall_s, ops_s, dispatch_share;
   double flops, weight_bytes, act_bytes;

@@ -221,7 +221,8 @@ int dsi_engine_open(dsi_engine **out, dsi_model *m, const dsi_engine_opts *o, ds
     return rc;
   }
   e->exec = (dsi_fwd_exec_opts){.exec = o->exec, .streams = o->streams > 0 ? o->streams : 1, .fuse = 1,
-                                .min_team = o->stream_team_min, .overlap = o->overlap};
+                                .min_team = o->stream_team_min, .overlap = o->overlap,
+                                .two_batch_min = o->two_batch_min};
   dsi_fwd_set_exec(e->fwd, &e->exec);
   if (o->profile) {
     /* and the communication thread, as thread n */

@@ -34,10 +34,10 @@ static dsi_barrier *team_barrier(exec_job *j, const dsi_op *op) {
 }
 
 static void run_op(exec_job *j, int i, int tid, int lo, int hi, int helper) {
-  dsi_xrun *r = j->r;
-  const dsi_op *op = &r->g->ops[i];
+  const dsi_op *op = &j->r->g->ops[i];
   dsi_team tm = {.ith = tid - lo, .nth = hi - lo, .tid = tid, .helper = helper, .bar = team_barrier(j, op),
-                 .st = &r->st[i], .open = j->help ? &r->open_op : NULL, .op = i};
+                 .st = &j->r->st[i], .open = j->help ? &j->r->open_op : NULL, .op = i};
+  dsi_xrun *r = op->mb ? &j->r->mb[op->mb - 1] : j->r; /* the step, or the op's micro-batch */
   double t0 = j->prof ? dsi_now() : 0;
   dsi_op_defs[op->kind].run(r, op, &tm);
   if (!j->prof) return;

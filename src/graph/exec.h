@@ -49,6 +49,8 @@ typedef struct dsi_xrun {
   void *bars;           /* dsi_exec_bars_bytes(g->n_regions): the teams' barriers */
   int *pids;            /* [n_ops] the profile's op ids */
   atomic_int open_op;   /* the latest op whose units were opened to helpers, -1 none */
+  struct dsi_xrun *mb;  /* two-batch plans: [2] the micro-batches' runs, which an op of
+                           micro-batch k sees as its step (its batch, T, shard, rows) */
 } dsi_xrun;
 
 #define XT(r, id) ((void *)(r)->ptr[id])

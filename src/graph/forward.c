@@ -102,6 +102,13 @@ static void add(builder *bd, const char *name, int cat, int x, int y, int n) {
   op->out[0] = x;
 }
 
+/* a collective: with two micro-batches it ends its micro-batch's stage */
+static dsi_op *collective(builder *bd, dsi_op_kind kind, const char *name) {
+  dsi_op *op = dsi_graph_op(bd->g, kind, name, DSI_PROF_COMM);
+  bd->g->cur_stage++;
+  return op;
+}
+
 /* ---- MLA ---- */
 static int mla(builder *bd, const dsi_layer_weights *w, int xn) {
   const dsi_fctx *f = bd->f;
@@ -230,7 +237,7 @@ static int moe(builder *bd, const dsi_layer_weights *w, int xn) {
     plan = TENSOR(bd, "moe_plan", DSI_DTYPE_I32, dsi_moe_plan_len(bd->f, T));
     rows_in = TENSOR(bd, "moe_rows", F32, T, D);
     int rids = TENSOR(bd, "moe_rows_ids", DSI_DTYPE_I32, T, K), rw = TENSOR(bd, "moe_rows_w", F32, T, K);
-    op = dsi_graph_op(g, DSI_OP_MOE_DISPATCH, "moe_dispatch", DSI_PROF_COMM);
+    op = collective(bd, DSI_OP_MOE_DISPATCH, "moe_dispatch");
     op->in[0] = xn;
     op->in[1] = ids;
     op->in[2] = weights;
@@ -281,14 +288,14 @@ static int moe(builder *bd, const dsi_layer_weights *w, int xn) {
   if (dispatch) {
     g->cur_rows = DSI_ROWS_SHARD;
     int back = TENSOR(bd, "moe_out", F32, T, D);
-    op = dsi_graph_op(g, DSI_OP_MOE_COMBINE, "moe_combine", DSI_PROF_COMM);
+    op = collective(bd, DSI_OP_MOE_COMBINE, "moe_combine");
     op->in[0] = routed;
     op->in[1] = plan;
     op->out[0] = back;
     routed = back;
   } else if (g->cur_rows == DSI_ROWS_ALL && bd->f->ep > 1) {
     /* expert parallel over every token: each rank summed its own experts' share */
-    op = dsi_graph_op(g, DSI_OP_ALL_REDUCE, "ep_all_reduce", DSI_PROF_COMM);
+    op = collective(bd, DSI_OP_ALL_REDUCE, "ep_all_reduce");
     op->in[0] = routed;
     op->out[0] = routed;
   }
@@ -309,7 +316,7 @@ static void ffn_sharded(builder *bd, const dsi_layer_weights *w, int x, int attn
   int xs = TENSOR(bd, "x_shard", F32, T, D); /* [this rank's tokens, hidden] */
   dsi_op *op;
   if (bd->f->tp_to_ep == DSI_TP_TO_EP_ALLREDUCE) {
-    op = dsi_graph_op(g, DSI_OP_ALL_REDUCE, "tp_all_reduce", DSI_PROF_COMM);
+    op = collective(bd, DSI_OP_ALL_REDUCE, "tp_all_reduce");
     op->in[0] = op->out[0] = attn;
     add(bd, "residual_add", DSI_PROF_OTHER, x, attn, D);
     g->cur_rows = DSI_ROWS_SHARD;
@@ -319,7 +326,7 @@ static void ffn_sharded(builder *bd, const dsi_layer_weights *w, int x, int attn
   } else {
     g->cur_rows = DSI_ROWS_SHARD;
     int part = TENSOR(bd, "attn_shard", F32, T, D);
-    op = dsi_graph_op(g, DSI_OP_REDUCE_SCATTER, "tp_reduce_scatter", DSI_PROF_COMM);
+    op = collective(bd, DSI_OP_REDUCE_SCATTER, "tp_reduce_scatter");
     op->in[0] = attn;
     op->out[0] = part;
     op = dsi_graph_op(g, DSI_OP_SHARD, "tp_split", DSI_PROF_OTHER);
@@ -330,48 +337,72 @@ static void ffn_sharded(builder *bd, const dsi_layer_weights *w, int x, int attn
   int xn = rmsnorm(bd, "ffn_norm", DSI_PROF_OTHER, w->post_attention_layernorm, xs, D, 0);
   add(bd, "residual_add", DSI_PROF_OTHER, xs, w->is_moe ? moe(bd, w, xn) : mlp(bd, &k_dense, w, xn), D);
   g->cur_rows = DSI_ROWS_ALL;
-  op = dsi_graph_op(g, DSI_OP_ALL_GATHER, "tp_all_gather", DSI_PROF_COMM);
+  op = collective(bd, DSI_OP_ALL_GATHER, "tp_all_gather");
   op->in[0] = xs;
   op->out[0] = x;
 }
 
 /* ---- the model ---- */
-/* The graph of T tokens; NULL when memory ran out while recording it. */
-static dsi_graph *build(const dsi_fctx *f, int T, int overlap) {
+/* one decoder layer over the residual stream x */
+static void layer(builder *bd, const dsi_layer_weights *w, int x) {
+  int D = bd->f->c->hidden_size;
+  int xn = rmsnorm(bd, "attn_norm", DSI_PROF_OTHER, w->input_layernorm, x, D, 0);
+  int attn = mla(bd, w, xn);
+  if (bd->f->tp > 1) { /* heads split: partial sums, the FFN on this rank's tokens */
+    ffn_sharded(bd, w, x, attn);
+    return;
+  }
+  add(bd, "residual_add", DSI_PROF_OTHER, x, attn, D);
+  xn = rmsnorm(bd, "ffn_norm", DSI_PROF_OTHER, w->post_attention_layernorm, x, D, 0);
+  add(bd, "residual_add", DSI_PROF_OTHER, x, w->is_moe ? moe(bd, w, xn) : mlp(bd, &k_dense, w, xn), D);
+}
+
+/* The graph of T tokens, as one batch or as two micro-batches (each layer
+ * recorded for each, then interleaved at their collectives); NULL when
+ * memory ran out while recording it. */
+static dsi_graph *build(const dsi_fctx *f, int T, int overlap, int two_batch) {
   const dsi_model *m = f->m;
   const dsi_config *c = f->c;
-  int D = c->hidden_size;
+  int D = c->hidden_size, n_mb = two_batch ? 2 : 1;
   builder bd = {f, dsi_graph_new(T), T, overlap};
   dsi_graph *g = bd.g;
   if (!g) return NULL;
+  g->two_batch = two_batch;
   /* DP attention: every op on this rank's tokens, the experts reached by dispatch */
-  if (f->attn_dp) g->cur_rows = DSI_ROWS_SHARD;
-  int x = TENSOR(&bd, "x", F32, T, D); /* [T, hidden] the residual stream */
-  dsi_op *op = dsi_graph_op(g, DSI_OP_EMBED, "embed", DSI_PROF_OTHER);
-  op->out[0] = x;
+  int rows = f->attn_dp ? DSI_ROWS_SHARD : DSI_ROWS_ALL;
+  g->cur_rows = rows;
+  int x[2];
+  for (int k = 0; k < n_mb; k++) {
+    g->cur_mb = two_batch ? k + 1 : 0;
+    x[k] = TENSOR(&bd, "x", F32, T, D); /* [T, hidden] the residual stream */
+    dsi_op *op = dsi_graph_op(g, DSI_OP_EMBED, "embed", DSI_PROF_OTHER);
+    op->out[0] = x[k];
+  }
   for (int L = 0; L < c->num_hidden_layers; L++) {
-    const dsi_layer_weights *w = &m->layers[L];
     g->cur_layer = L;
-    int xn = rmsnorm(&bd, "attn_norm", DSI_PROF_OTHER, w->input_layernorm, x, D, 0);
-    int attn = mla(&bd, w, xn);
-    if (f->tp > 1) { /* heads split: partial sums, the FFN on this rank's tokens */
-      ffn_sharded(&bd, w, x, attn);
-      continue;
+    int from = g->n_ops;
+    for (int k = 0; k < n_mb; k++) {
+      g->cur_mb = two_batch ? k + 1 : 0;
+      g->cur_stage = 0;
+      layer(&bd, &m->layers[L], x[k]);
+      DSI_ASSERT(g->cur_rows == rows);
     }
-    add(&bd, "residual_add", DSI_PROF_OTHER, x, attn, D);
-    xn = rmsnorm(&bd, "ffn_norm", DSI_PROF_OTHER, w->post_attention_layernorm, x, D, 0);
-    add(&bd, "residual_add", DSI_PROF_OTHER, x, w->is_moe ? moe(&bd, w, xn) : mlp(&bd, &k_dense, w, xn), D);
+    if (two_batch) dsi_graph_interleave(g, from);
   }
   g->cur_layer = -1;
-  int xf = rmsnorm(&bd, "final_norm", DSI_PROF_LM_HEAD, m->norm, x, D, 0);
-  g->ops[g->n_ops - 1].flags |= DSI_ROWS_LOGITS;
-  int logits = dsi_graph_tensor(g, "logits", DSI_T_LOGITS, F32, 2, (int64_t[]){T, c->vocab_size});
-  op = dsi_graph_op(g, DSI_OP_MATMUL, "lm_head", DSI_PROF_LM_HEAD);
-  op->w = &m->lm_head;
-  op->epi = DSI_EPI_STORE;
-  op->flags = DSI_ROWS_LOGITS;
-  op->in[0] = xf;
-  op->out[0] = logits;
+  for (int k = 0; k < n_mb; k++) {
+    g->cur_mb = two_batch ? k + 1 : 0;
+    int xf = rmsnorm(&bd, "final_norm", DSI_PROF_LM_HEAD, m->norm, x[k], D, 0);
+    g->ops[g->n_ops - 1].flags |= DSI_ROWS_LOGITS;
+    /* micro-batch 2's rows follow micro-batch 1's */
+    int logits = dsi_graph_tensor(g, "logits", DSI_T_LOGITS, F32, 2, (int64_t[]){T, c->vocab_size});
+    dsi_op *op = dsi_graph_op(g, DSI_OP_MATMUL, "lm_head", DSI_PROF_LM_HEAD);
+    op->w = &m->lm_head;
+    op->epi = DSI_EPI_STORE;
+    op->flags = DSI_ROWS_LOGITS;
+    op->in[0] = xf;
+    op->out[0] = logits;
+  }
   /* every op's workspace, as its table entry sizes it */
   for (int i = 0; i < g->n_ops; i++) {
     const dsi_op_def *d = &dsi_op_defs[g->ops[i].kind];
@@ -417,6 +448,8 @@ struct dsi_fwd {
   size_t bars_cap;
   int *pids;    /* [st_cap] */
   uint8_t *naive; /* [max_tokens] this step's tokens in non-absorbed segments */
+  uint8_t *seen;  /* [max_tokens] two micro-batches: sequences of the first */
+  int32_t *mb_rows; /* [max_tokens] the second micro-batch's logit rows */
   dsi_commer *comm; /* the communication thread (overlap between ranks), or NULL */
   int32_t *dp_idx;  /* DP attention: [6 max_tokens] this rank's batch, its logit rows, counts */
   float *dp_logits, *dp_gather;
@@ -436,19 +469,25 @@ static dsi_plan_opts plan_opts(const dsi_fwd *fw) {
                          .overlap = fw->x.overlap && fw->f.coll.size > 1};
 }
 
-/* the plan for T's bucket, captured on first use */
-static dsi_graph *plan_for(dsi_fwd *fw, int T, dsi_err *err) {
+/* steps of T tokens may run as two micro-batches: collectives overlapped
+ * and the step large enough */
+static int two_batch_size(const dsi_fwd *fw, int T) {
+  return fw->x.overlap && fw->f.coll.size > 1 && fw->x.two_batch_min > 0 && T >= fw->x.two_batch_min;
+}
+
+/* the plan for T's bucket (as two micro-batches or one batch), captured on first use */
+static dsi_graph *plan_for(dsi_fwd *fw, int T, int two_batch, dsi_err *err) {
   int bucket = dsi_fwd_bucket(fw, T);
   plan_slot *lru = &fw->plans[0];
   for (int i = 0; i < DSI_FWD_PLANS; i++) {
     plan_slot *s = &fw->plans[i];
-    if (s->g && s->g->T == bucket) {
+    if (s->g && s->g->T == bucket && s->g->two_batch == two_batch) {
       s->used = ++fw->clock;
       return s->g;
     }
     if (!s->g || (lru->g && s->used < lru->used)) lru = s;
   }
-  dsi_graph *g = build(&fw->f, bucket, fw->x.overlap && fw->f.coll.size > 1);
+  dsi_graph *g = build(&fw->f, bucket, fw->x.overlap && fw->f.coll.size > 1, two_batch);
   dsi_plan_opts po = plan_opts(fw);
   if (!g || dsi_graph_plan(g, &po)) {
     dsi_graph_free(g);
@@ -510,8 +549,9 @@ static int grow_f32(float **p, size_t *cap, size_t n) {
   return DSI_OK;
 }
 
-static int run_local(dsi_fwd *fw, const dsi_fwd_batch *b, int plan_T, const dsi_fwd_cache *cache, float *logits,
-                     dsi_err *err);
+static int run_local(dsi_fwd *fw, const dsi_fwd_batch *b, int plan_T, int two_batch, const dsi_fwd_cache *cache,
+                     float *logits, dsi_err *err);
+static int split_point(dsi_fwd *fw, const dsi_fwd_batch *b);
 
 /* This rank's tokens as a batch of their own (possibly none: the rank
  * still takes part in the expert dispatch), their logits to rank 0, which
@@ -535,7 +575,8 @@ static int run_dp(dsi_fwd *fw, const dsi_fwd_batch *b, const dsi_fwd_cache *cach
   dsi_fwd_batch lb = {.n_tokens = n, .tokens = tok, .pos = pos, .seq = seq, .slot = slot,
                       .block_tables = b->block_tables, .logit_rows = rows, .n_logits = nl};
   /* planned for the whole step: the dispatch may bring this rank rows of every token */
-  int rc = run_local(fw, &lb, b->n_tokens, cache, fw->dp_logits, err);
+  int two = two_batch_size(fw, b->n_tokens) && split_point(fw, b) > 0; /* the same on every rank */
+  int rc = run_local(fw, &lb, b->n_tokens, two, cache, fw->dp_logits, err);
   if (rc) return rc;
   /* rank r's rows, in the order of its tokens, then back into the batch's order */
   int *counts = (int *)map, *displs = counts + N;
@@ -565,43 +606,93 @@ static int run_dp(dsi_fwd *fw, const dsi_fwd_batch *b, const dsi_fwd_cache *cach
 int dsi_fwd_run(dsi_fwd *fw, const dsi_fwd_batch *b, const dsi_fwd_cache *cache, float *logits, dsi_err *err) {
   DSI_ASSERT(b->n_tokens > 0 && b->n_tokens <= fw->f.max_tokens);
   if (fw->f.attn_dp) return run_dp(fw, b, cache, logits, err);
+  int two = two_batch_size(fw, b->n_tokens) && split_point(fw, b) > 0;
   if (!logits && b->n_logits) { /* a follower: no logits here */
     dsi_fwd_batch nb = *b;
     nb.n_logits = 0;
-    return run_local(fw, &nb, nb.n_tokens, cache, NULL, err);
+    return run_local(fw, &nb, nb.n_tokens, two, cache, NULL, err);
   }
-  return run_local(fw, b, b->n_tokens, cache, logits, err);
+  return run_local(fw, b, b->n_tokens, two, cache, logits, err);
 }
 
-/* the batch b on the plan for plan_T tokens (>= b's) */
-static int run_local(dsi_fwd *fw, const dsi_fwd_batch *b, int plan_T, const dsi_fwd_cache *cache, float *logits,
-                     dsi_err *err) {
+/* Where b splits into two micro-batches: the boundary between sequences
+ * nearest its middle, where no sequence has tokens on both sides (the
+ * second's attention would need the first's cache rows of the same
+ * layer). 0 when there is none. */
+static int split_point(dsi_fwd *fw, const dsi_fwd_batch *b) {
+  int n = b->n_tokens, best = 0;
+  for (int i = 1; i < n; i++)
+    if (b->seq[i] != b->seq[i - 1] && abs(2 * i - n) < abs(2 * best - n)) best = i;
+  if (!best) return 0;
+  for (int i = 0; i < n; i++)
+    if (b->seq[i] < 0 || b->seq[i] >= fw->f.max_tokens) return 0; /* not a step's index: no split */
+  memset(fw->seen, 0, (size_t)fw->f.max_tokens);
+  for (int i = 0; i < best; i++) fw->seen[b->seq[i]] = 1;
+  for (int i = best; i < n; i++)
+    if (fw->seen[b->seq[i]]) return 0;
+  return best;
+}
+
+/* micro-batch k of the step r: its tokens [lo, lo + n) of b, its logit
+ * rows (those of the first come first among the step's) */
+static void micro_batch(dsi_fwd *fw, const dsi_xrun *r, int lo, int n, const int32_t *rows, int n_rows,
+                        dsi_fwd_batch *mb, dsi_xrun *mr) {
+  const dsi_fwd_batch *b = r->b;
+  *mb = (dsi_fwd_batch){.n_tokens = n, .tokens = b->tokens + lo, .pos = b->pos + lo, .seq = b->seq + lo,
+                        .slot = b->slot + lo, .block_tables = b->block_tables, .logit_rows = rows, .n_logits = n_rows};
+  *mr = (dsi_xrun){.f = r->f, .g = r->g, .b = mb, .cache = r->cache, .T = n, .sh_n = n, .ptr = r->ptr, .st = r->st,
+                   .naive = r->naive + lo, .bars = r->bars, .pids = r->pids};
+  if (fw->f.tp > 1) dsi_shard_of(n, fw->f.coll.rank, fw->f.coll.size, &mr->sh_lo, &mr->sh_n);
+  if (fw->f.mla) mr->n_naive = dsi_mla_prefill_plan(fw->f.mla, mb, fw->f.m->layers[0].w_uk_t.dtype, fw->naive + lo);
+}
+
+/* the batch b on the plan for plan_T tokens (>= b's), as two micro-batches
+ * when two_batch (b split at its split_point; under DP attention either
+ * may be empty) */
+static int run_local(dsi_fwd *fw, const dsi_fwd_batch *b, int plan_T, int two_batch, const dsi_fwd_cache *cache,
+                     float *logits, dsi_err *err) {
   int T = b->n_tokens;
   int eager = fw->x.exec == DSI_EXEC_EAGER;
   dsi_graph *g;
+  if (eager) two_batch = 0;
   if (eager) { /* issued op by op: recorded afresh each step, no plan */
-    g = build(&fw->f, plan_T, 0);
+    g = build(&fw->f, plan_T, 0, 0);
     if (!g || dsi_graph_plan_eager(g)) {
       dsi_graph_free(g);
       return dsi_errf(err, DSI_E_NOMEM, "out of memory recording the step of %d tokens", T);
     }
-  } else if (!(g = plan_for(fw, plan_T, err))) {
+  } else if (!(g = plan_for(fw, plan_T, two_batch, err))) {
     return err->status;
   }
   if (grow_run_state(fw, g)) {
     if (eager) dsi_graph_free(g);
     return dsi_errf(err, DSI_E_NOMEM, "out of memory for the executor's state (%d ops)", g->n_ops);
   }
+  dsi_xrun r = {.f = &fw->f, .g = g, .b = b, .cache = cache, .T = T, .sh_n = T, .ptr = fw->ptr, .st = fw->st,
+                .naive = fw->naive, .bars = fw->bars, .pids = fw->pids};
+  dsi_fwd_batch mb[2];
+  dsi_xrun mr[2];
+  int nl1 = 0; /* logit rows of the first micro-batch */
+  if (two_batch) {
+    int s = split_point(fw, b);
+    if (fw->f.attn_dp && !s) s = T; /* one sequence (or none) here: the second micro-batch is empty */
+    DSI_ASSERT(s > 0 || fw->f.attn_dp);
+    while (nl1 < b->n_logits && b->logit_rows[nl1] < s) nl1++;
+    for (int l = nl1; l < b->n_logits; l++) fw->mb_rows[l - nl1] = b->logit_rows[l] - s;
+    micro_batch(fw, &r, 0, s, b->logit_rows, nl1, &mb[0], &mr[0]);
+    micro_batch(fw, &r, s, T - s, fw->mb_rows, b->n_logits - nl1, &mb[1], &mr[1]);
+    r.mb = mr;
+    if (fw->prof) dsi_prof_step_two_batch(fw->prof);
+  }
   for (int t = 0; t < g->n_ts; t++) {
     const dsi_tensor *x = &g->ts[t];
     fw->ptr[t] = x->kind == DSI_T_KV ? (uint8_t *)cache->layer[x->layer]
-                 : x->kind == DSI_T_LOGITS ? (uint8_t *)logits
+                 : x->kind == DSI_T_LOGITS ? (uint8_t *)(logits && x->mb == 2 ? logits + (size_t)nl1 * fw->f.c->vocab_size
+                                                                              : logits)
                  : eager ? NULL : fw->arena + x->off;
   }
-  dsi_xrun r = {.f = &fw->f, .g = g, .b = b, .cache = cache, .T = T, .sh_n = T, .ptr = fw->ptr, .st = fw->st,
-                .naive = fw->naive, .bars = fw->bars, .pids = fw->pids};
   if (fw->f.tp > 1) dsi_shard_of(T, fw->f.coll.rank, fw->f.coll.size, &r.sh_lo, &r.sh_n);
-  if (fw->f.mla) r.n_naive = dsi_mla_prefill_plan(fw->f.mla, b, fw->f.m->layers[0].w_uk_t.dtype, fw->naive);
+  if (fw->f.mla && !two_batch) r.n_naive = dsi_mla_prefill_plan(fw->f.mla, b, fw->f.m->layers[0].w_uk_t.dtype, fw->naive);
   int rc = DSI_OK;
   if (eager) {
     rc = dsi_exec_eager(&r, fw->pool, fw->prof, err);
@@ -614,7 +705,7 @@ static int run_local(dsi_fwd *fw, const dsi_fwd_batch *b, int plan_T, const dsi_
 
 int dsi_fwd_plan_stats(dsi_fwd *fw, int T, dsi_fwd_stats *s, dsi_err *err) {
   memset(s, 0, sizeof *s);
-  dsi_graph *g = plan_for(fw, T, err);
+  dsi_graph *g = plan_for(fw, T, two_batch_size(fw, T), err);
   if (!g) return err->status;
   s->bucket = g->T;
   s->arena_bytes = g->arena_bytes;
@@ -631,7 +722,7 @@ int dsi_fwd_plan_stats(dsi_fwd *fw, int T, dsi_fwd_stats *s, dsi_err *err) {
 }
 
 int dsi_fwd_check_plan(dsi_fwd *fw, int T, char *why, size_t why_len, dsi_err *err) {
-  dsi_graph *g = plan_for(fw, T, err);
+  dsi_graph *g = plan_for(fw, T, two_batch_size(fw, T), err);
   if (!g) return err->status;
   int rc = dsi_graph_check(g, fw->f.mm.nth, why, why_len);
   return rc == DSI_E_NOMEM ? dsi_errf(err, rc, "%s", why) : rc;
@@ -639,7 +730,7 @@ int dsi_fwd_check_plan(dsi_fwd *fw, int T, char *why, size_t why_len, dsi_err *e
 
 void dsi_fwd_dump_plan(dsi_fwd *fw, int T, FILE *out) {
   dsi_err err = {0};
-  dsi_graph *g = plan_for(fw, T, &err);
+  dsi_graph *g = plan_for(fw, T, two_batch_size(fw, T), &err);
   if (g) dsi_graph_dump(g, out);
 }
 
@@ -716,6 +807,8 @@ int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, const dsi_fwd
     return dsi_errf(err, DSI_E_NOMEM, "cannot allocate the forward's tables for %d positions", max_context);
   }
   fw->naive = calloc(max_tokens, 1);
+  fw->seen = malloc(max_tokens);
+  fw->mb_rows = malloc((size_t)max_tokens * sizeof(int32_t));
   if (f->attn_dp && !(fw->dp_idx = malloc(((size_t)6 * max_tokens + 2 * (size_t)f->coll.size) * sizeof(int32_t)))) {
     dsi_fwd_free(fw);
     return dsi_errf(err, DSI_E_NOMEM, "out of memory for the forward's tables");
@@ -731,7 +824,7 @@ int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, const dsi_fwd
   int NL = c->num_hidden_layers;
   f->uk = calloc((size_t)NL * H, sizeof(dsi_mat));
   f->uv = calloc((size_t)NL * H, sizeof(dsi_mat));
-  if (dsi_rope_tables(c, max_context, f->rope_cos, f->rope_sin) || !fw->naive || !f->uk || !f->uv ||
+  if (dsi_rope_tables(c, max_context, f->rope_cos, f->rope_sin) || !fw->naive || !fw->seen || !fw->mb_rows || !f->uk || !f->uv ||
       (f->ep > 1 && !f->exp_owner) ||
       (m->layers[0].mla_fmt == DSI_MLA_SPLIT && !f->mla)) {
     dsi_fwd_free(fw);
@@ -770,6 +863,8 @@ void dsi_fwd_free(dsi_fwd *fw) {
   free(fw->dp_logits);
   free(fw->dp_gather);
   free(fw->naive);
+  free(fw->seen);
+  free(fw->mb_rows);
   dsi_free_aligned(fw->arena);
   free(fw->ptr);
   dsi_free_aligned(fw->st);

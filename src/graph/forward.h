@@ -84,6 +84,8 @@ typedef struct dsi_fwd_exec_opts {
   int overlap; /* graph, between ranks: collectives on a communication thread while the
                   workers compute what does not wait for them (the shared expert recorded
                   after the expert dispatch) */
+  int two_batch_min; /* overlap: steps of at least this many tokens over two or more sequences
+                  run as two micro-batches whose collectives and compute interleave (0: never) */
 } dsi_fwd_exec_opts;
 
 /* The forward of m on pool's threads: its kernels, precision and cache

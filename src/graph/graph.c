@@ -59,7 +59,7 @@ int dsi_graph_tensor(dsi_graph *g, const char *name, int kind, dsi_dtype dtype, 
   }
   dsi_tensor *t = &g->ts[g->n_ts];
   *t = (dsi_tensor){.name = name, .layer = g->cur_layer, .kind = kind, .dtype = dtype, .ndim = ndim, .first = -1,
-                    .last = -1};
+                    .last = -1, .mb = g->cur_mb};
   size_t n = ndim > 0;
   for (int d = 0; d < ndim; d++) {
     DSI_ASSERT(ne[d] >= 0);
@@ -114,6 +114,8 @@ dsi_op *dsi_graph_op(dsi_graph *g, dsi_op_kind kind, const char *name, int cat) 
   op->region = g->cur_region;
   op->stream = g->cur_region >= 0 ? g->cur_stream : 0;
   op->rows = g->cur_rows;
+  op->mb = g->cur_mb;
+  op->stage = g->cur_stage;
   for (int i = 0; i < DSI_OP_IN; i++) op->in[i] = -1;
   for (int i = 0; i < DSI_OP_OUT; i++) op->out[i] = -1;
   op->ws = -1;
@@ -122,6 +124,7 @@ dsi_op *dsi_graph_op(dsi_graph *g, dsi_op_kind kind, const char *name, int cat) 
 
 void dsi_graph_fork(dsi_graph *g) {
   DSI_ASSERT(g->cur_region < 0);
+  if (g->two_batch) return; /* a fork's ops stay together; the micro-batches' interleave */
   g->cur_region = g->n_regions++;
   g->cur_stream = 0;
 }
@@ -129,6 +132,18 @@ void dsi_graph_stream(dsi_graph *g, int stream) { g->cur_stream = stream; }
 void dsi_graph_join(dsi_graph *g) {
   g->cur_region = -1;
   g->cur_stream = 0;
+}
+
+void dsi_graph_interleave(dsi_graph *g, int from) {
+  /* insertion: stable, in place (a layer's few dozen ops) */
+  for (int i = from + 1; i < g->n_ops; i++) {
+    dsi_op op = g->ops[i];
+    int j = i;
+    for (; j > from && (g->ops[j - 1].stage > op.stage || (g->ops[j - 1].stage == op.stage && g->ops[j - 1].mb > op.mb));
+         j--)
+      g->ops[j] = g->ops[j - 1];
+    g->ops[j] = op;
+  }
 }
 
 /* ---- access sets ---- */
@@ -482,8 +497,8 @@ void dsi_graph_dump(const dsi_graph *g, void *file) {
   for (int i = 0; i < g->n_ops; i++) {
     const dsi_op *op = &g->ops[i];
     if (op->dead) continue;
-    fprintf(f, "  %4d %-14s %-16s L%-3d team %-3s flags %2d waits", i, dsi_op_kind_names[op->kind], op->name,
-            op->layer, teams[op->team], op->flags);
+    fprintf(f, "  %4d %-14s %-16s L%-3d team %-3s mb %d flags %2d waits", i, dsi_op_kind_names[op->kind], op->name,
+            op->layer, teams[op->team], op->mb, op->flags);
     for (int d = 0; d < op->n_deps; d++) fprintf(f, " %d", op->deps[d]);
     fprintf(f, "\n");
   }

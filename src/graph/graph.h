@@ -59,6 +59,7 @@ typedef struct dsi_tensor {
   int ndim;        /* 0: memory of the engine's whose shape the graph does not fix (a cache) */
   int64_t ne[DSI_MAX_DIMS]; /* shape, outermost first: [T, H, qk_head_dim] */
   size_t bytes;    /* for the graph's bucket */
+  int mb;          /* two-batch plans: the micro-batch (1 or 2) it was recorded for; 0 the step's */
   /* plan */
   int first, last; /* ops that first and last touch it (-1: never) */
   size_t off;      /* offset in the arena */
@@ -104,6 +105,8 @@ typedef struct dsi_op {
   const dsi_layer_weights *lw;   /* the layer's weights */
   int epi;                       /* dsi_epilogue of a matmul; row width of a norm, add, silu */
   int t0;                        /* attention chunk: first token */
+  int mb;                        /* two-batch plans: the micro-batch it computes (1, 2); 0 the step */
+  int stage;                     /* two-batch plans: collectives of its micro-batch in the layer before it */
   /* schedule */
   int dead;         /* fused into another op */
   int team;         /* DSI_TEAM_* */
@@ -117,8 +120,9 @@ typedef struct dsi_graph {
   dsi_tensor *ts;
   int n_ts, cap_ts;
   int n_regions;
+  int two_batch;    /* the step as two micro-batches (see dsi_graph_interleave) */
   /* builder state */
-  int cur_layer, cur_region, cur_stream, cur_rows;
+  int cur_layer, cur_region, cur_stream, cur_rows, cur_mb, cur_stage;
   /* plan */
   int planned, fused, streams;
   int *team_a;      /* [n_regions] threads of team A in each region (all: not split) */
@@ -149,6 +153,14 @@ dsi_op *dsi_graph_op(dsi_graph *g, dsi_op_kind kind, const char *name, int cat);
 void dsi_graph_fork(dsi_graph *g);
 void dsi_graph_stream(dsi_graph *g, int stream);
 void dsi_graph_join(dsi_graph *g);
+/* Two micro-batches (two_batch set; forks are then not recorded): ops of
+ * micro-batch cur_mb (1 or 2), each recording its layer in turn, a stage
+ * ending at each of its collectives (cur_stage++ after one). Interleaving
+ * orders ops [from, n_ops) by (stage, micro-batch), keeping each
+ * micro-batch's own order: micro-batch 2 computes up to its collective
+ * while micro-batch 1's is in flight, and the reverse (SGLang's two-batch
+ * overlap). The two touch disjoint tensors, so the order is theirs to pick. */
+void dsi_graph_interleave(dsi_graph *g, int from);
 
 /* ---- planning ---- */
 typedef struct dsi_plan_opts {

@@ -26,6 +26,7 @@ typedef struct {
   int prefill, n_tokens;
   int op0, op1;     /* its ops [op0, op1) */
   long span0, span1;/* its spans [span0, span1) */
+  int two_batch;    /* run as two micro-batches */
 } prof_step;
 
 struct dsi_prof {
@@ -41,6 +42,7 @@ struct dsi_prof {
   double step_t0;
   int step_op0;
   long step_span0;
+  int step_two_batch;
   atomic_int full; /* a buffer ran out: nothing more is recorded */
   dsi_peaks peaks;
   int have_peaks;
@@ -115,7 +117,10 @@ void dsi_prof_step_begin(dsi_prof *p) {
   p->step_op0 = p->n_ops;
   p->step_span0 = atomic_load(&p->n_spans);
   p->step_t0 = dsi_now();
+  p->step_two_batch = 0;
 }
+
+void dsi_prof_step_two_batch(dsi_prof *p) { p->step_two_batch = 1; }
 
 void dsi_prof_step_end(dsi_prof *p, int prefill, int n_tokens, int ok) {
   double t1 = dsi_now();
@@ -126,7 +131,7 @@ void dsi_prof_step_end(dsi_prof *p, int prefill, int n_tokens, int ok) {
     return;
   }
   p->steps[p->n_steps++] = (prof_step){p->step_t0, t1, prefill, n_tokens, p->step_op0, p->n_ops,
-                                       p->step_span0, atomic_load(&p->n_spans)};
+                                       p->step_span0, atomic_load(&p->n_spans), p->step_two_batch};
 }
 
 void dsi_prof_set_peaks(dsi_prof *p, const dsi_peaks *pk) {
@@ -227,7 +232,7 @@ typedef struct {
 #define MAX_NAMES 128
 
 typedef struct {
-  int n_steps;
+  int n_steps, two_batch_steps;
   long tokens;
   double wall, ops;
   double comm_overlap; /* time the communication thread ran a collective while the caller ran another op */
@@ -250,6 +255,7 @@ static void gather(const dsi_prof *p, prof_phase ph[2]) {
     const prof_step *s = &p->steps[i];
     prof_phase *h = &ph[s->prefill ? 0 : 1];
     h->n_steps++;
+    h->two_batch_steps += s->two_batch;
     h->tokens += s->n_tokens;
     h->wall += s->t1 - s->t0;
     for (int o = s->op0; o < s->op1; o++) {
@@ -348,6 +354,7 @@ void dsi_prof_phase_stats(const dsi_prof *p, int prefill, dsi_phase_stats *out) 
   const prof_phase *h = &ph[prefill ? 0 : 1];
   memset(out, 0, sizeof *out);
   out->steps = h->n_steps;
+  out->two_batch_steps = h->two_batch_steps;
   out->tokens = h->tokens;
   out->wall_s = h->wall;
   out->ops_s = h->ops;

@@ -40,6 +40,8 @@ void dsi_prof_span(dsi_prof *p, int op, int ith, double t0, double t1);
  * fed more than one token); a failed step is dropped (ok = 0) */
 void dsi_prof_step_begin(dsi_prof *p);
 void dsi_prof_step_end(dsi_prof *p, int prefill, int n_tokens, int ok);
+/* the step being recorded runs as two micro-batches */
+void dsi_prof_step_two_batch(dsi_prof *p);
 
 void dsi_prof_set_peaks(dsi_prof *p, const dsi_peaks *pk);
 int dsi_prof_write_trace(const dsi_prof *p, const char *path, dsi_err *err);

@@ -6,8 +6,9 @@
  * Under mpirun, with the heads and experts split over the ranks, the
  * study's two communication stages follow: the TP->EP restructure
  * (all-reduce + split -> reduce-scatter) and overlap (collectives on a
- * communication thread), with the time in collectives, the share of it
- * beside compute and the bytes sent per step. */
+ * communication thread), then two micro-batches per step (with --batch 2
+ * or more), with the time in collectives, the share of it beside compute
+ * and the bytes sent per step. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -190,6 +191,7 @@ static void text_speeds(const speeds *x, const speeds *prev, char a[32], char b[
 typedef struct {
   const char *name;
   int exec, streams, op_opt, tp_to_ep, overlap;
+  int two_batch_min; /* steps of this many tokens or more (over two sequences or more) as two micro-batches */
 } rank_stage;
 
 static const rank_stage k_rank_stages[] = {
@@ -199,6 +201,7 @@ static const rank_stage k_rank_stages[] = {
   {"op-opt", DSI_EXEC_GRAPH, 2, 1, DSI_TP_TO_EP_ALLREDUCE, 0},
   {"tp-to-ep", DSI_EXEC_GRAPH, 2, 1, DSI_TP_TO_EP_RS_AG, 0},
   {"overlap", DSI_EXEC_GRAPH, 2, 1, DSI_TP_TO_EP_RS_AG, 1},
+  {"two-batch", DSI_EXEC_GRAPH, 2, 1, DSI_TP_TO_EP_RS_AG, 1, 2}, /* needs --batch 2 or more */
 };
 #define N_RANK_STAGES (int)(sizeof k_rank_stages / sizeof *k_rank_stages)
 
@@ -236,7 +239,8 @@ static int ablation_ranks(const dsi_bench_ablation_opts *o) {
     dsi_engine_opts eo = {.n_threads = o->threads, .max_tokens = 512, .max_context = o->P + o->G + 1,
                           .act_precision = o->act, .kv_blocks = (o->P + o->G + 64) / 64 * o->B + o->B,
                           .profile = rank == 0, .exec = s->exec, .streams = s->streams, .dist = d,
-                          .tp_to_ep = s->tp_to_ep, .overlap = s->overlap};
+                          .tp_to_ep = s->tp_to_ep, .overlap = s->overlap,
+                          .two_batch_min = s->two_batch_min};
     dsi_cli_env_opts(NULL, &eo);
     if (dsi_engine_open(&e, m, &eo, &err)) {
       fprintf(stderr, "dsinfer bench: rank %d: %s: %s\n", rank, s->name, err.msg);
@@ -283,9 +287,10 @@ static int ablation_ranks(const dsi_bench_ablation_opts *o) {
       const rank_result *r = &res[i];
       const rank_stage *s = &k_rank_stages[i];
       printf("%s{\"stage\":\"%s\",\"ranks\":%d,\"tp\":%d,\"ep\":%d,\"exec\":\"%s\",\"streams\":%d,\"op_opt\":%s,"
-             "\"tp_to_ep\":\"%s\",\"overlap\":%s,", i ? "," : "", s->name, N, N, par->ep > 1 ? N : 1,
+             "\"tp_to_ep\":\"%s\",\"overlap\":%s,\"two_batch_min\":%d,", i ? "," : "", s->name, N, N, par->ep > 1 ? N : 1,
              s->exec == DSI_EXEC_EAGER ? "eager" : "graph", s->streams, s->op_opt ? "true" : "false",
-             s->tp_to_ep == DSI_TP_TO_EP_ALLREDUCE ? "allreduce" : "rs-ag", s->overlap ? "true" : "false");
+             s->tp_to_ep == DSI_TP_TO_EP_ALLREDUCE ? "allreduce" : "rs-ag", s->overlap ? "true" : "false",
+             s->two_batch_min);
       json_speeds(&r->sp, i ? &res[i - 1].sp : NULL);
       json_num("prefill_comm_share", r->comm_pre, 0);
       json_num("decode_comm_share", r->comm_dec, 0);
@@ -310,7 +315,8 @@ static int ablation_ranks(const dsi_bench_ablation_opts *o) {
            100 * r->comm_dec, 100 * r->hidden_dec, r->mb_dec, g);
   }
   printf("comm: share of the step's wall time in collectives (prefill, decode); beside: the share of decode's\n"
-         "collective time the caller computed beside it; MB/step: what rank 0 sent per decode step.\n");
+         "collective time the caller computed beside it; MB/step: what rank 0 sent per decode step; two-batch:\n"
+         "steps of two sequences or more as two micro-batches (with --batch 2 or more).\n");
   return 0;
 }
 

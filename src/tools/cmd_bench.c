@@ -68,11 +68,11 @@ static void comm_report(const dsi_config *c, const dsi_cli_par *par, dsi_engine 
                      : par->tp < 2 ? "experts split, all_reduce"
                      : par->tp_to_ep == DSI_TP_TO_EP_ALLREDUCE ? "allreduce" : "rs-ag";
   if (json)
-    printf(",\"ranks\":%d,\"tp\":%d,\"ep\":%d,\"tp_to_ep\":\"%s\",\"overlap\":%s", N, par->tp, par->ep, mode,
-           par->overlap ? "true" : "false");
+    printf(",\"ranks\":%d,\"tp\":%d,\"ep\":%d,\"tp_to_ep\":\"%s\",\"overlap\":%s,\"two_batch_min\":%d", N, par->tp,
+           par->ep, mode, par->overlap ? "true" : "false", par->overlap ? par->two_batch_min : 0);
   else
-    printf("ranks: %d (--tp %d --ep %d, %s, overlap %s); rank 0's view\n", N, par->tp, par->ep, mode,
-           par->overlap ? "on" : "off");
+    printf("ranks: %d (--tp %d --ep %d, %s, overlap %s, two micro-batches from %d tokens); rank 0's view\n", N, par->tp,
+           par->ep, mode, par->overlap ? "on" : "off", par->overlap ? par->two_batch_min : 0);
   for (int ph = 0; ph < 2; ph++) {
     dsi_phase_stats st;
     if (dsi_engine_profile_stats(e, ph == 0, &st) || st.steps == 0) continue;
@@ -82,8 +82,8 @@ static void comm_report(const dsi_config *c, const dsi_cli_par *par, dsi_engine 
     const char *name = ph == 0 ? "prefill" : "decode";
     if (json) {
       printf(",\"%s_comm_ms_per_step\":%.3f,\"%s_comm_share\":%.4f,\"%s_comm_overlapped\":%.4f,"
-             "\"%s_comm_bytes_per_step\":%.0f,\"%s_comm_bytes_analytic\":%.0f", name, ms, name, share, name, hidden, name,
-             sent, name, model);
+             "\"%s_comm_bytes_per_step\":%.0f,\"%s_comm_bytes_analytic\":%.0f,\"%s_two_batch_steps\":%d,\"%s_steps\":%d",
+             name, ms, name, share, name, hidden, name, sent, name, model, name, st.two_batch_steps, name, st.steps);
       continue;
     }
     printf("%-8s %8.2f ms a step in collectives (%.0f%% of the step, %.0f%% of it beside compute); %.3f MB sent a step, "
@@ -91,6 +91,7 @@ static void comm_report(const dsi_config *c, const dsi_cli_par *par, dsi_engine 
            100 * share, 100 * hidden,
            sent / 1e6, model / 1e6, cm.reduce * st.tokens / st.steps / 1e6, cm.gather * st.tokens / st.steps / 1e6,
            cm.a2a * st.tokens / st.steps / 1e6);
+    if (par->overlap) printf("%-8s %d of %d steps as two micro-batches\n", name, st.two_batch_steps, st.steps);
   }
   const dsi_dist *d = dsi_cli_dist;
   if (json) printf(",\"collectives\":{");
@@ -197,8 +198,9 @@ static int bench_model(int argc, char **argv) {
   if (exec && strcmp(exec, "graph") && strcmp(exec, "eager")) return dsi_cli_usage_error("bench", "--exec must be graph or eager");
   if (streams != 1 && streams != 2) return dsi_cli_usage_error("bench", "--streams must be 1 or 2");
   if ((rc = dsi_cli_check_par("bench", &par))) return rc;
-  if (ablation && (reps > 64 || op_opt || exec || quant || profile || par.tp_to_ep_s || par.overlap_s))
-    return dsi_cli_usage_error("bench", "--ablation sets --exec, --streams, --op-opt, --tp-to-ep and --overlap itself; "
+  if (ablation && (reps > 64 || op_opt || exec || quant || profile || par.tp_to_ep_s || par.overlap_s ||
+                   par.two_batch_s))
+    return dsi_cli_usage_error("bench", "--ablation sets --exec, --streams, --op-opt, --tp-to-ep, --overlap and --two-batch-min itself; "
                                "--reps <= 64");
   /* before anything is measured or made: a sequence must fit the model's context */
   dsi_config cfg;

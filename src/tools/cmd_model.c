@@ -79,6 +79,11 @@ int dsi_cli_check_par(const char *cmd, dsi_cli_par *p) {
   if (p->overlap_s && strcmp(p->overlap_s, "on") && strcmp(p->overlap_s, "off"))
     return dsi_cli_usage_error(cmd, "--overlap must be on or off, got '%s'", p->overlap_s);
   p->overlap = p->overlap_s && !strcmp(p->overlap_s, "on");
+  long long tb = 32;
+  if (p->two_batch_s && dsi_cli_int(cmd, "--two-batch-min", p->two_batch_s, 0, 1 << 30, &tb)) return 2;
+  if (p->two_batch_s && !p->overlap)
+    return dsi_cli_usage_error(cmd, "--two-batch-min interleaves micro-batches at their collectives: it needs --overlap on");
+  p->two_batch_min = (int)tb;
   if (p->attn_dp && p->tp > 1)
     return dsi_cli_usage_error(cmd, "--attn dp runs every head on each rank for its own sequences: not with --tp %d", p->tp);
   if (p->attn_dp && !dsi_dist_has_mpi())
@@ -308,6 +313,7 @@ static int open_engine(const char *cmd, dsi_engine_opts *eo, const dsi_cli_par *
     eo->dist = dsi_cli_dist;
     eo->tp_to_ep = par->tp_to_ep;
     eo->overlap = par->overlap;
+    eo->two_batch_min = par->two_batch_min;
     eo->attn_dp = par->attn_dp;
   }
   if (dsi_engine_open(e, *m, eo, &err)) { /* the model stays the caller's */

@@ -8,7 +8,9 @@
 # tokens, whose FFN runs there (their rows dispatched to the experts' owners
 # with all-to-all-v under --ep N, or every expert local under --ep 1), and
 # an all-gather brings the tokens back; with --overlap on the collectives
-# run on a communication thread beside the compute. DP attention (--attn
+# run on a communication thread beside the compute, and with
+# --two-batch-min a step of two sequences runs as two micro-batches whose
+# collectives and compute interleave. DP attention (--attn
 # dp): each rank the whole attention of its own sequences (the two test
 # sequences on two ranks; on four, two ranks hold none), the tokens meeting
 # at the experts, the logits gathered to rank 0. On every golden checkpoint, f32
@@ -43,13 +45,18 @@ for dir in golden/*/; do
     one="$scratch/$c.one.f32"
     "$bin" logits --precision f32 --threads 1 --model "$m" --tokens "$toks" --tokens 5,6,7 $mode --out "$one" 2>/dev/null
     # the layouts: experts split; heads split both ways, experts split or not
-    layouts=("2|" "4|" "2|--tp 2 --overlap on" "4|--tp 4 --tp-to-ep allreduce" "2|--attn dp")
+    layouts=("2|" "4|" "2|--tp 2 --overlap on" "4|--tp 4 --tp-to-ep allreduce" "2|--attn dp"
+             "2|--tp 2 --overlap on --two-batch-min 2")
     if [ "$c" = tiny-bf16 ] && [ -z "$mode" ]; then
       layouts+=("4|--tp 4" "2|--tp 2 --tp-to-ep allreduce" "2|--tp 2 --ep 1" "4|--tp 4 --ep 1 --tp-to-ep allreduce"
                 "2|--overlap on" "2|--tp 2 --overlap on" "4|--tp 4 --tp-to-ep allreduce --overlap on"
-                "2|--tp 2 --ep 1 --overlap on" "2|--attn dp" "4|--attn dp --overlap on" "2|--attn dp --ep 1")
+                "2|--tp 2 --ep 1 --overlap on" "2|--attn dp" "4|--attn dp --overlap on" "2|--attn dp --ep 1"
+                "2|--overlap on --two-batch-min 2" "2|--tp 2 --overlap on --two-batch-min 2"
+                "4|--tp 4 --tp-to-ep allreduce --overlap on --two-batch-min 2" "2|--tp 2 --ep 1 --overlap on --two-batch-min 2"
+                "2|--attn dp --overlap on --two-batch-min 2" "4|--attn dp --overlap on --two-batch-min 2")
     elif [ "$c" = tiny-bf16 ]; then
       layouts=("2|" "2|--tp 2" "4|--tp 4 --tp-to-ep allreduce --overlap on" "2|--attn dp")
+      [ "$mode" = --decode ] && layouts+=("2|--tp 2 --overlap on --two-batch-min 2" "2|--attn dp --overlap on --two-batch-min 2")
     elif [ -n "$mode" ]; then
       layouts=("2|" "4|--tp 4")
     fi
@@ -105,10 +112,24 @@ want=$(grep -o '"prefill_comm_bytes_analytic":[0-9]*' <<<"$j" | cut -d: -f2)
 [ -n "$sent" ] && [ "$sent" = "$want" ] && [ "$sent" -gt 0 ] && echo "ok   bench --tp 2: $sent bytes a prefill step, as counted" ||
   bad "bench --tp 2 bytes: sent '$sent', analytic '$want'"
 
+# two micro-batches: every step of 2 sequences (and none of 1) runs as two
+j=$("${mpi[@]}" -np 2 "$bin" bench --model "$m" --threads 1 --tp 2 --overlap on --two-batch-min 2 --batch 2 \
+  --prompt-len 8 --gen-len 4 --reps 1 --json 2>/dev/null)
+k=$("${mpi[@]}" -np 2 "$bin" bench --model "$m" --threads 1 --tp 2 --overlap on --two-batch-min 2 --batch 1 \
+  --prompt-len 8 --gen-len 4 --reps 1 --json 2>/dev/null)
+two() { grep -o "\"$1_two_batch_steps\":[0-9]*,\"$1_steps\":[0-9]*" <<<"$2" | grep -o '[0-9]*' | tr '\n' ' '; }
+[ "$(two decode "$j")" = "4 4 " ] && [ "$(two prefill "$j")" = "1 1 " ] && [ "$(two decode "$k")" = "0 4 " ] &&
+  echo "ok   --two-batch-min 2: 2 sequences' steps as two micro-batches, 1 sequence's as one" ||
+  bad "two micro-batches: batch 2 decode '$(two decode "$j")', prefill '$(two prefill "$j")'; batch 1 '$(two decode "$k")'"
+err=$("$bin" logits --model "$m" --tokens 1,2 --two-batch-min 4 --out "$scratch/x" 2>&1) && bad "--two-batch-min without --overlap ran"
+grep -q 'it needs --overlap on' <<<"$err" && echo "ok   --two-batch-min without --overlap on: a usage error" ||
+  bad "--two-batch-min without --overlap: '$err'"
+
 # bench --ablation under mpirun: the study's stages, the communication ones last
-j=$("${mpi[@]}" -np 2 "$bin" bench --model "$m" --threads 1 --prompt-len 16 --gen-len 4 --reps 1 --ablation --json 2>/dev/null)
+j=$("${mpi[@]}" -np 2 "$bin" bench --model "$m" --threads 1 --prompt-len 16 --gen-len 4 --reps 1 --batch 2 --ablation \
+  --json 2>/dev/null)
 stages=$(grep -o '"stage":"[a-z-]*"' <<<"$j" | cut -d'"' -f4 | tr '\n' ' ')
-[ "$stages" = "eager graph streams op-opt tp-to-ep overlap " ] && grep -q '"decode_comm_share":0\.[0-9]' <<<"$j" &&
+[ "$stages" = "eager graph streams op-opt tp-to-ep overlap two-batch " ] && grep -q '"decode_comm_share":0\.[0-9]' <<<"$j" &&
   echo "ok   bench --ablation on 2 ranks: $stages" || bad "bench --ablation on 2 ranks: '$j'"
 
 # faults: ranks that open different configs or files fail at start naming

@@ -34,8 +34,8 @@ toks=$(seq -s, 11 30)
 "$3" "$scratch/decode.f32" "$scratch/rows.f32" 129280 1e-4
 # expert parallel on 2 ranks (when the build has MPI): each loads half the
 # experts; then tensor-parallel attention too, each rank 64 of the 128
-# heads (FP8 slices on whole 128x128 blocks); the f32 logits equal one
-# process's within 1e-5
+# heads (FP8 slices on whole 128x128 blocks), and two sequences as two
+# micro-batches; the f32 logits equal one process's within 1e-5
 if "$bin" version | grep -q 'mpi: yes' && command -v mpirun >/dev/null; then
   mpi=(mpirun -np 2)
   if mpirun --version 2>&1 | grep -q 'Open MPI'; then
@@ -50,7 +50,15 @@ if "$bin" version | grep -q 'mpi: yes' && command -v mpirun >/dev/null; then
     2> "$scratch/tp2.err" || { cat "$scratch/tp2.err"; exit 1; }
   grep 'rank' "$scratch/tp2.err"
   "$3" "$scratch/tp2.f32" "$scratch/packed.f32" 129280 1e-5
-  echo "5 passed, 0 failed"
+  # two sequences as two micro-batches, their collectives interleaved on
+  # the communication thread
+  toks2=$(seq -s, 40 51)
+  "$bin" logits --model "$scratch/v3slice" --tokens "$toks" --tokens "$toks2" --precision f32 --out "$scratch/pair.f32" \
+    2> /dev/null
+  "${mpi[@]}" "$bin" logits --model "$scratch/v3slice" --tokens "$toks" --tokens "$toks2" --precision f32 --tp 2 \
+    --overlap on --two-batch-min 2 --out "$scratch/tbo.f32" 2> "$scratch/tbo.err" || { cat "$scratch/tbo.err"; exit 1; }
+  "$3" "$scratch/tbo.f32" "$scratch/pair.f32" 129280 1e-5
+  echo "6 passed, 0 failed"
 else
   echo "3 passed, 0 failed (no MPI: the 2-rank checks skipped)"
 fi

@@ -97,6 +97,56 @@ static void check_dist_plans(const char *dir) {
   }
 }
 
+/* Two micro-batches (overlap on, steps of two_batch_min tokens or more):
+ * each layer's ops of micro-batch 2 run up to its collective while
+ * micro-batch 1's is in flight, and the reverse; the plan is sound. */
+static void check_two_batch(const char *dir) {
+  dsi_model *m;
+  dsi_err err = {0};
+  dsi_load_opts lo = {.tp_size = 2, .ep_size = 2, .tp_rank = 1, .ep_rank = 1};
+  if (!CHECK(dsi_model_open(&m, dir, &lo, &err) == 0)) return;
+  dsi_pool *pool = dsi_pool_new(2);
+  dsi_fwd *f;
+  dsi_fwd_opts fo = {.max_tokens = 64, .max_context = 128, .precision = DSI_ACT_BF16, .kv_block_size = 64,
+                     .coll = {.size = 2, .rank = 1}};
+  if (CHECK(dsi_fwd_new(&f, m, pool, &fo, &err) == 0)) {
+    dsi_fwd_exec_opts x = {.exec = DSI_EXEC_GRAPH, .streams = 2, .fuse = 1, .min_team = 1, .overlap = 1,
+                           .two_batch_min = 8};
+    dsi_fwd_set_exec(f, &x);
+    dsi_fwd_stats one, two;
+    CHECK(dsi_fwd_plan_stats(f, 4, &one, &err) == 0 && dsi_fwd_plan_stats(f, 16, &two, &err) == 0);
+    CHECKF(two.n_ops + two.n_fused > 2 * (one.n_ops + one.n_fused) - 8, "16 tokens: %d ops, 4 tokens: %d",
+           two.n_ops + two.n_fused, one.n_ops + one.n_fused);
+    for (int T = 8; T <= 64; T *= 2) {
+      char why[256] = "";
+      CHECKF(dsi_fwd_check_plan(f, T, why, sizeof why, &err) == 0, "%s two micro-batches, T %d: %s", dir, T, why);
+    }
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    dsi_fwd_dump_plan(f, 16, out);
+    fclose(out);
+    /* layer 1 (MoE) in plan order: micro-batch 2's reduce-scatter comes
+     * after micro-batch 1's and before micro-batch 1's expert dispatch */
+    int at = 0, rs[3] = {0}, d[3] = {0}; /* each micro-batch's first reduce-scatter and dispatch in layer 1 */
+    char *save = NULL;
+    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+      at++;
+      int mb = strstr(line, " mb 1 ") ? 1 : strstr(line, " mb 2 ") ? 2 : 0;
+      if (!strstr(line, " L1 ") || !mb) continue;
+      if (strstr(line, " tp_reduce_scatter ") && !rs[mb]) rs[mb] = at;
+      if (strstr(line, " moe_dispatch ") && !d[mb]) d[mb] = at;
+    }
+    CHECKF(rs[1] && rs[1] < rs[2] && rs[2] < d[1] && d[1] < d[2],
+           "layer 1's collectives are not interleaved by micro-batch: reduce-scatter at %d, %d, dispatch at %d, %d",
+           rs[1], rs[2], d[1], d[2]);
+    free(text);
+    dsi_fwd_free(f);
+  }
+  dsi_pool_free(pool);
+  dsi_model_free(m);
+}
+
 /* buckets: powers of two, capped at max_tokens; at most 8 plans kept */
 static void check_buckets(void) {
   dsi_model *m;
@@ -188,6 +238,8 @@ int main(void) {
   check_shapes();
   check_dist_plans("golden/tiny-bf16/model");
   check_dist_plans("golden/tiny-fp8/model");
+  check_two_batch("golden/tiny-bf16/model");
+  check_two_batch("golden/tiny-fp8/model");
   const char *models[] = {"golden/tiny-bf16/model", "golden/tiny-fp8/model", "golden/tiny-noqlora-bf16/model"};
   for (size_t i = 0; i < DSI_ARRAY_LEN(models); i++) {
     check_model_plans(models[i], 0);
