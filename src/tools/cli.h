@@ -89,7 +89,7 @@ typedef struct {
   {"--tp-to-ep", NULL, OPT_STR, &(p).tp_to_ep_s, "with --tp N: rs-ag (reduce-scatter, FFN on 1/N of the tokens, all-gather; default) | allreduce (all-reduce, split, all-gather)"}, \
   {"--attn", NULL, OPT_STR, &(p).attn_s, "under mpirun: tp (default: heads as --tp says) | dp: each rank the whole attention of its own sequences, meeting at the experts"}, \
   {"--overlap", NULL, OPT_STR, &(p).overlap_s, "under mpirun: on runs the collectives on a communication thread beside the compute (the shared expert beside the expert dispatch); off (default)"}, \
-  {"--two-batch-min", NULL, OPT_STR, &(p).two_batch_s, "with --overlap on: steps of at least N tokens over two or more sequences run as two micro-batches, one computing while the other's collectives are in flight (default 32; 0: never)"}, \
+  {"--two-batch-min", NULL, OPT_STR, &(p).two_batch_s, "with --overlap on: steps of at least N tokens over two or more sequences run as two micro-batches, one computing while the other's collectives are in flight (default 256; 0: never)"}, \
   {"--comm-timeout", NULL, OPT_INT, &(p).comm_timeout, "under mpirun: seconds a step's collective waits for a hung or dead rank before naming it and ending every rank (default 300)", 1, 86400}
 
 /* check p against the ranks this run has; 0 or a usage error's exit code */

@@ -79,7 +79,7 @@ int dsi_cli_check_par(const char *cmd, dsi_cli_par *p) {
   if (p->overlap_s && strcmp(p->overlap_s, "on") && strcmp(p->overlap_s, "off"))
     return dsi_cli_usage_error(cmd, "--overlap must be on or off, got '%s'", p->overlap_s);
   p->overlap = p->overlap_s && !strcmp(p->overlap_s, "on");
-  long long tb = 32;
+  long long tb = 256;
   if (p->two_batch_s && dsi_cli_int(cmd, "--two-batch-min", p->two_batch_s, 0, 1 << 30, &tb)) return 2;
   if (p->two_batch_s && !p->overlap)
     return dsi_cli_usage_error(cmd, "--two-batch-min interleaves micro-batches at their collectives: it needs --overlap on");
