@@ -62,7 +62,7 @@ static int all_to_all_v(void *ctx, const void *send, const int *sc, const int *s
   return coll_done(ctx, dsi_dist_all_to_all_v(ctx, send, sc, sd, recv, rc, rd), "all_to_all_v");
 }
 
-enum { MSG_STOP = 0, MSG_STEP = 1, MSG_HEAD = 5 };
+enum { MSG_STOP = 0, MSG_STEP = 1, MSG_HEAD = 6 };
 
 /* room for n words in the step message; NULL (e->err set) when out of memory */
 static int32_t *msg_room(dsi_engine *e, size_t n) {
@@ -79,11 +79,15 @@ static int32_t *msg_room(dsi_engine *e, size_t n) {
 }
 
 /* rank 0: the step every rank runs — tokens, positions, sequences, cache
- * slots, the rows whose logits are wanted and the block tables of the
- * sequences in it — or MSG_STOP */
+ * slots, the rows whose logits are wanted, the block tables of the
+ * sequences in it and what the block pool did to the cache's memory since
+ * the last step (a prefix copied into a new block, a block zeroed) — or
+ * MSG_STOP */
 static int send_step(dsi_engine *e, const dsi_fwd_batch *fb) {
-  int32_t head[MSG_HEAD] = {fb ? MSG_STEP : MSG_STOP, 0, 0, 0, 0};
+  int32_t head[MSG_HEAD] = {fb ? MSG_STEP : MSG_STOP, 0, 0, 0, 0, 0};
   if (!fb) return dsi_dist_bcast(e->dist, head, sizeof head, 0);
+  if (e->kv.mem_log_lost)
+    return dsi_errf(&e->err, DSI_E_NOMEM, "out of memory recording the cache's block copies for the other ranks");
   int n = fb->n_tokens, bs = e->kv.block_size, n_seq = 0, n_blk = 0;
   for (int s = 0; s < e->n_seqs_cap; s++) e->seq_mark[s] = -1;
   for (int i = 0; i < n; i++) { /* the last position of each sequence in the step */
@@ -97,7 +101,9 @@ static int send_step(dsi_engine *e, const dsi_fwd_batch *fb) {
   head[2] = n_seq;
   head[3] = n_blk;
   head[4] = fb->n_logits;
-  int32_t *m = msg_room(e, 4 * (size_t)n + fb->n_logits + 2 * (size_t)n_seq + n_blk), *p = m;
+  head[5] = e->kv.n_mem_log;
+  size_t mem = (size_t)e->kv.n_mem_log * DSI_KV_MEM_WORDS;
+  int32_t *m = msg_room(e, 4 * (size_t)n + fb->n_logits + 2 * (size_t)n_seq + n_blk + mem), *p = m;
   if (!m) return DSI_E_NOMEM; /* before the head: the others wait for the next step */
   memcpy(p, fb->tokens, n * sizeof(int32_t)), p += n;
   memcpy(p, fb->pos, n * sizeof(int32_t)), p += n;
@@ -113,8 +119,11 @@ static int send_step(dsi_engine *e, const dsi_fwd_batch *fb) {
     memcpy(blocks, e->seqs[s].blocks, nb * sizeof(int32_t));
     blocks += nb;
   }
+  memcpy(blocks, e->kv.mem_log, mem * sizeof(int32_t));
+  blocks += mem;
   int rc = dsi_dist_bcast(e->dist, head, sizeof head, 0);
   if (!rc) rc = dsi_dist_bcast(e->dist, m, (size_t)(blocks - m) * sizeof(int32_t), 0);
+  if (!rc) e->kv.n_mem_log = 0; /* sent: done everywhere before the step */
   return rc ? dsi_errf(&e->err, rc, "sending the step to the other ranks failed") : DSI_OK;
 }
 
@@ -130,14 +139,14 @@ int dsi_engine_follow(dsi_engine *e) {
       break;
     }
     if (head[0] == MSG_STOP) break;
-    int n = head[1], n_seq = head[2], n_blk = head[3], nl = head[4];
+    int n = head[1], n_seq = head[2], n_blk = head[3], nl = head[4], n_mem = head[5];
     if (n < 1 || n > e->max_tokens || n_seq < 1 || n_seq > n || n_blk < n_seq || n_blk > e->kv.n_blocks * n_seq ||
-        nl < 0 || nl > n) {
+        nl < 0 || nl > n || n_mem < 0 || n_mem > (1 << 24)) {
       rc = dsi_errf(&e->err, DSI_E_FORMAT, "rank %d: a malformed step from rank 0 (%d tokens, %d sequences, %d blocks)",
                     e->dist->rank, n, n_seq, n_blk);
       break;
     }
-    size_t words = 4 * (size_t)n + nl + 2 * (size_t)n_seq + n_blk;
+    size_t words = 4 * (size_t)n + nl + 2 * (size_t)n_seq + n_blk + (size_t)n_mem * DSI_KV_MEM_WORDS;
     int32_t *m = msg_room(e, words);
     if (!m) {
       rc = DSI_E_NOMEM;
@@ -164,6 +173,8 @@ int dsi_engine_follow(dsi_engine *e) {
       blocks += st[2 * k + 1];
     }
     if (rc) break;
+    /* rank 0's prefix copies and zeroed blocks since the last step, then the step */
+    if ((rc = dsi_kv_apply_mem_log(&e->kv, blocks, n_mem, &e->err))) break;
     /* the logit rows: under DP attention each rank computes its sequences' and sends them to rank 0 */
     dsi_fwd_batch fb = {.n_tokens = n, .tokens = m, .pos = m + n, .seq = m + 2 * n, .slot = m + 3 * n,
                         .block_tables = tables, .logit_rows = m + 4 * n, .n_logits = nl};
@@ -220,6 +231,11 @@ int dsi_engine_open(dsi_engine **out, dsi_model *m, const dsi_engine_opts *o, ds
     dsi_engine_free(e);
     return rc;
   }
+  /* between ranks: the pool's own writes to the cache go with the next step;
+   * under DP attention a cached prefix is shared only by sequences whose
+   * rows live on the same rank */
+  e->kv.log_mem = e->dist != NULL;
+  e->dp_groups = e->dist && o->attn_dp ? e->dist->size : 1;
   e->exec = (dsi_fwd_exec_opts){.exec = o->exec, .streams = o->streams > 0 ? o->streams : 1, .fuse = 1,
                                 .min_team = o->stream_team_min, .overlap = o->overlap,
                                 .two_batch_min = o->two_batch_min};
@@ -273,6 +289,7 @@ int dsi_seq_new(dsi_engine *e) {
     if (!e->live[i]) {
       e->live[i] = 1;
       memset(&e->seqs[i], 0, sizeof e->seqs[i]);
+      e->seqs[i].group = e->dp_groups > 1 ? i % e->dp_groups : 0;
       return i;
     }
   int id = e->n_seqs_cap, cap = e->n_seqs_cap ? 2 * e->n_seqs_cap : 16;
@@ -292,6 +309,7 @@ int dsi_seq_new(dsi_engine *e) {
   memset(e->seqs + id, 0, (cap - id) * sizeof *e->seqs);
   e->n_seqs_cap = cap;
   e->live[id] = 1;
+  e->seqs[id].group = e->dp_groups > 1 ? id % e->dp_groups : 0;
   return id;
 oom:
   return dsi_errf(&e->err, DSI_E_NOMEM, "out of memory for %d sequences", cap);

@@ -29,6 +29,7 @@ struct dsi_engine {
   int32_t *msg;        /* a step as sent between ranks */
   int32_t *seq_mark;   /* [n_seqs_cap] scratch of send_step */
   size_t msg_cap;
+  int dp_groups;       /* DP attention: sequence s's cache rows live on rank s % dp_groups (else 1) */
   dsi_err err;
 };
 

@@ -9,9 +9,27 @@
 static size_t pair_bytes(const dsi_kv *kv) { return (size_t)kv->n_blocks * kv->block_size * kv->row * sizeof(uint16_t); }
 static size_t f32_bytes(const dsi_kv *kv) { return (size_t)kv->n_blocks * kv->block_size * kv->row * sizeof(float); }
 
+/* a record of what the pool did to the cache's memory, for the other ranks */
+static void log_mem(dsi_kv *kv, int kind, int32_t a, int32_t b, int32_t c) {
+  if (!kv->log_mem) return;
+  if (kv->n_mem_log == kv->cap_mem_log) {
+    int cap = kv->cap_mem_log ? 2 * kv->cap_mem_log : 64;
+    int32_t *p = realloc(kv->mem_log, (size_t)cap * DSI_KV_MEM_WORDS * sizeof(int32_t));
+    if (!p) {
+      kv->mem_log_lost = 1;
+      return;
+    }
+    kv->mem_log = p;
+    kv->cap_mem_log = cap;
+  }
+  int32_t *r = kv->mem_log + (size_t)kv->n_mem_log++ * DSI_KV_MEM_WORDS;
+  r[0] = kind, r[1] = a, r[2] = b, r[3] = c;
+}
+
 /* zero the pair rows' entries of slots [s0, s1) of block b, every layer */
 static void pair_zero(dsi_kv *kv, int32_t b, int s0, int s1) {
   if (!kv->pair || s1 <= s0) return;
+  log_mem(kv, DSI_KV_ZERO, b, s0, s1);
   size_t first = (size_t)b * kv->block_size;
   for (int l = 0; l < kv->n_layers; l++) {
     uint16_t *p = kv->pair[l];
@@ -28,6 +46,7 @@ static void pair_zero(dsi_kv *kv, int32_t b, int s0, int s1) {
 /* the first n slots of block src into block dst (zeroed), every layer */
 static void copy_slots(dsi_kv *kv, int32_t dst, int32_t src, int n) {
   size_t bs = (size_t)kv->block_size;
+  log_mem(kv, DSI_KV_COPY, dst, src, n);
   for (int l = 0; l < kv->n_layers; l++) {
     if (!kv->pair) {
       memcpy(kv->layer[l] + dst * bs * kv->row, kv->layer[l] + src * bs * kv->row, (size_t)n * kv->row * sizeof(float));
@@ -82,9 +101,10 @@ static void lru_remove(dsi_kv *kv, int32_t b) {
 }
 
 /* ---- registration ---- */
-static void do_register(dsi_kv *kv, int32_t b, uint64_t parent, const int32_t *toks, int n) {
+static void do_register(dsi_kv *kv, int32_t b, uint64_t parent, const int32_t *toks, int n, int group) {
   DSI_ASSERT(n > 0 && n <= kv->block_size && kv->n_tok[b] == 0);
   kv->n_tok[b] = n;
+  kv->group[b] = group;
   kv->parent[b] = parent;
   kv->chain[b] = n == kv->block_size ? chain_hash(parent, toks, n) : 0;
   memcpy(kv->toks + (size_t)b * kv->block_size, toks, (size_t)n * sizeof(int32_t));
@@ -141,10 +161,11 @@ int dsi_kv_init(dsi_kv *kv, int n_layers, int row, int block_size, int n_blocks,
   kv->sib = malloc(nb * sizeof(int32_t));
   kv->lru_prev = malloc(nb * sizeof(int32_t));
   kv->lru_next = malloc(nb * sizeof(int32_t));
+  kv->group = calloc(nb, sizeof(int32_t));
   for (kv->n_buckets = 16; kv->n_buckets < 2 * n_blocks;) kv->n_buckets *= 2;
   kv->bucket = malloc((size_t)kv->n_buckets * sizeof(int32_t));
   if (!kv->free_list || !kv->ref || !kv->n_tok || !kv->toks || !kv->parent || !kv->chain || !kv->sib ||
-      !kv->lru_prev || !kv->lru_next || !kv->bucket) {
+      !kv->lru_prev || !kv->lru_next || !kv->bucket || !kv->group) {
     dsi_kv_free(kv);
     return dsi_errf(err, DSI_E_NOMEM, "out of memory for the KV cache's table of %d blocks", n_blocks);
   }
@@ -173,6 +194,8 @@ void dsi_kv_free(dsi_kv *kv) {
   free(kv->lru_prev);
   free(kv->lru_next);
   free(kv->bucket);
+  free(kv->group);
+  free(kv->mem_log);
   memset(kv, 0, sizeof *kv);
 }
 
@@ -239,7 +262,7 @@ void dsi_kv_release(dsi_kv *kv, dsi_kv_seq *s, const int32_t *toks) {
     dsi_kv_commit(kv, s, toks);
     int i = s->n_reg, n = s->len - i * bs;
     if (i < s->n_blocks && n > 0 && n < bs && kv->ref[s->blocks[i]] == 1)
-      do_register(kv, s->blocks[i], s->chain, toks + (size_t)i * bs, n);
+      do_register(kv, s->blocks[i], s->chain, toks + (size_t)i * bs, n, s->group);
   }
   /* last block first, so the deepest are evicted first */
   for (int i = s->n_blocks - 1; i >= 0; i--) drop_block(kv, s->blocks[i]);
@@ -269,7 +292,7 @@ void dsi_kv_commit(dsi_kv *kv, dsi_kv_seq *s, const int32_t *toks) {
   if (!s->n_reg) s->chain = ROOT_HASH;
   for (int i = s->n_reg; (i + 1) * bs <= s->len; i++) {
     int32_t b = s->blocks[i];
-    if (!kv->n_tok[b]) do_register(kv, b, s->chain, toks + (size_t)i * bs, bs);
+    if (!kv->n_tok[b]) do_register(kv, b, s->chain, toks + (size_t)i * bs, bs, s->group);
     s->chain = kv->chain[b];
     s->n_reg = i + 1;
   }
@@ -292,7 +315,8 @@ int dsi_kv_match(dsi_kv *kv, dsi_kv_seq *s, const int32_t *toks, int n) {
   for (; (i + 1) * bs <= n; i++) { /* whole blocks: shared */
     int32_t hit = -1;
     for (int32_t b = *bucket_of(kv, chain); b >= 0 && hit < 0; b = kv->sib[b])
-      if (kv->parent[b] == chain && kv->n_tok[b] == bs && common(kv->toks + (size_t)b * bs, toks + (size_t)i * bs, bs) == bs)
+      if (kv->parent[b] == chain && kv->n_tok[b] == bs && kv->group[b] == s->group &&
+          common(kv->toks + (size_t)b * bs, toks + (size_t)i * bs, bs) == bs)
         hit = b;
     if (hit < 0) break;
     if (kv->ref[hit]++ == 0) lru_remove(kv, hit);
@@ -306,7 +330,7 @@ int dsi_kv_match(dsi_kv *kv, dsi_kv_seq *s, const int32_t *toks, int n) {
   int rest = DSI_MIN(n - i * bs, bs), best = 0;
   int32_t src = -1;
   for (int32_t b = *bucket_of(kv, chain); b >= 0 && rest > 0; b = kv->sib[b]) {
-    if (kv->parent[b] != chain) continue;
+    if (kv->parent[b] != chain || kv->group[b] != s->group) continue;
     int m = common(kv->toks + (size_t)b * bs, toks + (size_t)i * bs, DSI_MIN(rest, kv->n_tok[b]));
     if (m > best) best = m, src = b;
   }
@@ -322,6 +346,28 @@ int dsi_kv_match(dsi_kv *kv, dsi_kv_seq *s, const int32_t *toks, int n) {
   }
   kv->hits += s->len;
   return s->len;
+}
+
+int dsi_kv_apply_mem_log(dsi_kv *kv, const int32_t *log, int n, dsi_err *err) {
+  for (int i = 0; i < n; i++) {
+    const int32_t *r = log + (size_t)i * DSI_KV_MEM_WORDS;
+    int nb = kv->n_blocks, bs = kv->block_size;
+    int ok = r[1] >= 0 && r[1] < nb &&
+             (r[0] == DSI_KV_ZERO ? r[2] >= 0 && r[2] <= r[3] && r[3] <= bs
+              : r[0] == DSI_KV_COPY ? r[2] >= 0 && r[2] < nb && r[3] >= 0 && r[3] <= bs : 0);
+    if (!ok)
+      return dsi_errf(err, DSI_E_FORMAT, "cache record %d of %d is not valid: {%d, %d, %d, %d}", i, n, r[0], r[1], r[2],
+                      r[3]);
+  }
+  int was = kv->log_mem;
+  kv->log_mem = 0;
+  for (int i = 0; i < n; i++) {
+    const int32_t *r = log + (size_t)i * DSI_KV_MEM_WORDS;
+    if (r[0] == DSI_KV_ZERO) pair_zero(kv, r[1], r[2], r[3]);
+    else copy_slots(kv, r[1], r[2], r[3]);
+  }
+  kv->log_mem = was;
+  return DSI_OK;
 }
 
 void dsi_kv_reset_cache(dsi_kv *kv) {

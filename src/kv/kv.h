@@ -44,7 +44,21 @@ typedef struct dsi_kv {
   int32_t lru_head, lru_tail;
   int n_lru;
   long queries, hits;     /* tokens looked up in the prefix cache, and found */
+  int32_t *group;         /* [n_blocks] the group of the sequence that registered it (DP attention:
+                             the rank whose cache holds its rows); matches stay within a group */
+  /* Between ranks (log_mem set): what the pool itself does to the cache's
+   * memory — zeroing a block's rows, copying a prefix into a new block —
+   * recorded so that rank 0 can send it with the next step and the other
+   * ranks, whose caches are written by the same steps, do the same. */
+  int log_mem;
+  int32_t *mem_log;       /* DSI_KV_MEM_WORDS words a record */
+  int n_mem_log, cap_mem_log;
+  int mem_log_lost;       /* a record could not be kept (out of memory): the caches differ */
 } dsi_kv;
+
+/* a memory record: {DSI_KV_ZERO, block, first slot, end slot} or
+ * {DSI_KV_COPY, dst block, src block, slots} */
+enum { DSI_KV_ZERO = 1, DSI_KV_COPY = 2, DSI_KV_MEM_WORDS = 4 };
 
 typedef struct dsi_kv_seq {
   int32_t *blocks;        /* block table */
@@ -52,6 +66,7 @@ typedef struct dsi_kv_seq {
   int len;                /* tokens stored */
   int n_reg;              /* its first n_reg blocks are registered full blocks */
   uint64_t chain;         /* chain hash through block n_reg - 1 */
+  int group;              /* its blocks' group (0 unless DP attention) */
 } dsi_kv_seq;
 
 /* pairs: keep bf16 pair rows instead of f32 rows (block_size a multiple of
@@ -81,6 +96,8 @@ void dsi_kv_commit(dsi_kv *kv, dsi_kv_seq *s, const int32_t *toks);
  * block copied into a block of its own. Returns the tokens it now holds
  * (counted in the hits; n in the queries). */
 int dsi_kv_match(dsi_kv *kv, dsi_kv_seq *s, const int32_t *toks, int n);
+/* Do n records of another rank's log (valid ones; DSI_E_FORMAT names a bad one) */
+int dsi_kv_apply_mem_log(dsi_kv *kv, const int32_t *log, int n, dsi_err *err);
 /* Forget every registered block (blocks sequences hold stay theirs). */
 void dsi_kv_reset_cache(dsi_kv *kv);
 /* cache row of position pos of seq (must be reserved) */

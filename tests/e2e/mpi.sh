@@ -132,6 +132,59 @@ stages=$(grep -o '"stage":"[a-z-]*"' <<<"$j" | cut -d'"' -f4 | tr '\n' ' ')
 [ "$stages" = "eager graph streams op-opt tp-to-ep overlap two-batch " ] && grep -q '"decode_comm_share":0\.[0-9]' <<<"$j" &&
   echo "ok   bench --ablation on 2 ranks: $stages" || bad "bench --ablation on 2 ranks: '$j'"
 
+# the prefix cache across ranks: a prompt that starts with a cached one
+# shares its whole blocks and copies the start of its partial one into a
+# block of its own; the copy (made by rank 0's block pool) goes to the
+# other ranks with the next step, and under DP attention only sequences
+# whose rows live on the same rank share. Greedy answers through the
+# server (n = 2 too) equal one process's.
+brown=../models/brown
+serve_answers() { # OUT [mpirun and its arguments] -- [serve options]
+  local out=$1 log="$scratch/serve.log" pre=() port="" pid rc
+  shift
+  while [ "$1" != -- ]; do pre+=("$1"); shift; done
+  shift
+  "${pre[@]}" "$bin" serve --model "$brown" --port 0 --threads 1 "$@" 2>"$log" &
+  pid=$!
+  for _ in $(seq 1 600); do
+    port=$(sed -n 's|.*http://127.0.0.1:\([0-9]*\)/.*|\1|p' "$log")
+    [ -n "$port" ] && break
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.1
+  done
+  [ -n "$port" ] || { cat "$log"; kill $pid 2>/dev/null; return 1; }
+  node -e '
+const url = process.argv[1];
+const p1 = "The jury said the city had been investigating reports of possible irregularities in the primary " +
+  "election which was won by the mayor and the board of aldermen who had asked the court to look into the " +
+  "matter of the election and the grand jury";
+const reqs = [{prompt: p1}, {prompt: p1 + " said today that the"}, {prompt: p1 + " was told", n: 2}];
+(async () => {
+  for (const r of reqs) {
+    const res = await fetch(url + "/v1/completions", {method: "POST", headers: {"Content-Type": "application/json"},
+      body: JSON.stringify(Object.assign({max_tokens: 12, temperature: 0}, r))});
+    const j = await res.json();
+    if (!res.ok) { console.error(JSON.stringify(j)); process.exit(1); }
+    for (const c of j.choices) console.log(JSON.stringify(c.text));
+  }
+})();' "http://127.0.0.1:$port" >"$out"
+  rc=$?
+  kill -TERM $pid
+  wait $pid 2>/dev/null
+  return $rc
+}
+if serve_answers "$scratch/pfx.one" --; then
+  for par in "--tp 2" "--attn dp" "--ep 2"; do
+    if serve_answers "$scratch/pfx.two" "${mpi[@]}" -np 2 -- $par && cmp -s "$scratch/pfx.one" "$scratch/pfx.two"; then
+      echo "ok   prefix cache on 2 ranks ($par): the answers of prompts sharing a cached prefix equal one process's"
+    else
+      bad "prefix cache on 2 ranks ($par): '$(tr '\n' ' ' <"$scratch/pfx.two")' against one process's '$(tr '\n' ' ' <"$scratch/pfx.one")'"
+    fi
+  done
+else
+  bad "serve in one process: $(cat "$scratch/pfx.one")"
+fi
+
 # faults: ranks that open different configs or files fail at start naming
 # the difference; a rank short of memory says so before loading; a hung
 # rank is named by the others within the timeout, a dead one by mpirun

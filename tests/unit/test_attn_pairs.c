@@ -10,7 +10,7 @@
  * and the thread count). The latents packer from pair rows against the
  * same from f32 rows. Last, the KV layer's pair rows: zero when a block is
  * handed out, and past the length after a truncation, while what is kept
- * stays. */
+ * stays; and the pool's own writes logged for the other ranks. */
 #include "kernels/attn.h"
 #include "kernels/gemm.h"
 #include "kv/kv.h"
@@ -135,6 +135,57 @@ static void kv_pairs(void) {
   dsi_kv_free(&kv);
 }
 
+/* Between ranks: what rank 0's block pool does to the cache (a matched
+ * prefix's partial block copied, blocks zeroed) is logged, and another
+ * rank's cache, written by the same steps, ends up the same after applying
+ * the log; a sequence of another group (DP attention) matches nothing; a
+ * malformed record is refused. */
+static void kv_mem_log(int pairs) {
+  dsi_kv a, b;
+  dsi_err err = {0};
+  const int L = 2, row = 48, bs = 32, nb = 6;
+  CHECK(dsi_kv_init(&a, L, row, bs, nb, pairs, 0, &err) == DSI_OK && dsi_kv_init(&b, L, row, bs, nb, pairs, 0, &err) == DSI_OK);
+  a.log_mem = 1;
+  size_t words = (size_t)nb * bs * row * (pairs ? 1 : 2); /* 16-bit words of a layer */
+  int32_t toks[80];
+  for (int i = 0; i < 80; i++) toks[i] = 100 + i;
+  /* a sequence of 50 tokens, written alike on both ranks (as the steps would) */
+  dsi_kv_seq s = {0};
+  CHECK(dsi_kv_reserve(&a, &s, 50, &err) == DSI_OK);
+  CHECK(dsi_kv_apply_mem_log(&b, a.mem_log, a.n_mem_log, &err) == DSI_OK);
+  a.n_mem_log = 0;
+  for (int l = 0; l < L; l++) {
+    uint16_t *pa = pairs ? a.pair[l] : (uint16_t *)a.layer[l], *pb = pairs ? b.pair[l] : (uint16_t *)b.layer[l];
+    for (int k = 0; k < 50; k++) {
+      int slot = dsi_kv_slot(&a, &s, k);
+      for (int j = 0; j < row; j++) {
+        size_t at = pairs ? ((size_t)(slot / 2) * 2 * row + 2 * j + (slot & 1)) : ((size_t)slot * row + j) * 2;
+        pa[at] = pb[at] = (uint16_t)(0x3f00 + k + j);
+      }
+    }
+  }
+  s.len = 50;
+  dsi_kv_release(&a, &s, toks); /* block 0 whole, block 1's 18 tokens registered */
+  /* the same first 45 tokens: block 0 shared, 13 tokens of block 1 copied */
+  dsi_kv_seq t = {0};
+  CHECK(dsi_kv_match(&a, &t, toks, 45) == 45);
+  CHECKF(a.n_mem_log >= 1, "the copy was not logged (%d records)", a.n_mem_log);
+  CHECK(dsi_kv_apply_mem_log(&b, a.mem_log, a.n_mem_log, &err) == DSI_OK);
+  for (int l = 0; l < L; l++) {
+    const void *pa = pairs ? (void *)a.pair[l] : (void *)a.layer[l], *pb = pairs ? (void *)b.pair[l] : (void *)b.layer[l];
+    CHECKF(memcmp(pa, pb, words * 2) == 0, "layer %d differs between the ranks after the log (pairs %d)", l, pairs);
+  }
+  /* another group's sequence finds nothing */
+  dsi_kv_seq u = {.group = 1};
+  CHECK(dsi_kv_match(&a, &u, toks, 45) == 0);
+  dsi_kv_release(&a, &u, NULL);
+  dsi_kv_release(&a, &t, NULL);
+  int32_t bad[4] = {DSI_KV_COPY, 0, nb, 3};
+  CHECK(dsi_kv_apply_mem_log(&b, bad, 1, &err) == DSI_E_FORMAT && strstr(err.msg, "not valid"));
+  dsi_kv_free(&a);
+  dsi_kv_free(&b);
+}
+
 /* the latents packer (gemm.h) from pair rows — words moved as they are —
  * against the same values as f32 rows, element by element: the same bytes,
  * for odd and even context lengths, filled by three threads' shares */
@@ -172,6 +223,8 @@ static void pack_case(int ctx, int kvl, int rope, dsi_rng *rng) {
 
 int main(void) {
   kv_pairs();
+  kv_mem_log(0);
+  kv_mem_log(1);
   dsi_rng rng;
   dsi_rng_seed(&rng, 7);
   static const int ns[] = {1, 2, 31, 33, 127, 128, 129, 300, 700};
