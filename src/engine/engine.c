@@ -119,7 +119,7 @@ static int send_step(dsi_engine *e, const dsi_fwd_batch *fb) {
     memcpy(blocks, e->seqs[s].blocks, nb * sizeof(int32_t));
     blocks += nb;
   }
-  memcpy(blocks, e->kv.mem_log, mem * sizeof(int32_t));
+  if (mem) memcpy(blocks, e->kv.mem_log, mem * sizeof(int32_t));
   blocks += mem;
   int rc = dsi_dist_bcast(e->dist, head, sizeof head, 0);
   if (!rc) rc = dsi_dist_bcast(e->dist, m, (size_t)(blocks - m) * sizeof(int32_t), 0);
