@@ -15,6 +15,8 @@ extern const char *const dsi_coll_names[DSI_COLL_N];
 struct dsi_dist {
   int rank, size;
   int mpi; /* 1: MPI_Init ran here (MPI_Finalize at free) */
+  int local_size; /* ranks on this machine */
+  int crowded;    /* they and their threads outnumber its cores: a waiting rank naps at once */
   /* per collective of the forward: calls, and the bytes this rank sent to
    * the others — counted from the buffers handed to MPI, under ring
    * algorithms for the reductions and gathers (all_reduce sends 2 (N-1)/N
@@ -38,6 +40,12 @@ enum { DSI_FAULT_NONE, DSI_FAULT_DIE, DSI_FAULT_HANG };
  * past it, the waiting rank names the ranks that did not reach the
  * collective and ends every rank. DSI_OK or DSI_E_NOMEM. */
 int dsi_dist_watch(dsi_dist *d, double timeout_s);
+
+/* This rank runs `threads` threads: when the ranks on this machine run more
+ * threads than it has cores, a rank waiting in a collective sleeps between
+ * polls instead of yielding (a yielding rank still takes turns on a core
+ * that a rank with work needs). */
+void dsi_dist_set_threads(dsi_dist *d, int threads);
 
 /* root's bytes to every rank */
 int dsi_dist_bcast(dsi_dist *d, void *buf, size_t bytes, int root);

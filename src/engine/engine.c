@@ -220,6 +220,8 @@ int dsi_engine_open(dsi_engine **out, dsi_model *m, const dsi_engine_opts *o, ds
                       m->tp_size, m->ep_size, n);
     }
     e->dist = o->dist;
+    /* the workers, and the communication thread under overlap */
+    dsi_dist_set_threads(e->dist, dsi_pool_size(e->pool) + (o->overlap != 0));
     fo.coll = (dsi_coll){.size = n, .rank = o->dist->rank, .ctx = o->dist, .all_reduce_f32 = all_reduce,
                          .reduce_scatter_f32 = reduce_scatter, .all_gather_f32 = all_gather,
                          .all_to_all_int = all_to_all_int, .all_to_all_v = all_to_all_v, .gather_f32 = gather};
