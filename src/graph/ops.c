@@ -288,10 +288,11 @@ static dsi_op_ws ws_attn_qlat_out(const dsi_fctx *f, const dsi_op *op, int T) {
                      dsi_mm_thread_bytes(H, w->kpad)};
 }
 
-/* The attention core for one token and a group of heads: each cached
- * latent row is read once and used by every head of the group, so the
- * cache is streamed H/8 times per token instead of H times. */
-#define ATTN_HEAD_GROUP 8
+/* The attention core for one token and a group of heads on the f32 rows:
+ * the cache is read once per group (dsi_attn_rows_run), so groups are as
+ * large as the workers allow, up to this many heads (V3's 64: their
+ * queries, sums and a block of the cache, 430 KB, stay in L2). */
+#define ATTN_ROW_HEADS 64
 /* A prefill segment — at least this many consecutive tokens of one
  * sequence — attends through two matmuls instead of token by token. */
 #define ATTN_GEMM_MIN 16
@@ -327,8 +328,7 @@ static core_ws core_layout(const dsi_fctx *f, int T) {
   }
   w.prep = w.skip + align64((size_t)chunk);
   w.shared = w.prep + (w.seg ? align64(w.prep_bytes) : 0);
-  size_t f32_rows = (size_t)(ATTN_HEAD_GROUP + 2) * f->max_context * sizeof(float); /* scores, row pointers */
-  w.tokens = align64(f->kv_pairs ? DSI_ATTN_PAIRS_WS(H, row) : f32_rows);
+  w.tokens = align64(f->kv_pairs ? DSI_ATTN_PAIRS_WS(H, row) : DSI_ATTN_ROWS_WS(DSI_MIN(H, ATTN_ROW_HEADS)));
   w.kmax = (int)DSI_MAX(row_pad, ctx_pad);
   w.mm = w.seg ? dsi_mm_thread_bytes(1, w.kmax) : 0;
   w.thread = w.tokens + w.mm;
@@ -357,24 +357,24 @@ static const uint16_t *core_pairs(const dsi_xrun *r, const dsi_op *op) {
   return r->cache->pair ? r->cache->pair[op->layer] : NULL;
 }
 
+/* heads per (token, group) item of n tokens on nth workers: an item reads
+ * the token's cache once for all its heads, so items take every head they
+ * can (up to ATTN_ROW_HEADS on the f32 rows) and split only to give each
+ * worker one */
+static int core_heads(const dsi_fctx *f, int pairs, int n) {
+  int H = f->c->num_attention_heads, nth = f->mm.nth;
+  if (pairs) return dsi_attn_pair_heads(H, n, nth);
+  int per = DSI_CEIL_DIV(H, DSI_MAX(1, nth / DSI_MAX(n, 1)));
+  return DSI_MIN(DSI_MIN(H, ATTN_ROW_HEADS), per);
+}
+
 static void core_tokens(dsi_xrun *r, const dsi_op *op, dsi_team *tm, const core_bufs *cb, int n) {
   const dsi_fctx *f = r->f;
   const dsi_config *c = f->c;
   int H = c->num_attention_heads, kvl = c->kv_lora_rank, row = kvl + c->qk_rope_head_dim;
   const uint16_t *pairs = core_pairs(r, op);
-  /* heads per item: up to ATTN_HEAD_GROUP on the f32 rows, fewer when the
-   * chunk has fewer (token, group) items than workers (decode); each item
-   * reads the token's cache once, so no smaller than that. On the pair
-   * rows an item takes every head it can (one pass over the cache serves
-   * them all) and splits only to give each worker one. */
-  int nth = f->mm.nth;
-  int hg = pairs ? dsi_attn_pair_heads(H, n, nth) : (int)DSI_MAX(1, DSI_MIN(ATTN_HEAD_GROUP, (long)H * n / nth));
-  int bs = r->cache->block_size, G = DSI_CEIL_DIV(H, hg);
-  /* f32 rows: scores [ATTN_HEAD_GROUP][max_context], then each position's
-   * cache row; pair rows: the AMX kernel's workspace */
-  float *score = (float *)dsi_ws_thread(r, op, tm->tid);
-  const float **rows = (const float **)(score + (size_t)ATTN_HEAD_GROUP * f->max_context);
-  const dsi_vec_ops *v = f->mm.k->vec;
+  int hg = core_heads(f, pairs != NULL, n), bs = r->cache->block_size, G = DSI_CEIL_DIV(H, hg);
+  void *ws = dsi_ws_thread(r, op, tm->tid); /* the attention kernel's workspace */
   /* items one at a time: their cost grows with the position */
   for (long it; (it = atomic_fetch_add(&tm->st->next, 1)) < (long)n * G;) {
     int tc = (int)(it / G), t = op->t0 + tc, h0 = (int)(it % G) * hg;
@@ -387,16 +387,12 @@ static void core_tokens(dsi_xrun *r, const dsi_op *op, dsi_team *tm, const core_
       dsi_attn_pairs a = {.cache = pairs, .table = table, .block_size = bs, .row = row, .kvl = kvl, .nh = nh,
                           .n = pos + 1};
       /* the oracle only where the kernels were capped below AMX after the cache was laid out */
-      (f->mm.k->amx ? dsi_attn_pairs_amx : dsi_attn_pairs_ref)(&a, ql, row, f->softmax_scale, ol, kvl, score);
+      (f->mm.k->amx ? dsi_attn_pairs_amx : dsi_attn_pairs_ref)(&a, ql, row, f->softmax_scale, ol, kvl, ws);
       continue;
     }
-    for (int u = 0; u <= pos; u++) rows[u] = cb->cache + (size_t)dsi_paged_slot(table, bs, u) * row;
-    v->attn_qk(score, f->max_context, ql, row, nh, rows, pos + 1, row, f->softmax_scale);
-    for (int h = 0; h < nh; h++) {
-      v->softmax(score + (size_t)h * f->max_context, pos + 1);
-      memset(ol + (size_t)h * kvl, 0, kvl * sizeof(float));
-    }
-    v->attn_pv(ol, kvl, score, f->max_context, nh, rows, pos + 1, kvl);
+    dsi_attn_rows a = {.cache = cb->cache, .table = table, .block_size = bs, .row = row, .kvl = kvl, .nh = nh,
+                       .n = pos + 1};
+    dsi_attn_rows_run(f->mm.k->vec, &a, ql, row, f->softmax_scale, ol, kvl, ws);
   }
 }
 
@@ -493,8 +489,8 @@ static void attn_cost(const dsi_xrun *r, int t0, int n, double head_flops, int p
 
 static void cost_attn_core(const dsi_xrun *r, const dsi_op *op, dsi_op_cost *c) {
   int H = r->f->c->num_attention_heads, n = chunk_len(r, op);
-  if (core_pairs(r, op)) attn_cost(r, op->t0, n, 0, DSI_CEIL_DIV(H, dsi_attn_pair_heads(H, n, r->f->mm.nth)), 2, c);
-  else attn_cost(r, op->t0, n, 0, DSI_CEIL_DIV(H, ATTN_HEAD_GROUP), 4, c);
+  int pairs = core_pairs(r, op) != NULL;
+  attn_cost(r, op->t0, n, 0, DSI_CEIL_DIV(H, core_heads(r->f, pairs, n)), pairs ? 2 : 4, c);
 }
 
 /* Absorbed attention of one (token, head) with row-major kv_b_proj: the

@@ -72,6 +72,37 @@ dsi_attn_pairs_fn dsi_attn_pairs_ref, dsi_attn_pairs_amx;
 /* (the AMX version, and dsi_attn_qk_tiles / pv_tiles, run where a kernel
  * table's amx is set: cpu.h) */
 
+/* The same attention over the f32 latent rows (the cache where AMX does
+ * not run the bf16 forward), on a level's vector primitives (vec.h), in
+ * f32 throughout: per head h, over blocks of DSI_ATTN_ROW_BLOCK positions
+ * from 0, an online softmax —
+ *   s[u] = scale * dot(q[h], K[u])                      (attn_qk's sums)
+ *   per block: m' = max(m, max s), e[u] = e^(s[u] - m') (softmax_step),
+ *              a = e^(m - m') (libm), l = a l + sum e, o = a o + sum_u e[u] V[u][c]
+ *   o[h][c] = o / l
+ * so the cache is read once per call for all nh heads, one block (147 KB
+ * at V3's widths) staying in L2 while every head's scores and sums take
+ * it, instead of twice per 8 heads over the whole context. Heads run in
+ * groups of 8 within a block; each depends on its own inputs and the
+ * blocks on the position only, so grouping changes no bit, and every
+ * level gives the same bits (the primitives' contract). */
+#define DSI_ATTN_ROW_BLOCK 64
+typedef struct dsi_attn_rows {
+  const float *cache;   /* one layer's f32 rows [slots][row] */
+  const int32_t *table; /* the sequence's block table */
+  int block_size;
+  int row, kvl;         /* row = kvl + rope */
+  int nh;               /* heads */
+  int n;                /* positions 0..n-1, n >= 1 */
+} dsi_attn_rows;
+/* workspace bytes for nh heads (64-aligned) */
+#define DSI_ATTN_ROWS_WS(nh) \
+  ((((size_t)(nh) * (DSI_ATTN_ROW_BLOCK + 2)) * sizeof(float) + DSI_ATTN_ROW_BLOCK * sizeof(void *) + 63) / 64 * 64)
+struct dsi_vec_ops;
+/* o[h * ldo + c] for h < nh, c < kvl; q: [nh][row] f32 with row stride ldq */
+void dsi_attn_rows_run(const struct dsi_vec_ops *v, const dsi_attn_rows *a, const float *q, int ldq, float scale,
+                       float *o, int ldo, void *ws);
+
 /* The non-absorbed prefill's core on AMX BF16 tiles (graph/mla_prefill.c):
  * one head's nq <= 32 queries over a block of keys and values packed as
  * BF16 TILES weights, K [keys, qk] and Vt [v, keys]:

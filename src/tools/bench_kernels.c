@@ -203,9 +203,9 @@ done:
 
 /* A decode token's absorbed attention at V3's widths (128 heads, latent
  * 512 + 64) over one sequence's paged cache, the heads dealt to the threads
- * as the forward deals them: the f32 rows through the vector primitives in
- * groups of 8 heads (each group reads the cache twice), the bf16 pair rows
- * through AMX with every thread's heads in one pass (kernels/attn.h). */
+ * as the forward deals them (a thread's heads in one pass over the cache,
+ * kernels/attn.h): the f32 rows through the vector primitives' online
+ * softmax, the bf16 pair rows through AMX. */
 typedef struct {
   const dsi_kern *k;
   int ctx, pairs;
@@ -216,7 +216,7 @@ typedef struct {
   float **out; /* per thread: [A_H][A_KVL] */
 } attn_job;
 
-enum { A_H = 128, A_G = 8, A_KVL = 512, A_ROW = 576, A_BS = 64 };
+enum { A_H = 128, A_KVL = 512, A_ROW = 576, A_BS = 64 };
 
 static void attn_task(void *ctx, int ith, int nth) {
   attn_job *j = ctx;
@@ -231,17 +231,15 @@ static void attn_task(void *ctx, int ith, int nth) {
     }
     return;
   }
-  for (int g = ith; g < A_H / A_G; g += nth) {
-    const float **rows = (const float **)(s + (size_t)A_G * j->ctx);
-    for (int u = 0; u < j->ctx; u++) rows[u] = j->cache + (size_t)dsi_paged_slot(j->table, A_BS, u) * A_ROW;
-    v->attn_qk(s, j->ctx, j->q + (size_t)g * A_G * A_ROW, A_ROW, A_G, rows, j->ctx, A_ROW, 0.07f);
-    for (int h = 0; h < A_G; h++) v->softmax(s + (size_t)h * j->ctx, j->ctx);
-    memset(o, 0, (size_t)A_G * A_KVL * sizeof(float));
-    v->attn_pv(o, A_KVL, s, j->ctx, A_G, rows, j->ctx, A_KVL);
+  int hpi = DSI_MIN(64, DSI_CEIL_DIV(A_H, nth)); /* as the forward's core op deals them */
+  for (int h0 = ith * hpi; h0 < A_H; h0 += nth * hpi) {
+    dsi_attn_rows a = {.cache = j->cache, .table = j->table, .block_size = A_BS, .row = A_ROW, .kvl = A_KVL,
+                       .nh = DSI_MIN(hpi, A_H - h0), .n = j->ctx};
+    dsi_attn_rows_run(v, &a, j->q + (size_t)h0 * A_ROW, A_ROW, 0.07f, o, A_KVL, s);
   }
 }
 
-static void bench_attention(FILE *out, const dsi_kern *k, int nth, int reps) {
+static void bench_attention(FILE *out, const dsi_kern *k, int nth, int reps, double fma_gflops, double amx_gflops) {
   static const int ctxs[] = {512, 4096, 16384};
   int amx = k->amx, max_ctx = ctxs[DSI_ARRAY_LEN(ctxs) - 1], nb = max_ctx / A_BS;
   dsi_rng r;
@@ -251,7 +249,7 @@ static void bench_attention(FILE *out, const dsi_kern *k, int nth, int reps) {
   float *q = dsi_alloc_aligned((size_t)A_H * A_ROW * sizeof(float));
   int32_t *table = malloc(nb * sizeof(int32_t));
   float **ws = calloc(nth, sizeof(float *)), **outs = calloc(nth, sizeof(float *));
-  size_t ws_bytes = DSI_MAX((size_t)A_G * max_ctx * 4 + (size_t)max_ctx * 8, DSI_ATTN_PAIRS_WS(A_H, A_ROW));
+  size_t ws_bytes = DSI_MAX(DSI_ATTN_ROWS_WS(A_H), DSI_ATTN_PAIRS_WS(A_H, A_ROW));
   int ok = cache && pc && q && table && ws && outs;
   for (int i = 0; ok && i < nth; i++) {
     ok &= (ws[i] = dsi_alloc_aligned(ws_bytes)) != NULL;
@@ -271,9 +269,10 @@ static void bench_attention(FILE *out, const dsi_kern *k, int nth, int reps) {
       pc[dsi_paged_pair_at(A_ROW, (int32_t)sl) + 2 * (size_t)c] = dsi_f32_to_bf16(x);
     }
   fprintf(out, "decode attention, one token over one sequence's paged latent cache: %d heads, latent %d + rope %d, "
-               "%d threads; f32 rows: groups of %d heads, two passes each; bf16 pairs: a thread's heads in one pass\n",
-          A_H, A_KVL, A_ROW - A_KVL, nth, A_G);
-  fprintf(out, "%8s  %14s %9s  %14s %9s  %7s\n", "context", "f32 vec (us)", "GB/s", "bf16 amx (us)", "GB/s", "amx/vec");
+               "%d threads; a thread's heads in one pass over the cache (f32 rows: up to 64 at a time)\n",
+          A_H, A_KVL, A_ROW - A_KVL, nth);
+  fprintf(out, "%8s  %14s %9s %8s %6s  %14s %9s %6s  %7s\n", "context", "f32 vec (us)", "GB/s", "GFLOP/s", "%fma",
+          "bf16 amx (us)", "GB/s", "%amx", "amx/vec");
   for (size_t c = 0; c < DSI_ARRAY_LEN(ctxs); c++) {
     double med[2] = {0, 0};
     for (int pairs = 0; pairs <= amx; pairs++) {
@@ -287,16 +286,20 @@ static void bench_attention(FILE *out, const dsi_kern *k, int nth, int reps) {
       }
       med[pairs] = dsi_median(t, n);
     }
-    /* bytes of the cache each reads: per group q K^T the whole rows and P V
-     * the latent part (f32); per thread one pass over the whole rows (pairs) */
-    double f32b = (double)A_H / A_G * ctxs[c] * (A_ROW + A_KVL) * 4, bfb = (double)DSI_MIN(nth, A_H / 8) * ctxs[c] * A_ROW * 2;
-    char am[32] = "-", ag[32] = "-", ratio[32] = "-";
+    /* bytes of the cache each reads: one pass over the whole rows per
+     * thread's heads; FLOPs: q K^T over the whole rows, P V the latent part */
+    int calls = DSI_CEIL_DIV(A_H, DSI_MIN(64, DSI_CEIL_DIV(A_H, nth)));
+    double f32b = (double)calls * ctxs[c] * A_ROW * 4, bfb = (double)DSI_MIN(nth, A_H / 8) * ctxs[c] * A_ROW * 2;
+    double flops = 2.0 * A_H * ctxs[c] * (A_ROW + A_KVL), gf = flops / med[0] * 1e-9;
+    char am[32] = "-", ag[32] = "-", ap[32] = "-", ratio[32] = "-";
     if (amx) {
       snprintf(am, sizeof am, "%.1f", med[1] * 1e6);
       snprintf(ag, sizeof ag, "%.1f", bfb / med[1] * 1e-9);
+      snprintf(ap, sizeof ap, "%.0f%%", amx_gflops > 0 ? 100 * flops / med[1] * 1e-9 / amx_gflops : 0);
       snprintf(ratio, sizeof ratio, "%.1fx", med[0] / med[1]);
     }
-    fprintf(out, "%8d  %14.1f %9.1f  %14s %9s  %7s\n", ctxs[c], med[0] * 1e6, f32b / med[0] * 1e-9, am, ag, ratio);
+    fprintf(out, "%8d  %14.1f %9.1f %8.1f %5.0f%%  %14s %9s %6s  %7s\n", ctxs[c], med[0] * 1e6, f32b / med[0] * 1e-9, gf,
+            fma_gflops > 0 ? 100 * gf / fma_gflops : 0, am, ag, ap, ratio);
     fflush(out);
   }
   if (!amx) fprintf(out, "(no AMX here: the bf16 pair path does not run)\n");
@@ -523,7 +526,7 @@ int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) 
   if (strstr(o->dtypes ? o->dtypes : "", "int"))
     fprintf(out, "int8, int4: GFLOP/s counts int8 multiply-adds as 2 ops; AMX INT8's peak is twice the BF16 one (tdpbssd's rate)\n");
   if (o->attention) {
-    bench_attention(out, k, nth, reps);
+    bench_attention(out, k, nth, reps, vp.fma, pk.amx_bf16_gflops);
     return DSI_OK;
   }
   if (o->ceilings) {
