@@ -396,6 +396,31 @@ static void test_kernels(dsi_rng *rng) {
          g_worst[0], g_worst[1], g_worst[2], g_worst[3], g_worst[4]);
 }
 
+/* ---- which kernel INT8 weights get ----
+ * int8 activations only under bf16 precision (like AMX INT8); there, VNNI
+ * at every batch size below AMX INT8's; f32 precision: the f32 kernels */
+static void test_dispatch(void) {
+  const dsi_kern *kt = test_kern();
+  dsi_mat w = {.dtype = DSI_DTYPE_I8, .rows = 64, .cols = 256, .layout = DSI_LAYOUT_TILES, .kpad = 256,
+               .block = 128, .scale_cols = 2};
+  for (int m = 1; m <= 300; m += m < 16 ? 1 : 97) {
+    int prep;
+    dsi_gemm_fn f = dsi_gemm_pick(kt, &w, m, 0, &prep);
+    const char *n = dsi_gemm_kernel_name(f);
+    CHECKF(prep == DSI_PREP_NONE && (!strcmp(n, "avx512") || !strcmp(n, "avx2") || !strcmp(n, "ref")),
+           "f32 precision, m %d: %s (prep %d)", m, n, prep);
+    f = dsi_gemm_pick(kt, &w, m, 1, &prep);
+    n = dsi_gemm_kernel_name(f);
+    int amx = 0;
+#if DSI_HAVE_AMX
+    amx = kt->amx_int8 && m >= DSI_AMX_MIN_ROWS;
+#endif
+    if (amx) CHECKF(prep == DSI_PREP_I8 && !strcmp(n, "amx-int8"), "bf16 precision, m %d: %s", m, n);
+    else if (kt->vnni) CHECKF(prep == DSI_PREP_I8 && !strcmp(n, "avx512-vnni-int8"), "bf16 precision, m %d: %s", m, n);
+    else CHECKF(prep != DSI_PREP_I8 && strcmp(n, "avx512-vnni-int8"), "bf16 precision without VNNI, m %d: %s", m, n);
+  }
+}
+
 /* ---- the golden tiny model, quantized at load ---- */
 static float *read_f32(const char *path, size_t n) {
   char *buf;
@@ -501,6 +526,7 @@ int main(void) {
   dsi_rng rng;
   dsi_rng_seed(&rng, 8);
   test_quantization(&rng);
+  test_dispatch();
   test_kernels(&rng);
   test_golden();
   dsi_pool_free(g_pool);
