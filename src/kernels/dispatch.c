@@ -39,6 +39,12 @@ dsi_gemm_fn dsi_gemm_pick(const dsi_kern *k, const dsi_mat *w, int m, int act_bf
   }
 #endif
 #if DSI_HAVE_AVX512
+  /* below AMX INT8's batch sizes, or without it: vpdpbusd on int8
+   * activations, under the same rule */
+  if (act_bf16 && k->vnni && w->dtype == DSI_DTYPE_I8) {
+    *prep = DSI_PREP_I8;
+    return dsi_gemm_avx512_vnni_i8;
+  }
   if (act_bf16 && k->dot_bf16 && (w->dtype == DSI_DTYPE_BF16 || w->dtype == DSI_DTYPE_F8_E4M3)) {
     *prep = DSI_PREP_OWN;
     return dsi_gemm_avx512_bf16;
@@ -61,6 +67,7 @@ const char *dsi_gemm_kernel_name(dsi_gemm_fn fn) {
 #if DSI_HAVE_AVX512
   if (fn == dsi_gemm_avx512) return "avx512";
   if (fn == dsi_gemm_avx512_bf16) return "avx512-bf16";
+  if (fn == dsi_gemm_avx512_vnni_i8) return "avx512-vnni-int8";
   if (fn == dsi_gemm_avx512_vnni_i4) return "avx512-vnni-int4";
   if (fn == dsi_gemm_avx512_i4) return "avx512-int4";
 #endif

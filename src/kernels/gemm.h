@@ -55,7 +55,8 @@ typedef void (*dsi_gemm_fn)(const dsi_gemm *g, int r0, int r1, void *scratch);
  * K chunks, which are sized by the L2 and not by the width */
 #define DSI_GEMM_SCRATCH(cols) ((size_t)(cols + 64) * 64 * 4 + ((size_t)1 << 20))
 
-/* scalar reference (any layout, any dtype) — the oracle */
+/* scalar reference (any layout, any dtype) — the oracle; INT8 TILES given
+ * xq multiply those int8 activations as the VNNI kernel does, else x */
 void dsi_gemm_ref(const dsi_gemm *g, int r0, int r1, void *scratch);
 /* AVX-512 (any m; TILES layout, F32 / BF16 / FP8) — x86/avx512.c */
 void dsi_gemm_avx512(const dsi_gemm *g, int r0, int r1, void *scratch);
@@ -76,6 +77,10 @@ void dsi_gemm_avx2(const dsi_gemm *g, int r0, int r1, void *scratch);
 void dsi_gemm_avx512_vnni_i4(const dsi_gemm *g, int r0, int r1, void *scratch);
 void dsi_gemm_avx512_i4(const dsi_gemm *g, int r0, int r1, void *scratch);
 void dsi_gemm_avx2_i4(const dsi_gemm *g, int r0, int r1, void *scratch);
+/* INT8 weights times int8 activations (any m; needs xq) with AVX-512 VNNI,
+ * for CPUs without AMX INT8 or below its batch sizes — x86/avx512_int8.c.
+ * It and dsi_gemm_ref given xq agree bitwise before the SiLU. */
+void dsi_gemm_avx512_vnni_i8(const dsi_gemm *g, int r0, int r1, void *scratch);
 
 /* What a kernel reads besides x, prepared once by the caller. */
 enum {
@@ -105,8 +110,8 @@ dsi_gemm_fn dsi_gemm_pick(const struct dsi_kern *k, const dsi_mat *w, int m, int
 /* whether dsi_gemm_pick gives BF16 / FP8 weights the AMX kernel at m
  * (then activations are wanted as bf16 rows) */
 int dsi_gemm_amx_rows(const struct dsi_kern *k, int m, int act_bf16);
-/* "ref", "avx2", "avx512", "avx512-bf16", "amx", "amx-int8", "avx512-vnni-int4",
- * "avx512-int4", "avx2-int4" */
+/* "ref", "avx2", "avx512", "avx512-bf16", "amx", "amx-int8", "avx512-vnni-int8",
+ * "avx512-vnni-int4", "avx512-int4", "avx2-int4" */
 const char *dsi_gemm_kernel_name(dsi_gemm_fn fn);
 
 /* Pack gate [I, D] and up [I, D] (row-major, same dtype) into one TILES

@@ -15,12 +15,14 @@ static inline const float *x_row(const dsi_gemm *g, int i) {
 
 static inline float silu(float v) { return v / (1.0f + expf(-v)); }
 
-/* ---- INT4 weights times int8 activations ----
- * acc(i, r) = xs_i * sum over groups, in order, of fma(isum, d_r,g, .),
- * isum the exact integer sum of (q - 8) * xq over the group: every kernel
- * computes these same operations (an int32 sum is exact in any order, and
- * under 2^24 for groups of up to 256 columns), so all agree bitwise
- * before the epilogue and a row's result does not depend on its batch. */
+/* ---- INT4 / INT8 weights times int8 activations ----
+ * acc(i, r) = xs_i * sum over blocks (INT4 groups, INT8 128-column scale
+ * blocks), in order, of fma(isum, d_r,g, .), isum the exact integer sum
+ * of the weights' integers (INT4: q - 8) times xq over the block: every
+ * kernel computes these same operations (an int32 sum is exact in any
+ * order, and under 2^24 for blocks of up to 256 columns), so all agree
+ * bitwise before the epilogue and a row's result does not depend on its
+ * batch. */
 static float i4_acc(const dsi_mat *w, int r, const int8_t *xq, float xs) {
   const int B = w->block;
   const uint8_t *grp = (const uint8_t *)w->data + (size_t)(r / DSI_TILE_N) * dsi_i4_panel_bytes(w);
@@ -40,7 +42,24 @@ static float i4_acc(const dsi_mat *w, int r, const int8_t *xq, float xs) {
   return acc * xs;
 }
 
-static void gemm_ref_i4(const dsi_gemm *g, int r0, int r1, void *scratch) {
+static float i8_acc(const dsi_mat *w, int r, const int8_t *xq, float xs) {
+  const int8_t *d = w->data;
+  const float *sc = w->scale + (size_t)(r / DSI_TILE_N) * w->scale_cols;
+  float acc = 0;
+  for (int c0 = 0, q = 0; c0 < w->kpad; c0 += w->block, q++) {
+    int32_t isum = 0;
+    for (int c = c0; c < DSI_MIN(c0 + w->block, w->kpad); c++) isum += d[dsi_tiles_index(w, r, c)] * xq[c];
+    acc = fmaf((float)isum, sc[q], acc);
+  }
+  return acc * xs;
+}
+
+static float iq_acc(const dsi_mat *w, int r, const int8_t *xq, float xs) {
+  return w->dtype == DSI_DTYPE_I4 ? i4_acc(w, r, xq, xs) : i8_acc(w, r, xq, xs);
+}
+
+/* INT4 (int8 activations prepared or not), INT8 TILES given xq */
+static void gemm_ref_iq(const dsi_gemm *g, int r0, int r1, void *scratch) {
   const dsi_mat *w = g->w;
   const size_t ldq = DSI_XQ_LD(w->kpad);
   const int8_t *xq = g->xq;
@@ -58,13 +77,13 @@ static void gemm_ref_i4(const dsi_gemm *g, int r0, int r1, void *scratch) {
       for (int j = 0; j < DSI_TILE_N; j++)
         for (int i = 0; i < g->m; i++) {
           const int8_t *x = xq + (size_t)i * ldq;
-          g->y[(size_t)i * g->ldy + r / 2 + j] = silu(i4_acc(w, r + j, x, xs[i])) * i4_acc(w, r + 16 + j, x, xs[i]);
+          g->y[(size_t)i * g->ldy + r / 2 + j] = silu(iq_acc(w, r + j, x, xs[i])) * iq_acc(w, r + 16 + j, x, xs[i]);
         }
     return;
   }
   for (int r = r0; r < r1 && r < w->rows; r++)
     for (int i = 0; i < g->m; i++) {
-      float acc = i4_acc(w, r, xq + (size_t)i * ldq, xs[i]);
+      float acc = iq_acc(w, r, xq + (size_t)i * ldq, xs[i]);
       if (g->epi == DSI_EPI_STORE) g->y[(size_t)i * g->ldy + r] = acc;
       else g->y[(size_t)g->y_rows[i] * g->ldy + r] += g->y_scale[i] * acc;
     }
@@ -72,8 +91,8 @@ static void gemm_ref_i4(const dsi_gemm *g, int r0, int r1, void *scratch) {
 
 void dsi_gemm_ref(const dsi_gemm *g, int r0, int r1, void *scratch) {
   const dsi_mat *w = g->w;
-  if (w->dtype == DSI_DTYPE_I4) {
-    gemm_ref_i4(g, r0, r1, scratch);
+  if (w->dtype == DSI_DTYPE_I4 || (w->dtype == DSI_DTYPE_I8 && w->layout == DSI_LAYOUT_TILES && g->xq)) {
+    gemm_ref_iq(g, r0, r1, scratch);
     return;
   }
   int K = w->cols;

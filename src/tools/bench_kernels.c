@@ -473,7 +473,7 @@ static double kernel_peak(dsi_gemm_fn fn, const dsi_peaks *pk, const vec_peaks *
   *name = "-";
   if (!strcmp(k, "amx") || !strcmp(k, "amx-int8")) return *name = "amx", pk->amx_bf16_gflops * (int8 ? 2 : 1);
   if (!strcmp(k, "avx512-bf16")) return *name = "vdpbf16ps", vp->dpbf16;
-  if (!strcmp(k, "avx512-vnni-int4")) return *name = "vpdpbusd", vp->vnni;
+  if (!strcmp(k, "avx512-vnni-int4") || !strcmp(k, "avx512-vnni-int8")) return *name = "vpdpbusd", vp->vnni;
   if (!strcmp(k, "avx512")) return *name = "fma", vp->fma;
   return 0;
 }

@@ -1,7 +1,9 @@
 /* tests: INT8 weights — the load-time quantization (error bounds, under
- * FP8's), the AVX-512 and AMX INT8 kernels against the scalar oracle on the
- * same INT8 matrices (every epilogue, ragged shapes, gathered rows, two row
- * ranges at once), and the tiny golden model loaded with --quant int8. */
+ * FP8's), the AVX-512, AVX-512 VNNI and AMX INT8 kernels against the
+ * scalar oracle on the same INT8 matrices (every epilogue, ragged shapes,
+ * gathered rows, two row ranges at once; the VNNI kernel bitwise against
+ * the oracle given the same int8 activations), and the tiny golden model
+ * loaded with --quant int8. */
 #include <stdlib.h>
 
 #include "check.h"
@@ -19,6 +21,11 @@
 #define AVX512_FN dsi_gemm_avx512
 #else
 #define AVX512_FN NULL
+#endif
+#if DSI_HAVE_AVX512
+#define VNNI_INT8_FN dsi_gemm_avx512_vnni_i8
+#else
+#define VNNI_INT8_FN NULL
 #endif
 #if DSI_HAVE_AMX
 #define AMX_INT8_FN dsi_gemm_amx_int8
@@ -186,7 +193,12 @@ static void test_quantization(dsi_rng *rng) {
 
 /* ---- the kernels against the oracle ---- */
 static dsi_pool *g_pool;
-static double g_worst[3]; /* avx512, amx vs oracle, amx vs unquantized */
+/* avx512, amx vs oracle, int8 kernels vs unquantized, vnni SiLU-mul vs
+ * oracle, the oracle's integer sums vs its f32 ones on the same values */
+static double g_worst[5];
+/* the kernels one_case runs */
+enum { K_AVX512, K_AMX, K_VNNI, K_N };
+static const char *const k_names[K_N] = {"avx512", "amx-int8", "avx512-vnni-int8"};
 
 /* normalized error over [ny, ld]: max |got - want| / max |want - base| */
 static double norm_err(const float *got, const float *want, const float *base, size_t n) {
@@ -207,7 +219,7 @@ static float *dequant_rows(const int8_t *xq, const float *xs, int m, int cols, i
   return o;
 }
 
-static void one_case(dsi_epilogue epi, int rows, int cols, int m, int use_amx, dsi_rng *rng) {
+static void one_case(dsi_epilogue epi, int rows, int cols, int m, int kind, dsi_rng *rng) {
   int silu = epi == DSI_EPI_SILU_PAIRS;
   src_mat w, up;
   src_make(&w, DSI_DTYPE_F32, rows, cols, 0.05f, rng);
@@ -219,7 +231,7 @@ static void one_case(dsi_epilogue epi, int rows, int cols, int m, int use_amx, d
   int nx = m + 5, ldx = cols + 3;
   float *x = dsi_xmalloc((size_t)nx * ldx * sizeof(float));
   for (size_t i = 0; i < (size_t)nx * ldx; i++) x[i] = dsi_rng_normal(rng);
-  int32_t *x_rows = dsi_xmalloc(m * sizeof(int32_t));
+  int32_t *x_rows = dsi_xmalloc((size_t)DSI_MAX(m, 1) * sizeof(int32_t));
   for (int i = 0; i < m; i++) x_rows[i] = (int32_t)((i * 7 + 3) % nx);
 
   int outs = silu ? pk.rows / 2 : rows, ldy = outs + 5, ny = epi == DSI_EPI_SCATTER_ADD ? m + 9 : m;
@@ -237,8 +249,8 @@ static void one_case(dsi_epilogue epi, int rows, int cols, int m, int use_amx, d
   void *scr = dsi_alloc_aligned(DSI_GEMM_SCRATCH(cols));
   dsi_gemm base = {.w = &pk, .x = x, .ldx = ldx, .x_rows = x_rows, .m = m, .ldy = ldy, .epi = epi,
                    .y_rows = y_rows, .y_scale = y_scale};
-  const char *name = use_amx ? "amx-int8" : "avx512";
-  if (!use_amx) {
+  const char *name = k_names[kind];
+  if (kind == K_AVX512) {
     dsi_gemm r = base, g = base;
     memcpy(yref, y0, yn * sizeof(float));
     r.y = yref;
@@ -255,7 +267,8 @@ static void one_case(dsi_epilogue epi, int rows, int cols, int m, int use_amx, d
     float *xs = dsi_xmalloc(m * sizeof(float));
     dsi_rows_to_i8(test_kern()->vec, x, ldx, x_rows, m, cols, ld, xq, xs);
     float *xd = dequant_rows(xq, xs, m, cols, ld);
-    /* the oracle with the same int8 activations, then unquantized */
+    /* the oracle with the same int8 activations (AMX: dequantized, in f32;
+     * VNNI: the int8 rows themselves, its integer sums), then unquantized */
     dsi_gemm r = base, g = base;
     r.x = xd;
     r.ldx = cols;
@@ -263,14 +276,38 @@ static void one_case(dsi_epilogue epi, int rows, int cols, int m, int use_amx, d
     memcpy(yref, y0, yn * sizeof(float));
     r.y = yref;
     dsi_gemm_ref(&r, 0, silu ? pk.rows : rows, scr);
+    if (kind == K_VNNI) {
+      /* the integer sums against the f32 ones: the same values, summed
+       * in another order */
+      float *yint = dsi_xmalloc(yn * sizeof(float));
+      memcpy(yint, y0, yn * sizeof(float));
+      r.y = yint;
+      r.xq = xq;
+      r.xq_scale = xs;
+      dsi_gemm_ref(&r, 0, silu ? pk.rows : rows, scr);
+      double ei = norm_err(yint, yref, epi == DSI_EPI_SCATTER_ADD ? y0 : NULL, yn);
+      g_worst[4] = fmax(g_worst[4], ei);
+      CHECKF(ei <= 1e-4, "ref int8 sums epi %d rows %d cols %d m %d: normalized error %.3g vs f32 sums", (int)epi,
+             rows, cols, m, ei);
+      memcpy(yref, yint, yn * sizeof(float));
+      free(yint);
+    }
     memcpy(y, y0, yn * sizeof(float));
     g.y = y;
     g.xq = xq;
     g.xq_scale = xs;
-    gemm_two(g_pool, AMX_INT8_FN, &g, silu);
+    gemm_two(g_pool, kind == K_VNNI ? VNNI_INT8_FN : AMX_INT8_FN, &g, silu);
     double e = norm_err(y, yref, epi == DSI_EPI_SCATTER_ADD ? y0 : NULL, yn);
-    g_worst[1] = fmax(g_worst[1], e);
-    CHECKF(e <= 1e-3, "%s epi %d rows %d cols %d m %d: normalized error %.3g", name, (int)epi, rows, cols, m, e);
+    if (kind == K_VNNI) {
+      /* bitwise, except the AVX-512 SiLU (its own exp, 1-2 ulp) */
+      if (silu) g_worst[3] = fmax(g_worst[3], e);
+      CHECKF(silu ? e <= 1e-5 : !memcmp(y, yref, yn * sizeof(float)),
+             "%s epi %d rows %d cols %d m %d: not the oracle's bits (normalized error %.3g)", name, (int)epi, rows,
+             cols, m, e);
+    } else {
+      g_worst[1] = fmax(g_worst[1], e);
+      CHECKF(e <= 1e-3, "%s epi %d rows %d cols %d m %d: normalized error %.3g", name, (int)epi, rows, cols, m, e);
+    }
     /* against f32 weights and activations: the two quantizations' error */
     float *yf = dsi_xmalloc(yn * sizeof(float));
     memcpy(yf, y0, yn * sizeof(float));
@@ -321,16 +358,17 @@ static void test_kernels(dsi_rng *rng) {
   static const int rows_set[] = {16, 48, 80, 200, 7, 1000};
   static const int cols_set[] = {32, 64, 96, 100, 128, 1000, 33, 2100};
   static const int m_set[] = {1, 3, 16, 17, 64, 100};
-  int have[2] = {0, 0};
+  int have[K_N] = {0, 0, 0};
 #if DSI_HAVE_AVX512
-  have[0] = kt->level >= DSI_ISA_AVX512;
+  have[K_AVX512] = kt->level >= DSI_ISA_AVX512;
+  have[K_VNNI] = kt->vnni;
 #endif
 #if DSI_HAVE_AMX
-  have[1] = kt->amx_int8;
+  have[K_AMX] = kt->amx_int8;
 #endif
-  for (int k = 0; k < 2; k++) {
+  for (int k = 0; k < K_N; k++) {
     if (!have[k]) {
-      printf("%s: skipped (not on this CPU or build)\n", k ? "amx-int8" : "avx512 int8");
+      printf("%s: skipped (not on this CPU or build, or above the ISA cap)\n", k_names[k]);
       continue;
     }
     int n = 0;
@@ -344,13 +382,43 @@ static void test_kernels(dsi_rng *rng) {
             one_case((dsi_epilogue)epi, rows, cols, m, k, rng);
             n++;
           }
-    /* M chunks (> 256 rows) and K chunks (> 2048 columns) together */
-    if (k)
-      for (int epi = 0; epi < 3; epi++, n++) one_case((dsi_epilogue)epi, 80, 2100, 300, 1, rng);
-    printf("%s: %d cases\n", k ? "amx-int8" : "avx512 int8", n);
+    /* AMX: M chunks (> 256 rows) and K chunks (> 2048 columns) together;
+     * VNNI: several row groups (64 rows each) and passes of every height */
+    if (k != K_AVX512)
+      for (int epi = 0; epi < 3; epi++, n++) one_case((dsi_epilogue)epi, 80, 2100, 300, k, rng);
+    if (k == K_VNNI)
+      for (int epi = 0; epi < 3; epi++)
+        for (int mm = 2; mm <= 160; mm += mm < 20 ? 1 : 23, n++) one_case((dsi_epilogue)epi, 48, 160, mm, k, rng);
+    printf("%s: %d cases\n", k_names[k], n);
   }
-  printf("worst normalized error: avx512 %.2e, amx vs oracle %.2e, amx vs unquantized %.2e\n", g_worst[0],
-         g_worst[1], g_worst[2]);
+  printf("worst normalized error: avx512 %.2e, amx vs oracle %.2e, int8 kernels vs unquantized %.2e, "
+         "vnni SiLU-mul vs oracle %.2e, oracle's int8 sums vs its f32 sums %.2e\n",
+         g_worst[0], g_worst[1], g_worst[2], g_worst[3], g_worst[4]);
+}
+
+/* ---- which kernel INT8 weights get ----
+ * int8 activations only under bf16 precision (like AMX INT8); there, VNNI
+ * at every batch size below AMX INT8's; f32 precision: the f32 kernels */
+static void test_dispatch(void) {
+  const dsi_kern *kt = test_kern();
+  dsi_mat w = {.dtype = DSI_DTYPE_I8, .rows = 64, .cols = 256, .layout = DSI_LAYOUT_TILES, .kpad = 256,
+               .block = 128, .scale_cols = 2};
+  for (int m = 1; m <= 300; m += m < 16 ? 1 : 97) {
+    int prep;
+    dsi_gemm_fn f = dsi_gemm_pick(kt, &w, m, 0, &prep);
+    const char *n = dsi_gemm_kernel_name(f);
+    CHECKF(prep == DSI_PREP_NONE && (!strcmp(n, "avx512") || !strcmp(n, "avx2") || !strcmp(n, "ref")),
+           "f32 precision, m %d: %s (prep %d)", m, n, prep);
+    f = dsi_gemm_pick(kt, &w, m, 1, &prep);
+    n = dsi_gemm_kernel_name(f);
+    int amx = 0;
+#if DSI_HAVE_AMX
+    amx = kt->amx_int8 && m >= DSI_AMX_MIN_ROWS;
+#endif
+    if (amx) CHECKF(prep == DSI_PREP_I8 && !strcmp(n, "amx-int8"), "bf16 precision, m %d: %s", m, n);
+    else if (kt->vnni) CHECKF(prep == DSI_PREP_I8 && !strcmp(n, "avx512-vnni-int8"), "bf16 precision, m %d: %s", m, n);
+    else CHECKF(prep != DSI_PREP_I8 && strcmp(n, "avx512-vnni-int8"), "bf16 precision without VNNI, m %d: %s", m, n);
+  }
 }
 
 /* ---- the golden tiny model, quantized at load ---- */
@@ -458,6 +526,7 @@ int main(void) {
   dsi_rng rng;
   dsi_rng_seed(&rng, 8);
   test_quantization(&rng);
+  test_dispatch();
   test_kernels(&rng);
   test_golden();
   dsi_pool_free(g_pool);

@@ -11,7 +11,7 @@
 
 #include "base/base.h"
 #include "kernels/gemm.h"
-#include "kernels/x86/i4_driver.h"
+#include "kernels/x86/iq_driver.h"
 
 #define INLINE static inline __attribute__((always_inline))
 
@@ -69,8 +69,10 @@ INLINE void i4_pass(const uint8_t *wp, int ng, int nsub, const int8_t *xq, size_
   }
 }
 
-static void pass_n(const uint8_t *wp, int ng, int nsub, const int8_t *xq, size_t ldq, const int32_t *zp, int zld,
-                   int mb, float *out) {
+static void pass_n(const dsi_mat *w, int panel, const int8_t *xq, size_t ldq, const int32_t *zp, int zld, int mb,
+                   float *out) {
+  const uint8_t *wp = (const uint8_t *)w->data + (size_t)panel * dsi_i4_panel_bytes(w);
+  const int ng = w->kpad / w->block, nsub = w->block / 32;
   switch (mb) {
 #define F(n) case n: i4_pass(wp, ng, nsub, xq, ldq, zp, zld, n, out); break;
     F(1) F(2) F(3) F(4)
@@ -81,7 +83,7 @@ static void pass_n(const uint8_t *wp, int ng, int nsub, const int8_t *xq, size_t
 
 /* ---- epilogues: the row's scale multiplied in (no fused multiply-add:
  * the oracle's operations), then stored / added ---- */
-static void i4_epi_row(const dsi_gemm *g, int i, int r, int nj, const float *t) {
+static void iq_epi_row(const dsi_gemm *g, int i, int r, int nj, const float *t) {
   const __m256 s = _mm256_set1_ps(g->xq_scale[i]);
   float v[DSI_TILE_N];
   _mm256_storeu_ps(v, _mm256_mul_ps(_mm256_loadu_ps(t), s));
@@ -100,12 +102,12 @@ static void i4_epi_row(const dsi_gemm *g, int i, int r, int nj, const float *t) 
 
 static inline float silu(float v) { return v / (1.0f + expf(-v)); }
 
-static void i4_epi_silu(const dsi_gemm *g, int i, int r2, const float *ta, const float *tb) {
+static void iq_epi_silu(const dsi_gemm *g, int i, int r2, const float *ta, const float *tb) {
   const float s = g->xq_scale[i];
   float *y = g->y + (size_t)i * g->ldy + r2;
   for (int j = 0; j < DSI_TILE_N; j++) y[j] = silu(ta[j] * s) * (tb[j] * s);
 }
 
 void dsi_gemm_avx2_i4(const dsi_gemm *g, int r0, int r1, void *scratch) {
-  i4_gemm_run(g, r0, r1, scratch, pass_n, MB_I4);
+  iq_gemm_run(g, r0, r1, scratch, pass_n, MB_I4);
 }

@@ -5,24 +5,15 @@
  * else vpmaddubsw + vpmaddwd (no saturation: 15 * 127 * 2 < 2^15). The
  * nibbles' zero point (8) enters as each group's integer sum starting at
  * -8 * the activations' sum over the group. */
-#include "kernels/gemm.h"
-#include "base/base.h"
-#include "kernels/x86/avx512_math.h"
+#include "kernels/x86/avx512_iq.h"
 
-#include <immintrin.h>
 #include <string.h>
-
-#include "kernels/x86/i4_driver.h"
-
-#define ALWAYS_INLINE static inline __attribute__((always_inline))
 
 /* activation rows a pass holds: per row a sum and 4 integer chains (5
  * registers). Measured per core on a Zen 4 (expert_up 2048 x 7168, thread
  * CPU time): 4 rows 310-360 GOP/s from 4 to 256 rows; passes of 8 rows
  * (one chain each) 170-200 */
 #define MB_I4 4
-/* bytes of W prefetched ahead into L2, as the other AVX-512 kernels (avx512.c) */
-#define PF_AHEAD 4096
 
 ALWAYS_INLINE int32_t x4(const int8_t *p) {
   int32_t v;
@@ -30,13 +21,7 @@ ALWAYS_INLINE int32_t x4(const int8_t *p) {
   return v;
 }
 
-/* u8 x s8 dot products: VNNI's vpdpbusd as asm (the file is not compiled
- * for VNNI; only CPUs with it get here), or vpmaddubsw + vpmaddwd */
-ALWAYS_INLINE __m512i dot_vnni(__m512i acc, __m512i w, const int8_t *x) {
-  /* the activations' 4 bytes broadcast from memory inside the instruction */
-  __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const int32_t *)x));
-  return acc;
-}
+/* u8 x s8 dot products without VNNI: vpmaddubsw + vpmaddwd */
 ALWAYS_INLINE __m512i dot_bw(__m512i acc, __m512i w, const int8_t *x) {
   const __m512i xb = _mm512_set1_epi32(x4(x));
   return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(w, xb), _mm512_set1_epi16(1)));
@@ -110,40 +95,22 @@ ALWAYS_INLINE void pass_any(const uint8_t *wp, int ng, int nsub, const int8_t *x
   }
 }
 
-static void pass_bw(const uint8_t *wp, int ng, int nsub, const int8_t *xq, size_t ldq, const int32_t *zp, int zld,
-                    int mb, float *out) {
-  pass_any(wp, ng, nsub, xq, ldq, zp, zld, mb, 0, out);
+static void pass_bw(const dsi_mat *w, int panel, const int8_t *xq, size_t ldq, const int32_t *zp, int zld, int mb,
+                    float *out) {
+  const uint8_t *wp = (const uint8_t *)w->data + (size_t)panel * dsi_i4_panel_bytes(w);
+  pass_any(wp, w->kpad / w->block, w->block / 32, xq, ldq, zp, zld, mb, 0, out);
 }
 
-static void pass_vnni(const uint8_t *wp, int ng, int nsub, const int8_t *xq, size_t ldq, const int32_t *zp, int zld,
-                      int mb, float *out) {
-  pass_any(wp, ng, nsub, xq, ldq, zp, zld, mb, 1, out);
-}
-
-/* ---- epilogues: the row's scale multiplied in, then stored / added ---- */
-static void i4_epi_row(const dsi_gemm *g, int i, int r, int nj, const float *t) {
-  const __mmask16 k = (__mmask16)((1u << nj) - 1);
-  const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(t), _mm512_set1_ps(g->xq_scale[i]));
-  if (g->epi == DSI_EPI_STORE) {
-    _mm512_mask_storeu_ps(g->y + (size_t)i * g->ldy + r, k, v);
-    return;
-  }
-  float *y = g->y + (size_t)g->y_rows[i] * g->ldy + r;
-  __m512 p = _mm512_mul_ps(_mm512_set1_ps(g->y_scale[i]), v);
-  __asm__("" : "+v"(p)); /* not contracted into an fma: the oracle's rounding */
-  _mm512_mask_storeu_ps(y, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, y), p));
-}
-
-static void i4_epi_silu(const dsi_gemm *g, int i, int r2, const float *ta, const float *tb) {
-  const __m512 s = _mm512_set1_ps(g->xq_scale[i]);
-  _mm512_storeu_ps(g->y + (size_t)i * g->ldy + r2,
-                   silu_mul512(_mm512_mul_ps(_mm512_loadu_ps(ta), s), _mm512_mul_ps(_mm512_loadu_ps(tb), s)));
+static void pass_vnni(const dsi_mat *w, int panel, const int8_t *xq, size_t ldq, const int32_t *zp, int zld, int mb,
+                      float *out) {
+  const uint8_t *wp = (const uint8_t *)w->data + (size_t)panel * dsi_i4_panel_bytes(w);
+  pass_any(wp, w->kpad / w->block, w->block / 32, xq, ldq, zp, zld, mb, 1, out);
 }
 
 void dsi_gemm_avx512_i4(const dsi_gemm *g, int r0, int r1, void *scratch) {
-  i4_gemm_run(g, r0, r1, scratch, pass_bw, MB_I4);
+  iq_gemm_run(g, r0, r1, scratch, pass_bw, MB_I4);
 }
 
 void dsi_gemm_avx512_vnni_i4(const dsi_gemm *g, int r0, int r1, void *scratch) {
-  i4_gemm_run(g, r0, r1, scratch, pass_vnni, MB_I4);
+  iq_gemm_run(g, r0, r1, scratch, pass_vnni, MB_I4);
 }

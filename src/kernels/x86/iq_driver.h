@@ -1,0 +1,78 @@
+/* kernels: the driver of the integer matmuls (gemm.h contract) — INT4 or
+ * INT8 TILES weights times int8 activations (g->xq), shared by the AVX2
+ * and AVX-512 files: row groups -> the groups' zero-point sums -> panels
+ * -> passes -> epilogue. Both weight types enter the dot products as
+ * unsigned bytes with a zero point z (INT4's nibbles: 8; INT8 made
+ * unsigned by xor 0x80: 128), so a block's integer sum starts at -z times
+ * the activations' sum over the block. The including file defines the
+ * passes (iq_pass_fn: one panel times mb rows of int8 activations) and the
+ * epilogue of one activation row (iq_epi_row, iq_epi_silu), which must
+ * multiply in the row's scale after the sum, as dsi_gemm_ref does. */
+#ifndef DSI_IQ_DRIVER_H
+#define DSI_IQ_DRIVER_H
+
+#include "base/base.h"
+#include "kernels/gemm.h"
+
+#include <string.h>
+
+/* activation rows whose zero-point sums are kept at a time */
+#define IQ_GROUP_ROWS 64
+
+/* out[i * 16 + j] = sum over the panel's blocks (INT4 groups, INT8 scale
+ * blocks), in order, of fma(isum, d_j, .) for activation rows i < mb (xq:
+ * row i at xq + i ldq; zp: row i's -z * sum of xq over block q at
+ * zp[i * zld + q]) */
+typedef void (*iq_pass_fn)(const dsi_mat *w, int panel, const int8_t *xq, size_t ldq, const int32_t *zp, int zld,
+                           int mb, float *out);
+
+/* y row (16 outputs, nj valid) from a pass's sums t of one activation row */
+static void iq_epi_row(const dsi_gemm *g, int i, int r, int nj, const float *t);
+/* the SiLU-mul of a gate panel's and an up panel's sums, 16 outputs at r2 */
+static void iq_epi_silu(const dsi_gemm *g, int i, int r2, const float *ta, const float *tb);
+
+static void iq_gemm_run(const dsi_gemm *g, int r0, int r1, void *scratch, iq_pass_fn pass, int mbmax) {
+  const dsi_mat *w = g->w;
+  const int i4 = w->dtype == DSI_DTYPE_I4;
+  DSI_ASSERT((i4 || w->dtype == DSI_DTYPE_I8) && w->layout == DSI_LAYOUT_TILES && g->xq && g->xq_scale);
+  DSI_ASSERT(r0 % DSI_TILE_N == 0 && w->block % 32 == 0 && w->block <= 256);
+  const int silu = g->epi == DSI_EPI_SILU_PAIRS;
+  if (silu) DSI_ASSERT(r0 % 32 == 0 && (r1 - r0) % 32 == 0);
+  const int rows_out = silu ? r1 : DSI_MIN(r1, w->rows);
+  if (g->m <= 0 || rows_out <= r0) return;
+  const int ng = DSI_CEIL_DIV(w->kpad, w->block), zero = i4 ? 8 : 128;
+  const size_t ldq = DSI_XQ_LD(w->kpad);
+  /* scratch: two result tiles [64][16] and the sums [64][ng] (ng <= kpad / 32) */
+  float *ta = scratch, *tb = ta + IQ_GROUP_ROWS * DSI_TILE_N;
+  int32_t *zp = (int32_t *)(tb + IQ_GROUP_ROWS * DSI_TILE_N);
+  for (int ig = 0; ig < g->m; ig += IQ_GROUP_ROWS) {
+    const int n = DSI_MIN(IQ_GROUP_ROWS, g->m - ig);
+    const int8_t *xq = g->xq + (size_t)ig * ldq;
+    for (int i = 0; i < n; i++)
+      for (int q = 0; q < ng; q++) {
+        const int8_t *x = xq + (size_t)i * ldq + (size_t)q * w->block;
+        const int nc = DSI_MIN(w->block, w->kpad - q * w->block); /* INT8: the last block may be short */
+        int32_t s = 0;
+        for (int c = 0; c < nc; c++) s += x[c];
+        zp[i * ng + q] = -zero * s;
+      }
+    /* passes of nearly equal height */
+    const int npass = DSI_CEIL_DIV(n, mbmax);
+    int at[IQ_GROUP_ROWS + 1];
+    for (int q = 0; q <= npass; q++) at[q] = (int)((int64_t)n * q / npass);
+    for (int r = r0; r < rows_out; r += silu ? 32 : DSI_TILE_N) {
+      const int p = r / DSI_TILE_N;
+      for (int q = 0; q < npass; q++) {
+        const int i0 = at[q], mb = at[q + 1] - i0;
+        pass(w, p, xq + (size_t)i0 * ldq, ldq, zp + i0 * ng, ng, mb, ta + i0 * DSI_TILE_N);
+        if (silu) pass(w, p + 1, xq + (size_t)i0 * ldq, ldq, zp + i0 * ng, ng, mb, tb + i0 * DSI_TILE_N);
+      }
+      for (int i = 0; i < n; i++) {
+        if (silu) iq_epi_silu(g, ig + i, r / 2, ta + i * DSI_TILE_N, tb + i * DSI_TILE_N);
+        else iq_epi_row(g, ig + i, r, DSI_MIN(DSI_TILE_N, rows_out - r), ta + i * DSI_TILE_N);
+      }
+    }
+  }
+}
+
+#endif
