@@ -140,19 +140,15 @@ stages=$(grep -o '"stage":"[a-z-]*"' <<<"$j" | cut -d'"' -f4 | tr '\n' ' ')
 # server (n = 2 too) equal one process's (not under the sanitizers, for
 # time: the log's replay is test_attn_pairs').
 brown=../models/brown
+. "$(dirname "$0")/lib/serve_port.sh"
 serve_answers() { # OUT [mpirun and its arguments] -- [serve options]
-  local out=$1 log="$scratch/serve.log" pre=() port="" pid rc
+  local out=$1 log="$scratch/serve.log" pre=() port pid rc
   shift
   while [ "$1" != -- ]; do pre+=("$1"); shift; done
   shift
   "${pre[@]}" "$bin" serve --model "$brown" --port 0 --threads 1 "$@" 2>"$log" &
   pid=$!
-  for _ in $(seq 1 600); do
-    port=$(sed -n 's|.*http://127.0.0.1:\([0-9]*\)/.*|\1|p' "$log")
-    [ -n "$port" ] && break
-    kill -0 $pid 2>/dev/null || break
-    sleep 0.1
-  done
+  port=$(serve_port "$log" $pid 600)
   [ -n "$port" ] || { cat "$log"; kill $pid 2>/dev/null; return 1; }
   node -e '
 const url = process.argv[1];

@@ -41,15 +41,10 @@ for (const l of fs.readFileSync(process.argv[1], "utf8").split("\n").filter(Bool
 }
 fs.writeFileSync(process.argv[2], JSON.stringify(o));' "$S/expected.tsv" "$S/expected.json"
 
+. "$(dirname "$0")/lib/serve_port.sh"
 "$bin" serve --model "$M" --port 0 --api-key test-key --served-model-name tiny --ctx 512 2>"$S/serve.log" &
 pid=$!
-port=""
-for _ in $(seq 1 200); do
-  port=$(sed -n 's|.*http://127.0.0.1:\([0-9]*\)/.*|\1|p' "$S/serve.log")
-  [ -n "$port" ] && break
-  kill -0 $pid 2>/dev/null || break
-  sleep 0.1
-done
+port=$(serve_port "$S/serve.log" $pid)
 [ -n "$port" ] || { cat "$S/serve.log"; echo "FAIL: the server did not start"; exit 1; }
 url=http://127.0.0.1:$port
 
