@@ -161,6 +161,10 @@ int dsi_engine_open(dsi_engine **out, dsi_model *m, const dsi_engine_opts *opts,
 void dsi_engine_free(dsi_engine *e);
 /* the level of the kernels the engine runs: "scalar", "avx2", "avx512", "avx512bf16", "amx" */
 const char *dsi_engine_isa(const dsi_engine *e);
+/* the matrix peak (dsi_matrix_peak) this engine's matmuls run at: its
+ * kernel level's, or f32 FMA's when its activations are f32 */
+struct dsi_peaks;
+double dsi_engine_matrix_peak(const dsi_engine *e, const struct dsi_peaks *pk, const char **name);
 /* The last error of a call on this engine. */
 const dsi_err *dsi_engine_error(const dsi_engine *e);
 
@@ -369,8 +373,17 @@ typedef struct dsi_peaks {
   double read_gbs;        /* memory read bandwidth, all threads, 1 GiB buffer */
   double triad_gbs;       /* STREAM triad (3 arrays counted) */
   double amx_bf16_gflops; /* tdpbf16ps on resident tiles, summed over threads; 0 without AMX */
+  /* one instruction on 12 independent zmm chains a core, summed over the
+   * threads; 0 where the CPU lacks it */
+  double fma_gflops;      /* f32 vfmadd */
+  double dpbf16_gflops;   /* vdpbf16ps */
+  double vnni_gops;       /* vpdpbusd, a u8 x s8 multiply-add counted as 2 */
 } dsi_peaks;
 int dsi_measure_peaks(int n_threads, dsi_peaks *out);
+/* The matrix peak that kernel level `isa` (dsi_engine_isa, dsi_isa_name)
+ * multiplies bf16 activations at: AMX tiles, vdpbf16ps, else (and for
+ * any other string, e.g. "f32") f32 FMA; *name says which. */
+double dsi_matrix_peak(const dsi_peaks *pk, const char *isa, const char **name);
 
 /* ---- the CPU this runs on ---- */
 const char *dsi_isa_name(void); /* the best kernel level this CPU runs */

@@ -19,6 +19,10 @@ const dsi_err *dsi_engine_error(const dsi_engine *e) { return &e->err; }
 
 const char *dsi_engine_isa(const dsi_engine *e) { return dsi_fwd_isa(e->fwd); }
 
+double dsi_engine_matrix_peak(const dsi_engine *e, const dsi_peaks *pk, const char **name) {
+  return dsi_matrix_peak(pk, dsi_fwd_act_bf16(e->fwd) ? dsi_engine_isa(e) : "f32", name);
+}
+
 void dsi_engine_kv_blocks(const dsi_engine *e, int *available, int *total, int *block_size) {
   if (available) *available = dsi_kv_available(&e->kv);
   if (total) *total = e->kv.n_blocks;
@@ -417,7 +421,9 @@ void dsi_engine_profile_reset(dsi_engine *e) {
 }
 
 void dsi_engine_profile_set_peaks(dsi_engine *e, const dsi_peaks *pk) {
-  if (e->prof) dsi_prof_set_peaks(e->prof, pk);
+  const char *name;
+  double mpeak = dsi_engine_matrix_peak(e, pk, &name);
+  if (e->prof) dsi_prof_set_peaks(e->prof, pk, mpeak, name);
 }
 
 int dsi_engine_profile_stats(dsi_engine *e, int prefill, dsi_phase_stats *out) {

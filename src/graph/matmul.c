@@ -96,33 +96,49 @@ static void gemm_units_run(void *ctx, long u0, long u1, void *scratch) {
 
 /* ---- preparing activations ---- */
 /* How a call's activations are prepared for its kernel. */
-enum { P_NONE, P_ROUND, P_BF16, P_I8 };
+enum { P_NONE, P_ROUND, P_BF16, P_I8, P_DP };
 
 /* rows [s0, s1) of call g's activations prepared as `kind` says into the
- * call's own buffers: bf16 tiles at xb, int8 rows at xq (row stride ldq)
- * with their scales, or rounded f32 rows at xr */
+ * call's own buffers: bf16 tiles at xb (or, P_DP, the AVX512-BF16
+ * kernel's staged pairs there), int8 rows at xq (row stride ldq) with
+ * their scales, or rounded f32 rows at xr */
 static void prep_rows(const dsi_vec_ops *v, const dsi_gemm *g, int kind, long s0, long s1, size_t ldq, float *xr,
                       uint16_t *xb, int8_t *xq, float *xq_scale) {
   int cols = g->w->cols, kpad = g->w->kpad, nr = (int)(s1 - s0);
   const float *x = g->x_rows ? g->x : g->x + (size_t)s0 * g->ldx;
   const int32_t *rows = g->x_rows ? g->x_rows + s0 : NULL;
-  if (kind == P_BF16) dsi_rows_to_bf16_tiles(v, x, g->ldx, rows, nr, cols, kpad, (int)s0, g->m, xb);
+  if (kind == P_DP) {
+#if DSI_HAVE_AVX512
+    dsi_gemm_dp_stage(g, (int)s0, (int)s1, (uint32_t *)xb);
+#else
+    DSI_ASSERT(0); /* no AVX512-BF16 kernel in this build */
+#endif
+  } else if (kind == P_BF16) dsi_rows_to_bf16_tiles(v, x, g->ldx, rows, nr, cols, kpad, (int)s0, g->m, xb);
   else if (kind == P_I8) dsi_rows_to_i8(v, x, g->ldx, rows, nr, cols, (int)ldq, xq + s0 * ldq, xq_scale + s0);
   else if (g->w->dtype == DSI_DTYPE_I8) dsi_rows_round_i8(v, x, g->ldx, rows, nr, cols, xr + s0 * cols);
   else dsi_rows_round_bf16(v, x, g->ldx, rows, nr, cols, xr + s0 * cols);
 }
 
 /* the preparation a call's kernel wants, given what is ready */
-static int prep_kind(const dsi_mm *mm, int wants, int x_ready, const uint16_t *xb_ready) {
-  return wants == DSI_PREP_BF16 ? (xb_ready ? P_NONE : P_BF16)
+static int prep_kind(const dsi_mm *mm, int wants, int x_ready, const void *ready) {
+  return wants == DSI_PREP_BF16 ? (ready ? P_NONE : P_BF16)
+         : wants == DSI_PREP_DP ? (ready ? P_NONE : P_DP)
          : wants == DSI_PREP_I8 ? P_I8
-         : mm->act_bf16 && !x_ready && wants != DSI_PREP_OWN ? P_ROUND
+         : mm->act_bf16 && !x_ready ? P_ROUND
                                    : P_NONE;
+}
+
+/* the call's prepared-row fields set to what is ready */
+static void set_ready(dsi_gemm *g, int wants, const void *ready) {
+  g->xb = wants == DSI_PREP_BF16 ? ready : NULL;
+  g->xd = wants == DSI_PREP_DP ? ready : NULL;
+  g->xq = NULL;
+  g->xq_scale = NULL;
 }
 
 /* ---- a team's batch ---- */
 void dsi_mm_team(dsi_team *tm, const dsi_mm *mm, dsi_mm_thread th, int n, int rows, int unit, void *prep,
-                 size_t prep_bytes, int claim, int x_ready, const uint16_t *xb_ready) {
+                 size_t prep_bytes, int claim, int x_ready, const void *ready) {
   dsi_gemm *gs = th.gs;
   dsi_gemm_fn *fns = th.fns;
   /* every thread lays out the same plan: kernel, and where its prepared rows go */
@@ -134,11 +150,10 @@ void dsi_mm_team(dsi_team *tm, const dsi_mm *mm, dsi_mm_thread th, int n, int ro
   for (int i = 0; i < n; i++) {
     int wants = DSI_PREP_NONE;
     fns[i] = dsi_gemm_pick(mm->k, gs[i].w, gs[i].m, mm->act_bf16, &wants);
-    gs[i].xb = wants == DSI_PREP_BF16 ? xb_ready : NULL;
-    gs[i].xq = NULL;
-    gs[i].xq_scale = NULL;
-    kind[i] = (uint8_t)prep_kind(mm, wants, x_ready, xb_ready);
+    set_ready(&gs[i], wants, ready);
+    kind[i] = (uint8_t)prep_kind(mm, wants, x_ready, ready);
     if (kind[i] == P_BF16) slot[i] = n_b, n_b += DSI_XB_ROWS(gs[i].m);
+    else if (kind[i] == P_DP) slot[i] = n_b, n_b += gs[i].m; /* m rows of kpad bf16 hold the staged pairs */
     else if (kind[i] == P_I8) slot[i] = n_q, n_q += gs[i].m;
     else if (kind[i] == P_ROUND) slot[i] = n_r, n_r += gs[i].m;
     any_prep |= kind[i] != P_NONE;
@@ -172,6 +187,8 @@ void dsi_mm_team(dsi_team *tm, const dsi_mm *mm, dsi_mm_thread th, int n, int ro
     for (int i = 0; i < n; i++) {
       if (kind[i] == P_BF16) {
         gs[i].xb = xb + slot[i] * kpad;
+      } else if (kind[i] == P_DP) {
+        gs[i].xd = (const uint32_t *)(xb + slot[i] * kpad);
       } else if (kind[i] == P_I8) {
         gs[i].xq = xq + slot[i] * ldq;
         gs[i].xq_scale = xq_scale + slot[i];
@@ -198,20 +215,19 @@ void dsi_mm_team(dsi_team *tm, const dsi_mm *mm, dsi_mm_thread th, int n, int ro
 
 /* ---- one matmul alone ---- */
 void dsi_mm_one(const dsi_mm *mm, dsi_gemm *g, int r0, int r1, void *prep, size_t prep_bytes, void *scratch,
-                int x_ready, const uint16_t *xb_ready) {
+                int x_ready, const void *ready) {
   int wants = DSI_PREP_NONE;
   dsi_gemm_fn fn = dsi_gemm_pick(mm->k, g->w, g->m, mm->act_bf16, &wants);
-  int kind = prep_kind(mm, wants, x_ready, xb_ready);
+  int kind = prep_kind(mm, wants, x_ready, ready);
   size_t ldq = DSI_XQ_LD(g->w->kpad);
-  g->xb = wants == DSI_PREP_BF16 ? xb_ready : NULL;
-  g->xq = NULL;
-  g->xq_scale = NULL;
+  set_ready(g, wants, ready);
   if (kind != P_NONE) {
     DSI_ASSERT(dsi_mm_prep_bytes(g->m, g->w->cols, g->w->kpad, 1) <= prep_bytes);
     uint8_t *base = prep;
     float *xq_scale = (float *)(base + align64((size_t)g->m * ldq));
     prep_rows(mm->k->vec, g, kind, 0, g->m, ldq, prep, prep, prep, xq_scale);
     if (kind == P_BF16) g->xb = prep;
+    else if (kind == P_DP) g->xd = prep;
     else if (kind == P_I8) g->xq = prep, g->xq_scale = xq_scale;
     else g->x = prep, g->ldx = g->w->cols, g->x_rows = NULL;
   }

@@ -71,16 +71,17 @@ size_t dsi_mm_prep_bytes(long m, int cols, int kpad, int calls);
  * each, in units of `unit` rows, on team tm: prepare the activations into
  * prep, then claim units from tm->st when claim (helpers may join), else
  * split them evenly. x_ready: activations are rounded already (act_bf16);
- * xb_ready: their bf16 tile rows (or NULL). Fills th.fns and the calls'
- * prepared-row fields. */
+ * ready: the rows prepared as the calls' kernel wants them (bf16 tiles for
+ * AMX, dsi_gemm_dp_stage's pairs for AVX512-BF16), or NULL. Fills th.fns
+ * and the calls' prepared-row fields. */
 void dsi_mm_team(dsi_team *tm, const dsi_mm *mm, dsi_mm_thread th, int n, int rows, int unit, void *prep,
-                 size_t prep_bytes, int claim, int x_ready, const uint16_t *xb_ready);
+                 size_t prep_bytes, int claim, int x_ready, const void *ready);
 /* One matmul, rows [r0, r1) of g->w, on the calling thread alone: picks
  * the kernel for g->m rows, prepares the activations into prep
  * (dsi_mm_prep_bytes(m, cols, kpad, 1) bytes) and sets g's prepared-row
- * fields to them; x_ready and xb_ready as for dsi_mm_team. */
+ * fields to them; x_ready and ready as for dsi_mm_team. */
 void dsi_mm_one(const dsi_mm *mm, dsi_gemm *g, int r0, int r1, void *prep, size_t prep_bytes, void *scratch,
-                int x_ready, const uint16_t *xb_ready);
+                int x_ready, const void *ready);
 
 /* Outside a graph (benchmarks): gs[0..n) as one dispatch on all of pool's
  * threads. ws: dsi_mm_run_bytes(nth, n, m, cols, kpad) bytes, m the calls'

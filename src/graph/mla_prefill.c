@@ -51,7 +51,9 @@ typedef struct {
   atomic_long *next;     /* the work item claimed next */
   float *lat;            /* [cb, row] the block's latents, gathered from the cache (bf16 values
                             when the matmuls take bf16) */
-  uint16_t *latb;        /* the same as bf16 AMX tiles (gemm.h), [cb, kvl], when the expansion runs on AMX */
+  uint16_t *latb;        /* the same as bf16 AMX tiles (gemm.h), [cb, kvl], when the expansion runs on AMX;
+                            or as the AVX512-BF16 kernel's staged pairs (dsi_gemm_dp_stage), a
+                            MLA_EXPAND_ROWS chunk of positions after another, when it runs there */
   float *mx, *sum;       /* [max_tokens, hg] online softmax: running max and sum per (query, head) */
   int32_t *iota;         /* [qb] 0, 1, 2, ... (P V accumulates rows in place) */
   float *ones;           /* [qb] */
@@ -72,7 +74,8 @@ static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 static void layout(dsi_mla_prefill *p) {
   size_t at = 64; /* the claim counter */
   p->o_lat = at, at += align64((size_t)p->cb * p->row * sizeof(float));
-  p->o_latb = at, at += align64(DSI_XB_ROWS(p->cb) * round_up((size_t)p->kvl, DSI_TILE_K) * sizeof(uint16_t));
+  p->o_latb = at, at += align64(DSI_MAX(DSI_XB_ROWS(p->cb) * round_up((size_t)p->kvl, DSI_TILE_K) * sizeof(uint16_t),
+                                        DSI_XD_WORDS(p->cb, p->kvl) * sizeof(uint32_t)));
   p->o_mx = at, at += align64((size_t)p->max_tokens * p->hg * sizeof(float));
   p->o_sum = at, at += align64((size_t)p->max_tokens * p->hg * sizeof(float));
   p->o_iota = at, at += align64((size_t)p->qb * sizeof(int32_t));
@@ -391,8 +394,10 @@ static void group_init(const naive_job *j, int ith, int nth) {
 
 /* this thread's share of the block's latents [c0, c0 + nb) as f32 rows,
  * rounded to bf16 when the matmuls take bf16 (the cache's pair rows are
- * bf16 already), and as AMX tiles when tiles is not NULL */
-static void gather_latents(const naive_job *j, int c0, int nb, uint16_t *tiles, int ith, int nth) {
+ * bf16 already), and as AMX tiles when tiles is not NULL, or staged for
+ * the AVX512-BF16 kernel (w: the expansion's weight) when staged is */
+static void gather_latents(const naive_job *j, int c0, int nb, uint16_t *tiles, uint32_t *staged, const dsi_mat *w,
+                           int ith, int nth) {
   const dsi_mla_prefill *p = j->p;
   const dsi_mla_segment *seg = j->seg;
   const dsi_vec_ops *v = j->mm->k->vec;
@@ -414,6 +419,15 @@ static void gather_latents(const naive_job *j, int c0, int nb, uint16_t *tiles, 
   if (tiles && e > a)
     dsi_rows_to_bf16_tiles(v, j->b->lat + (size_t)a * p->row, p->row, NULL, (int)(e - a), p->kvl,
                            (int)round_up((size_t)p->kvl, DSI_TILE_K), (int)a, nb, tiles);
+#if DSI_HAVE_AVX512
+  /* each expansion chunk's rows as one call's: the same for every head */
+  for (long u0 = a / MLA_EXPAND_ROWS * MLA_EXPAND_ROWS; staged && u0 < e; u0 += MLA_EXPAND_ROWS) {
+    dsi_gemm g = {.w = w, .x = j->b->lat + (size_t)u0 * p->row, .ldx = p->row, .m = (int)DSI_MIN(MLA_EXPAND_ROWS, nb - u0)};
+    dsi_gemm_dp_stage(&g, (int)(DSI_MAX(a, u0) - u0), (int)(DSI_MIN(e, u0 + g.m) - u0), staged + DSI_XD_WORDS(u0, p->kvl));
+  }
+#else
+  DSI_ASSERT(!staged);
+#endif
 }
 
 /* the segment's buffers in the op's workspace (dsi_mla_prefill_ws) */
@@ -460,11 +474,13 @@ void dsi_mla_prefill_naive(const dsi_mla_prefill *p, dsi_team *tm, const dsi_mm 
       int nb = DSI_MIN(p->cb_step, ctx - c0), wants = DSI_PREP_NONE;
       j.nb = nb;
       j.c0 = c0;
-      /* the latents as bf16 tiles when the expansion's first chunk of rows takes AMX */
+      /* the latents as bf16 tiles when the expansion's first chunk of rows
+       * takes AMX, staged when it takes AVX512-BF16: once for all heads */
       dsi_gemm_pick(mm->k, &w->w_uk, DSI_MIN(nb, MLA_EXPAND_ROWS), mm->act_bf16, &wants);
       uint16_t *latb = wants == DSI_PREP_BF16 ? bf.latb : NULL;
+      uint32_t *latd = wants == DSI_PREP_DP ? (uint32_t *)bf.latb : NULL;
       dsi_barrier_wait(tm->bar); /* the group's init; the last block's heads done with the latents */
-      gather_latents(&j, c0, nb, latb, ith, nth);
+      gather_latents(&j, c0, nb, latb, latd, &w->w_uk, ith, nth);
       if (ith == 0) atomic_store_explicit(bf.next, 0, memory_order_relaxed);
       dsi_barrier_wait(tm->bar); /* the latents */
       dsi_mat ks = {.dtype = dt, .rows = nb, .cols = p->qk}, vs = {.dtype = dt, .rows = vd, .cols = nb}, K, Vt;
@@ -479,7 +495,13 @@ void dsi_mla_prefill_naive(const dsi_mla_prefill *p, dsi_team *tm, const dsi_mm 
         for (int u0 = 0; u0 < nb; u0 += MLA_EXPAND_ROWS) {
           const int nu = DSI_MIN(MLA_EXPAND_ROWS, nb - u0);
           const float *x = bf.lat + (size_t)u0 * p->row;
-          const uint16_t *xb = latb ? latb + (size_t)(u0 / DSI_TILE_N) * latb_block : NULL;
+          /* what the block prepared, if this chunk's kernel takes it (a short last chunk may not) */
+          int cw = DSI_PREP_NONE;
+          dsi_gemm_pick(mm->k, &wkh, nu, mm->act_bf16, &cw);
+          const void *xb = cw != wants ? NULL
+                           : latb    ? (const void *)(latb + (size_t)(u0 / DSI_TILE_N) * latb_block)
+                           : latd    ? (const void *)(latd + DSI_XD_WORDS(u0, p->kvl))
+                                     : NULL;
           dsi_gemm gk = {.w = &wkh, .x = x, .ldx = p->row, .m = nu, .y = bf.kx, .ldy = nope, .epi = DSI_EPI_STORE};
           dsi_gemm gv = {.w = &wvh, .x = x, .ldx = p->row, .m = nu, .y = bf.vx, .ldy = vd, .epi = DSI_EPI_STORE};
           dsi_mm_one(mm, &gk, 0, nope, prep, prep_bytes, bf.scratch, 1, xb);

@@ -566,16 +566,20 @@ static void op_attn_naive(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
   }
 }
 
-/* per segment: the context expanded per head, then scores and P V per (token, head, key) */
+/* per segment: its whole context (up to its last token) expanded per
+ * head, then scores and P V per (token, head, key) */
 static void cost_attn_naive(const dsi_xrun *r, const dsi_op *op, dsi_op_cost *c) {
   const dsi_config *cf = r->f->c;
+  const dsi_fwd_batch *b = r->b;
   int H = cf->num_attention_heads, kvl = cf->kv_lora_rank, nope = cf->qk_nope_head_dim, vd = cf->v_head_dim;
   int qk = nope + cf->qk_rope_head_dim;
   for (int t = 0; t < r->T && r->n_naive; t++) {
     if (!r->naive[t]) continue;
-    int first = t == 0 || !r->naive[t - 1] || r->b->seq[t - 1] != r->b->seq[t];
-    if (first) {
-      c->flops += 2.0 * (r->b->pos[t] + 1) * H * kvl * (nope + vd); /* roughly: the context up to the segment */
+    int first = t == 0 || !r->naive[t - 1] || b->seq[t - 1] != b->seq[t] || b->pos[t - 1] + 1 != b->pos[t];
+    if (first) { /* the segment's tokens as op_attn_naive cuts them */
+      int e = t + 1;
+      while (e < r->T && r->naive[e] && b->seq[e] == b->seq[t] && b->pos[e] == b->pos[e - 1] + 1) e++;
+      c->flops += 2.0 * (b->pos[e - 1] + 1) * H * kvl * (nope + vd);
       c->wbytes += mat_bytes(&op->lw->w_uk) + mat_bytes(&op->lw->w_uv);
     }
     c->flops += 2.0 * H * (r->b->pos[t] + 1) * (qk + vd);

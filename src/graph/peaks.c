@@ -1,7 +1,8 @@
 /* graph: this machine's peaks, measured on the spot with the kernels'
  * own loops — memory read bandwidth (the decode roof), a STREAM triad,
- * and the AMX BF16 tile rate summed over the threads (the prefill roof)
- * — which the profile and the benchmarks set their rates beside. */
+ * and the compute rates summed over the threads: AMX BF16 tiles, f32 FMA,
+ * vdpbf16ps and vpdpbusd (the prefill roofs) — which the profile and the
+ * benchmarks set their rates beside. */
 #define _GNU_SOURCE
 #include "base/base.h"
 #include "base/pool.h"
@@ -39,10 +40,21 @@ static void triad_task(void *ctx, int ith, int nth) {
   for (long i = a; i < e; i++) j->x[i] = j->y[i] + 3.0f * j->z[i];
 }
 
-static void amx_task(void *ctx, int ith, int nth) {
-  double *out = ctx;
+/* one core's compute rates, each thread its own core's */
+static void compute_task(void *ctx, int ith, int nth) {
+  dsi_peaks *out = (dsi_peaks *)ctx + ith;
   (void)nth;
-  out[ith] = dsi_amx_peak_gflops(0.3);
+  if (dsi_cpu_get()->amx_bf16) out->amx_bf16_gflops = dsi_amx_peak_gflops(0.3);
+  out->fma_gflops = dsi_vec_peak(DSI_PEAK_FMA, 0.2);
+  out->dpbf16_gflops = dsi_vec_peak(DSI_PEAK_DPBF16, 0.2);
+  out->vnni_gops = dsi_vec_peak(DSI_PEAK_VNNI, 0.2);
+}
+
+double dsi_matrix_peak(const dsi_peaks *pk, const char *isa, const char **name) {
+  if (!strcmp(isa, "amx") && pk->amx_bf16_gflops > 0) return *name = "AMX BF16", pk->amx_bf16_gflops;
+  if ((!strcmp(isa, "amx") || !strcmp(isa, "avx512bf16")) && pk->dpbf16_gflops > 0)
+    return *name = "vdpbf16ps", pk->dpbf16_gflops;
+  return *name = "f32 FMA", pk->fma_gflops;
 }
 
 int dsi_measure_peaks(int n_threads, dsi_peaks *out) {
@@ -85,10 +97,16 @@ int dsi_measure_peaks(int n_threads, dsi_peaks *out) {
   dsi_free_big(j.x, n * 4);
   dsi_free_big(j.y, n * 4);
   dsi_free_big(j.z, n * 4);
-  double per[256] = {0};
-  if (dsi_cpu_get()->amx_bf16 && nth <= 256) {
-    dsi_pool_run(pool, amx_task, per);
-    for (int i = 0; i < nth; i++) out->amx_bf16_gflops += per[i];
+  dsi_peaks per[256];
+  memset(per, 0, sizeof per);
+  if (nth <= 256) {
+    dsi_pool_run(pool, compute_task, per);
+    for (int i = 0; i < nth; i++) {
+      out->amx_bf16_gflops += per[i].amx_bf16_gflops;
+      out->fma_gflops += per[i].fma_gflops;
+      out->dpbf16_gflops += per[i].dpbf16_gflops;
+      out->vnni_gops += per[i].vnni_gops;
+    }
   }
   dsi_pool_free(pool);
   return DSI_OK;

@@ -46,6 +46,8 @@ struct dsi_prof {
   atomic_int full; /* a buffer ran out: nothing more is recorded */
   dsi_peaks peaks;
   int have_peaks;
+  double mpeak;           /* GFLOP/s: the matrix peak the engine's matmuls run at (dsi_matrix_peak) */
+  const char *mpeak_name;
 };
 
 static const char *const k_cat_names[DSI_PROF_N_CAT] = {"attention", "moe", "dense", "lm_head", "other", "comm"};
@@ -134,9 +136,11 @@ void dsi_prof_step_end(dsi_prof *p, int prefill, int n_tokens, int ok) {
                                        p->step_span0, atomic_load(&p->n_spans), p->step_two_batch};
 }
 
-void dsi_prof_set_peaks(dsi_prof *p, const dsi_peaks *pk) {
+void dsi_prof_set_peaks(dsi_prof *p, const dsi_peaks *pk, double matrix_peak, const char *name) {
   p->peaks = *pk;
   p->have_peaks = 1;
+  p->mpeak = matrix_peak;
+  p->mpeak_name = name;
 }
 
 static long spans_held(const dsi_prof *p) {
@@ -309,7 +313,7 @@ static void rate_row(const dsi_prof *p, FILE *out, const char *label, const prof
   }
   double gf = a->flops / a->time * 1e-9, gb = a->bytes / a->time * 1e-9;
   fprintf(out, " %9.1f", gf);
-  if (p->have_peaks && p->peaks.amx_bf16_gflops > 0) fprintf(out, " %5.1f%%", 100 * gf / p->peaks.amx_bf16_gflops);
+  if (p->have_peaks && p->mpeak > 0) fprintf(out, " %5.1f%%", 100 * gf / p->mpeak);
   else fprintf(out, " %6s", "-");
   fprintf(out, " %8.2f", gb);
   if (p->have_peaks && p->peaks.read_gbs > 0) fprintf(out, " %5.1f%%", 100 * gb / p->peaks.read_gbs);
@@ -322,7 +326,7 @@ void dsi_prof_summary(const dsi_prof *p, FILE *out) {
   gather(p, ph);
   fprintf(out, "profile: %d threads", p->nth);
   if (p->have_peaks)
-    fprintf(out, "; peaks: read %.1f GB/s, AMX BF16 %.0f GFLOP/s", p->peaks.read_gbs, p->peaks.amx_bf16_gflops);
+    fprintf(out, "; peaks: read %.1f GB/s, %s %.0f GFLOP/s (%%peak)", p->peaks.read_gbs, p->mpeak_name, p->mpeak);
   fprintf(out, "\n");
   if (atomic_load((atomic_int *)&p->full))
     fprintf(out, "note: the profile's buffers filled up; later steps were not recorded\n");
@@ -332,11 +336,16 @@ void dsi_prof_summary(const dsi_prof *p, FILE *out) {
     if (!h->n_steps) continue;
     fprintf(out, "\n%s: %d step%s, %ld tokens, %.2f ms wall (%.1f tokens/s)\n", phase_names[k], h->n_steps,
             h->n_steps == 1 ? "" : "s", h->tokens, h->wall * 1e3, h->wall > 0 ? h->tokens / h->wall : 0.0);
-    fprintf(out, "  %-16s %9s %7s %9s %6s %8s %6s\n", "category", "ms", "%wall", "GFLOP/s", "%amx", "GB/s", "%bw");
-    for (int c = 0; c < DSI_PROF_N_CAT; c++)
+    fprintf(out, "  %-16s %9s %7s %9s %6s %8s %6s\n", "category", "ms", "%wall", "GFLOP/s", "%peak", "GB/s", "%bw");
+    prof_agg all = {.time = h->wall};
+    for (int c = 0; c < DSI_PROF_N_CAT; c++) {
       if (h->cat[c].time > 0) rate_row(p, out, k_cat_names[c], &h->cat[c], h->wall);
+      all.flops += h->cat[c].flops;
+      all.bytes += h->cat[c].bytes;
+    }
     prof_agg disp = {.time = h->wall - h->ops};
     rate_row(p, out, "dispatch", &disp, h->wall);
+    rate_row(p, out, "whole step", &all, h->wall); /* every op's work over the wall time */
     qsort(h->names, h->n_names, sizeof *h->names, by_time_desc);
     fprintf(out, "  top ops:\n");
     for (int i = 0; i < DSI_MIN(h->n_names, 8); i++) {

@@ -43,7 +43,9 @@ void dsi_prof_step_end(dsi_prof *p, int prefill, int n_tokens, int ok);
 /* the step being recorded runs as two micro-batches */
 void dsi_prof_step_two_batch(dsi_prof *p);
 
-void dsi_prof_set_peaks(dsi_prof *p, const dsi_peaks *pk);
+/* the machine's peaks, and the matrix peak the GFLOP/s are set beside
+ * (GFLOP/s; name: its instruction, dsi_matrix_peak) */
+void dsi_prof_set_peaks(dsi_prof *p, const dsi_peaks *pk, double matrix_peak, const char *name);
 int dsi_prof_write_trace(const dsi_prof *p, const char *path, dsi_err *err);
 void dsi_prof_summary(const dsi_prof *p, FILE *out);
 void dsi_prof_phase_stats(const dsi_prof *p, int prefill, dsi_phase_stats *out);

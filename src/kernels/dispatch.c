@@ -46,7 +46,7 @@ dsi_gemm_fn dsi_gemm_pick(const dsi_kern *k, const dsi_mat *w, int m, int act_bf
     return dsi_gemm_avx512_vnni_i8;
   }
   if (act_bf16 && k->dot_bf16 && (w->dtype == DSI_DTYPE_BF16 || w->dtype == DSI_DTYPE_F8_E4M3)) {
-    *prep = DSI_PREP_OWN;
+    *prep = DSI_PREP_DP;
     return dsi_gemm_avx512_bf16;
   }
   if (k->level >= DSI_ISA_AVX512 && (kernel_dtype || w->dtype == DSI_DTYPE_I8)) return dsi_gemm_avx512;

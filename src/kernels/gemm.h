@@ -36,6 +36,9 @@ typedef struct dsi_gemm {
    * INT8); NULL when not prepared */
   const int8_t *xq;
   const float *xq_scale;
+  /* the same rows staged as the AVX512-BF16 kernel's passes read them (see
+   * dsi_gemm_dp_stage), for that kernel; NULL: it stages them itself */
+  const uint32_t *xd;
   int m;
   float *y;
   int ldy;
@@ -87,8 +90,14 @@ enum {
   DSI_PREP_NONE, /* x as it is (with bf16 activations: rounded to bf16 values first) */
   DSI_PREP_BF16, /* g->xb */
   DSI_PREP_I8,   /* g->xq, g->xq_scale */
-  DSI_PREP_OWN,  /* x as it is: the kernel rounds it to bf16 itself */
+  DSI_PREP_DP,   /* g->xd (or x as it is: the kernel stages it itself) */
 };
+/* Rows [s0, s1) of g's m activation rows rounded to bf16 and staged as the
+ * AVX512-BF16 kernel's passes read them, into xd (DSI_XD_WORDS(m, cols)
+ * words): staged once for a call, they serve every unit of its rows that
+ * a team's threads take, where the kernel would stage them per unit. */
+#define DSI_XD_WORDS(m, cols) ((size_t)(m) * (((size_t)(cols) + 1) / 2))
+void dsi_gemm_dp_stage(const dsi_gemm *g, int s0, int s1, uint32_t *xd);
 /* row stride of int8 activations: the AMX INT8 kernel steps K 64 at a time */
 #define DSI_XQ_LD(kpad) (((kpad) + 63) / 64 * 64)
 

@@ -446,35 +446,14 @@ static int check_names(const dsi_bench_kernels_opts *o, dsi_err *err) {
   return DSI_OK;
 }
 
-/* ---- one core's vector peaks, summed over the threads ---- */
-typedef struct {
-  double fma, dpbf16, vnni; /* GFLOP/s, GFLOP/s, GOP/s */
-} vec_peaks;
-
-static void vec_peak_task(void *ctx, int ith, int nth) {
-  vec_peaks *p = ctx;
-  (void)nth;
-  p[ith] = (vec_peaks){dsi_vec_peak(DSI_PEAK_FMA, 0.2), dsi_vec_peak(DSI_PEAK_DPBF16, 0.2), dsi_vec_peak(DSI_PEAK_VNNI, 0.2)};
-}
-
-static vec_peaks measure_vec_peaks(int nth) {
-  vec_peaks per[256] = {{0}}, sum = {0};
-  if (nth > 256) return sum;
-  dsi_pool *pool = dsi_pool_new(nth);
-  dsi_pool_run(pool, vec_peak_task, per);
-  dsi_pool_free(pool);
-  for (int i = 0; i < nth; i++) sum.fma += per[i].fma, sum.dpbf16 += per[i].dpbf16, sum.vnni += per[i].vnni;
-  return sum;
-}
-
 /* the peak a kernel's rate is judged by, and its name */
-static double kernel_peak(dsi_gemm_fn fn, const dsi_peaks *pk, const vec_peaks *vp, int int8, const char **name) {
+static double kernel_peak(dsi_gemm_fn fn, const dsi_peaks *pk, int int8, const char **name) {
   const char *k = dsi_gemm_kernel_name(fn);
   *name = "-";
   if (!strcmp(k, "amx") || !strcmp(k, "amx-int8")) return *name = "amx", pk->amx_bf16_gflops * (int8 ? 2 : 1);
-  if (!strcmp(k, "avx512-bf16")) return *name = "vdpbf16ps", vp->dpbf16;
-  if (!strcmp(k, "avx512-vnni-int4") || !strcmp(k, "avx512-vnni-int8")) return *name = "vpdpbusd", vp->vnni;
-  if (!strcmp(k, "avx512")) return *name = "fma", vp->fma;
+  if (!strcmp(k, "avx512-bf16")) return *name = "vdpbf16ps", pk->dpbf16_gflops;
+  if (!strcmp(k, "avx512-vnni-int4") || !strcmp(k, "avx512-vnni-int8")) return *name = "vpdpbusd", pk->vnni_gops;
+  if (!strcmp(k, "avx512")) return *name = "fma", pk->fma_gflops;
   return 0;
 }
 
@@ -509,14 +488,13 @@ int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) 
   dsi_peaks pk;
   rc = dsi_measure_peaks(nth, &pk);
   if (rc) return dsi_errf(err, rc, "cannot allocate the bandwidth test's buffers");
-  vec_peaks vp = measure_vec_peaks(nth);
   char model[128];
   cpu_model(model, sizeof model);
   fprintf(out, "machine: %s, %d threads, isa %s; memory read %.1f GB/s, triad %.1f GB/s; AMX BF16 peak %.0f GFLOP/s (%d cores)\n",
           model[0] ? model : "CPU model unknown", pk.threads, dsi_isa_str(k->level), pk.read_gbs, pk.triad_gbs,
           pk.amx_bf16_gflops, pk.threads);
   fprintf(out, "vector peaks (12 chains a core, all threads): f32 FMA %.0f GFLOP/s, vdpbf16ps %.0f GFLOP/s, "
-               "vpdpbusd %.0f GOP/s (0: not on this CPU)\n", vp.fma, vp.dpbf16, vp.vnni);
+               "vpdpbusd %.0f GOP/s (0: not on this CPU)\n", pk.fma_gflops, pk.dpbf16_gflops, pk.vnni_gops);
 #if DSI_HAVE_OPENBLAS
   fprintf(out, "baseline: OpenBLAS cblas_sgemm (f32 weights; this OpenBLAS has no cblas_sbgemm)\n");
   openblas_set_num_threads(nth);
@@ -526,7 +504,7 @@ int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) 
   if (strstr(o->dtypes ? o->dtypes : "", "int"))
     fprintf(out, "int8, int4: GFLOP/s counts int8 multiply-adds as 2 ops; AMX INT8's peak is twice the BF16 one (tdpbssd's rate)\n");
   if (o->attention) {
-    bench_attention(out, k, nth, reps, vp.fma, pk.amx_bf16_gflops);
+    bench_attention(out, k, nth, reps, pk.fma_gflops, pk.amx_bf16_gflops);
     return DSI_OK;
   }
   if (o->ceilings) {
@@ -595,7 +573,7 @@ int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) 
         }
         double med = dsi_median(t, n), gbs = bytes / med * 1e-9, gf = 2.0 * m * rows * cols / med * 1e-9;
         const char *peak_name;
-        double peak = kernel_peak(picked, &pk, &vp, dt == DSI_DTYPE_I8, &peak_name);
+        double peak = kernel_peak(picked, &pk, dt == DSI_DTYPE_I8, &peak_name);
         double blas = 0;
 #if DSI_HAVE_OPENBLAS
         if (wf && d == 0) {

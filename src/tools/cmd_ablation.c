@@ -152,7 +152,9 @@ static int measure_speed(const dsi_bench_ablation_opts *o, const dsi_peaks *pk, 
     dsi_engine_profile_stats(e[i], 0, &ds);
     x->disp_pre = ps.dispatch_share;
     x->disp_dec = ds.dispatch_share;
-    x->compute_util = pk->amx_bf16_gflops > 0 && ps.wall_s > 0 ? ps.flops / ps.wall_s / (pk->amx_bf16_gflops * 1e9) : NAN;
+    const char *pname;
+    double mpeak = dsi_matrix_peak(pk, dsi_isa_name(), &pname);
+    x->compute_util = mpeak > 0 && ps.wall_s > 0 ? ps.flops / ps.wall_s / (mpeak * 1e9) : NAN;
     x->bw_util = ds.wall_s > 0 ? (ds.weight_bytes + ds.act_bytes) / ds.wall_s / (pk->read_gbs * 1e9) : NAN;
     memset(&x->plan_dec, 0, sizeof x->plan_dec);
     if (k_stages[i].exec == DSI_EXEC_GRAPH) dsi_engine_plan_info(e[i], o->B, &x->plan_dec);
@@ -352,7 +354,9 @@ int dsi_bench_ablation(const dsi_bench_ablation_opts *o) {
   printf("ablation: %s, %d sequence(s) x %d prompt tokens, %d decode steps, %d threads; median of %d runs (min..max),\n"
          "the stages' runs taken in turn\n",
          o->model, o->B, o->P, o->G, pk.threads, o->reps);
-  printf("peaks: read %.1f GB/s, AMX BF16 %.0f GFLOP/s\n", pk.read_gbs, pk.amx_bf16_gflops);
+  const char *pname;
+  double mpeak = dsi_matrix_peak(&pk, dsi_isa_name(), &pname);
+  printf("peaks: read %.1f GB/s, %s %.0f GFLOP/s (compute: the prefill's share of it)\n", pk.read_gbs, pname, mpeak);
   printf("%-8s %22s %22s %9s %8s %9s %9s %8s %8s %13s\n", "stage", "prefill tok/s", "decode tok/s", "ms/token",
          "RSS MB", "dispatch", "(prefill)", "compute", "bw", "gain pre/dec");
   for (int i = 0; i < N_STAGES; i++) {

@@ -233,7 +233,7 @@ static int bench_model(int argc, char **argv) {
   /* under mpirun: the ranks share the model as --tp / --ep say, rank 0
    * measuring, its profiler timing the collectives */
   int ranks = dsi_dist_size(dsi_cli_dist);
-  if (ranks > 1) eo.profile = 1;
+  eo.profile = 1; /* the prefill's FLOPs (each op's cost), the collectives' time under mpirun; ~10 us a step */
   if (dsi_cli_open("bench", model, &lo, &eo, &par, &m, &e)) return 1;
   dsi_model_info info;
   dsi_model_get_info(m, &info);
@@ -247,12 +247,15 @@ static int bench_model(int argc, char **argv) {
     memset(dsi_cli_dist->calls, 0, sizeof dsi_cli_dist->calls);
     memset(dsi_cli_dist->bytes, 0, sizeof dsi_cli_dist->bytes);
   }
+  double pre_flops = 0; /* of one prefill of the B prompts, by the ops' cost model */
   for (int r = 0; r < reps && !rc; r++) {
     dsi_bench_result rr;
     rc = dsi_bench_run(e, info.vocab_size, P, G, B, (uint64_t)r + 1, &rr, &berr);
     pre[r] = rr.prefill_tps;
     dec[r] = rr.decode_tps;
     mpt[r] = rr.ms_per_token;
+    dsi_phase_stats ps;
+    if (r == 0 && !rc && !dsi_engine_profile_stats(e, 1, &ps)) pre_flops = ps.flops;
   }
   if (rc) {
     fprintf(stderr, "dsinfer bench: %s\n", berr.msg);
@@ -264,20 +267,27 @@ static int bench_model(int argc, char **argv) {
     }
     double p = dsi_median(pre, reps), d = dsi_median(dec, reps), ms = dsi_median(mpt, reps);
     double roof = pk.read_gbs * 1e9 / (double)info.active_bytes_per_token;
+    /* the prefill's FLOP rate beside the matrix peak of the kernels it runs on */
+    const char *mname;
+    double mpeak = dsi_engine_matrix_peak(e, &pk, &mname);
+    double pre_gf = pre_flops * p / ((double)P * B) * 1e-9;
     if (json) {
       printf("{\"model\":\"%s\",\"weight_dtype\":\"%s\",\"prompt_len\":%d,\"gen_len\":%d,\"batch\":%d,\"reps\":%d,"
              "\"prefill_tokens_per_s\":%.2f,\"decode_tokens_per_s\":%.3f,\"ms_per_token\":%.3f,"
              "\"peak_rss_bytes\":%zu,\"threads\":%d,\"isa\":\"%s\",\"active_bytes_per_token\":%zu,"
-             "\"read_bandwidth_gbs\":%.2f,\"roofline_decode_tokens_per_s\":%.3f,\"decode_roofline_fraction\":%.3f",
+             "\"read_bandwidth_gbs\":%.2f,\"roofline_decode_tokens_per_s\":%.3f,\"decode_roofline_fraction\":%.3f,"
+             "\"prefill_gflops\":%.1f,\"matrix_peak\":\"%s\",\"matrix_peak_gflops\":%.1f,\"prefill_peak_fraction\":%.3f",
              model, info.weight_dtype, P, G, B, reps, p, d, ms, dsi_peak_rss(), pk.threads, dsi_engine_isa(e),
-             info.active_bytes_per_token, pk.read_gbs, roof, d / B / roof);
+             info.active_bytes_per_token, pk.read_gbs, roof, d / B / roof, pre_gf, mname, mpeak,
+             mpeak > 0 ? pre_gf / mpeak : 0);
       if (ranks > 1) comm_report(&cfg, &par, e, 1);
       printf("}\n");
     } else {
       printf("model %s (%s weights, %.0f MB), %d threads, isa %s\n", model, info.weight_dtype,
              info.weight_bytes / 1e6, pk.threads, dsi_engine_isa(e));
       printf("workload: %d sequence(s) x %d prompt tokens, %d decode steps; median of %d runs (min..max)\n", B, P, G, reps);
-      printf("prefill: %10.1f tokens/s   (%.1f .. %.1f)\n", p, spread_lo, spread_hi);
+      printf("prefill: %10.1f tokens/s   (%.1f .. %.1f), %.0f GFLOP/s = %.0f%% of the %s peak (%.0f GFLOP/s)\n", p,
+             spread_lo, spread_hi, pre_gf, mpeak > 0 ? 100 * pre_gf / mpeak : 0.0, mname, mpeak);
       printf("decode:  %10.2f tokens/s   (%.2f .. %.2f), %.2f ms per step\n", d, dlo, dhi, ms);
       printf("roofline (batch 1 decode): %.1f MB of weights per token / %.1f GB/s read = %.2f tokens/s; "
              "decode reaches %.0f%% of it\n", info.active_bytes_per_token / 1e6, pk.read_gbs, roof, 100 * d / B / roof);

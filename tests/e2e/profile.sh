@@ -9,7 +9,7 @@ rm -rf "$scratch"; mkdir -p "$scratch"
 model=golden/tiny-bf16/model
 "$bin" profile --model "$model" --prompt-len 20 --gen-len 3 --threads 2 --no-peaks --out "$scratch/trace.json" \
   > "$scratch/summary.txt"
-for want in "prefill: 1 step" "decode: 3 steps" attention moe dense lm_head dispatch "top ops"; do
+for want in "prefill: 1 step" "decode: 3 steps" attention moe dense lm_head dispatch "whole step" "top ops"; do
   grep -q "$want" "$scratch/summary.txt" || { echo "summary lacks '$want':"; cat "$scratch/summary.txt"; exit 1; }
 done
 node -e '
@@ -38,6 +38,19 @@ if (!/^f32\[[0-9]+,[0-9]+\]$/.test(o.args.out)) fail("o_proj out is not f32[T,hi
 const ids = x.find(e => e.name === "router_topk");
 if (ids && !/^i32\[/.test(ids.args.out)) fail("router_topk out is not i32: " + ids.args.out);
 ' "$scratch/trace.json"
+# the non-absorbed prefill's FLOPs as the profiler counts them: every head
+# expands the whole context (20 positions), then scores and P V over the
+# causal triangle (H 4, kv_lora 64, nope 32, rope 16, v 32)
+DSINFER_MLA=naive "$bin" profile --model "$model" --prompt-len 20 --gen-len 1 --threads 2 --no-peaks \
+  --out "$scratch/naive.json" > /dev/null
+node -e '
+const x = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8")).traceEvents.filter(e => e.name === "attn_naive");
+const H = 4, kvl = 64, nope = 32, qk = 48, v = 32, L = 20;
+let want = 2 * L * H * kvl * (nope + v);
+for (let t = 0; t < L; t++) want += 2 * H * (t + 1) * (qk + v);
+if (!x.length || x.some(e => e.args.flops !== want))
+  { console.error("attn_naive FLOPs " + x.map(e => e.args.flops) + ", want " + want); process.exit(1); }
+' "$scratch/naive.json"
 # with two streams, the side branch's ops have tracks of their own
 DSINFER_STREAM_TEAM_MIN=1 "$bin" profile --model "$model" --prompt-len 20 --gen-len 3 --threads 2 --streams 2 --no-peaks \
   --out "$scratch/s2.json" > /dev/null
@@ -57,6 +70,15 @@ python3 -m json.tool "$scratch/gen.json" > /dev/null
 "$bin" bench --model "$model" --prompt-len 8 --gen-len 2 --reps 1 --profile "$scratch/bench.json" > /dev/null 2>&1
 python3 -m json.tool "$scratch/bench.json" > /dev/null
 grep -q '"name":"attn_core"' "$scratch/bench.json"
+# bench's prefill FLOP rate beside the matrix peak it measures: present, positive, and the fraction their ratio
+"$bin" bench --model "$model" --prompt-len 16 --gen-len 2 --reps 1 --threads 2 --json > "$scratch/bench_out.json" 2>/dev/null
+node -e '
+const j = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+const fail = m => { console.error(m + ": " + JSON.stringify(j)); process.exit(1); };
+if (!(j.prefill_gflops > 0 && j.matrix_peak_gflops > 0)) fail("no prefill GFLOP/s or matrix peak");
+if (!["AMX BF16", "vdpbf16ps", "f32 FMA"].includes(j.matrix_peak)) fail("matrix peak named " + j.matrix_peak);
+if (Math.abs(j.prefill_peak_fraction - j.prefill_gflops / j.matrix_peak_gflops) > 1e-3) fail("fraction is not the ratio");
+' "$scratch/bench_out.json"
 # the ablation: one JSON object per stage, in the study's order, with the fields
 "$bin" bench --model "$model" --ablation --prompt-len 20 --gen-len 2 --reps 1 --threads 2 --json > "$scratch/abl.json" 2>/dev/null
 node -e '

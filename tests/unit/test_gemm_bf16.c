@@ -214,6 +214,33 @@ static void one_case(dsi_dtype dt, dsi_epilogue epi, int rows, int cols, int m, 
     for (int c = nout; c < ldy; c++) clean &= y[(size_t)i * ldy + c] == y0[(size_t)i * ldy + c];
   CHECKF(clean, "epi %d rows %d cols %d m %d: wrote past the output columns", (int)epi, rows, cols, m);
 
+  /* AVX512-BF16 on rows staged for the call (dsi_gemm_dp_stage, in two
+   * ranges as two threads stage them, the later first): bitwise what it
+   * gives staging them itself, whatever the groups and passes */
+  if (g_fn == dsi_gemm_avx512_bf16) {
+    size_t xd_bytes = DSI_XD_WORDS(m, cols) * sizeof(uint32_t);
+    uint32_t *xd = dsi_alloc_aligned(xd_bytes + 64);
+    memset(xd, 0x7f, xd_bytes + 64);
+    dsi_gemm gd = g;
+    float *yd = malloc(ysz * sizeof(float));
+    memcpy(yd, y0, ysz * sizeof(float));
+    gd.y = yd;
+    dsi_gemm_dp_stage(&gd, m / 3, m, xd);
+    dsi_gemm_dp_stage(&gd, 0, m / 3, xd);
+    gd.xd = xd;
+    job jd = j;
+    jd.g = &gd;
+    dsi_pool_run(g_pool, run_share, &jd);
+    CHECKF(!memcmp(y, yd, ysz * sizeof(float)), "%s epi %d rows %d cols %d m %d: staged rows give other bits",
+           dt == DSI_DTYPE_BF16 ? "bf16" : "fp8", (int)epi, rows, cols, m);
+    const uint8_t *tail = (const uint8_t *)xd + xd_bytes;
+    int intact = 1;
+    for (int b = 0; b < 64; b++) intact &= tail[b] == 0x7f;
+    CHECKF(intact, "m %d cols %d: staging wrote past DSI_XD_WORDS", m, cols);
+    free(yd);
+    dsi_free_aligned(xd);
+  }
+
   /* FP8: bitwise the BF16 kernel on bf16(fp8 * scale), the weights the
    * oracle rounds to (the widening's table, every code and scale) */
   if (dt == DSI_DTYPE_F8_E4M3) {

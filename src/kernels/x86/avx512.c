@@ -412,25 +412,50 @@ static void i8_pass_n(const uint8_t *wp, int nl, int lb, const float *sc, const 
 #define FP8_LUT_TARGET DP_TARGET
 #include "kernels/x86/fp8_lut.h"
 
-/* rows i0 .. i0 + mb - 1 of x, rounded to bf16 (to nearest even, as
- * vcvtne2ps2bf16 rounds), as pairs; an odd last column pairs with zero */
-DP_TARGET static void stage_x_dp(const dsi_gemm *g, int i0, int mb, int cols, uint32_t *xs) {
+/* one row x rounded to bf16 (to nearest even, as vcvtne2ps2bf16 rounds),
+ * as pairs, pair kk at dst[kk * mb]; an odd last column pairs with zero */
+DP_TARGET static void stage_row_dp(const float *x, int cols, int mb, uint32_t *dst) {
   uint32_t row[16];
-  for (int i = 0; i < mb; i++) {
-    const float *x = x_row(g, i0 + i);
-    for (int c0 = 0; c0 < cols; c0 += 32) {
-      int n = DSI_MIN(32, cols - c0), np = (n + 1) / 2;
-      __mmask16 m0 = (__mmask16)(n >= 16 ? 0xffff : (1u << n) - 1);
-      __mmask16 m1 = (__mmask16)(n >= 32 ? 0xffff : n > 16 ? (1u << (n - 16)) - 1 : 0);
-      __m512 lo = _mm512_maskz_loadu_ps(m0, x + c0), hi = _mm512_maskz_loadu_ps(m1, x + c0 + 16);
-      __m512i b = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
-      uint32_t *dst = xs + (size_t)(c0 / 2) * mb + i;
-      if (mb == 1) {
-        _mm512_mask_storeu_epi32(dst, (__mmask16)((1u << np) - 1), b);
-        continue;
-      }
-      _mm512_storeu_si512(row, b);
-      for (int t = 0; t < np; t++) dst[(size_t)t * mb] = row[t];
+  for (int c0 = 0; c0 < cols; c0 += 32, dst += (size_t)16 * mb) {
+    int n = DSI_MIN(32, cols - c0), np = (n + 1) / 2;
+    __mmask16 m0 = (__mmask16)(n >= 16 ? 0xffff : (1u << n) - 1);
+    __mmask16 m1 = (__mmask16)(n >= 32 ? 0xffff : n > 16 ? (1u << (n - 16)) - 1 : 0);
+    __m512 lo = _mm512_maskz_loadu_ps(m0, x + c0), hi = _mm512_maskz_loadu_ps(m1, x + c0 + 16);
+    __m512i b = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+    if (mb == 1) {
+      _mm512_mask_storeu_epi32(dst, (__mmask16)((1u << np) - 1), b);
+      continue;
+    }
+    _mm512_storeu_si512(row, b);
+    for (int t = 0; t < np; t++) dst[(size_t)t * mb] = row[t];
+  }
+}
+
+/* rows i0 .. i0 + mb - 1 of x, one pass's, staged: xs[kk * mb + i] */
+DP_TARGET static void stage_x_dp(const dsi_gemm *g, int i0, int mb, int cols, uint32_t *xs) {
+  for (int i = 0; i < mb; i++) stage_row_dp(x_row(g, i0 + i), cols, mb, xs + i);
+}
+
+/* The passes of a group of n rows (at most GROUP): nearly equal heights of
+ * at most MB_DP; their first rows in pass_i0[0 .. npass]. */
+static int dp_passes(int n, int *pass_i0) {
+  int npass = DSI_CEIL_DIV(n, MB_DP);
+  for (int q = 0; q <= npass; q++) pass_i0[q] = (int)((int64_t)n * q / npass);
+  return npass;
+}
+
+/* All of a call's rows staged as gemm_run's groups and passes read them:
+ * group ig's rows at xd + ig nl, within it pass q's at + pass_i0[q] nl. */
+DP_TARGET void dsi_gemm_dp_stage(const dsi_gemm *g, int s0, int s1, uint32_t *xd) {
+  const size_t nl = ((size_t)g->w->cols + 1) / 2;
+  int pass_i0[GROUP / MB_DP + 2];
+  for (int r = s0; r < s1;) {
+    const int ig = r / GROUP * GROUP, n = DSI_MIN(GROUP, g->m - ig), npass = dp_passes(n, pass_i0);
+    for (int q = 0; q < npass && r < s1; q++) {
+      const int i0 = pass_i0[q], mb = pass_i0[q + 1] - i0;
+      uint32_t *xs = xd + (size_t)(ig + i0) * nl;
+      for (; r < s1 && r - ig < i0 + mb; r++)
+        if (r - ig >= i0) stage_row_dp(x_row(g, r), g->w->cols, mb, xs + (r - ig - i0));
     }
   }
 }
@@ -551,14 +576,17 @@ static void gemm_run(const dsi_gemm *g, int r0, int r1, void *scratch, int dp) {
    * ([GROUP][2 nl], 2 nl <= cols + 1) */
   const int gmax = GROUP;
   float *ta = scratch, *tb = ta + (size_t)gmax * DSI_TILE_N;
-  pl.xs = tb + (size_t)gmax * DSI_TILE_N;
+  float *xs_own = tb + (size_t)gmax * DSI_TILE_N;
+  const int staged = dp && g->xd; /* for the call: dsi_gemm_dp_stage */
 
   for (int ig = 0; ig < g->m; ig += gmax) {
     /* the group's rows in passes of nearly equal height */
     pl.n = DSI_MIN(gmax, g->m - ig);
-    pl.npass = DSI_CEIL_DIV(pl.n, pl.mbmax);
-    for (int q = 0; q <= pl.npass; q++) pl.pass_i0[q] = (int)((int64_t)pl.n * q / pl.npass);
-    for (int q = 0; q < pl.npass; q++) {
+    pl.npass = dp ? dp_passes(pl.n, pl.pass_i0) : DSI_CEIL_DIV(pl.n, pl.mbmax);
+    if (!dp)
+      for (int q = 0; q <= pl.npass; q++) pl.pass_i0[q] = (int)((int64_t)pl.n * q / pl.npass);
+    pl.xs = staged ? (float *)(g->xd + (size_t)ig * pl.nl) : xs_own;
+    for (int q = 0; q < pl.npass && !staged; q++) {
       int i0 = pl.pass_i0[q];
       if (dp) stage_x_dp(g, ig + i0, pl.pass_i0[q + 1] - i0, w->cols, (uint32_t *)pl.xs + (size_t)i0 * pl.nl);
       else stage_x(g, ig + i0, pl.pass_i0[q + 1] - i0, w->cols, pl.xs + (size_t)i0 * 2 * pl.nl);
@@ -577,13 +605,15 @@ static void gemm_run(const dsi_gemm *g, int r0, int r1, void *scratch, int dp) {
     for (int r = r0; r < rows_out; r += DSI_TILE_N) {
       panel_run(&pl, r / DSI_TILE_N, ta);
       int nj = DSI_MIN(DSI_TILE_N, rows_out - r);
+      const __mmask16 mj = (__mmask16)((1u << nj) - 1); /* a vector store: memcpy of 64 bytes became rep movsq */
       for (int i = 0; i < pl.n; i++) {
-        const float *t = ta + i * DSI_TILE_N;
+        const __m512 t = _mm512_loadu_ps(ta + i * DSI_TILE_N);
         if (g->epi == DSI_EPI_STORE) {
-          memcpy(g->y + (size_t)(ig + i) * g->ldy + r, t, nj * sizeof(float));
+          _mm512_mask_storeu_ps(g->y + (size_t)(ig + i) * g->ldy + r, mj, t);
         } else {
-          float *y = g->y + (size_t)g->y_rows[ig + i] * g->ldy + r, s = g->y_scale[ig + i];
-          for (int j = 0; j < nj; j++) y[j] += s * t[j];
+          float *y = g->y + (size_t)g->y_rows[ig + i] * g->ldy + r;
+          const __m512 s = _mm512_set1_ps(g->y_scale[ig + i]);
+          _mm512_mask_storeu_ps(y, mj, _mm512_fmadd_ps(s, t, _mm512_maskz_loadu_ps(mj, y)));
         }
       }
     }
