@@ -162,7 +162,8 @@ void dsi_engine_free(dsi_engine *e);
 /* the level of the kernels the engine runs: "scalar", "avx2", "avx512", "avx512bf16", "amx" */
 const char *dsi_engine_isa(const dsi_engine *e);
 /* the matrix peak (dsi_matrix_peak) this engine's matmuls run at: its
- * kernel level's, or f32 FMA's when its activations are f32 */
+ * kernel level's, f32 FMA's when its activations are f32, vpdpbusd's for
+ * INT8 / INT4 weights without AMX */
 struct dsi_peaks;
 double dsi_engine_matrix_peak(const dsi_engine *e, const struct dsi_peaks *pk, const char **name);
 /* The last error of a call on this engine. */

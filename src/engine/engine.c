@@ -20,6 +20,12 @@ const dsi_err *dsi_engine_error(const dsi_engine *e) { return &e->err; }
 const char *dsi_engine_isa(const dsi_engine *e) { return dsi_fwd_isa(e->fwd); }
 
 double dsi_engine_matrix_peak(const dsi_engine *e, const dsi_peaks *pk, const char **name) {
+  /* INT8 and INT4 weights multiply int8 activations on vpdpbusd where no
+   * AMX runs them (the attention's bf16 matmuls then count against it
+   * too); INT4's in every precision mode */
+  int i8 = e->m->quant == DSI_QUANT_INT4 || (e->m->quant && dsi_fwd_act_bf16(e->fwd));
+  if (i8 && strcmp(dsi_engine_isa(e), "amx") && pk->vnni_gops > 0)
+    return *name = "vpdpbusd", pk->vnni_gops;
   return dsi_matrix_peak(pk, dsi_fwd_act_bf16(e->fwd) ? dsi_engine_isa(e) : "f32", name);
 }
 

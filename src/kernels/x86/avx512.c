@@ -613,6 +613,7 @@ static void gemm_run(const dsi_gemm *g, int r0, int r1, void *scratch, int dp) {
         } else {
           float *y = g->y + (size_t)g->y_rows[ig + i] * g->ldy + r;
           const __m512 s = _mm512_set1_ps(g->y_scale[ig + i]);
+          _mm_prefetch((const char *)(y + DSI_TILE_N), _MM_HINT_T0); /* the next panel's, as avx512_iq.h */
           _mm512_mask_storeu_ps(y, mj, _mm512_fmadd_ps(s, t, _mm512_maskz_loadu_ps(mj, y)));
         }
       }

@@ -33,6 +33,10 @@ static void iq_epi_row(const dsi_gemm *g, int i, int r, int nj, const float *t) 
     return;
   }
   float *y = g->y + (size_t)g->y_rows[i] * g->ldy + r;
+  /* the row's next 16 outputs, which the next panel adds to: scattered
+   * rows past the L2 (a prefill's routed outputs) would stall each add on
+   * the L3 */
+  _mm_prefetch((const char *)(y + DSI_TILE_N), _MM_HINT_T0);
   __m512 p = _mm512_mul_ps(_mm512_set1_ps(g->y_scale[i]), v);
   __asm__("" : "+v"(p)); /* not contracted into an fma: the oracle's rounding */
   _mm512_mask_storeu_ps(y, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, y), p));
