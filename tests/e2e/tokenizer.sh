@@ -51,17 +51,21 @@ got=$("$BIN" detokenize --tokenizer "$TOK" --ids 0,19923,1 --skip-special)
 [ "$got" = "Hello" ] || fail "detokenize --skip-special: got '$got'"
 
 # ---- 4. long and pathological inputs: finish (generous limit), match the
-# reference, round-trip ----
+# reference, round-trip. Under the sanitizers each is encoded and decoded
+# once: the interpreter's run and the reference's ids (the release build
+# checks them) cost most of the suite's time there ----
 node "$T/make_pathological.js" "$S"
 for f in spaces digits word256k ladder mixed word1m; do
   t0=$(date +%s.%N)
   timeout 60 "$BIN" tokenize --tokenizer "$TOK" --file "$S/$f.txt" --json > "$S/$f.ours" ||
     fail "$f: tokenize did not finish in 60 s"
   t1=$(date +%s.%N)
-  DSINFER_NO_JIT=1 timeout 60 "$BIN" tokenize --tokenizer "$TOK" --file "$S/$f.txt" --json > "$S/$f.nojit" ||
-    fail "$f: tokenize without JIT did not finish in 60 s"
-  cmp -s "$S/$f.ours" "$S/$f.nojit" || fail "$f: without JIT the ids differ"
-  if [ "$f" != word1m ]; then # the reference takes ~20 s on a 1 MiB word
+  if [ -z "${DSINFER_SANITIZED:-}" ]; then
+    DSINFER_NO_JIT=1 timeout 60 "$BIN" tokenize --tokenizer "$TOK" --file "$S/$f.txt" --json > "$S/$f.nojit" ||
+      fail "$f: tokenize without JIT did not finish in 60 s"
+    cmp -s "$S/$f.ours" "$S/$f.nojit" || fail "$f: without JIT the ids differ"
+  fi
+  if [ "$f" != word1m ] && [ -z "${DSINFER_SANITIZED:-}" ]; then # the reference takes ~20 s on a 1 MiB word
     node "$T/encode_file.js" "$S/$f.txt" > "$S/$f.ref"
     cmp -s "$S/$f.ref" "$S/$f.ours" || fail "$f: ids differ from the reference"
   fi

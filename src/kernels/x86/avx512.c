@@ -505,6 +505,38 @@ DP_TARGET ALWAYS_INLINE void dp_fp8_pass(const uint8_t *wp, int nl, int lb, cons
   for (int i = 0; i < MB; i++) _mm512_storeu_ps(out + 16 * i, acc[i]);
 }
 
+/* An FP8 panel's nl lines widened once to bf16(fp8 * scale) lines, the
+ * BF16 layout, into buf (nl * 64 bytes, 64-aligned): the passes of a tall
+ * group then read bf16 (dp_bf16_pass) instead of each widening the panel
+ * again. The same words the FP8 pass widens to, added in the same order:
+ * bitwise what dp_fp8_pass gives. */
+DP_TARGET static void dp_widen_panel(const uint8_t *wp, int nl, int lb, const float *sc, uint16_t *buf) {
+  for (int l0 = 0; l0 < nl; l0 += lb, sc++) {
+    const int l1 = DSI_MIN(l0 + lb, nl);
+    const fp8_lut t = fp8_lut_make(*sc);
+    for (int kk = l0; kk < l1; kk += 2) {
+      const uint8_t *p = wp + (size_t)kk * 32;
+      __m512i w0, w1;
+      if (kk + 1 < l1) {
+        fp8_lut_64r(&t, _mm512_loadu_si512(p), &w0, &w1);
+        _mm512_store_si512((__m512i *)(buf + (size_t)(kk + 1) * 32), w1);
+      } else { /* an odd last line: the next 32 bytes are not this block's */
+        fp8_lut_64r(&t, _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)p)), &w0, &w1);
+      }
+      _mm512_store_si512((__m512i *)(buf + (size_t)kk * 32), w0);
+    }
+  }
+}
+
+DP_TARGET static void dp_bf16_n(const uint8_t *wp, int nl, const uint32_t *xs, int mb, float *out) {
+  switch (mb) {
+#define F(n) case n: dp_bf16_pass(wp, nl, xs, n, out); return;
+    CASES_16(F)
+#undef F
+  }
+  DSI_ASSERT(0);
+}
+
 DP_TARGET static void dp_pass_n(const dsi_mat *w, const uint8_t *wp, int nl, const float *sc, const uint32_t *xs, int mb,
                       float *out) {
   if (w->dtype == DSI_DTYPE_BF16) switch (mb) {
@@ -529,6 +561,7 @@ typedef struct plan {
   int n, npass;       /* rows of x in this group, and passes over them */
   int pass_i0[GROUP + 1];
   float *xs;          /* staged rows of the group, pass after pass (dp: bf16 pairs) */
+  uint16_t *wide;     /* dp, FP8, more than one pass: a panel widened to bf16 (dp_widen_panel) */
 } plan;
 
 /* acc(i, 16p + j) for the group's rows into t[i * 16 + j] */
@@ -537,6 +570,15 @@ static void panel_run(const plan *pl, int p, float *t) {
   size_t panel_elems = (size_t)w->kpad * DSI_TILE_N;
   const uint8_t *wp = (const uint8_t *)w->data + panel_elems * dsi_dtype_size(w->dtype) * p;
   const float *sc = w->scale ? w->scale + (size_t)p * w->scale_cols : NULL; /* FP8, INT8 */
+  if (pl->dp && pl->wide && w->dtype == DSI_DTYPE_F8_E4M3 && pl->npass > 1) {
+    dp_widen_panel(wp, pl->nl, w->block / 2, sc, pl->wide);
+    for (int q = 0; q < pl->npass; q++) {
+      int i0 = pl->pass_i0[q];
+      dp_bf16_n((const uint8_t *)pl->wide, pl->nl, (const uint32_t *)pl->xs + (size_t)i0 * pl->nl,
+                pl->pass_i0[q + 1] - i0, t + (size_t)i0 * DSI_TILE_N);
+    }
+    return;
+  }
   for (int q = 0; q < pl->npass; q++) {
     int i0 = pl->pass_i0[q], mb = pl->pass_i0[q + 1] - i0;
     const float *xs = pl->xs + (size_t)i0 * 2 * pl->nl;
@@ -577,6 +619,9 @@ static void gemm_run(const dsi_gemm *g, int r0, int r1, void *scratch, int dp) {
   const int gmax = GROUP;
   float *ta = scratch, *tb = ta + (size_t)gmax * DSI_TILE_N;
   float *xs_own = tb + (size_t)gmax * DSI_TILE_N;
+  /* the widened panel in the scratch's last MiB (the AMX kernel's C blocks; unused here) */
+  if (dp && w->dtype == DSI_DTYPE_F8_E4M3 && (size_t)pl.nl * 64 <= ((size_t)1 << 20))
+    pl.wide = (uint16_t *)((uint8_t *)scratch + (size_t)(w->cols + 64) * 64 * 4);
   const int staged = dp && g->xd; /* for the call: dsi_gemm_dp_stage */
 
   for (int ig = 0; ig < g->m; ig += gmax) {
