@@ -19,17 +19,24 @@ if (!exe) {
 // hands the browser one server-sent event every 25 ms, so a long answer is
 // still streaming when the test clicks Stop however fast the server is; the
 // browser's abort closes the proxy's upstream request as a client's would.
+// Each request's body is read whole and sent on a connection of its own
+// (no kept-alive socket to race with the server's closing it); what goes
+// wrong is printed.
 let pace = false;
-const proxy = http.createServer((req, res) => {
-  const up = http.request(server + req.url, { method: req.method, headers: req.headers }, (ur) => {
+const proxy = http.createServer(async (req, res) => {
+  const chunks = [];
+  for await (const c of req) chunks.push(c);
+  const body = Buffer.concat(chunks);
+  const paced = pace;
+  const up = http.request(server + req.url, { method: req.method, headers: req.headers, agent: false }, (ur) => {
     res.writeHead(ur.statusCode, ur.headers);
-    if (!pace || !/event-stream/.test(ur.headers["content-type"] || "")) return ur.pipe(res);
-    let buf = "", queue = [], timer = null, ended = false;
-    const tick = () => {
+    if (!paced || !/event-stream/.test(ur.headers["content-type"] || "")) return ur.pipe(res);
+    let buf = "", ended = false;
+    const queue = [];
+    const timer = setInterval(() => {
       if (queue.length) res.write(queue.shift());
       else if (ended) { clearInterval(timer); res.end(); }
-    };
-    timer = setInterval(tick, 25);
+    }, 25);
     ur.setEncoding("utf8");
     ur.on("data", (d) => {
       buf += d;
@@ -37,11 +44,16 @@ const proxy = http.createServer((req, res) => {
       while ((i = buf.indexOf("\n\n")) >= 0) { queue.push(buf.slice(0, i + 2)); buf = buf.slice(i + 2); }
     });
     ur.on("end", () => { if (buf) queue.push(buf); ended = true; });
-    res.on("close", () => { clearInterval(timer); up.destroy(); });
+    res.on("close", () => {
+      clearInterval(timer);
+      if (!res.writableFinished) up.destroy(); /* the browser went away: so does the request */
+    });
   });
-  up.on("error", () => res.destroy());
-  req.on("aborted", () => up.destroy());
-  req.pipe(up);
+  up.on("error", (e) => {
+    if (!res.writableFinished) console.log(`proxy: ${req.method} ${req.url}: ${e.message}`);
+    res.destroy();
+  });
+  up.end(body);
 });
 await new Promise((r) => proxy.listen(0, "127.0.0.1", r));
 const base = `http://127.0.0.1:${proxy.address().port}`;
