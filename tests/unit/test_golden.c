@@ -155,12 +155,13 @@ int main(void) {
   setvbuf(stdout, NULL, _IONBF, 0);
   const char *cases[] = {"tiny-f32", "tiny-bf16", "tiny-fp8", "tiny-noqlora-bf16", "tiny-yarn-bf16"};
   /* both weight layouts: packed (the kernels' own) and row-major (--op-opt
-   * off). Row-major weights take the scalar matmul at every level, so under
-   * ASan the runs with the level capped check the packed layout only (the
-   * suite's time; the uncapped run and the release build check both). */
+   * off). Row-major weights take the scalar matmul at every level and their
+   * own attention op, so under ASan the runs with the level capped or the
+   * MLA form forced check the packed layout only (the suite's time; the
+   * plain run and the release build check both). */
   int layouts = 2;
 #ifdef __SANITIZE_ADDRESS__
-  if (test_isa()) layouts = 1, printf("ASan with the level capped: the packed layout only\n");
+  if (test_isa() || test_mla_form()) layouts = 1, printf("ASan with the level capped or the form forced: the packed layout only\n");
 #endif
   for (int op_off = 0; op_off < layouts; op_off++)
   for (size_t c = 0; c < DSI_ARRAY_LEN(cases); c++) {
