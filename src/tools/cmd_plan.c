@@ -260,6 +260,10 @@ typedef struct {
   double mem_bw, link_bw, link_lat; /* GB/s per node, GB/s, seconds */
   int colocated;      /* the K ranks share this machine */
   double share;       /* colocated: the part of the calibration's threads one rank runs */
+  double share_bw;    /* colocated: the part of the machine's read bandwidth those threads
+                         reach alone (measured: one core of two reads nearly all of it) */
+  double occ;         /* colocated: the part of the time a rank's threads hold a core
+                         (below 1 where the ranks' threads outnumber the cores) */
   int P, B, ctx;
 } target;
 
@@ -274,14 +278,18 @@ typedef struct {
  * of their own the busiest rank sets the pace, at rates scaled by the
  * node's bandwidth (decode, and lm_head's weights) or compute against the
  * calibration's; ranks sharing this machine also share its cores and
- * bandwidth: each runs at most its threads' part of the rates, and all of
+ * bandwidth: each runs at most its threads' part of the rates (of the
+ * compute for FLOPs, of the read bandwidth they reach alone for bytes:
+ * decode's weights and cache, lm_head's one row in a prefill; the per-token
+ * rest is compute) for the part of the time they hold a core, and all of
  * them together at most the machine's. */
 static double spend(const cats *mx, const cats *sum, const cats *rate, const target *tg, double bw, int decode) {
   double t = 0;
   const double *m = &mx->attn, *a = &sum->attn, *r = &rate->attn;
   for (int i = 0; i < 5; i++) {
     if (r[i] <= 0) continue;
-    if (tg->colocated) t += DSI_MAX(m[i] / (r[i] * tg->share), a[i] / r[i]);
+    int bytes = i == 3 || (decode && i != 4);
+    if (tg->colocated) t += DSI_MAX(m[i] / (r[i] * tg->occ * (bytes ? tg->share_bw : tg->share)), a[i] / r[i]);
     else t += m[i] / (r[i] * (decode || i == 3 ? bw : 1));
   }
   return t;
@@ -295,7 +303,7 @@ static void predict(const calib *k, const shape *s, const target *tg, layout_pre
   dsi_comm_model cm = dsi_comm_per_token(c, tp, ep, lp->tp_to_ep, lp->dp, N);
   double lat = tg->link_lat * (N - 1) * (1 + (tp < 2 && !lp->dp)); /* ring steps; an all-reduce has twice */
   double per_tok = cm.reduce + cm.gather + cm.a2a, coll = cm.collectives + 1;
-  double disp = tg->colocated ? 1 / tg->share : 1; /* the per-step overhead on a rank's threads */
+  double disp = tg->colocated ? 1 / (tg->share * tg->occ) : 1; /* the per-step overhead on a rank's threads */
   cats mx, sum;
   decode_bytes(s, l, tg->B, tg->P + 64, &mx, &sum);
   double comm_d = N > 1 ? per_tok * tg->B / (tg->link_bw * 1e9) + coll * lat : 0;
@@ -359,7 +367,15 @@ int dsi_cmd_plan(int argc, char **argv) {
   target tg = {.K = K, .P = P, .B = B, .ctx = ctx, .colocated = colocated};
   tg.mem_bw = mem_bw > 0 ? mem_bw : k.read_gbs;
   /* K ranks on this machine: each runs rank_threads of the calibration's threads */
-  if (colocated) tg.share = DSI_MIN(1.0, (double)(rank_threads > 0 ? rank_threads : DSI_MAX(1, k.threads / K)) / k.threads);
+  if (colocated) {
+    int rt = rank_threads > 0 ? rank_threads : DSI_MAX(1, k.threads / K);
+    tg.share = DSI_MIN(1.0, (double)rt / k.threads);
+    tg.share_bw = tg.share;
+    tg.occ = DSI_MIN(1.0, (double)dsi_default_threads() / ((double)K * rt)); /* the cores */
+    dsi_peaks pr;
+    if (rt < k.threads && !dsi_measure_peaks(rt, &pr) && pk.read_gbs > 0)
+      tg.share_bw = DSI_MIN(1.0, DSI_MAX(tg.share, pr.read_gbs / pk.read_gbs));
+  }
   tg.link_bw = link_bw > 0 ? link_bw : colocated ? pk.triad_gbs / 3 : 12.5;
   tg.link_lat = (lat_us >= 0 ? lat_us : colocated ? 20 : 5) * 1e-6;
   double mem = node_mem > 0 ? node_mem * 1e9 : (double)dsi_mem_total();
@@ -386,9 +402,9 @@ int dsi_cmd_plan(int argc, char **argv) {
   if (json) {
     printf("{\"calibration\":{\"model\":\"%s\",\"dtype\":\"%s\",\"threads\":%d,\"isa\":\"%s\",\"read_gbs\":%.2f,"
            "\"prefill_tokens_per_s\":%.2f,\"decode_tokens_per_s\":%.3f},\"target\":\"%s\",\"nodes\":%d,\"mem_bw_gbs\":%.2f,"
-           "\"link_bw_gbs\":%.2f,\"link_latency_us\":%.1f,\"colocated\":%s,\"prompt_len\":%d,\"batch\":%d,\"layouts\":[",
+           "\"link_bw_gbs\":%.2f,\"link_latency_us\":%.1f,\"colocated\":%s,\"rank_share\":%.3f,\"rank_share_bw\":%.3f,\"rank_occupancy\":%.3f,\"prompt_len\":%d,\"batch\":%d,\"layouts\":[",
            model, k.dtype, k.threads, k.isa, k.read_gbs, k.pre_tps, k.dec_tps, target_name, K, tg.mem_bw, tg.link_bw,
-           tg.link_lat * 1e6, colocated ? "true" : "false", P, B);
+           tg.link_lat * 1e6, colocated ? "true" : "false", tg.share, tg.share_bw, tg.occ, P, B);
     for (int i = 0; i < n; i++)
       printf("%s{\"layout\":\"%s\",\"tp\":%d,\"ep\":%d,\"prefill_tokens_per_s\":%.2f,\"decode_tokens_per_s\":%.3f,"
              "\"prefill_comm_share\":%.3f,\"decode_comm_share\":%.3f,\"weights_bytes_per_node\":%.0f,\"kv_bytes_per_node\":%.0f}",
@@ -403,9 +419,10 @@ int dsi_cmd_plan(int argc, char **argv) {
          "moe %.1f, dense %.1f\n", k.rate_dec.attn / 1e9, k.rate_dec.moe / 1e9, k.rate_dec.dense / 1e9, k.rate_dec.lm / 1e9,
          k.rate_pre.attn / 1e9, k.rate_pre.moe / 1e9, k.rate_pre.dense / 1e9);
   if (colocated)
-    printf("plan: %s (%s weights) on %d rank%s sharing this machine, each on %.0f%% of the calibration's threads; links "
-           "%.2f GB/s and %.0f us; prompt %d, batch %d, context %d\n", target_name, preset ? "fp8" : k.dtype, K,
-           K > 1 ? "s" : "", 100 * tg.share, tg.link_bw, tg.link_lat * 1e6, P, B, ctx);
+    printf("plan: %s (%s weights) on %d rank%s sharing this machine, each on %.0f%% of the calibration's threads "
+           "(%.0f%% of its read bandwidth) %.0f%% of the time; links %.2f GB/s and %.0f us; prompt %d, batch %d, context %d\n", target_name,
+           preset ? "fp8" : k.dtype, K, K > 1 ? "s" : "", 100 * tg.share, 100 * tg.share_bw, 100 * tg.occ, tg.link_bw,
+           tg.link_lat * 1e6, P, B, ctx);
   else
     printf("plan: %s (%s weights) on %d node%s: %.1f GB/s memory each, links %.2f GB/s and %.0f us; prompt %d, batch %d, "
            "context %d\n", target_name, preset ? "fp8" : k.dtype, K, K > 1 ? "s" : "", tg.mem_bw, tg.link_bw,

@@ -30,6 +30,19 @@ for k in prefill_tokens_per_s decode_tokens_per_s; do
   awk -v x="$v" 'BEGIN { exit !(x > 0) }' || bad "$k of tp rs-ag is $v"
 done
 
+# ranks sharing this machine: a rank's share of the compute is its threads'
+# part, of the bandwidth at least that, and of the time the cores over all
+# ranks' threads (8 ranks x 1 thread outnumber the cores of any machine
+# under 8 cores; nproc is what the engine counts)
+cores=$(nproc)
+j=$("$bin" plan --model "$m" --nodes 8 --rank-threads 1 --threads "$cores" --colocated --prompt-len 32 --json 2>/dev/null)
+sh=$(field "$j" rank_share) bw=$(field "$j" rank_share_bw) occ=$(field "$j" rank_occupancy)
+awk -v s="$sh" -v b="$bw" -v o="$occ" -v c="$cores" 'BEGIN {
+  want = c / 8 < 1 ? c / 8 : 1
+  exit !(s > 0.999 / c && s < 1.001 / c && b >= s && b <= 1 && o > want - 0.001 && o < want + 0.001) }' &&
+  echo "ok   8 ranks x 1 thread on $cores cores: compute share $sh, bandwidth share $bw, time $occ" ||
+  bad "8 ranks x 1 thread on $cores cores: compute share $sh, bandwidth share $bw, time $occ"
+
 j=$("$bin" plan --model "$m" --preset v3 --nodes 16 --node-mem 56 --json 2>/dev/null)
 ep=$(field "$j" weights_bytes_per_node 1) rsag=$(field "$j" weights_bytes_per_node 2) pick=$(field "$j" pick)
 awk -v a="$ep" -v b="$rsag" 'BEGIN { exit !(a * 16 > 671e9 && a > 0.9 * 56e9 && b < 0.9 * 56e9) }' &&
