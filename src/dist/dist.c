@@ -69,6 +69,10 @@ void dsi_dist_set_threads(dsi_dist *d, int threads) {
 int dsi_dist_rank(const dsi_dist *d) { return d ? d->rank : 0; }
 int dsi_dist_size(const dsi_dist *d) { return d ? d->size : 1; }
 
+#ifdef DSINFER_MPI
+static void drain_notes(dsi_dist *d);
+#endif
+
 void dsi_dist_free(dsi_dist *d) {
   if (!d) return;
 #ifdef DSINFER_MPI
@@ -77,6 +81,24 @@ void dsi_dist_free(dsi_dist *d) {
       MPI_Request *q = (MPI_Request *)d->reqs + r;
       if (*q != MPI_REQUEST_NULL) MPI_Wait(q, MPI_STATUS_IGNORE);
     }
+  if (d->mpi && d->seen && d->size > 1) {
+    /* the others' last arrival notes: received before finalizing (MPICH
+     * warns of messages left unmatched), once every rank is here; a rank
+     * that never comes is not waited for past a few seconds */
+    MPI_Request all;
+    if (MPI_Ibarrier(MPI_COMM_WORLD, &all) == MPI_SUCCESS) {
+      double t0 = dsi_now();
+      for (int done = 0; !done && dsi_now() - t0 < 5;) {
+        drain_notes(d);
+        if (MPI_Test(&all, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
+        if (!done) {
+          struct timespec nap = {0, 100000};
+          nanosleep(&nap, NULL);
+        }
+      }
+      drain_notes(d);
+    }
+  }
   if (d->mpi) MPI_Finalize();
 #endif
   free(d->seen);
