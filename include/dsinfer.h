@@ -48,6 +48,9 @@ typedef struct dsi_load_opts {
                            [H*tp_rank/tp_size, H*(tp_rank+1)/tp_size): those rows of q_b_proj
                            (q_proj) and kv_b_proj, those columns of o_proj (tp_size 0 or 1: all;
                            H must divide; not with mlock) */
+  int vocab_rank, vocab_size_split; /* lm_head split by vocabulary: load only its rows
+                           [V*vocab_rank/vocab_size_split, V*(vocab_rank+1)/vocab_size_split)
+                           (vocab_size_split 0 or 1: all; not with tied embeddings or mlock) */
   size_t mem_available; /* bytes this process may take for its weights; 0: the kernel's MemAvailable.
                            Loading fails before copying anything when they need more */
   int allow_nonfinite; /* 1: weights or scales holding NaN or infinity (FP8: the bytes 0x7f and

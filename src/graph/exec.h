@@ -30,6 +30,8 @@ typedef struct dsi_fctx {
   int tp, ep;            /* ranks the heads and the experts are split over (1: not split) */
   int tp_to_ep;          /* DSI_TP_TO_EP_* (tp > 1) */
   int attn_dp;           /* DP attention: this rank's sequences' tokens only, all of the graph */
+  int vocab_split;       /* lm_head split by vocabulary over the ranks (1: whole on rank 0) */
+  int lm_cols;           /* the logits this rank computes a row: its lm_head rows */
   int *exp_owner;        /* [n_routed_experts] the rank holding each expert (ep > 1) */
 } dsi_fctx;
 

@@ -395,7 +395,7 @@ static dsi_graph *build(const dsi_fctx *f, int T, int overlap, int two_batch) {
     int xf = rmsnorm(&bd, "final_norm", DSI_PROF_LM_HEAD, m->norm, x[k], D, 0);
     g->ops[g->n_ops - 1].flags |= DSI_ROWS_LOGITS;
     /* micro-batch 2's rows follow micro-batch 1's */
-    int logits = dsi_graph_tensor(g, "logits", DSI_T_LOGITS, F32, 2, (int64_t[]){T, c->vocab_size});
+    int logits = dsi_graph_tensor(g, "logits", DSI_T_LOGITS, F32, 2, (int64_t[]){T, f->lm_cols});
     dsi_op *op = dsi_graph_op(g, DSI_OP_MATMUL, "lm_head", DSI_PROF_LM_HEAD);
     op->w = &m->lm_head;
     op->epi = DSI_EPI_STORE;
@@ -452,8 +452,9 @@ struct dsi_fwd {
   int32_t *mb_rows; /* [max_tokens] the second micro-batch's logit rows */
   dsi_commer *comm; /* the communication thread (overlap between ranks), or NULL */
   int32_t *dp_idx;  /* DP attention: [6 max_tokens] this rank's batch, its logit rows, counts */
-  float *dp_logits, *dp_gather;
+  float *dp_logits, *dp_gather; /* DP attention or lm_head split: this rank's logit rows, rank 0's gather */
   size_t dp_logits_cap, dp_gather_cap;
+  int *vs_counts;   /* lm_head split: [2 ranks] the gather's counts and offsets */
   int hugepage;   /* advise huge pages for the arena */
 };
 
@@ -603,10 +604,39 @@ static int run_dp(dsi_fwd *fw, const dsi_fwd_batch *b, const dsi_fwd_cache *cach
   return DSI_OK;
 }
 
+/* lm_head split by vocabulary: every rank computes its columns of the
+ * step's logit rows (every rank holds every token's final hidden state),
+ * rank 0 gathers them and lays each row's columns side by side. */
+static int run_vocab_split(dsi_fwd *fw, const dsi_fwd_batch *b, int two, const dsi_fwd_cache *cache, float *logits,
+                           dsi_err *err) {
+  const dsi_fctx *f = &fw->f;
+  int me = f->coll.rank, N = f->coll.size, V = f->c->vocab_size, nl = b->n_logits, vc = f->lm_cols;
+  if (!nl) return run_local(fw, b, b->n_tokens, two, cache, NULL, err); /* the same on every rank */
+  if (grow_f32(&fw->dp_logits, &fw->dp_logits_cap, (size_t)nl * vc) ||
+      (me == 0 && grow_f32(&fw->dp_gather, &fw->dp_gather_cap, (size_t)nl * V)))
+    return dsi_errf(err, DSI_E_NOMEM, "out of memory for %d rows of logits", nl);
+  int rc = run_local(fw, b, b->n_tokens, two, cache, fw->dp_logits, err);
+  if (rc) return rc;
+  int *counts = fw->vs_counts, *displs = counts + N;
+  for (int r = 0, at = 0; r < N; r++) {
+    counts[r] = nl * (int)((int64_t)V * (r + 1) / N - (int64_t)V * r / N);
+    displs[r] = at, at += counts[r];
+  }
+  f->coll.gather_f32(f->coll.ctx, fw->dp_logits, nl * vc, fw->dp_gather, counts, displs);
+  if (me != 0 || !logits) return DSI_OK;
+  for (int r = 0; r < N; r++) {
+    int v0 = (int)((int64_t)V * r / N), w = counts[r] / nl;
+    for (int l = 0; l < nl; l++)
+      memcpy(logits + (size_t)l * V + v0, fw->dp_gather + displs[r] + (size_t)l * w, (size_t)w * sizeof(float));
+  }
+  return DSI_OK;
+}
+
 int dsi_fwd_run(dsi_fwd *fw, const dsi_fwd_batch *b, const dsi_fwd_cache *cache, float *logits, dsi_err *err) {
   DSI_ASSERT(b->n_tokens > 0 && b->n_tokens <= fw->f.max_tokens);
   if (fw->f.attn_dp) return run_dp(fw, b, cache, logits, err);
   int two = two_batch_size(fw, b->n_tokens) && split_point(fw, b) > 0;
+  if (fw->f.vocab_split > 1) return run_vocab_split(fw, b, two, cache, logits, err);
   if (!logits && b->n_logits) { /* a follower: no logits here */
     dsi_fwd_batch nb = *b;
     nb.n_logits = 0;
@@ -687,7 +717,7 @@ static int run_local(dsi_fwd *fw, const dsi_fwd_batch *b, int plan_T, int two_ba
   for (int t = 0; t < g->n_ts; t++) {
     const dsi_tensor *x = &g->ts[t];
     fw->ptr[t] = x->kind == DSI_T_KV ? (uint8_t *)cache->layer[x->layer]
-                 : x->kind == DSI_T_LOGITS ? (uint8_t *)(logits && x->mb == 2 ? logits + (size_t)nl1 * fw->f.c->vocab_size
+                 : x->kind == DSI_T_LOGITS ? (uint8_t *)(logits && x->mb == 2 ? logits + (size_t)nl1 * fw->f.lm_cols
                                                                               : logits)
                  : eager ? NULL : fw->arena + x->off;
   }
@@ -788,6 +818,15 @@ int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, const dsi_fwd
     free(fw);
     return dsi_errf(err, DSI_E_INVAL, "DP attention runs every head on each rank: the model's heads must not be split");
   }
+  f->vocab_split = m->vocab_split > 1 ? m->vocab_split : 1;
+  f->lm_cols = m->lm_head.rows;
+  if (f->vocab_split > 1 && (f->vocab_split != f->coll.size || f->attn_dp)) {
+    int vs = f->vocab_split, n = f->coll.size, dp = f->attn_dp;
+    free(fw);
+    return dp ? dsi_errf(err, DSI_E_INVAL, "lm_head split by vocabulary: not with DP attention, where each rank computes "
+                                           "its own sequences' logits")
+              : dsi_errf(err, DSI_E_INVAL, "lm_head is split over %d ranks but %d ranks run it", vs, n);
+  }
   if ((f->tp > 1 && f->tp != f->coll.size) || (f->ep > 1 && f->ep != f->coll.size)) {
     int tp = f->tp, ep = f->ep, n = f->coll.size;
     free(fw);
@@ -809,7 +848,8 @@ int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, const dsi_fwd
   fw->naive = calloc(max_tokens, 1);
   fw->seen = malloc(max_tokens);
   fw->mb_rows = malloc((size_t)max_tokens * sizeof(int32_t));
-  if (f->attn_dp && !(fw->dp_idx = malloc(((size_t)6 * max_tokens + 2 * (size_t)f->coll.size) * sizeof(int32_t)))) {
+  if ((f->attn_dp && !(fw->dp_idx = malloc(((size_t)6 * max_tokens + 2 * (size_t)f->coll.size) * sizeof(int32_t)))) ||
+      (f->vocab_split > 1 && !(fw->vs_counts = malloc(2 * (size_t)f->coll.size * sizeof(int))))) {
     dsi_fwd_free(fw);
     return dsi_errf(err, DSI_E_NOMEM, "out of memory for the forward's tables");
   }
@@ -862,6 +902,7 @@ void dsi_fwd_free(dsi_fwd *fw) {
   free(fw->dp_idx);
   free(fw->dp_logits);
   free(fw->dp_gather);
+  free(fw->vs_counts);
   free(fw->naive);
   free(fw->seen);
   free(fw->mb_rows);

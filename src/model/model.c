@@ -285,6 +285,8 @@ static int resolve(dsi_model *m, spec_list *l, dsi_err *err) {
  * heads: 192 q rows, 256 kv_b rows, 128 o_proj columns, so any even share
  * of its 128 heads); otherwise its blocks would straddle the slice, and it
  * is widened to f32 (w = fp8 * scale, what the kernels compute). */
+static void drop_source(const dsi_model *m, const dsi_st_tensor *t, const void *p, size_t n);
+
 static int take_slice(dsi_model *m, spec *s, int64_t r0, int64_t nr, int64_t c0, int64_t nc, dsi_err *err) {
   const dsi_st_tensor *t = s->t;
   int64_t cols = t->shape[1];
@@ -314,6 +316,8 @@ static int take_slice(dsi_model *m, spec *s, int64_t r0, int64_t nr, int64_t c0,
       dst[j] = dsi_fp8_to_f32(src[j]) * sc[(size_t)((r0 + i) / bs) * scols + (c0 + j) / bs];
   }
   free(sc);
+  /* the rows read from the file leave this process's memory: the copy is what stays */
+  drop_source(m, t, (const uint8_t *)t->data + (size_t)r0 * cols * es, (size_t)nr * cols * es);
   m->file_bytes -= t->nbytes + (s->scale ? s->scale->nbytes : 0);
   s->own = *t;
   s->own.dtype = out;
@@ -876,6 +880,24 @@ int dsi_model_open(dsi_model **out, const char *dir, const dsi_load_opts *opts, 
   if ((rc = plan_tensors(m, &l, err)) != DSI_OK) goto fail;
   if ((rc = resolve(m, &l, err)) != DSI_OK) goto fail;
   if (tp > 1 && (rc = slice_heads(m, &l, m->tp_rank, tp, err)) != DSI_OK) goto fail;
+  int vs = opts->vocab_size_split > 1 ? opts->vocab_size_split : 1, V = m->cfg.vocab_size;
+  m->vocab_split = vs;
+  if (vs > 1) {
+    if (opts->vocab_rank < 0 || opts->vocab_rank >= vs || vs > V) {
+      rc = dsi_errf(err, DSI_E_INVAL, "%s: vocabulary share %d of %d", dir, opts->vocab_rank, vs);
+      goto fail;
+    }
+    if (m->cfg.tie_word_embeddings || opts->mlock) {
+      rc = dsi_errf(err, DSI_E_INVAL, "%s: lm_head split by vocabulary needs %s", dir,
+                    opts->mlock ? "copies of its rows, not --mlock" : "an lm_head of its own (this one is the embedding)");
+      goto fail;
+    }
+    int64_t v0 = (int64_t)V * opts->vocab_rank / vs, v1 = (int64_t)V * (opts->vocab_rank + 1) / vs;
+    m->vocab_lo = (int)v0;
+    for (int i = 0; i < l.n; i++)
+      if (l.v[i].role == ROLE_HEAD && (rc = take_slice(m, &l.v[i], v0, v1 - v0, 0, l.v[i].cols, err)) != DSI_OK)
+        goto fail;
+  }
 
   /* --mlock computes from the locked mapping, so it keeps the file's
    * row-major layout; otherwise weights are packed unless --op-opt off */

@@ -68,6 +68,9 @@ struct dsi_model {
   int quant;                       /* DSI_QUANT_*: packed linear weights quantized at load */
   int exp_lo, exp_hi, ep_size;     /* the routed experts loaded here: [exp_lo, exp_hi) of every
                                       MoE layer, this rank's share of ep_size (1: all) */
+  int vocab_lo, vocab_split;       /* lm_head split by vocabulary: this rank holds its rows
+                                      [vocab_lo, vocab_lo + lm_head.rows) of vocab_size;
+                                      vocab_split 1: all */
   int tp_rank, tp_size;            /* tensor parallel: this rank holds attention heads
                                       [H*tp_rank/tp_size, H*(tp_rank+1)/tp_size) of every layer
                                       (q_b/q_proj and kv_b rows, o_proj columns), and

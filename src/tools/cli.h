@@ -81,6 +81,8 @@ typedef struct {
   const char *attn_s;     /* --attn tp|dp */
   int attn_dp;
   int comm_timeout;       /* seconds a collective may wait for the other ranks (0: 300) */
+  const char *lm_head_s;  /* --lm-head whole|split */
+  int vocab_split;        /* lm_head split by vocabulary over the ranks */
 } dsi_cli_par;
 
 #define PAR_OPTS(p)                                                                                            \
@@ -90,6 +92,7 @@ typedef struct {
   {"--attn", NULL, OPT_STR, &(p).attn_s, "under mpirun: tp (default: heads as --tp says) | dp: each rank the whole attention of its own sequences, meeting at the experts"}, \
   {"--overlap", NULL, OPT_STR, &(p).overlap_s, "under mpirun: on runs the collectives on a communication thread beside the compute (the shared expert beside the expert dispatch); off (default)"}, \
   {"--two-batch-min", NULL, OPT_STR, &(p).two_batch_s, "with --overlap on: steps of at least N tokens over two or more sequences run as two micro-batches, one computing while the other's collectives are in flight (default 256; 0: never)"}, \
+  {"--lm-head", NULL, OPT_STR, &(p).lm_head_s, "under mpirun: split (default, but under --attn dp): each rank 1/N of lm_head's vocabulary rows, the logits' columns gathered to rank 0 | whole: rank 0 holds lm_head and computes the logits"}, \
   {"--comm-timeout", NULL, OPT_INT, &(p).comm_timeout, "under mpirun: seconds a step's collective waits for a hung or dead rank before naming it and ending every rank (default 300)", 1, 86400}
 
 /* check p against the ranks this run has; 0 or a usage error's exit code */

@@ -68,11 +68,13 @@ static void comm_report(const dsi_config *c, const dsi_cli_par *par, dsi_engine 
                      : par->tp < 2 ? "experts split, all_reduce"
                      : par->tp_to_ep == DSI_TP_TO_EP_ALLREDUCE ? "allreduce" : "rs-ag";
   if (json)
-    printf(",\"ranks\":%d,\"tp\":%d,\"ep\":%d,\"tp_to_ep\":\"%s\",\"overlap\":%s,\"two_batch_min\":%d", N, par->tp,
-           par->ep, mode, par->overlap ? "true" : "false", par->overlap ? par->two_batch_min : 0);
+    printf(",\"ranks\":%d,\"tp\":%d,\"ep\":%d,\"tp_to_ep\":\"%s\",\"overlap\":%s,\"two_batch_min\":%d,\"lm_head\":\"%s\"", N,
+           par->tp, par->ep, mode, par->overlap ? "true" : "false", par->overlap ? par->two_batch_min : 0,
+           par->vocab_split > 1 ? "split" : "whole");
   else
-    printf("ranks: %d (--tp %d --ep %d, %s, overlap %s, two micro-batches from %d tokens); rank 0's view\n", N, par->tp,
-           par->ep, mode, par->overlap ? "on" : "off", par->overlap ? par->two_batch_min : 0);
+    printf("ranks: %d (--tp %d --ep %d, %s, overlap %s, two micro-batches from %d tokens, lm_head %s); rank 0's view\n", N,
+           par->tp, par->ep, mode, par->overlap ? "on" : "off", par->overlap ? par->two_batch_min : 0,
+           par->vocab_split > 1 ? "split" : "whole");
   for (int ph = 0; ph < 2; ph++) {
     dsi_phase_stats st;
     if (dsi_engine_profile_stats(e, ph == 0, &st) || st.steps == 0) continue;

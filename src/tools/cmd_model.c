@@ -89,6 +89,15 @@ int dsi_cli_check_par(const char *cmd, dsi_cli_par *p) {
   if (p->attn_dp && !dsi_dist_has_mpi())
     return dsi_cli_usage_error(cmd, "--attn dp needs a build with MPI (apt-get install libopenmpi-dev; cmake -DDSINFER_MPI=ON)");
   if (p->attn_dp && world < 2) return dsi_cli_usage_error(cmd, "--attn dp needs mpirun -np N, N > 1");
+  if (p->lm_head_s && strcmp(p->lm_head_s, "whole") && strcmp(p->lm_head_s, "split"))
+    return dsi_cli_usage_error(cmd, "--lm-head must be whole or split, got '%s'", p->lm_head_s);
+  /* split by default wherever it can be: measured faster (README, "Across processes") */
+  p->vocab_split = (p->lm_head_s ? !strcmp(p->lm_head_s, "split") : world > 1 && !p->attn_dp) ? world : 1;
+  if (p->vocab_split > 1 && p->attn_dp)
+    return dsi_cli_usage_error(cmd, "--lm-head split: under --attn dp each rank computes its own sequences' logits with "
+                               "all of lm_head");
+  if (p->lm_head_s && !strcmp(p->lm_head_s, "split") && world < 2)
+    return dsi_cli_usage_error(cmd, "--lm-head split shares lm_head between ranks: it needs mpirun -np N, N > 1");
   return 0;
 }
 
@@ -263,6 +272,7 @@ static int open_model(const char *cmd, const char *dir, dsi_load_opts *lo, const
     if (same_everywhere(cmd, dir)) return 1;
     if (par->ep > 1) lo->ep_rank = rank, lo->ep_size = par->ep;
     if (par->tp > 1) lo->tp_rank = rank, lo->tp_size = par->tp;
+    if (par->vocab_split > 1) lo->vocab_rank = rank, lo->vocab_size_split = par->vocab_split;
     if (rank) lo->progress = 0;
     fault_from_env(dsi_cli_dist);
     if (dsi_dist_watch(dsi_cli_dist, par->comm_timeout > 0 ? par->comm_timeout : 300)) {
@@ -295,10 +305,15 @@ static int open_model(const char *cmd, const char *dir, dsi_load_opts *lo, const
     dsi_model_info mi;
     dsi_model_get_info(*m, &mi);
     int E = mi.n_routed_experts, H = mi.num_attention_heads, ep = par->ep, tp = par->tp;
-    fprintf(stderr, "dsinfer %s: rank %d of %d: heads [%lld, %lld) of %d, routed experts [%lld, %lld) of %d, "
+    int V = mi.vocab_size, vs = par->vocab_split > 1 ? par->vocab_split : 1;
+    char lm[96] = "";
+    if (vs > 1)
+      snprintf(lm, sizeof lm, ", lm_head rows [%lld, %lld) of %d", (long long)V * rank / vs,
+               (long long)V * (rank + 1) / vs, V);
+    fprintf(stderr, "dsinfer %s: rank %d of %d: heads [%lld, %lld) of %d, routed experts [%lld, %lld) of %d%s, "
             "weights %.1f MB\n", cmd, rank, dsi_dist_size(dsi_cli_dist), (long long)H * rank / tp * (tp > 1),
             tp > 1 ? (long long)H * (rank + 1) / tp : H, H, (long long)E * rank / ep * (ep > 1),
-            ep > 1 ? (long long)E * (rank + 1) / ep : E, E, mi.weight_bytes / 1e6);
+            ep > 1 ? (long long)E * (rank + 1) / ep : E, E, lm, mi.weight_bytes / 1e6);
   }
   return 0;
 }

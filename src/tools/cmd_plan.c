@@ -56,6 +56,7 @@ typedef struct {
 typedef struct {
   const dsi_config *c;
   double wb;          /* bytes a weight */
+  double lm_wb;       /* bytes a weight of lm_head (BF16 in FP8 checkpoints, as V3 ships it) */
   double attn_rep;    /* params: q_a, kv_a (replicated under tensor parallelism) */
   double attn_split;  /* params: q_b (q_proj), kv_b, o_proj (split by heads) */
   double expert;      /* params of one routed expert */
@@ -72,6 +73,7 @@ static double weight_bytes_of(const char *dtype) {
 
 static shape shape_of(const dsi_config *c, const char *dtype) {
   shape s = {.c = c, .wb = weight_bytes_of(dtype), .L = c->num_hidden_layers};
+  s.lm_wb = strcmp(dtype, "fp8") ? s.wb : 2;
   double D = c->hidden_size, H = c->num_attention_heads, qk = c->qk_nope_head_dim + c->qk_rope_head_dim;
   double I = c->moe_intermediate_size, kv = (double)c->kv_lora_rank + c->qk_rope_head_dim;
   for (int l = 0; l < s.L; l++) {
@@ -138,6 +140,7 @@ static double busiest_experts(int E, int K, int B, int N) {
  * attention (each rank its own sequences, whole attention) */
 typedef struct {
   int tp, ep, dp, N;
+  int vs; /* lm_head split by vocabulary over the N ranks (not under DP attention) */
 } lay;
 
 /* the distinct experts B tokens of K each reach, of E (at random) */
@@ -162,8 +165,9 @@ static void decode_bytes(const shape *s, lay l, int B, double ctx, cats *mx, cat
   sum->moe = (l.ep > 1 ? experts_hit(E, K, B) : busy * experts_hit(E, K, (int)ceil((double)B / busy))) * per + busy * shared;
   mx->dense = s->dense * s->wb;
   sum->dense = busy * mx->dense;
-  mx->lm = s->lm * s->wb; /* rank 0's, or under DP attention each rank's with sequences */
+  mx->lm = s->lm * s->lm_wb; /* rank 0's, or under DP attention each rank's with sequences */
   sum->lm = (l.dp ? busy : 1) * mx->lm;
+  if (l.vs) mx->lm /= N; /* each rank its 1/N of the vocabulary */
   mx->other = l.dp ? B_dp : B;
   sum->other = l.dp ? B : N * (double)B;
 }
@@ -184,7 +188,8 @@ static void prefill_flops(const shape *s, lay l, int P, cats *mx, cats *sum) {
   sum->moe = routed + (l.tp > 1 || l.dp ? 1 : N) * shared;
   mx->dense = 2 * T / split * s->dense;
   sum->dense = (l.tp > 1 || l.dp ? 1 : N) * 2 * T * s->dense;
-  mx->lm = sum->lm = s->lm * s->wb;
+  mx->lm = sum->lm = s->lm * s->lm_wb;
+  if (l.vs) mx->lm /= N;
   mx->other = l.tp > 1 ? T * (1 + 1.0 / N) / 2 : T; /* norms and adds: the FFN's half on this rank's tokens */
   sum->other = l.tp > 1 ? T * (N + 1) / 2.0 : l.dp ? T : N * T;
 }
@@ -265,6 +270,7 @@ typedef struct {
   double occ;         /* colocated: the part of the time a rank's threads hold a core
                          (below 1 where the ranks' threads outnumber the cores) */
   int P, B, ctx;
+  int vocab_split;    /* --lm-head split */
 } target;
 
 typedef struct {
@@ -298,18 +304,21 @@ static double spend(const cats *mx, const cats *sum, const cats *rate, const tar
 static void predict(const calib *k, const shape *s, const target *tg, layout_pred *lp) {
   const dsi_config *c = s->c;
   int N = tg->K, tp = lp->tp, ep = lp->ep;
-  lay l = {tp, ep, lp->dp, N};
+  lay l = {tp, ep, lp->dp, N, tg->vocab_split && !lp->dp && N > 1};
   double bw = tg->mem_bw / k->read_gbs;
   dsi_comm_model cm = dsi_comm_per_token(c, tp, ep, lp->tp_to_ep, lp->dp, N);
   double lat = tg->link_lat * (N - 1) * (1 + (tp < 2 && !lp->dp)); /* ring steps; an all-reduce has twice */
   double per_tok = cm.reduce + cm.gather + cm.a2a, coll = cm.collectives + 1;
+  /* lm_head split: each logit row's columns gathered to rank 0 (a prompt has one) */
+  double lm_row = l.vs ? 4.0 * c->vocab_size * (N - 1) / N : 0;
+  coll += l.vs;
   double disp = tg->colocated ? 1 / (tg->share * tg->occ) : 1; /* the per-step overhead on a rank's threads */
   cats mx, sum;
   decode_bytes(s, l, tg->B, tg->P + 64, &mx, &sum);
-  double comm_d = N > 1 ? per_tok * tg->B / (tg->link_bw * 1e9) + coll * lat : 0;
+  double comm_d = N > 1 ? (per_tok + lm_row) * tg->B / (tg->link_bw * 1e9) + coll * lat : 0;
   double td = spend(&mx, &sum, &k->rate_dec, tg, bw, 1) + k->disp_dec * disp + comm_d;
   prefill_flops(s, l, tg->P, &mx, &sum);
-  double comm_p = N > 1 ? per_tok * tg->P / (tg->link_bw * 1e9) + coll * lat : 0;
+  double comm_p = N > 1 ? (per_tok * tg->P + lm_row) / (tg->link_bw * 1e9) + coll * lat : 0;
   double tpf = spend(&mx, &sum, &k->rate_pre, tg, bw, 0) + k->disp_pre * disp + comm_p;
   lp->dec_tps = tg->B / td;
   lp->pre_tps = tg->P / tpf;
@@ -317,8 +326,9 @@ static void predict(const calib *k, const shape *s, const target *tg, layout_pre
   lp->pre_comm = comm_p / tpf;
   /* a node's memory: its weights and the latent cache of B sequences of ctx */
   double E = c->n_routed_experts, row = (double)c->kv_lora_rank + c->qk_rope_head_dim;
-  lp->weights = (s->attn_rep + s->attn_split / tp + s->expert * s->Lm * E / ep + s->shared + s->dense + s->lm) * s->wb +
-                (double)c->vocab_size * c->hidden_size * s->wb + s->router * 4;
+  lp->weights = (s->attn_rep + s->attn_split / tp + s->expert * s->Lm * E / ep + s->shared + s->dense) * s->wb +
+                s->lm / (l.vs ? N : 1) * s->lm_wb +
+                (double)c->vocab_size * c->hidden_size * s->lm_wb + s->router * 4; /* the embedding as lm_head */
   lp->kv = (double)tg->B * tg->ctx * row * 2 * s->L;
 }
 
@@ -326,6 +336,7 @@ int dsi_cmd_plan(int argc, char **argv) {
   const char *model = NULL, *preset = NULL;
   int K = 1, threads = 0, P = 256, B = 1, ctx = 4096, json = 0, colocated = 0, rank_threads = 0;
   float mem_bw = 0, link_bw = 0, lat_us = -1, node_mem = 0;
+  const char *lm_head = NULL;
   const dsi_opt opts[] = {
     {"--model", NULL, OPT_STR, &model, "checkpoint to measure this engine on (and to plan for, without --preset)"},
     {"--preset", NULL, OPT_STR, &preset, "plan for a preset's shape instead: v3 (DeepSeek-V3 671B), v3slice, bench, small, tiny"},
@@ -340,6 +351,7 @@ int dsi_cmd_plan(int argc, char **argv) {
     {"--prompt-len", NULL, OPT_INT, &P, "prompt tokens for prefill (default 256)", 16, 512},
     {"--batch", NULL, OPT_INT, &B, "sequences decoded together (default 1)", 1, 256},
     {"--ctx", NULL, OPT_INT, &ctx, "context a sequence's KV cache holds, for the memory (default 4096)", 1, 1 << 24},
+    {"--lm-head", NULL, OPT_STR, &lm_head, "split (default, as the engine's): each rank 1/N of lm_head's vocabulary, the logits gathered (not under DP attention) | whole: on rank 0"},
     {"--json", NULL, OPT_FLAG, &json, "one JSON object"},
     {0}};
   int rc = dsi_cli_parse("plan", "--model DIR [--preset v3] --nodes K [--mem-bw GB/s] [--link-bw GB/s] [--link-latency us] [--colocated] [--json]",
@@ -360,11 +372,13 @@ int dsi_cmd_plan(int argc, char **argv) {
     return dsi_cli_usage_error("plan", "--preset '%s' is not one of v3, v3slice, bench, small, tiny", preset);
   if ((int64_t)P + 64 + 1 > cal_cfg.max_position_embeddings)
     return dsi_cli_usage_error("plan", "--prompt-len %d does not fit the checkpoint's context", P);
+  if (lm_head && strcmp(lm_head, "whole") && strcmp(lm_head, "split"))
+    return dsi_cli_usage_error("plan", "--lm-head must be whole or split, got '%s'", lm_head);
   calib k = {0};
   dsi_peaks pk;
   dsi_measure_peaks(threads, &pk);
   if (calibrate(model, threads, P, 64, &cal_cfg, &pk, &k)) return 1;
-  target tg = {.K = K, .P = P, .B = B, .ctx = ctx, .colocated = colocated};
+  target tg = {.K = K, .P = P, .B = B, .ctx = ctx, .colocated = colocated, .vocab_split = !lm_head || !strcmp(lm_head, "split")};
   tg.mem_bw = mem_bw > 0 ? mem_bw : k.read_gbs;
   /* K ranks on this machine: each runs rank_threads of the calibration's threads */
   if (colocated) {
@@ -402,9 +416,10 @@ int dsi_cmd_plan(int argc, char **argv) {
   if (json) {
     printf("{\"calibration\":{\"model\":\"%s\",\"dtype\":\"%s\",\"threads\":%d,\"isa\":\"%s\",\"read_gbs\":%.2f,"
            "\"prefill_tokens_per_s\":%.2f,\"decode_tokens_per_s\":%.3f},\"target\":\"%s\",\"nodes\":%d,\"mem_bw_gbs\":%.2f,"
-           "\"link_bw_gbs\":%.2f,\"link_latency_us\":%.1f,\"colocated\":%s,\"rank_share\":%.3f,\"rank_share_bw\":%.3f,\"rank_occupancy\":%.3f,\"prompt_len\":%d,\"batch\":%d,\"layouts\":[",
+           "\"link_bw_gbs\":%.2f,\"link_latency_us\":%.1f,\"colocated\":%s,\"rank_share\":%.3f,\"rank_share_bw\":%.3f,\"rank_occupancy\":%.3f,\"prompt_len\":%d,\"batch\":%d,\"lm_head\":\"%s\",\"layouts\":[",
            model, k.dtype, k.threads, k.isa, k.read_gbs, k.pre_tps, k.dec_tps, target_name, K, tg.mem_bw, tg.link_bw,
-           tg.link_lat * 1e6, colocated ? "true" : "false", tg.share, tg.share_bw, tg.occ, P, B);
+           tg.link_lat * 1e6, colocated ? "true" : "false", tg.share, tg.share_bw, tg.occ, P, B,
+           tg.vocab_split ? "split" : "whole");
     for (int i = 0; i < n; i++)
       printf("%s{\"layout\":\"%s\",\"tp\":%d,\"ep\":%d,\"prefill_tokens_per_s\":%.2f,\"decode_tokens_per_s\":%.3f,"
              "\"prefill_comm_share\":%.3f,\"decode_comm_share\":%.3f,\"weights_bytes_per_node\":%.0f,\"kv_bytes_per_node\":%.0f}",
@@ -434,10 +449,10 @@ int dsi_cmd_plan(int argc, char **argv) {
            lp[i].pre_tps, lp[i].dec_tps, 100 * lp[i].pre_comm, 100 * lp[i].dec_comm, lp[i].weights / 1e9, lp[i].kv / 1e9,
            lp[i].weights + lp[i].kv > 0.9 * mem ? "  (does not fit)" : "");
   if (pick >= 0)
-    printf("pick: %s (--tp %d --ep %d%s): the fastest decode that fits %.0f GB a node\n", lp[pick].name, lp[pick].tp,
+    printf("pick: %s (--tp %d --ep %d%s%s): the fastest decode that fits %.0f GB a node\n", lp[pick].name, lp[pick].tp,
            lp[pick].ep, lp[pick].dp ? " --attn dp"
                         : lp[pick].tp > 1 ? lp[pick].tp_to_ep == DSI_TP_TO_EP_ALLREDUCE ? " --tp-to-ep allreduce" : " --tp-to-ep rs-ag"
-                        : "", mem / 1e9);
+                        : "", tg.vocab_split && !lp[pick].dp && K > 1 ? " --lm-head split" : "", mem / 1e9);
   else
     printf("pick: none: no layout fits %.0f GB a node; more nodes are needed\n", mem / 1e9);
   return dsi_cli_finish_output("plan");

@@ -13,7 +13,10 @@
 # collectives and compute interleave. DP attention (--attn
 # dp): each rank the whole attention of its own sequences (the two test
 # sequences on two ranks; on four, two ranks hold none), the tokens meeting
-# at the experts, the logits gathered to rank 0. On every golden checkpoint, f32
+# at the experts, the logits gathered to rank 0. lm_head split by
+# vocabulary (the default but under DP attention): each rank its 1/N of the
+# rows, the columns of the logits gathered to rank 0 and laid side by side;
+# --lm-head whole: all of it on rank 0. On every golden checkpoint, f32
 # logits with 2 and 4 ranks equal the single process's within 1e-5
 # relative per row (prefill, decode, several sequences, each executor,
 # weight layout and stream setting); greedy generation gives the same
@@ -46,17 +49,19 @@ for dir in golden/*/; do
     "$bin" logits --precision f32 --threads 1 --model "$m" --tokens "$toks" --tokens 5,6,7 $mode --out "$one" 2>/dev/null
     # the layouts: experts split; heads split both ways, experts split or not
     layouts=("2|" "4|" "2|--tp 2 --overlap on" "4|--tp 4 --tp-to-ep allreduce" "2|--attn dp"
-             "2|--tp 2 --overlap on --two-batch-min 2")
+             "2|--tp 2 --overlap on --two-batch-min 2" "2|--tp 2 --lm-head whole")
     if [ "$c" = tiny-bf16 ] && [ -z "$mode" ]; then
       layouts+=("4|--tp 4" "2|--tp 2 --tp-to-ep allreduce" "2|--tp 2 --ep 1" "4|--tp 4 --ep 1 --tp-to-ep allreduce"
                 "2|--overlap on" "2|--tp 2 --overlap on" "4|--tp 4 --tp-to-ep allreduce --overlap on"
                 "2|--tp 2 --ep 1 --overlap on" "2|--attn dp" "4|--attn dp --overlap on" "2|--attn dp --ep 1"
                 "2|--overlap on --two-batch-min 2" "2|--tp 2 --overlap on --two-batch-min 2"
                 "4|--tp 4 --tp-to-ep allreduce --overlap on --two-batch-min 2" "2|--tp 2 --ep 1 --overlap on --two-batch-min 2"
-                "2|--attn dp --overlap on --two-batch-min 2" "4|--attn dp --overlap on --two-batch-min 2")
+                "2|--attn dp --overlap on --two-batch-min 2" "4|--attn dp --overlap on --two-batch-min 2"
+                "4|--lm-head whole" "4|--tp 4 --tp-to-ep allreduce --overlap on --two-batch-min 2 --lm-head whole")
     elif [ "$c" = tiny-bf16 ]; then
       layouts=("2|" "2|--tp 2" "4|--tp 4 --tp-to-ep allreduce --overlap on" "2|--attn dp")
-      [ "$mode" = --decode ] && layouts+=("2|--tp 2 --overlap on --two-batch-min 2" "2|--attn dp --overlap on --two-batch-min 2")
+      [ "$mode" = --decode ] && layouts+=("2|--tp 2 --overlap on --two-batch-min 2" "2|--attn dp --overlap on --two-batch-min 2"
+                                          "4|--tp 4 --lm-head whole")
     elif [ -n "$mode" ]; then
       layouts=("2|" "4|--tp 4")
     fi
@@ -81,6 +86,10 @@ b=$("${mpi[@]}" -np 2 "$bin" generate --model "$m" --tokens 1,2,3,4 -n 24 --thre
 [ "$a" = "$b" ] && echo "ok   greedy generate: 2 ranks with heads split give one process's tokens" ||
   bad "greedy generate --tp 2: '$a' alone, '$b' on 2 ranks"
 
+b=$("${mpi[@]}" -np 2 "$bin" generate --model "$m" --tokens 1,2,3,4 -n 24 --threads 1 --tp 2 --lm-head whole 2>/dev/null)
+[ "$a" = "$b" ] && echo "ok   greedy generate: 2 ranks with heads split and lm_head whole on rank 0 give one process's tokens" ||
+  bad "greedy generate --tp 2 --lm-head whole: '$a' alone, '$b' on 2 ranks"
+
 # wrong counts: a clear error, no hang
 err=$("$bin" logits --model "$m" --tokens 1,2 --ep 2 --out "$scratch/x" 2>&1) && bad "--ep 2 in one process ran"
 grep -q 'needs as many ranks: mpirun -np 2' <<<"$err" && echo "ok   --ep 2 alone: $err" || bad "--ep 2 alone: '$err'"
@@ -99,6 +108,16 @@ err=$(timeout 60 "${mpi[@]}" -np 2 "$bin" logits --model "$m" --tokens 1,2 --tp 
   bad "--attn dp --tp 2 ran"
 grep -q 'attn dp runs every head on each rank' <<<"$err" && echo "ok   --attn dp --tp 2: a usage error" ||
   bad "--attn dp --tp 2: '$err'"
+err=$(timeout 60 "${mpi[@]}" -np 2 "$bin" logits --model "$m" --tokens 1,2 --attn dp --lm-head split --out "$scratch/x" 2>&1) &&
+  bad "--attn dp --lm-head split ran"
+grep -q 'lm-head split: under --attn dp' <<<"$err" && echo "ok   --attn dp --lm-head split: a usage error" ||
+  bad "--attn dp --lm-head split: '$err'"
+err=$(timeout 60 "${mpi[@]}" -np 2 "$bin" logits --model "$m" --tokens 1,2 --lm-head half --out "$scratch/x" 2>&1) &&
+  bad "--lm-head half ran"
+grep -q 'must be whole or split' <<<"$err" && echo "ok   --lm-head half: a usage error" || bad "--lm-head half: '$err'"
+err=$("$bin" logits --model "$m" --tokens 1,2 --lm-head split --out "$scratch/x" 2>&1) && bad "--lm-head split alone ran"
+grep -q 'needs mpirun -np N' <<<"$err" && echo "ok   --lm-head split in one process: a usage error" ||
+  bad "--lm-head split in one process: '$err'"
 err=$(timeout 60 "${mpi[@]}" -np 3 "$bin" logits --model "$m" --tokens 1,2 --tp 3 --out "$scratch/x" 2>&1) &&
   bad "--tp 3 with 4 heads ran"
 grep -q 'do not split evenly over 3' <<<"$err" && echo "ok   --tp 3 with 4 heads: $(grep -m1 -o 'do not split.*' <<<"$err")" ||
@@ -173,7 +192,7 @@ const reqs = [{prompt: p1}, {prompt: p1 + " said today that the"}, {prompt: p1 +
 if [ -n "${DSINFER_SANITIZED:-}" ]; then
   echo "skip prefix cache through serve under the sanitizers (the log itself: test_attn_pairs)"
 elif serve_answers "$scratch/pfx.one" --; then
-  for par in "--tp 2" "--attn dp" "--ep 2"; do
+  for par in "--tp 2" "--attn dp" "--ep 2" "--ep 2 --lm-head whole"; do
     if serve_answers "$scratch/pfx.two" "${mpi[@]}" -np 2 -- $par && cmp -s "$scratch/pfx.one" "$scratch/pfx.two"; then
       echo "ok   prefix cache on 2 ranks ($par): the answers of prompts sharing a cached prefix equal one process's"
     else
