@@ -455,5 +455,13 @@ int dsi_cmd_plan(int argc, char **argv) {
                         : "", tg.vocab_split && !lp[pick].dp && K > 1 ? " --lm-head split" : "", mem / 1e9);
   else
     printf("pick: none: no layout fits %.0f GB a node; more nodes are needed\n", mem / 1e9);
+  if (pick >= 0 && !lp[pick].dp && K > 1) { /* the other lm_head, on the same calibration */
+    target t2 = tg;
+    t2.vocab_split = !tg.vocab_split;
+    layout_pred o = lp[pick];
+    predict(&k, &s, &t2, &o);
+    printf("  with --lm-head %s instead: prefill %.1f tokens/s, decode %.2f tokens/s, %.1f GB of weights a node\n",
+           t2.vocab_split ? "split" : "whole", o.pre_tps, o.dec_tps, o.weights / 1e9);
+  }
   return dsi_cli_finish_output("plan");
 }
