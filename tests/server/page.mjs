@@ -104,8 +104,10 @@ try {
     const a = await answers();
     const stats = await page.$eval(".assistant .stats", (e) => e.textContent);
     const err = await page.$$eval(".assistant .error", (els) => els.map((e) => e.textContent).join("; "));
-    check(a.length === 1 && a[0].length > 0 && /tokens/.test(stats) && !err,
-      `an answer streamed in: ${JSON.stringify(a[0])} (${stats}${err ? "; " + err : ""})`);
+    /* the random-weight model may sample <think> first: then its text streams into the reasoning */
+    const why = await page.$$eval(".assistant details.reasoning > div", (els) => els.map((e) => e.textContent).join(""));
+    check(a.length === 1 && (a[0].length > 0 || why.length > 0) && /tokens/.test(stats) && !err,
+      `an answer streamed in: ${JSON.stringify(a[0])}${why ? ", reasoning " + JSON.stringify(why) : ""} (${stats}${err ? "; " + err : ""})`);
     check((await page.$$eval(".msg.user", (els) => els.length)) === 1, "the message shows as the user's");
 
     // a long answer, paced: Stop ends it
