@@ -1,7 +1,7 @@
-/* kernels: one core's AVX-512 compute peaks, measured on the spot with
- * 12 independent accumulators (latency hidden) on registers — f32 FMA,
- * AVX512-BF16 vdpbf16ps and VNNI vpdpbusd — the roofs `bench kernels`
- * sets each vector kernel beside. */
+/* kernels: one core's vector compute peaks, measured on the spot with
+ * 12 independent accumulators (latency hidden) on registers — f32 FMA
+ * (zmm, or ymm on a CPU with AVX2 only), AVX512-BF16 vdpbf16ps and VNNI
+ * vpdpbusd — the roofs `bench kernels` sets each vector kernel beside. */
 #include <immintrin.h>
 #include <time.h>
 
@@ -16,18 +16,34 @@ static double now(void) {
 
 /* 12 chains of one instruction on registers; asm, so that neither the
  * compiler's flags (this file has no VNNI) nor its optimizer change it */
-#define LOOP12(INSN)                                                                                          \
-  __asm__ volatile(INSN " %%zmm12, %%zmm13, %%zmm0\n\t" INSN " %%zmm12, %%zmm13, %%zmm1\n\t"                \
-                   INSN " %%zmm12, %%zmm13, %%zmm2\n\t" INSN " %%zmm12, %%zmm13, %%zmm3\n\t"                \
-                   INSN " %%zmm12, %%zmm13, %%zmm4\n\t" INSN " %%zmm12, %%zmm13, %%zmm5\n\t"                \
-                   INSN " %%zmm12, %%zmm13, %%zmm6\n\t" INSN " %%zmm12, %%zmm13, %%zmm7\n\t"                \
-                   INSN " %%zmm12, %%zmm13, %%zmm8\n\t" INSN " %%zmm12, %%zmm13, %%zmm9\n\t"                \
-                   INSN " %%zmm12, %%zmm13, %%zmm10\n\t" INSN " %%zmm12, %%zmm13, %%zmm11\n\t" ::          \
-                       : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", \
+#define LOOP12W(INSN, R)                                                                                          \
+  __asm__ volatile(INSN " %%" R "12, %%" R "13, %%" R "0\n\t" INSN " %%" R "12, %%" R "13, %%" R "1\n\t"           \
+                   INSN " %%" R "12, %%" R "13, %%" R "2\n\t" INSN " %%" R "12, %%" R "13, %%" R "3\n\t"           \
+                   INSN " %%" R "12, %%" R "13, %%" R "4\n\t" INSN " %%" R "12, %%" R "13, %%" R "5\n\t"           \
+                   INSN " %%" R "12, %%" R "13, %%" R "6\n\t" INSN " %%" R "12, %%" R "13, %%" R "7\n\t"           \
+                   INSN " %%" R "12, %%" R "13, %%" R "8\n\t" INSN " %%" R "12, %%" R "13, %%" R "9\n\t"           \
+                   INSN " %%" R "12, %%" R "13, %%" R "10\n\t" INSN " %%" R "12, %%" R "13, %%" R "11\n\t" ::     \
+                       : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",     \
                          "xmm10", "xmm11")
+#define LOOP12(INSN) LOOP12W(INSN, "zmm")
+
+/* AVX2's 8-wide FMA, on a CPU without AVX-512 (its own ymm registers:
+ * the zmm loop would fault there) */
+static double ymm_fma_peak(double seconds) {
+  __asm__ volatile("vpxor %%ymm12, %%ymm12, %%ymm12\n\tvpxor %%ymm13, %%ymm13, %%ymm13" ::: "xmm12", "xmm13");
+  long iters = 0;
+  double t0 = now(), el;
+  do {
+    for (int i = 0; i < 1024; i++) LOOP12W("vfmadd231ps", "ymm");
+    iters += 1024;
+    el = now() - t0;
+  } while (el < seconds);
+  return (double)iters * 12 * 16 / el * 1e-9;
+}
 
 double dsi_vec_peak(dsi_vec_peak_kind kind, double seconds) {
   const dsi_cpu *c = dsi_cpu_get();
+  if (!c->avx512f && c->avx2 && kind == DSI_PEAK_FMA) return ymm_fma_peak(seconds);
   if (!c->avx512f || (kind == DSI_PEAK_DPBF16 && !c->avx512bf16) || (kind == DSI_PEAK_VNNI && !c->avx512vnni))
     return 0;
   /* small operands: no denormals, no overflow in the time measured */
