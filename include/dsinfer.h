@@ -377,11 +377,13 @@ typedef struct dsi_peaks {
   double read_gbs;        /* memory read bandwidth, all threads, 1 GiB buffer */
   double triad_gbs;       /* STREAM triad (3 arrays counted) */
   double amx_bf16_gflops; /* tdpbf16ps on resident tiles, summed over threads; 0 without AMX */
-  /* one instruction on 12 independent zmm chains a core, summed over the
-   * threads; 0 where the CPU lacks it */
+  /* one instruction on 12 independent zmm chains a core (ymm on a CPU with
+   * AVX2 only), summed over the threads; 0 where the CPU lacks it */
   double fma_gflops;      /* f32 vfmadd */
   double dpbf16_gflops;   /* vdpbf16ps */
   double vnni_gops;       /* vpdpbusd, a u8 x s8 multiply-add counted as 2 */
+  double maddwd_gops;     /* ymm vpmaddwd, an s16 x s16 multiply-add counted as 2:
+                             the AVX2 integer matmuls' roof */
 } dsi_peaks;
 int dsi_measure_peaks(int n_threads, dsi_peaks *out);
 /* The matrix peak that kernel level `isa` (dsi_engine_isa, dsi_isa_name)

@@ -4,6 +4,7 @@
 #include "engine/engine_testing.h"
 
 #include "graph/prof.h"
+#include "kernels/gemm.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -20,13 +21,14 @@ const dsi_err *dsi_engine_error(const dsi_engine *e) { return &e->err; }
 const char *dsi_engine_isa(const dsi_engine *e) { return dsi_fwd_isa(e->fwd); }
 
 double dsi_engine_matrix_peak(const dsi_engine *e, const dsi_peaks *pk, const char **name) {
-  /* INT8 and INT4 weights multiply int8 activations on vpdpbusd where no
-   * AMX runs them (the attention's bf16 matmuls then count against it
-   * too); INT4's in every precision mode */
-  int i8 = e->m->quant == DSI_QUANT_INT4 || (e->m->quant && dsi_fwd_act_bf16(e->fwd));
-  if (i8 && strcmp(dsi_engine_isa(e), "amx") && pk->vnni_gops > 0)
-    return *name = "vpdpbusd", pk->vnni_gops;
-  return dsi_matrix_peak(pk, dsi_fwd_act_bf16(e->fwd) ? dsi_engine_isa(e) : "f32", name);
+  /* INT8 and INT4 weights multiply int8 activations on vpdpbusd (AVX2:
+   * vpmaddwd) where no AMX runs them (the attention's bf16 matmuls then
+   * count against it too); INT4's in every precision mode */
+  int act = dsi_fwd_act(e->fwd);
+  int i8 = e->m->quant == DSI_QUANT_INT4 || (e->m->quant && (act & DSI_ACT_RED_I8));
+  if (i8 && strcmp(dsi_engine_isa(e), "amx") && pk->vnni_gops > 0) return *name = "vpdpbusd", pk->vnni_gops;
+  if (i8 && !strcmp(dsi_engine_isa(e), "avx2") && pk->maddwd_gops > 0) return *name = "vpmaddwd", pk->maddwd_gops;
+  return dsi_matrix_peak(pk, (act & DSI_ACT_RED_BF16) ? dsi_engine_isa(e) : "f32", name);
 }
 
 void dsi_engine_kv_blocks(const dsi_engine *e, int *available, int *total, int *block_size) {

@@ -799,9 +799,9 @@ int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, const dsi_fwd
    * kernel runs (packed weights), unless told; the cache in bf16 pair rows
    * where AMX runs the bf16 forward (the row-major attention reads f32 rows) */
   const dsi_kern *k = dsi_kern_get((dsi_isa)cap);
-  int bf16 = o->precision == DSI_ACT_BF16 || (o->precision == DSI_ACT_AUTO && m->packed && (k->amx || k->dot_bf16));
+  f->mm = dsi_mm_make(k, o->precision, m->packed, dsi_pool_size(pool));
+  int bf16 = f->mm.act_bf16;
   int H = c->num_attention_heads, kvl = c->kv_lora_rank, row = kvl + c->qk_rope_head_dim;
-  f->mm = (dsi_mm){.k = k, .act_bf16 = bf16, .nth = dsi_pool_size(pool)};
   f->kv_pairs = bf16 && m->packed && k->amx && o->kv_block_size % DSI_ATTN_PAIR_CHUNK == 0 && kvl % 16 == 0 &&
                 row % 16 == 0;
   f->max_tokens = max_tokens;
@@ -883,7 +883,7 @@ int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, const dsi_fwd
 }
 
 void dsi_fwd_set_prof(dsi_fwd *fw, dsi_prof *p) { fw->prof = p; }
-int dsi_fwd_act_bf16(const dsi_fwd *fw) { return fw->f.mm.act_bf16; }
+int dsi_fwd_act(const dsi_fwd *fw) { return dsi_mm_act(&fw->f.mm); }
 int dsi_fwd_kv_pairs(const dsi_fwd *fw) { return fw->f.kv_pairs; }
 const char *dsi_fwd_isa(const dsi_fwd *fw) { return dsi_isa_str(fw->f.mm.k->level); }
 const char *dsi_fwd_isa_best(void) { return dsi_isa_str(dsi_kern_best()->level); }

@@ -92,8 +92,8 @@ typedef struct dsi_fwd_exec_opts {
  * layout decided here from o. DSI_E_INVAL for an unknown isa; DSI_E_NOMEM. */
 int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, const dsi_fwd_opts *o, dsi_err *err);
 void dsi_fwd_free(dsi_fwd *f);
-/* matmuls see activations rounded to bf16 (see DSI_ACT_BF16) */
-int dsi_fwd_act_bf16(const dsi_fwd *f);
+/* what the matmuls may do to activations: DSI_ACT_RED_* (kernels/gemm.h) */
+int dsi_fwd_act(const dsi_fwd *f);
 /* the latent cache it reads: bf16 pair rows (1) or f32 rows (0) */
 int dsi_fwd_kv_pairs(const dsi_fwd *f);
 /* the level of the kernels it runs ("amx", "avx512", ...) */

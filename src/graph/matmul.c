@@ -2,6 +2,7 @@
  * how much memory it takes, claiming work, preparing activations, the
  * team's run, one matmul alone, and a dispatch outside a graph. */
 #include "graph/matmul.h"
+#include "dsinfer.h"
 
 #include "base/base.h"
 #include "kernels/vec.h"
@@ -94,6 +95,12 @@ static void gemm_units_run(void *ctx, long u0, long u1, void *scratch) {
     if (g->gs[i].m > 0) g->fns[i](&g->gs[i], r0, r1, scratch);
 }
 
+dsi_mm dsi_mm_make(const dsi_kern *k, int precision, int packed, int nth) {
+  int bf16 = precision == DSI_ACT_BF16 || (precision == DSI_ACT_AUTO && packed && (k->amx || k->dot_bf16));
+  int i8 = bf16 || (precision == DSI_ACT_AUTO && packed && k->level == DSI_ISA_AVX2);
+  return (dsi_mm){.k = k, .act_bf16 = bf16, .act_i8 = i8, .nth = nth};
+}
+
 /* ---- preparing activations ---- */
 /* How a call's activations are prepared for its kernel. */
 enum { P_NONE, P_ROUND, P_BF16, P_I8, P_DP };
@@ -149,7 +156,7 @@ void dsi_mm_team(dsi_team *tm, const dsi_mm *mm, dsi_mm_thread th, int n, int ro
   DSI_ASSERT(n <= 1024);
   for (int i = 0; i < n; i++) {
     int wants = DSI_PREP_NONE;
-    fns[i] = dsi_gemm_pick(mm->k, gs[i].w, gs[i].m, mm->act_bf16, &wants);
+    fns[i] = dsi_gemm_pick(mm->k, gs[i].w, gs[i].m, dsi_mm_act(mm), &wants);
     set_ready(&gs[i], wants, ready);
     kind[i] = (uint8_t)prep_kind(mm, wants, x_ready, ready);
     if (kind[i] == P_BF16) slot[i] = n_b, n_b += DSI_XB_ROWS(gs[i].m);
@@ -217,7 +224,7 @@ void dsi_mm_team(dsi_team *tm, const dsi_mm *mm, dsi_mm_thread th, int n, int ro
 void dsi_mm_one(const dsi_mm *mm, dsi_gemm *g, int r0, int r1, void *prep, size_t prep_bytes, void *scratch,
                 int x_ready, const void *ready) {
   int wants = DSI_PREP_NONE;
-  dsi_gemm_fn fn = dsi_gemm_pick(mm->k, g->w, g->m, mm->act_bf16, &wants);
+  dsi_gemm_fn fn = dsi_gemm_pick(mm->k, g->w, g->m, dsi_mm_act(mm), &wants);
   int kind = prep_kind(mm, wants, x_ready, ready);
   size_t ldq = DSI_XQ_LD(g->w->kpad);
   set_ready(g, wants, ready);

@@ -42,8 +42,20 @@ typedef struct dsi_team {
 typedef struct dsi_mm {
   const dsi_kern *k; /* the kernels */
   int act_bf16;      /* matmuls multiply bf16-rounded activations (DSI_ACT_BF16) */
+  int act_i8;        /* INT8 weights multiply int8 activations (with act_bf16, and
+                        where the integer kernel is the CPU's fastest: AVX2) */
   int nth;           /* threads of the pool: claim chunks are sized by it */
 } dsi_mm;
+
+/* the driver for kernels k at a DSI_ACT_* precision (auto: bf16
+ * activations where a bf16 kernel runs on packed weights; int8 ones for
+ * INT8 weights with them, and where the integer kernel is the fastest
+ * the CPU has: AVX2) */
+dsi_mm dsi_mm_make(const dsi_kern *k, int precision, int packed, int nth);
+/* mm's reduced-precision permissions as dsi_gemm_pick's act */
+static inline int dsi_mm_act(const dsi_mm *mm) {
+  return (mm->act_bf16 ? DSI_ACT_RED_BF16 : 0) | (mm->act_i8 ? DSI_ACT_RED_I8 : 0);
+}
 
 /* Work split into units, claimed in chunks from tm->st by the team and
  * by helpers; the team's threads return when every unit is finished.

@@ -476,7 +476,7 @@ void dsi_mla_prefill_naive(const dsi_mla_prefill *p, dsi_team *tm, const dsi_mm 
       j.c0 = c0;
       /* the latents as bf16 tiles when the expansion's first chunk of rows
        * takes AMX, staged when it takes AVX512-BF16: once for all heads */
-      dsi_gemm_pick(mm->k, &w->w_uk, DSI_MIN(nb, MLA_EXPAND_ROWS), mm->act_bf16, &wants);
+      dsi_gemm_pick(mm->k, &w->w_uk, DSI_MIN(nb, MLA_EXPAND_ROWS), dsi_mm_act(mm), &wants);
       uint16_t *latb = wants == DSI_PREP_BF16 ? bf.latb : NULL;
       uint32_t *latd = wants == DSI_PREP_DP ? (uint32_t *)bf.latb : NULL;
       dsi_barrier_wait(tm->bar); /* the group's init; the last block's heads done with the latents */
@@ -497,7 +497,7 @@ void dsi_mla_prefill_naive(const dsi_mla_prefill *p, dsi_team *tm, const dsi_mm 
           const float *x = bf.lat + (size_t)u0 * p->row;
           /* what the block prepared, if this chunk's kernel takes it (a short last chunk may not) */
           int cw = DSI_PREP_NONE;
-          dsi_gemm_pick(mm->k, &wkh, nu, mm->act_bf16, &cw);
+          dsi_gemm_pick(mm->k, &wkh, nu, dsi_mm_act(mm), &cw);
           const void *xb = cw != wants ? NULL
                            : latb    ? (const void *)(latb + (size_t)(u0 / DSI_TILE_N) * latb_block)
                            : latd    ? (const void *)(latd + DSI_XD_WORDS(u0, p->kvl))

@@ -69,7 +69,7 @@ static void op_rmsnorm(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
   const float *y = (op->flags & DSI_FUSE_ADD) ? XT(r, op->in[1]) : NULL;
   int quant = op->flags & DSI_FUSE_QUANT;
   const dsi_mm *mm = &r->f->mm;
-  int bf16_rows = quant && op->out[1] >= 0 && dsi_gemm_amx_rows(mm->k, n, mm->act_bf16);
+  int bf16_rows = quant && op->out[1] >= 0 && dsi_gemm_amx_rows(mm->k, n, dsi_mm_act(mm));
   const dsi_vec_ops *v = mm->k->vec;
   long a, e;
   dsi_split(n, tm->ith, tm->nth, &a, &e);
@@ -135,7 +135,7 @@ static void op_matmul(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
   th.gs[0] = (dsi_gemm){.w = w, .x = x, .ldx = w->cols, .m = m, .y = y, .ldy = ldy, .epi = op->epi};
   int prepared = (op->flags & DSI_X_PREPARED) != 0, rounded = prepared || (op->flags & DSI_X_ROUNDED);
   dsi_mm_team(tm, mm, th, 1, w->rows, op->epi == DSI_EPI_SILU_PAIRS ? 32 : 16, dsi_ws_shared(r, op), op->ws_shared, 1,
-              rounded, prepared && dsi_gemm_amx_rows(mm->k, m, mm->act_bf16) ? XT(r, op->in[1]) : NULL);
+              rounded, prepared && dsi_gemm_amx_rows(mm->k, m, dsi_mm_act(mm)) ? XT(r, op->in[1]) : NULL);
 }
 
 static void cost_matmul(const dsi_xrun *r, const dsi_op *op, dsi_op_cost *c) { mm_cost(op->w, op_rows(r, op), c); }

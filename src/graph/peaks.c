@@ -1,7 +1,7 @@
 /* graph: this machine's peaks, measured on the spot with the kernels'
  * own loops — memory read bandwidth (the decode roof), a STREAM triad,
  * and the compute rates summed over the threads: AMX BF16 tiles, f32 FMA,
- * vdpbf16ps and vpdpbusd (the prefill roofs) — which the profile and the
+ * vdpbf16ps, vpdpbusd and vpmaddwd (the prefill roofs) — which the profile and the
  * benchmarks set their rates beside. */
 #define _GNU_SOURCE
 #include "base/base.h"
@@ -51,6 +51,7 @@ static void compute_task(void *ctx, int ith, int nth) {
     out->fma_gflops = DSI_MAX(out->fma_gflops, dsi_vec_peak(DSI_PEAK_FMA, 0.04));
     out->dpbf16_gflops = DSI_MAX(out->dpbf16_gflops, dsi_vec_peak(DSI_PEAK_DPBF16, 0.04));
     out->vnni_gops = DSI_MAX(out->vnni_gops, dsi_vec_peak(DSI_PEAK_VNNI, 0.04));
+    out->maddwd_gops = DSI_MAX(out->maddwd_gops, dsi_vec_peak(DSI_PEAK_MADDWD, 0.04));
   }
 }
 
@@ -110,6 +111,7 @@ int dsi_measure_peaks(int n_threads, dsi_peaks *out) {
       out->fma_gflops += per[i].fma_gflops;
       out->dpbf16_gflops += per[i].dpbf16_gflops;
       out->vnni_gops += per[i].vnni_gops;
+      out->maddwd_gops += per[i].maddwd_gops;
     }
   }
   dsi_pool_free(pool);

@@ -76,14 +76,16 @@ void dsi_gemm_avx2(const dsi_gemm *g, int r0, int r1, void *scratch);
 
 /* INT4 weights times int8 activations (any m; needs xq): AVX-512 with VNNI
  * (vpdpbusd), AVX-512 BW (vpmaddubsw), AVX2 — x86/avx512_int4.c,
- * x86/avx2_int4.c. They and dsi_gemm_ref agree bitwise before the SiLU. */
+ * x86/avx2_iq.c. They and dsi_gemm_ref agree bitwise before the SiLU. */
 void dsi_gemm_avx512_vnni_i4(const dsi_gemm *g, int r0, int r1, void *scratch);
 void dsi_gemm_avx512_i4(const dsi_gemm *g, int r0, int r1, void *scratch);
 void dsi_gemm_avx2_i4(const dsi_gemm *g, int r0, int r1, void *scratch);
 /* INT8 weights times int8 activations (any m; needs xq) with AVX-512 VNNI,
- * for CPUs without AMX INT8 or below its batch sizes — x86/avx512_int8.c.
- * It and dsi_gemm_ref given xq agree bitwise before the SiLU. */
+ * for CPUs without AMX INT8 or below its batch sizes, and with AVX2
+ * (vpmaddwd) — x86/avx512_int8.c, x86/avx2_iq.c. They and dsi_gemm_ref
+ * given xq agree bitwise (the AVX-512 one before the SiLU). */
 void dsi_gemm_avx512_vnni_i8(const dsi_gemm *g, int r0, int r1, void *scratch);
+void dsi_gemm_avx2_i8(const dsi_gemm *g, int r0, int r1, void *scratch);
 
 /* What a kernel reads besides x, prepared once by the caller. */
 enum {
@@ -110,17 +112,21 @@ void dsi_gemm_dp_stage(const dsi_gemm *g, int s0, int s1, uint32_t *xd);
  * 8-12 rows, and batch-8 decode 1.05-1.1x end to end. */
 #define DSI_AMX_MIN_ROWS 8
 
+/* What the matmuls may do to activations (dsi_gemm_pick's act): round
+ * them to bf16 (and to int8 for INT8 weights: the bf16 precision mode),
+ * or only quantize them to int8 for INT8 weights. */
+enum { DSI_ACT_RED_BF16 = 1, DSI_ACT_RED_I8 = 2 };
 /* The kernel of table k for w at batch size m; kernels that multiply
  * reduced-precision activations (AMX: bf16, or int8 for INT8 weights) only
- * when act_bf16 allows it. *prep says what the kernel reads (DSI_PREP_*). */
+ * when act allows it. *prep says what the kernel reads (DSI_PREP_*). */
 struct dsi_kern;
 struct dsi_vec_ops;
-dsi_gemm_fn dsi_gemm_pick(const struct dsi_kern *k, const dsi_mat *w, int m, int act_bf16, int *prep);
+dsi_gemm_fn dsi_gemm_pick(const struct dsi_kern *k, const dsi_mat *w, int m, int act, int *prep);
 /* whether dsi_gemm_pick gives BF16 / FP8 weights the AMX kernel at m
  * (then activations are wanted as bf16 rows) */
-int dsi_gemm_amx_rows(const struct dsi_kern *k, int m, int act_bf16);
+int dsi_gemm_amx_rows(const struct dsi_kern *k, int m, int act);
 /* "ref", "avx2", "avx512", "avx512-bf16", "amx", "amx-int8", "avx512-vnni-int8",
- * "avx512-vnni-int4", "avx512-int4", "avx2-int4" */
+ * "avx512-vnni-int4", "avx512-int4", "avx2-int4", "avx2-int8" */
 const char *dsi_gemm_kernel_name(dsi_gemm_fn fn);
 
 /* Pack gate [I, D] and up [I, D] (row-major, same dtype) into one TILES

@@ -130,7 +130,7 @@ static void bench_grouped(FILE *out, const dsi_kern *k, const dsi_peaks *pk, int
     }
   dsi_pool *pool = dsi_pool_new(nth);
   /* the forward's matmul driver: prepared rows and each thread's lists and scratch in ws */
-  dsi_mm mm = {.k = k, .act_bf16 = k->amx || k->dot_bf16, .nth = nth};
+  dsi_mm mm = dsi_mm_make(k, DSI_ACT_AUTO, 1, nth);
   size_t ws_bytes = dsi_mm_run_bytes(nth, G_E, P, G_D, G_D);
   void *ws = dsi_alloc_aligned(ws_bytes);
   float *x = dsi_alloc_aligned((size_t)P * G_D * sizeof(float)), *h = dsi_alloc_aligned((size_t)P * G_I * sizeof(float));
@@ -345,7 +345,7 @@ static double matvec_hot_gbs(const dsi_kern *k, dsi_dtype dt, int reps, dsi_rng 
   size_t bytes;
   if (random_packed(&w, dt, rows, cols, &mem, &bytes, r)) return 0;
   int prep;
-  *fn = dsi_gemm_pick(k, &w, 1, 1, &prep);
+  *fn = dsi_gemm_pick(k, &w, 1, DSI_ACT_RED_BF16, &prep);
   float *x = dsi_alloc_aligned(cols * sizeof(float)), *y = dsi_alloc_aligned(rows * sizeof(float));
   void *scratch = dsi_alloc_aligned(DSI_GEMM_SCRATCH(cols));
   double med = 0;
@@ -453,7 +453,8 @@ static double kernel_peak(dsi_gemm_fn fn, const dsi_peaks *pk, int int8, const c
   if (!strcmp(k, "amx") || !strcmp(k, "amx-int8")) return *name = "amx", pk->amx_bf16_gflops * (int8 ? 2 : 1);
   if (!strcmp(k, "avx512-bf16")) return *name = "vdpbf16ps", pk->dpbf16_gflops;
   if (!strcmp(k, "avx512-vnni-int4") || !strcmp(k, "avx512-vnni-int8")) return *name = "vpdpbusd", pk->vnni_gops;
-  if (!strcmp(k, "avx512")) return *name = "fma", pk->fma_gflops;
+  if (!strcmp(k, "avx2-int4") || !strcmp(k, "avx2-int8")) return *name = "vpmaddwd", pk->maddwd_gops;
+  if (!strcmp(k, "avx512") || !strcmp(k, "avx2")) return *name = "fma", pk->fma_gflops;
   return 0;
 }
 
@@ -494,7 +495,8 @@ int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) 
           model[0] ? model : "CPU model unknown", pk.threads, dsi_isa_str(k->level), pk.read_gbs, pk.triad_gbs,
           pk.amx_bf16_gflops, pk.threads);
   fprintf(out, "vector peaks (12 chains a core, all threads): f32 FMA %.0f GFLOP/s, vdpbf16ps %.0f GFLOP/s, "
-               "vpdpbusd %.0f GOP/s (0: not on this CPU)\n", pk.fma_gflops, pk.dpbf16_gflops, pk.vnni_gops);
+               "vpdpbusd %.0f GOP/s, ymm vpmaddwd %.0f GOP/s (0: not on this CPU)\n", pk.fma_gflops,
+          pk.dpbf16_gflops, pk.vnni_gops, pk.maddwd_gops);
 #if DSI_HAVE_OPENBLAS
   fprintf(out, "baseline: OpenBLAS cblas_sgemm (f32 weights; this OpenBLAS has no cblas_sbgemm)\n");
   openblas_set_num_threads(nth);
@@ -520,7 +522,7 @@ int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) 
           "GB/s", "%bw", "GFLOP/s", "%peak", "blas GF/s", "x blas");
   dsi_pool *pool = dsi_pool_new(nth);
   size_t kmax = 16384 + 64;
-  dsi_mm mm = {.k = k, .act_bf16 = k->amx || k->dot_bf16, .nth = nth};
+  dsi_mm mm = dsi_mm_make(k, DSI_ACT_AUTO, 1, nth);
   size_t ws_bytes = dsi_mm_run_bytes(nth, 1, max_m, (int)kmax, (int)kmax);
   void *ws = dsi_alloc_aligned(ws_bytes);
   dsi_gemm_fn picked = NULL;

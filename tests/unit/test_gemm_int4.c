@@ -184,7 +184,7 @@ static void test_kernels(dsi_rng *rng) {
 #endif
   int dummy;
   dsi_mat probe = {.dtype = DSI_DTYPE_I4, .layout = DSI_LAYOUT_TILES, .block = 32};
-  dsi_gemm_fn picked = dsi_gemm_pick(kt, &probe, 1, 1, &dummy);
+  dsi_gemm_fn picked = dsi_gemm_pick(kt, &probe, 1, DSI_ACT_RED_BF16, &dummy);
   CHECK(dummy == DSI_PREP_I8 && picked == (nk ? ks[0].fn : dsi_gemm_ref));
   static const int rows_set[] = {16, 7, 48, 200};
   static const int cols_set[] = {32, 100, 256, 1000};

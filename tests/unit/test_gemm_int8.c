@@ -1,9 +1,10 @@
 /* tests: INT8 weights — the load-time quantization (error bounds, under
- * FP8's), the AVX-512, AVX-512 VNNI and AMX INT8 kernels against the
- * scalar oracle on the same INT8 matrices (every epilogue, ragged shapes,
- * gathered rows, two row ranges at once; the VNNI kernel bitwise against
- * the oracle given the same int8 activations), and the tiny golden model
- * loaded with --quant int8. */
+ * FP8's), the AVX-512, AVX-512 VNNI, AVX2 integer and AMX INT8 kernels
+ * against the scalar oracle on the same INT8 matrices (every epilogue,
+ * ragged shapes, gathered rows, two row ranges at once; the VNNI and AVX2
+ * integer kernels bitwise against the oracle given the same int8
+ * activations), which kernel each precision mode gets, and the tiny golden
+ * model loaded with --quant int8. */
 #include <stdlib.h>
 
 #include "check.h"
@@ -15,6 +16,7 @@
 #include "dsinfer.h"
 #include "kernels/cpu.h"
 #include "kernels/gemm.h"
+#include "graph/matmul.h"
 #include "model/model.h"
 
 #if DSI_HAVE_AVX512
@@ -31,6 +33,11 @@
 #define AMX_INT8_FN dsi_gemm_amx_int8
 #else
 #define AMX_INT8_FN NULL
+#endif
+#if DSI_HAVE_AVX2
+#define AVX2_INT8_FN dsi_gemm_avx2_i8
+#else
+#define AVX2_INT8_FN NULL
 #endif
 
 /* ---- random row-major sources ---- */
@@ -197,8 +204,8 @@ static dsi_pool *g_pool;
  * oracle, the oracle's integer sums vs its f32 ones on the same values */
 static double g_worst[5];
 /* the kernels one_case runs */
-enum { K_AVX512, K_AMX, K_VNNI, K_N };
-static const char *const k_names[K_N] = {"avx512", "amx-int8", "avx512-vnni-int8"};
+enum { K_AVX512, K_AMX, K_VNNI, K_AVX2I, K_N };
+static const char *const k_names[K_N] = {"avx512", "amx-int8", "avx512-vnni-int8", "avx2-int8"};
 
 /* normalized error over [ny, ld]: max |got - want| / max |want - base| */
 static double norm_err(const float *got, const float *want, const float *base, size_t n) {
@@ -276,7 +283,8 @@ static void one_case(dsi_epilogue epi, int rows, int cols, int m, int kind, dsi_
     memcpy(yref, y0, yn * sizeof(float));
     r.y = yref;
     dsi_gemm_ref(&r, 0, silu ? pk.rows : rows, scr);
-    if (kind == K_VNNI) {
+    int integer = kind == K_VNNI || kind == K_AVX2I;
+    if (integer) {
       /* the integer sums against the f32 ones: the same values, summed
        * in another order */
       float *yint = dsi_xmalloc(yn * sizeof(float));
@@ -296,12 +304,13 @@ static void one_case(dsi_epilogue epi, int rows, int cols, int m, int kind, dsi_
     g.y = y;
     g.xq = xq;
     g.xq_scale = xs;
-    gemm_two(g_pool, kind == K_VNNI ? VNNI_INT8_FN : AMX_INT8_FN, &g, silu);
+    gemm_two(g_pool, kind == K_VNNI ? VNNI_INT8_FN : kind == K_AVX2I ? AVX2_INT8_FN : AMX_INT8_FN, &g, silu);
     double e = norm_err(y, yref, epi == DSI_EPI_SCATTER_ADD ? y0 : NULL, yn);
-    if (kind == K_VNNI) {
-      /* bitwise, except the AVX-512 SiLU (its own exp, 1-2 ulp) */
-      if (silu) g_worst[3] = fmax(g_worst[3], e);
-      CHECKF(silu ? e <= 1e-5 : !memcmp(y, yref, yn * sizeof(float)),
+    if (integer) {
+      /* bitwise, except the AVX-512 SiLU (its own exp, 1-2 ulp); AVX2's
+       * SiLU is the oracle's expf */
+      if (silu && kind == K_VNNI) g_worst[3] = fmax(g_worst[3], e);
+      CHECKF(silu && kind == K_VNNI ? e <= 1e-5 : !memcmp(y, yref, yn * sizeof(float)),
              "%s epi %d rows %d cols %d m %d: not the oracle's bits (normalized error %.3g)", name, (int)epi, rows,
              cols, m, e);
     } else {
@@ -358,7 +367,10 @@ static void test_kernels(dsi_rng *rng) {
   static const int rows_set[] = {16, 48, 80, 200, 7, 1000};
   static const int cols_set[] = {32, 64, 96, 100, 128, 1000, 33, 2100};
   static const int m_set[] = {1, 3, 16, 17, 64, 100};
-  int have[K_N] = {0, 0, 0};
+  int have[K_N] = {0, 0, 0, 0};
+#if DSI_HAVE_AVX2
+  have[K_AVX2I] = kt->level >= DSI_ISA_AVX2;
+#endif
 #if DSI_HAVE_AVX512
   have[K_AVX512] = kt->level >= DSI_ISA_AVX512;
   have[K_VNNI] = kt->vnni;
@@ -379,15 +391,18 @@ static void test_kernels(dsi_rng *rng) {
             int rows = rows_set[ri], cols = cols_set[ci], m = m_set[mi];
             /* the oracle is scalar: the largest products on a rotating m only
              * (VNNI's, which the row-group cases below add to, from smaller) */
-            if ((double)rows * cols * m > (k == K_VNNI ? 4e6 : 2e7) && mi != (ri + ci) % DSI_ARRAY_LEN(m_set)) continue;
+            if ((double)rows * cols * m > (k == K_VNNI || k == K_AVX2I ? 4e6 : 2e7) && mi != (ri + ci) % DSI_ARRAY_LEN(m_set))
+              continue;
             one_case((dsi_epilogue)epi, rows, cols, m, k, rng);
             n++;
           }
     /* AMX: M chunks (> 256 rows) and K chunks (> 2048 columns) together;
-     * VNNI: several row groups (64 rows each) and passes of every height */
-    if (k != K_AVX512) /* VNNI: three row groups, the last a short one */
-      for (int epi = 0; epi < 3; epi++, n++) one_case((dsi_epilogue)epi, 80, 2100, k == K_VNNI ? 140 : 300, k, rng);
-    if (k == K_VNNI)
+     * VNNI, AVX2: several row groups (64 rows each) and passes of every
+     * height */
+    int integer = k == K_VNNI || k == K_AVX2I;
+    if (k != K_AVX512) /* VNNI, AVX2: three row groups, the last a short one */
+      for (int epi = 0; epi < 3; epi++, n++) one_case((dsi_epilogue)epi, 80, 2100, integer ? 140 : 300, k, rng);
+    if (integer)
       for (int epi = 0; epi < 3; epi++)
         for (int mm = 2; mm <= 160; mm += mm < 20 ? 1 : 23, n++) one_case((dsi_epilogue)epi, 48, 160, mm, k, rng);
     printf("%s: %d cases\n", k_names[k], n);
@@ -398,8 +413,11 @@ static void test_kernels(dsi_rng *rng) {
 }
 
 /* ---- which kernel INT8 weights get ----
- * int8 activations only under bf16 precision (like AMX INT8); there, VNNI
- * at every batch size below AMX INT8's; f32 precision: the f32 kernels */
+ * int8 activations only where allowed: bf16 precision (like AMX INT8), or
+ * int8 alone (auto precision on AVX2); there, AMX INT8, VNNI at every batch
+ * size below AMX INT8's, or AVX2's integer kernel (not at the AVX-512
+ * level without VNNI); f32 precision: the f32 kernels. And which the
+ * forward's driver allows at each precision. */
 static void test_dispatch(void) {
   const dsi_kern *kt = test_kern();
   dsi_mat w = {.dtype = DSI_DTYPE_I8, .rows = 64, .cols = 256, .layout = DSI_LAYOUT_TILES, .kpad = 256,
@@ -410,16 +428,27 @@ static void test_dispatch(void) {
     const char *n = dsi_gemm_kernel_name(f);
     CHECKF(prep == DSI_PREP_NONE && (!strcmp(n, "avx512") || !strcmp(n, "avx2") || !strcmp(n, "ref")),
            "f32 precision, m %d: %s (prep %d)", m, n, prep);
-    f = dsi_gemm_pick(kt, &w, m, 1, &prep);
-    n = dsi_gemm_kernel_name(f);
-    int amx = 0;
+    for (int act = DSI_ACT_RED_BF16; act <= DSI_ACT_RED_I8; act++) {
+      f = dsi_gemm_pick(kt, &w, m, act, &prep);
+      n = dsi_gemm_kernel_name(f);
+      int amx = 0;
 #if DSI_HAVE_AMX
-    amx = kt->amx_int8 && m >= DSI_AMX_MIN_ROWS;
+      amx = kt->amx_int8 && m >= DSI_AMX_MIN_ROWS;
 #endif
-    if (amx) CHECKF(prep == DSI_PREP_I8 && !strcmp(n, "amx-int8"), "bf16 precision, m %d: %s", m, n);
-    else if (kt->vnni) CHECKF(prep == DSI_PREP_I8 && !strcmp(n, "avx512-vnni-int8"), "bf16 precision, m %d: %s", m, n);
-    else CHECKF(prep != DSI_PREP_I8 && strcmp(n, "avx512-vnni-int8"), "bf16 precision without VNNI, m %d: %s", m, n);
+      if (amx) CHECKF(prep == DSI_PREP_I8 && !strcmp(n, "amx-int8"), "act %d, m %d: %s", act, m, n);
+      else if (kt->vnni) CHECKF(prep == DSI_PREP_I8 && !strcmp(n, "avx512-vnni-int8"), "act %d, m %d: %s", act, m, n);
+      else if (kt->level == DSI_ISA_AVX2) CHECKF(prep == DSI_PREP_I8 && !strcmp(n, "avx2-int8"), "act %d, m %d: %s", act, m, n);
+      else CHECKF(prep != DSI_PREP_I8, "act %d without an integer kernel, m %d: %s", act, m, n);
+    }
   }
+  /* auto: int8 activations wherever bf16 ones are, and on AVX2; never
+   * with f32 asked for, nor on unpacked weights */
+  dsi_mm a = dsi_mm_make(kt, DSI_ACT_AUTO, 1, 1), f32 = dsi_mm_make(kt, DSI_ACT_F32, 1, 1);
+  dsi_mm b = dsi_mm_make(kt, DSI_ACT_BF16, 1, 1), rows = dsi_mm_make(kt, DSI_ACT_AUTO, 0, 1);
+  CHECKF(a.act_i8 == (a.act_bf16 || kt->level == DSI_ISA_AVX2), "auto at %s: int8 %d, bf16 %d", dsi_isa_str(kt->level),
+         a.act_i8, a.act_bf16);
+  CHECK(dsi_mm_act(&f32) == 0 && dsi_mm_act(&rows) == 0);
+  CHECK(b.act_bf16 && b.act_i8);
 }
 
 /* ---- the golden tiny model, quantized at load ---- */
@@ -471,7 +500,7 @@ static void golden_case(const char *name, int act, int decode) {
   }
   CHECK(ref != NULL);
   dsi_engine *e;
-  dsi_engine_opts eo = {.n_threads = 2, .max_tokens = 64, .act_precision = act};
+  dsi_engine_opts eo = {.n_threads = 2, .max_tokens = 64, .act_precision = act, .isa = test_isa()};
   DSI_ASSERT(dsi_engine_open(&e, m, &eo, &err) == 0);
   int s = dsi_seq_new(e);
   float *out = dsi_xmalloc((size_t)n * V * sizeof(float));
@@ -492,7 +521,7 @@ static void golden_case(const char *name, int act, int decode) {
     worst_cos = fmin(worst_cos, cosv[t]);
   }
   double med = dsi_median(cosv, n);
-  const char *mode = act == DSI_ACT_F32 ? "f32" : "bf16/int8", *how = decode ? "decode" : "prefill";
+  const char *mode = act == DSI_ACT_F32 ? "f32" : act == DSI_ACT_AUTO ? "auto" : "bf16/int8", *how = decode ? "decode" : "prefill";
   CHECKF(agree >= 0.8 * n, "%s %s %s: top-1 agrees at %d of %d positions", name, mode, how, agree, n);
   CHECKF(close >= 0.75 * n && med >= 0.999 && worst_cos >= 0.8,
          "%s %s %s: cosine >= 0.99 at %d of %d positions, median %.5f, worst %.4f", name, mode, how, close, n, med,
@@ -513,6 +542,8 @@ static void test_golden(void) {
   }
   golden_case("tiny-bf16", DSI_ACT_BF16, 0); /* 24 rows a matmul: the AMX INT8 kernel where there is one */
   golden_case("tiny-bf16", DSI_ACT_BF16, 1);
+  golden_case("tiny-bf16", DSI_ACT_AUTO, 0); /* AVX2: int8 activations, f32 for the rest */
+  golden_case("tiny-bf16", DSI_ACT_AUTO, 1);
   /* int8 is packed: not with row-major weights */
   dsi_model *m;
   dsi_err err = {0};

@@ -1,0 +1,191 @@
+/* kernels: the AVX2 integer matmuls (gemm.h contract) — INT4 and INT8
+ * TILES weights (tensor/mat.h) times int8 activations, one scale per row
+ * (g->xq), on the driver of iq_driver.h.
+ * INT4: a 64-byte line of a sub-block is two halves of 8 rows; each half's
+ * nibbles are unpacked in registers and multiplied by vpmaddubsw + vpmaddwd
+ * (no saturation: 15 * 127 * 2 < 2^15), the zero point entering as each
+ * group's integer sum starting at -8 * the activations' sum over it.
+ * INT8: vpmaddubsw would saturate on unsigned weights (255 * 127 * 2 >
+ * 2^15), so both operands are sign-extended to 16 bits and multiplied by
+ * vpmaddwd (two products a dword, exact), which issues at vpmaddubsw's
+ * rate: the signed sum needs no zero point.
+ * Both: the same integer sums and the same f32 operations as gemm_ref. */
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "kernels/gemm.h"
+#include "kernels/x86/iq_driver.h"
+
+#define INLINE static inline __attribute__((always_inline))
+
+/* activation rows a pass holds: two sums (rows 0-7, 8-15) and a chain each */
+#define MB_I4 4
+#define PF_AHEAD 2048
+
+INLINE __m256i dot(__m256i acc, __m256i w, const int8_t *x) {
+  int32_t v;
+  memcpy(&v, x, 4);
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, _mm256_set1_epi32(v)), _mm256_set1_epi16(1)));
+}
+
+INLINE void i4_pass(const uint8_t *wp, int ng, int nsub, const int8_t *xq, size_t ldq, const int32_t *zp, int zld,
+                    int MB, float *out) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  __m256 acc[MB_I4][2];
+#pragma GCC unroll 4
+  for (int i = 0; i < MB; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+  const int8_t *x = xq;
+  for (int q = 0; q < ng; q++, x += 32 * nsub) {
+    const uint8_t *scales = wp + (size_t)nsub * 256;
+    for (int h = 0; h < 2; h++) {
+      __m256i s[MB_I4];
+#pragma GCC unroll 4
+      for (int i = 0; i < MB; i++) s[i] = _mm256_set1_epi32(zp[i * zld + q]);
+      for (int b = 0; b < nsub; b++) {
+        const uint8_t *p = wp + (size_t)b * 256 + 32 * h;
+        const int8_t *xb = x + 32 * b;
+        if (!h) {
+          _mm_prefetch((const char *)p + PF_AHEAD, _MM_HINT_T1);
+          _mm_prefetch((const char *)p + PF_AHEAD + 128, _MM_HINT_T1);
+        }
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++) {
+          const __m256i v = _mm256_loadu_si256((const __m256i *)(p + 64 * u));
+          const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+#pragma GCC unroll 4
+          for (int i = 0; i < MB; i++) {
+            s[i] = dot(s[i], lo, xb + i * ldq + 4 * u);
+            s[i] = dot(s[i], hi, xb + i * ldq + 16 + 4 * u);
+          }
+        }
+      }
+      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(scales + 16 * h)));
+#pragma GCC unroll 4
+      for (int i = 0; i < MB; i++) acc[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[i]), d, acc[i][h]);
+    }
+    wp = scales + 32;
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < MB; i++) {
+    _mm256_storeu_ps(out + 16 * i, acc[i][0]);
+    _mm256_storeu_ps(out + 16 * i + 8, acc[i][1]);
+  }
+}
+
+static void pass_n(const dsi_mat *w, int panel, const int8_t *xq, size_t ldq, const int32_t *zp, int zld, int mb,
+                   float *out) {
+  const uint8_t *wp = (const uint8_t *)w->data + (size_t)panel * dsi_i4_panel_bytes(w);
+  const int ng = w->kpad / w->block, nsub = w->block / 32;
+  switch (mb) {
+#define F(n) case n: i4_pass(wp, ng, nsub, xq, ldq, zp, zld, n, out); break;
+    F(1) F(2) F(3) F(4)
+#undef F
+  default: DSI_ASSERT(0);
+  }
+}
+
+/* INT8 activation rows a pass holds: a chain each, beside a half line's
+ * two widened weight vectors and the broadcasts, within the 16 registers
+ * (two chains a row, both halves at once, spilled) */
+#define MB_I8 8
+
+/* One panel times MB rows. A 64-byte line holds k = 4t, 4t+1 of the 16
+ * rows (byte pairs), then k = 4t+2, 4t+3: sign-extended 16 bytes at a time
+ * they are 8 rows' (k, k+1) word pairs, the operand of vpmaddwd against
+ * the activations' pair broadcast. A scale block's activations are
+ * widened to 16 bits once, on the stack; its lines are gone over twice,
+ * for rows 0-7 and then 8-15 (from L1). Per block, each row's exact sum
+ * times the panel's scale for the block is added into out in f32 (the
+ * first onto zero), as the oracle's. */
+INLINE void i8_pass(const int8_t *wp, const float *sc, int kpad, int block, const int8_t *xq, size_t ldq, int MB,
+                    float *out) {
+  const int nt = kpad / 4, bt = block / 4; /* lines in the panel, in a block */
+#pragma GCC unroll 8
+  for (int i = 0; i < MB; i++) _mm256_storeu_ps(out + 16 * i, _mm256_setzero_ps()), _mm256_storeu_ps(out + 16 * i + 8, _mm256_setzero_ps());
+  _Alignas(32) int16_t xw[MB_I8][256]; /* a block's activations, widened */
+  for (int q = 0, t0 = 0; t0 < nt; q++, t0 += bt) {
+    const int t1 = DSI_MIN(nt, t0 + bt), c0 = 4 * t0, nc = 4 * (t1 - t0); /* nc: a multiple of 32 */
+#pragma GCC unroll 8
+    for (int i = 0; i < MB; i++)
+      for (int c = 0; c < nc; c += 16)
+        _mm256_store_si256((__m256i *)(xw[i] + c),
+                           _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(xq + i * ldq + c0 + c))));
+    const __m256 d = _mm256_set1_ps(sc[q]);
+    for (int h = 0; h < 2; h++) {
+      __m256i s[MB_I8];
+#pragma GCC unroll 8
+      for (int i = 0; i < MB; i++) s[i] = _mm256_setzero_si256();
+      for (int t = t0; t < t1; t++) {
+        const int8_t *l = wp + (size_t)t * 64 + 16 * h;
+        if (!h) _mm_prefetch((const char *)l + PF_AHEAD, _MM_HINT_T1);
+        const __m256i a = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)l));
+        const __m256i b = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(l + 32)));
+#pragma GCC unroll 8
+        for (int i = 0; i < MB; i++) {
+          int32_t u, v;
+          memcpy(&u, xw[i] + 4 * (t - t0), 4);
+          memcpy(&v, xw[i] + 4 * (t - t0) + 2, 4);
+          s[i] = _mm256_add_epi32(s[i], _mm256_madd_epi16(a, _mm256_set1_epi32(u)));
+          s[i] = _mm256_add_epi32(s[i], _mm256_madd_epi16(b, _mm256_set1_epi32(v)));
+        }
+      }
+#pragma GCC unroll 8
+      for (int i = 0; i < MB; i++) {
+        float *o = out + 16 * i + 8 * h;
+        _mm256_storeu_ps(o, _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[i]), d, _mm256_loadu_ps(o)));
+      }
+    }
+  }
+}
+
+/* the zero-point sums are not read: the signed sums need none */
+static void pass_i8(const dsi_mat *w, int panel, const int8_t *xq, size_t ldq, const int32_t *zp, int zld, int mb,
+                    float *out) {
+  (void)zp, (void)zld;
+  const int8_t *wp = (const int8_t *)w->data + (size_t)panel * DSI_TILE_N * w->kpad;
+  const float *sc = w->scale + (size_t)panel * w->scale_cols;
+  switch (mb) {
+#define F(n) case n: i8_pass(wp, sc, w->kpad, w->block, xq, ldq, n, out); break;
+    F(1) F(2) F(3) F(4) F(5) F(6) F(7) F(8)
+#undef F
+  default: DSI_ASSERT(0);
+  }
+}
+
+/* ---- epilogues: the row's scale multiplied in (no fused multiply-add:
+ * the oracle's operations), then stored / added ---- */
+static void iq_epi_row(const dsi_gemm *g, int i, int r, int nj, const float *t) {
+  const __m256 s = _mm256_set1_ps(g->xq_scale[i]);
+  float v[DSI_TILE_N];
+  _mm256_storeu_ps(v, _mm256_mul_ps(_mm256_loadu_ps(t), s));
+  _mm256_storeu_ps(v + 8, _mm256_mul_ps(_mm256_loadu_ps(t + 8), s));
+  if (g->epi == DSI_EPI_STORE) {
+    memcpy(g->y + (size_t)i * g->ldy + r, v, (size_t)nj * sizeof(float));
+    return;
+  }
+  float *y = g->y + (size_t)g->y_rows[i] * g->ldy + r, ys = g->y_scale[i];
+  for (int j = 0; j < nj; j++) {
+    float p = ys * v[j];
+    __asm__("" : "+x"(p)); /* not contracted into an fma: the oracle's rounding */
+    y[j] += p;
+  }
+}
+
+static inline float silu(float v) { return v / (1.0f + expf(-v)); }
+
+static void iq_epi_silu(const dsi_gemm *g, int i, int r2, const float *ta, const float *tb) {
+  const float s = g->xq_scale[i];
+  float *y = g->y + (size_t)i * g->ldy + r2;
+  for (int j = 0; j < DSI_TILE_N; j++) y[j] = silu(ta[j] * s) * (tb[j] * s);
+}
+
+void dsi_gemm_avx2_i4(const dsi_gemm *g, int r0, int r1, void *scratch) {
+  iq_gemm_run(g, r0, r1, scratch, pass_n, MB_I4);
+}
+
+void dsi_gemm_avx2_i8(const dsi_gemm *g, int r0, int r1, void *scratch) {
+  DSI_ASSERT(g->w->block % 32 == 0 && g->w->block <= 256 && g->w->kpad % 32 == 0);
+  iq_gemm_run(g, r0, r1, scratch, pass_i8, MB_I8);
+}
