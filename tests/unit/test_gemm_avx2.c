@@ -1,6 +1,7 @@
 /* tests: the AVX2 matmul (kernels/x86/avx2.c) against the scalar oracle run
  * on the row-major originals — F32, BF16 and FP8, every epilogue, ragged
- * shapes, gathered activations, scattered outputs, two row ranges — and
+ * shapes, gathered activations, scattered outputs, two row ranges, rows
+ * wide enough to be taken in blocks — and
  * every e4m3 code widened exactly; INT8 (quantized as at load) against the
  * oracle on the same INT8 matrices, and against the AVX-512 INT8 kernel
  * (which sums in the same order) where this CPU has it. */
@@ -145,16 +146,19 @@ static void check_shape(dsi_dtype dt, int rows, int cols, dsi_rng *r) {
   int inter = pgu.rows / 2; /* gate rows rounded up to 16 */
   void *scratch = dsi_alloc_aligned(DSI_GEMM_SCRATCH(cols));
   static const int ms[] = {1, 2, 3, 5, 8, 9, 17, 40}; /* 40: more than one chunk of rows */
-  for (size_t mi = 0; mi < DSI_ARRAY_LEN(ms); mi++) {
-    int m = ms[mi], nx = m + 5, ldx = cols + 3, ny = m + 4;
+  /* wide rows: 100 rows are two blocks of the rows every panel takes in turn */
+  static const int ms_wide[] = {1, 100};
+  const int wide = cols > 4096, nm = wide ? (int)DSI_ARRAY_LEN(ms_wide) : (int)DSI_ARRAY_LEN(ms);
+  for (int mi = 0; mi < nm; mi++) {
+    int m = wide ? ms_wide[mi] : ms[mi], nx = m + 5, ldx = cols + 3, ny = m + 4;
     /* x rows ldx apart, the last one ending at the buffer's end, NaN
      * between them: a kernel that reads past cols gets NaN (even times a
      * zero weight), and under ASan a read past the end */
     size_t x_len = (size_t)(nx - 1) * ldx + cols;
     float *x = dsi_xmalloc(x_len * sizeof(float));
     for (size_t i = 0; i < x_len; i++) x[i] = i % ldx < (size_t)cols ? dsi_rng_normal(r) : NAN;
-    int32_t x_rows[64], y_rows[64];
-    float y_scale[64];
+    int32_t x_rows[128], y_rows[128];
+    float y_scale[128];
     pick_rows(x_rows, m, nx, r);
     pick_rows(y_rows, m, ny, r);
     /* routing weights away from 0: a tiny one would leave the product below
@@ -304,6 +308,7 @@ int main(void) {
   for (size_t d = 0; d < DSI_ARRAY_LEN(dts); d++)
     for (size_t i = 0; i < DSI_ARRAY_LEN(rows); i++)
       for (size_t j = 0; j < DSI_ARRAY_LEN(cols); j++) check_shape(dts[d], rows[i], cols[j], &r);
+  for (size_t d = 0; d < DSI_ARRAY_LEN(dts); d++) check_shape(dts[d], 32, 16384, &r);
   if (g_i8_vs_avx512 >= 0) printf("int8: AVX2 vs AVX-512 worst normalized difference %.2e\n", g_i8_vs_avx512);
   else printf("int8: AVX-512 kernel not on this CPU or build; AVX2 checked against the oracle only\n");
   return check_done();
