@@ -59,9 +59,9 @@ static int check_args(const char *cmd, run_args *a, int n_default) {
   return dsi_cli_check_run_opts(cmd, &a->ro, &a->act);
 }
 
-/* ---- the session: tokenizer, template, model, a scheduler ---- */
+/* ---- what run and chat hold: tokenizer, template, model, a scheduler ---- */
 
-typedef struct session {
+typedef struct runner {
   const char *cmd;
   const run_args *a;
   dsi_tok *tok;
@@ -73,9 +73,9 @@ typedef struct session {
   int ctx;
   int32_t stop_id;   /* the chat format's EOS, when it is not the model's; -1 */
   int color;         /* stdout is a terminal (and NO_COLOR unset) */
-} session;
+} runner;
 
-static int fail_msg(const session *s, const char *msg) {
+static int fail_msg(const runner *s, const char *msg) {
   fprintf(stderr, "dsinfer %s: %s\n", s->cmd, msg);
   return 1;
 }
@@ -85,7 +85,7 @@ static int file_readable(const char *p) { return access(p, R_OK) == 0; }
 /* The rule for text a user gives (the prompt, --system, a chat line), as
  * tokenize's: invalid UTF-8 is an error naming where, unless
  * --replace-invalid makes it U+FFFD. 0, or 1 after printing the error. */
-static int check_utf8(const session *s, const char *what, const char *text) {
+static int check_utf8(const runner *s, const char *what, const char *text) {
   size_t n = strlen(text), ok = dsi_utf8_valid_prefix((const uint8_t *)text, n);
   if (ok == n || s->a->replace_invalid) return 0;
   fprintf(stderr, "dsinfer %s: %s is not valid UTF-8 at byte offset %zu (byte 0x%02X); --replace-invalid makes it U+FFFD\n",
@@ -95,7 +95,7 @@ static int check_utf8(const session *s, const char *what, const char *text) {
 
 /* The checkpoint's tokenizer (and chat format): before the weights, so a
  * missing tokenizer fails in a moment. */
-static int open_text(session *s) {
+static int open_text(runner *s) {
   char json[4200], cfg[4200];
   snprintf(json, sizeof json, "%s/tokenizer.json", s->a->model);
   snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", s->a->model);
@@ -118,7 +118,7 @@ static int open_text(session *s) {
  * model's context is an error, ctx_want is cut to it. One completion at a
  * time, with a KV pool for one full context (which keeps a chat's turns
  * in the prefix cache). */
-static int open_model(session *s, int64_t ctx_want, int max_tokens) {
+static int open_model(runner *s, int64_t ctx_want, int max_tokens) {
   int64_t ctx = s->a->ctx ? s->a->ctx : ctx_want;
   run_opts ro = s->a->ro;
   ro.kv_blocks = -1;
@@ -141,7 +141,7 @@ static int open_model(session *s, int64_t ctx_want, int max_tokens) {
   return 0;
 }
 
-static void session_close(session *s) {
+static void runner_close(runner *s) {
   dsi_sched_free(s->sched);
   dsi_engine_free(s->e);
   dsi_model_free(s->m);
@@ -153,7 +153,7 @@ static void session_close(session *s) {
 
 /* The conversation as the template renders it, then its tokens (the
  * template writes BOS itself; special tokens in it are recognized). */
-static int chat_prompt(session *s, const char *messages_json, char **text, int32_t **ids, size_t *n) {
+static int chat_prompt(runner *s, const char *messages_json, char **text, int32_t **ids, size_t *n) {
   const char *extra = s->a->think ? "{\"thinking\":true,\"enable_thinking\":true}"
                       : s->a->no_think ? "{\"thinking\":false,\"enable_thinking\":false}" : NULL;
   dsi_err err = {0};
@@ -163,7 +163,7 @@ static int chat_prompt(session *s, const char *messages_json, char **text, int32
   return 0;
 }
 
-static void print_ids(const session *s, const int32_t *ids, size_t n) {
+static void print_ids(const runner *s, const int32_t *ids, size_t n) {
   fprintf(stderr, "dsinfer %s: prompt (%zu tokens):", s->cmd, n);
   for (size_t i = 0; i < n; i++) fprintf(stderr, "%s%d", i ? "," : " ", ids[i]);
   fputc('\n', stderr);
@@ -175,7 +175,7 @@ static void print_ids(const session *s, const int32_t *ids, size_t n) {
  * answer: on a terminal, dimmed under "thinking:"; else on stderr after
  * "thinking: ", the answer alone on stdout. */
 typedef struct view {
-  const session *s;
+  const runner *s;
   int raw;
   dsi_chat_out *out;
   int thinking;   /* reasoning being shown */
@@ -286,7 +286,7 @@ static void on_event(void *user, const dsi_request_event *ev) {
  * (with check_sigint) Ctrl-C; each piece of text shown as it becomes
  * final. Returns 0; 1 after printing the cause; 2 after printing why the
  * prompt was not taken (nothing was answered). */
-static int generate(session *s, view *v, const int32_t *ids, int n, int n_max, int check_sigint, gen_stats *st) {
+static int generate(runner *s, view *v, const int32_t *ids, int n, int n_max, int check_sigint, gen_stats *st) {
   const run_args *ra = s->a;
   dsi_request r = {.prompt = ids, .n_prompt = n, .sampling = ra->sp, .max_tokens = n_max, .ignore_eos = ra->ignore_eos,
                    .stop_ids = &s->stop_id, .n_stop_ids = s->stop_id >= 0 && !ra->ignore_eos, .on_event = on_event};
@@ -326,7 +326,7 @@ static int generate(session *s, view *v, const int32_t *ids, int n, int n_max, i
   return rc;
 }
 
-static void print_stats(const session *s, const gen_stats *st, int chat) {
+static void print_stats(const runner *s, const gen_stats *st, int chat) {
   int fed = st->prompt - st->reused;
   if (chat) fprintf(stderr, "%s", s->color && isatty(STDERR_FILENO) ? "\033[2m" : "");
   if (st->stopped_by == 1) fprintf(stderr, "[interrupted] ");
@@ -354,7 +354,7 @@ int dsi_cmd_run(int argc, char **argv) {
   if (!a.prompt) return dsi_cli_usage_error(cmd, "--model and --prompt are required");
   if ((rc = check_args(cmd, &a, 256))) return rc;
 
-  session s = {.cmd = cmd, .a = &a};
+  runner s = {.cmd = cmd, .a = &a};
   char *text = NULL;
   int32_t *ids = NULL;
   size_t n = 0;
@@ -402,7 +402,7 @@ done:
   dsi_chat_out_free(out);
   free(text);
   free(ids);
-  session_close(&s);
+  runner_close(&s);
   return rc;
 }
 
@@ -432,7 +432,7 @@ static void history_json(sbuf *b, const char *system, const turn *h, int n) {
 }
 
 /* 0, or 1 after saying that the conversation could not hold the message */
-static int history_push(const session *s, turn **h, int *n, const char *role, const char *content) {
+static int history_push(const runner *s, turn **h, int *n, const char *role, const char *content) {
   turn *t = realloc(*h, (size_t)(*n + 1) * sizeof **h);
   if (t) *h = t;
   char *r = t ? strdup(role) : NULL, *c = r ? strdup(content) : NULL;
@@ -456,7 +456,7 @@ static void history_clear(turn *h, int *n) {
  * (its answer only: reasoning is left out, as R1's and V3.1's templates
  * leave it out themselves). Returns 0, or 1 when the prompt could not be
  * fed (nothing was answered); *full is set when the context is full. */
-static int chat_turn(session *s, turn **hist, int *n_hist, sbuf *msgs, int *full) {
+static int chat_turn(runner *s, turn **hist, int *n_hist, sbuf *msgs, int *full) {
   history_json(msgs, s->a->system, *hist, *n_hist);
   char *text = NULL;
   int32_t *ids = NULL;
@@ -494,9 +494,9 @@ int dsi_cmd_chat(int argc, char **argv) {
                          opts, argc, argv);
   if (rc) return rc == 1 ? 0 : 2;
   if ((rc = check_args(cmd, &a, 1024))) return rc;
-  session s = {.cmd = cmd, .a = &a};
+  runner s = {.cmd = cmd, .a = &a};
   if ((rc = open_text(&s)) || (rc = open_model(&s, 0, 512))) {
-    session_close(&s);
+    runner_close(&s);
     return rc;
   }
   struct sigaction sa = {0}, old;
@@ -566,7 +566,7 @@ int dsi_cmd_chat(int argc, char **argv) {
   free(hist);
   free(msgs.p);
   free(line);
-  session_close(&s);
+  runner_close(&s);
   /* a turn that failed fails the chat too: a script feeding it can tell */
   return dsi_cli_finish_output(cmd) || failed ? 1 : 0;
 }
