@@ -146,9 +146,13 @@ static void fp8_stage(const uint8_t *p, int n, uint16_t *dst) {
 /* one staged (f16) or widened (f32) line: even rows 0-7, 8-15, odd 0-7, 8-15 */
 INLINE void split_line(wkind k, const void *p, __m256 w[4]) {
   #pragma GCC unroll 8
-  for (int q = 0; q < 4; q++)
+  for (int q = 0; q < 4; q++) {
     w[q] = k == W_FP8 ? _mm256_cvtph_ps(_mm_load_si128((const __m128i *)p + q))
                       : _mm256_loadu_ps((const float *)p + 8 * q);
+    /* in a register: GCC 12 otherwise folds the load into every row's
+     * FMA, and the loads, twice the FMAs, bound the pass on a Zen 3 */
+    __asm__("" : "+x"(w[q]));
+  }
 }
 
 /* lines [l0, l1) of a panel, staged or widened at buf from line l0 on */
