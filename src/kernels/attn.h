@@ -80,13 +80,16 @@ dsi_attn_pairs_fn dsi_attn_pairs_ref, dsi_attn_pairs_amx;
  *   per block: m' = max(m, max s), e[u] = e^(s[u] - m') (softmax_step),
  *              a = e^(m - m') (libm), l = a l + sum e, o = a o + sum_u e[u] V[u][c]
  *   o[h][c] = o / l
- * so the cache is read once per call for all nh heads, one block (147 KB
- * at V3's widths) staying in L2 while every head's scores and sums take
- * it, instead of twice per 8 heads over the whole context. Heads run in
+ * so the cache is read once per call for all nh heads, one block (74 KB
+ * at V3's widths) staying in L2 beside 64 heads' q and sums (278 KB) while
+ * every head's scores and sums take it, instead of twice per 8 heads over
+ * the whole context. 32 positions: on a Zen 3 (512 KB of L2) 1.5x the
+ * rate of 64 at 512-16384 positions, and 16 as slow as 64 (the softmax's
+ * share grows). Heads run in
  * groups of 8 within a block; each depends on its own inputs and the
  * blocks on the position only, so grouping changes no bit, and every
  * level gives the same bits (the primitives' contract). */
-#define DSI_ATTN_ROW_BLOCK 64
+#define DSI_ATTN_ROW_BLOCK 32
 typedef struct dsi_attn_rows {
   const float *cache;   /* one layer's f32 rows [slots][row] */
   const int32_t *table; /* the sequence's block table */
