@@ -61,6 +61,7 @@ static void alone(dsi_model *m, const int32_t *prompt, int np, int V, int32_t *g
 static void run_case(int quant);
 
 int main(void) {
+  if (test_isa_redundant()) return TEST_SKIPPED;
   /* INT8 weights: AVX-512 VNNI on int8 activations at every batch size
    * (AMX CPUs: AMX INT8 from 8 rows), f32 AVX-512 without VNNI; INT4:
    * int8 activations at every batch size */

@@ -552,6 +552,7 @@ static void test_golden(void) {
 }
 
 int main(void) {
+  if (test_isa_redundant()) return TEST_SKIPPED;
   setvbuf(stdout, NULL, _IONBF, 0);
   dsi_dtype_init();
   g_pool = dsi_pool_new(2);

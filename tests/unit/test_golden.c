@@ -152,6 +152,7 @@ static void run_mode(const golden *g, const char *mode, int chunk, int n_other, 
 }
 
 int main(void) {
+  if (test_isa_redundant()) return TEST_SKIPPED;
   setvbuf(stdout, NULL, _IONBF, 0);
   const char *cases[] = {"tiny-f32", "tiny-bf16", "tiny-fp8", "tiny-noqlora-bf16", "tiny-yarn-bf16"};
   /* both weight layouts: packed (the kernels' own) and row-major (--op-opt

@@ -4,6 +4,7 @@
 #ifndef DSI_TEST_ISA_H
 #define DSI_TEST_ISA_H
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,6 +14,21 @@ static inline const dsi_kern *test_kern(void) {
   const char *e = getenv("DSINFER_ISA");
   int l = e && *e ? dsi_isa_parse(e) : -1;
   return dsi_kern_get(l >= 0 ? (dsi_isa)l : DSI_ISA_AMX);
+}
+
+/* the exit status ctest counts as skipped (tests/CMakeLists.txt) */
+#define TEST_SKIPPED 77
+
+/* $DSINFER_ISA caps at or above this CPU's best level: the run would be
+ * the uncapped one again (a cap never raises the level), so the capped
+ * copies of a test skip it; prints why */
+static inline int test_isa_redundant(void) {
+  const char *e = getenv("DSINFER_ISA");
+  int l = e && *e ? dsi_isa_parse(e) : -1;
+  if (l < 0 || l < (int)dsi_cpu_get()->best) return 0;
+  printf("skipped: DSINFER_ISA=%s is at or above this CPU's best level (%s): the uncapped run covers it\n", e,
+         dsi_isa_str(dsi_cpu_get()->best));
+  return 1;
 }
 
 /* the same cap as a string for dsi_engine_opts.isa (NULL: none) */
