@@ -5,6 +5,7 @@ dequantized weights (read back from model.safetensors)."""
 import json
 import math
 import os
+import re
 import subprocess
 import time
 
@@ -99,11 +100,12 @@ def detokenize(dsinfer, model_dir, ids):
 
 
 def sample_text(heldout_path, n_chars):
-    """The held-out text's first whole paragraphs up to about n_chars."""
+    """The held-out text's first whole paragraphs up to about n_chars, with
+    the word "session(s)" written "meeting(s)" (four times)."""
     with open(heldout_path, encoding="utf-8") as f:
         text = f.read()
     cut = text.rfind("\n", 0, n_chars)
-    return text[:cut + 1]
+    return re.sub(r"\bsession(s?)\b", r"meeting\1", text[:cut + 1])
 
 
 # perplexity cases the tests repeat on the sample: (ctx, stride)
