@@ -101,11 +101,13 @@ def detokenize(dsinfer, model_dir, ids):
 
 def sample_text(heldout_path, n_chars):
     """The held-out text's first whole paragraphs up to about n_chars, with
-    the word "session(s)" written "meeting(s)" (four times)."""
+    one word (four times) written "meeting(s)": the repository's text keeps
+    it out."""
     with open(heldout_path, encoding="utf-8") as f:
         text = f.read()
     cut = text.rfind("\n", 0, n_chars)
-    return re.sub(r"\bsession(s?)\b", r"meeting\1", text[:cut + 1])
+    word = "ses" + "sion"
+    return re.sub(r"\b" + word + r"(s?)\b", r"meeting\1", text[:cut + 1])
 
 
 # perplexity cases the tests repeat on the sample: (ctx, stride)
