@@ -140,7 +140,7 @@ INLINE void i8_pass(const int8_t *wp, const float *sc, int kpad, int block, cons
   }
 }
 
-/* the zero-point sums are not read: the signed sums need none */
+/* the signed sums need no zero point: iq_gemm_run computes none (zp unused) */
 static void pass_i8(const dsi_mat *w, int panel, const int8_t *xq, size_t ldq, const int32_t *zp, int zld, int mb,
                     float *out) {
   (void)zp, (void)zld;
@@ -182,10 +182,10 @@ static void iq_epi_silu(const dsi_gemm *g, int i, int r2, const float *ta, const
 }
 
 void dsi_gemm_avx2_i4(const dsi_gemm *g, int r0, int r1, void *scratch) {
-  iq_gemm_run(g, r0, r1, scratch, pass_n, MB_I4);
+  iq_gemm_run(g, r0, r1, scratch, pass_n, MB_I4, 1);
 }
 
 void dsi_gemm_avx2_i8(const dsi_gemm *g, int r0, int r1, void *scratch) {
   DSI_ASSERT(g->w->block % 32 == 0 && g->w->block <= 256 && g->w->kpad % 32 == 0);
-  iq_gemm_run(g, r0, r1, scratch, pass_i8, MB_I8);
+  iq_gemm_run(g, r0, r1, scratch, pass_i8, MB_I8, 0);
 }

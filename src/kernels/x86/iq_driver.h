@@ -31,7 +31,9 @@ static void iq_epi_row(const dsi_gemm *g, int i, int r, int nj, const float *t);
 /* the SiLU-mul of a gate panel's and an up panel's sums, 16 outputs at r2 */
 static void iq_epi_silu(const dsi_gemm *g, int i, int r2, const float *ta, const float *tb);
 
-static void iq_gemm_run(const dsi_gemm *g, int r0, int r1, void *scratch, iq_pass_fn pass, int mbmax) {
+/* zero_point: the passes read the zero-point sums (0: they take the
+ * weights signed, and zp is not computed) */
+static void iq_gemm_run(const dsi_gemm *g, int r0, int r1, void *scratch, iq_pass_fn pass, int mbmax, int zero_point) {
   const dsi_mat *w = g->w;
   const int i4 = w->dtype == DSI_DTYPE_I4;
   DSI_ASSERT((i4 || w->dtype == DSI_DTYPE_I8) && w->layout == DSI_LAYOUT_TILES && g->xq && g->xq_scale);
@@ -48,7 +50,7 @@ static void iq_gemm_run(const dsi_gemm *g, int r0, int r1, void *scratch, iq_pas
   for (int ig = 0; ig < g->m; ig += IQ_GROUP_ROWS) {
     const int n = DSI_MIN(IQ_GROUP_ROWS, g->m - ig);
     const int8_t *xq = g->xq + (size_t)ig * ldq;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n && zero_point; i++)
       for (int q = 0; q < ng; q++) {
         const int8_t *x = xq + (size_t)i * ldq + (size_t)q * w->block;
         const int nc = DSI_MIN(w->block, w->kpad - q * w->block); /* INT8: the last block may be short */
