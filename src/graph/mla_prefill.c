@@ -5,8 +5,10 @@
  * for each query block the scores, online softmax and P V — and the
  * batch's segments. The expansion runs on the packed matmuls; the core on
  * the AMX attention kernels (kernels/attn.h) with bf16 activations where
- * AMX runs, else on the matmuls too. Buffers live in the op's planned
- * workspace. */
+ * AMX runs, on the matmuls with bf16 activations elsewhere, and in f32 on
+ * the decode attention's vector primitives (vec.h attn_qk, attn_pv), the
+ * item's queries taking the place of its heads. Buffers live in the op's
+ * planned workspace. */
 #include "graph/mla_prefill.h"
 #include "kernels/attn.h"
 #include "kernels/vec.h"
@@ -43,7 +45,7 @@ struct dsi_mla_prefill {
   int max_tokens;
   /* the workspace (dsi_mla_prefill_ws): offsets in its shared and per-thread parts */
   size_t o_lat, o_latb, o_mx, o_sum, o_iota, o_ones, shared;
-  size_t o_kx, o_vx, o_kv, o_tws, o_scratch, thread;
+  size_t o_kx, o_vx, o_kv, o_rowp, o_tws, o_scratch, thread;
 };
 
 /* one segment's buffers, in the op's workspace */
@@ -61,7 +63,9 @@ typedef struct {
   float *kx;             /* [MLA_EXPAND_ROWS, nope] its expanded keys (k_nope), some positions */
   float *vx;             /* [MLA_EXPAND_ROWS, v] its expanded values */
   uint8_t *kv;           /* its keys packed as a weight ([cb, nope + rope], k_pe appended),
-                            then its values transposed ([v, cb]) */
+                            then its values transposed ([v, cb]); or, for the core on f32
+                            rows, its keys as rows [cb][nope + rope], then its values [cb][v] */
+  const float **krows, **vrows; /* [cb] those rows' addresses (the f32 rows' core) */
   float *tws;            /* an item's scores [qb, cb], then its prepared rows */
   void *scratch;         /* the matmul kernels' */
 } seg_bufs;
@@ -85,6 +89,7 @@ static void layout(dsi_mla_prefill *p) {
   p->o_kx = at, at += align64((size_t)MLA_EXPAND_ROWS * p->nope * sizeof(float));
   p->o_vx = at, at += align64((size_t)MLA_EXPAND_ROWS * p->vd * sizeof(float));
   p->o_kv = at, at += align64(p->kv_stride);
+  p->o_rowp = at, at += align64((size_t)2 * p->cb * sizeof(float *));
   p->o_tws = at, at += align64(p->tws_len * sizeof(float));
   p->o_scratch = at, at += align64(DSI_GEMM_SCRATCH(p->kmax));
   p->thread = at;
@@ -120,6 +125,7 @@ dsi_mla_prefill *dsi_mla_prefill_new(const dsi_config *c, int max_tokens, int ma
   int kp_max = (int)DSI_MAX((size_t)p->kpad_k, (size_t)p->cb), kvl_pad = (int)round_up((size_t)p->kvl, DSI_TILE_K);
   size_t prep = DSI_MAX(dsi_mm_prep_bytes(p->qb, kp_max, kp_max, 1), DSI_ATTN_TILES_WS(kp_max));
   prep = DSI_MAX(prep, dsi_mm_prep_bytes(p->cb, kvl_pad, kvl_pad, 1));
+  prep = DSI_MAX(prep, (size_t)p->qb * (p->qk + p->vd) * sizeof(float)); /* the f32 rows' core: its q and out rows */
   p->tws_len = round_up((size_t)p->qb * p->cb + prep / sizeof(float), 16);
   p->kmax = DSI_MAX(kp_max, kvl_pad);
   layout(p);
@@ -239,7 +245,8 @@ typedef struct {
   const seg_bufs *b;
   dsi_dtype dt;
   int nb, c0;          /* positions in the block, its first position */
-  int tiles;           /* the core on dsi_attn_*_tiles (AMX, bf16), else on the matmul kernels */
+  int tiles;           /* the core on dsi_attn_*_tiles (AMX, bf16), */
+  int rows;            /* or on f32 rows and the vector primitives, else on the matmul kernels */
   int h0;              /* the group's first head */
   int ng;              /* heads in the group */
 } naive_job;
@@ -251,50 +258,30 @@ typedef struct {
  * 32 consecutive elements, (r, 2cp), (r, 2cp+1) for r = 0..15: so keys are
  * a 16 x kpad/2 transpose of element pairs and values an interleave of two
  * positions' rows. bf16 on the vector primitives (vec.h bf16_panel,
- * bf16_panel_t: the ISA's bf16 rounding); f32 here. */
+ * bf16_panel_t: the ISA's bf16 rounding). */
 static void pack_head(const naive_job *j, const float *kx, const float *vx, int u0, int nu, const dsi_mat *K,
                       const dsi_mat *V) {
   const dsi_mla_prefill *p = j->p;
   const int nb = j->nb, nope = p->nope, rope = p->rope, qk = p->qk, vd = p->vd, kp = K->kpad, vkp = V->kpad;
   const int last = u0 + nu == nb; /* the last positions: the padding too */
   const int p0 = u0 / DSI_TILE_N, p1 = (int)DSI_CEIL_DIV(u0 + nu, DSI_TILE_N);
-  const int vpanels = (int)DSI_CEIL_DIV(vd, DSI_TILE_N), v1 = last ? vkp : u0 + nu;
+  const int vpanels = (int)DSI_CEIL_DIV(vd, DSI_TILE_N);
   const float *pe = j->b->lat + p->kvl;
   DSI_ASSERT(u0 % DSI_TILE_N == 0 && nope % 2 == 0 && qk % 2 == 0);
-  if (j->dt == DSI_DTYPE_BF16) {
-    const dsi_vec_ops *vo = j->mm->k->vec;
-    for (int pp = p0; pp < p1; pp++) {
-      const int r0 = pp * DSI_TILE_N - u0, nr = DSI_MIN(DSI_TILE_N, nu - r0); /* local rows */
-      uint16_t *d = (uint16_t *)K->data + (size_t)pp * kp * DSI_TILE_N; /* column pair cp at d + 32 cp */
-      vo->bf16_panel(kx + (size_t)r0 * nope, nope, nr, nope, d);
-      vo->bf16_panel(pe + (size_t)(u0 + r0) * p->row, p->row, nr, rope, d + (size_t)nope * DSI_TILE_N);
-      memset(d + (size_t)qk * DSI_TILE_N, 0, (size_t)(kp - qk) * DSI_TILE_N * sizeof(uint16_t));
-    }
-    const int done = u0 + nu + (nu & 1); /* position pairs written */
-    for (int dp = 0; dp < vpanels; dp++) {
-      uint16_t *d = (uint16_t *)V->data + (size_t)dp * vkp * DSI_TILE_N;
-      vo->bf16_panel_t(vx + dp * DSI_TILE_N, vd, nu, DSI_MIN(DSI_TILE_N, vd - dp * DSI_TILE_N), d + (size_t)u0 * DSI_TILE_N);
-      if (last) memset(d + (size_t)done * DSI_TILE_N, 0, (size_t)(vkp - done) * DSI_TILE_N * sizeof(uint16_t));
-    }
-    return;
-  }
+  DSI_ASSERT(j->dt == DSI_DTYPE_BF16); /* f32 keys and values stay rows (attend_rows) */
+  const dsi_vec_ops *vo = j->mm->k->vec;
   for (int pp = p0; pp < p1; pp++) {
-    float *d = (float *)K->data + (size_t)pp * kp * DSI_TILE_N;
-    for (int c = 0; c < kp; c++)
-      for (int i = 0; i < DSI_TILE_N; i++) {
-        const int r = pp * DSI_TILE_N + i - u0;
-        d[(c / 2) * 32 + 2 * i + (c & 1)] = r >= nu || c >= qk ? 0
-                                            : c < nope      ? kx[(size_t)r * nope + c]
-                                                            : pe[(size_t)(u0 + r) * p->row + c - nope];
-      }
+    const int r0 = pp * DSI_TILE_N - u0, nr = DSI_MIN(DSI_TILE_N, nu - r0); /* local rows */
+    uint16_t *d = (uint16_t *)K->data + (size_t)pp * kp * DSI_TILE_N; /* column pair cp at d + 32 cp */
+    vo->bf16_panel(kx + (size_t)r0 * nope, nope, nr, nope, d);
+    vo->bf16_panel(pe + (size_t)(u0 + r0) * p->row, p->row, nr, rope, d + (size_t)nope * DSI_TILE_N);
+    memset(d + (size_t)qk * DSI_TILE_N, 0, (size_t)(kp - qk) * DSI_TILE_N * sizeof(uint16_t));
   }
+  const int done = u0 + nu + (nu & 1); /* position pairs written */
   for (int dp = 0; dp < vpanels; dp++) {
-    float *d = (float *)V->data + (size_t)dp * vkp * DSI_TILE_N;
-    for (int u = u0; u < v1; u++)
-      for (int i = 0; i < DSI_TILE_N; i++) {
-        const int c = dp * DSI_TILE_N + i;
-        d[(u / 2) * 32 + 2 * i + (u & 1)] = u < u0 + nu && c < vd ? vx[(size_t)(u - u0) * vd + c] : 0;
-      }
+    uint16_t *d = (uint16_t *)V->data + (size_t)dp * vkp * DSI_TILE_N;
+    vo->bf16_panel_t(vx + dp * DSI_TILE_N, vd, nu, DSI_MIN(DSI_TILE_N, vd - dp * DSI_TILE_N), d + (size_t)u0 * DSI_TILE_N);
+    if (last) memset(d + (size_t)done * DSI_TILE_N, 0, (size_t)(vkp - done) * DSI_TILE_N * sizeof(uint16_t));
   }
 }
 
@@ -304,7 +291,7 @@ static void pack_head(const naive_job *j, const float *kx, const float *vx, int 
  * max, rescale the running sum and the output accumulated so far (or leave
  * the output's factor in *alpha, for P V to apply), and leave exp(s - max)
  * for P V to add on. */
-static void softmax_row(const naive_job *j, int hh, int qi, float *s, int seen, float *alpha_out) {
+static void softmax_row(const naive_job *j, int hh, int qi, float *s, int seen, float *alpha_out, float *o) {
   const dsi_mla_prefill *p = j->p;
   const seg_bufs *b = j->b;
   const dsi_mla_segment *g = j->seg;
@@ -324,9 +311,48 @@ static void softmax_row(const naive_job *j, int hh, int qi, float *s, int seen, 
   if (alpha_out) {
     *alpha_out = alpha;
   } else if (j->c0 > 0 && alpha != 1.0f) {
-    float *o = g->out + (size_t)qi * g->ldo + (size_t)(j->h0 + hh) * p->vd;
     for (int d = 0; d < p->vd; d++) o[d] *= alpha;
   }
+}
+
+/* the item's output rows divided by their softmax sums (its last block) */
+static void finish_rows(const naive_job *j, int hh, int q0, int nq, float *o) {
+  for (int i = 0; i < nq; i++) {
+    float r = 1.0f / j->b->sum[(size_t)(q0 + i) * j->p->hg + hh], *oi = o + (size_t)i * j->seg->ldo;
+    for (int d = 0; d < j->p->vd; d++) oi[d] *= r;
+  }
+}
+
+/* An item's core on f32 rows: its queries, 8 at a time, take the place of
+ * the decode attention's heads in attn_qk (scores over the head's key rows
+ * up to `seen`, unscaled: softmax_row scales) and attn_pv (added onto the
+ * output, zeroed on the first block, in the rows' order). Each query's
+ * sums follow its own inputs only, as with the matmuls. The expansion
+ * writes the rows in place, so nothing is packed: on a Zen 3 the core
+ * (packing, scores, softmax, P V) took 1.14x less time than on the f32
+ * matmuls with TILES-packed keys and values. */
+static void attend_rows(const naive_job *j, int hh, int q0, int nq, int seen, int last) {
+  const dsi_mla_prefill *p = j->p;
+  const dsi_mla_segment *g = j->seg;
+  const dsi_vec_ops *v = j->mm->k->vec;
+  float *s = j->b->tws, *q = s + (size_t)p->qb * p->cb, *o = q + (size_t)p->qb * p->qk;
+  const float *qs = g->q + (size_t)q0 * g->ldq + (size_t)(j->h0 + hh) * p->qk;
+  float *os = g->out + (size_t)q0 * g->ldo + (size_t)(j->h0 + hh) * p->vd;
+  /* the item's q and out rows side by side: in the batch's rows a head's
+   * lie a multiple of 4 KB apart, in the same L1 sets */
+  for (int i = 0; i < nq; i++) {
+    memcpy(q + (size_t)i * p->qk, qs + (size_t)i * g->ldq, (size_t)p->qk * sizeof(float));
+    if (j->c0) memcpy(o + (size_t)i * p->vd, os + (size_t)i * g->ldo, (size_t)p->vd * sizeof(float));
+    else memset(o + (size_t)i * p->vd, 0, (size_t)p->vd * sizeof(float));
+  }
+  for (int i = 0; i < nq; i += 8)
+    v->attn_qk(s + (size_t)i * p->cb, p->cb, q + (size_t)i * p->qk, p->qk, DSI_MIN(8, nq - i), j->b->krows, seen, p->qk,
+               1.0f);
+  for (int i = 0; i < nq; i++) softmax_row(j, hh, q0 + i, s + (size_t)i * p->cb, seen, NULL, o + (size_t)i * p->vd);
+  for (int i = 0; i < nq; i += 8)
+    v->attn_pv(o + (size_t)i * p->vd, p->vd, s + (size_t)i * p->cb, p->cb, DSI_MIN(8, nq - i), j->b->vrows, seen, p->vd);
+  for (int i = 0; i < nq; i++) memcpy(os + (size_t)i * g->ldo, o + (size_t)i * p->vd, (size_t)p->vd * sizeof(float));
+  if (last) finish_rows(j, hh, q0, nq, os);
 }
 
 /* One work item: queries [q0, q0 + qb) of head hh over the block, on the
@@ -352,13 +378,17 @@ static void attend_item(const naive_job *j, const dsi_mat *Kb, const dsi_mat *Vb
   /* the item's last block (its last query's): the output is divided by
    * its softmax sums here, as P V finishes */
   const int last = g->p0 + q0 + nq - 1 < j->c0 + j->nb;
+  if (j->rows) {
+    attend_rows(j, hh, q0, nq, seen, last);
+    return;
+  }
   float inv[32];
   DSI_ASSERT(nq <= 32);
 #if DSI_HAVE_AMX
   if (j->tiles) {
     float alpha[32]; /* the output's rescaling, applied as P V adds on (one pass over it) */
     dsi_attn_qk_tiles(&K, q, g->ldq, nq, s, p->cb, prep);
-    for (int i = 0; i < nq; i++) softmax_row(j, hh, q0 + i, s + (size_t)i * p->cb, seen, &alpha[i]);
+    for (int i = 0; i < nq; i++) softmax_row(j, hh, q0 + i, s + (size_t)i * p->cb, seen, &alpha[i], NULL);
     if (last)
       for (int i = 0; i < nq; i++) inv[i] = 1.0f / b->sum[(size_t)(q0 + i) * p->hg + hh];
     dsi_attn_pv_tiles(&Vt, s, p->cb, nq, o, g->ldo, j->c0 > 0 ? alpha : NULL, last ? inv : NULL, prep);
@@ -367,15 +397,11 @@ static void attend_item(const naive_job *j, const dsi_mat *Kb, const dsi_mat *Vb
 #endif
   dsi_gemm gq = {.w = &K, .x = q, .ldx = g->ldq, .m = nq, .y = s, .ldy = p->cb, .epi = DSI_EPI_STORE};
   dsi_mm_one(j->mm, &gq, 0, seen, prep, prep_bytes, b->scratch, 0, NULL);
-  for (int i = 0; i < nq; i++) softmax_row(j, hh, q0 + i, s + (size_t)i * p->cb, seen, NULL);
+  for (int i = 0; i < nq; i++) softmax_row(j, hh, q0 + i, s + (size_t)i * p->cb, seen, NULL, o + (size_t)i * g->ldo);
   dsi_gemm gv = {.w = &Vt, .x = s, .ldx = p->cb, .m = nq, .y = o, .ldy = g->ldo,
                  .epi = j->c0 > 0 ? DSI_EPI_SCATTER_ADD : DSI_EPI_STORE, .y_rows = b->iota, .y_scale = b->ones};
   dsi_mm_one(j->mm, &gv, 0, p->vd, prep, prep_bytes, b->scratch, 0, NULL);
-  if (last)
-    for (int i = 0; i < nq; i++) {
-      float r = 1.0f / b->sum[(size_t)(q0 + i) * p->hg + hh], *oi = o + (size_t)i * g->ldo;
-      for (int d = 0; d < p->vd; d++) oi[d] *= r;
-    }
+  if (last) finish_rows(j, hh, q0, nq, o);
 }
 
 /* Start a head group: empty its softmax state (the first context block's
@@ -436,7 +462,9 @@ static seg_bufs bufs_at(const dsi_mla_prefill *p, uint8_t *shared, uint8_t *thre
                     .latb = (uint16_t *)(shared + p->o_latb), .mx = (float *)(shared + p->o_mx),
                     .sum = (float *)(shared + p->o_sum), .iota = (int32_t *)(shared + p->o_iota),
                     .ones = (float *)(shared + p->o_ones), .kx = (float *)(thread + p->o_kx),
-                    .vx = (float *)(thread + p->o_vx), .kv = thread + p->o_kv, .tws = (float *)(thread + p->o_tws),
+                    .vx = (float *)(thread + p->o_vx), .kv = thread + p->o_kv,
+                    .krows = (const float **)(thread + p->o_rowp),
+                    .vrows = (const float **)(thread + p->o_rowp) + p->cb, .tws = (float *)(thread + p->o_tws),
                     .scratch = thread + p->o_scratch};
 }
 
@@ -456,7 +484,12 @@ void dsi_mla_prefill_naive(const dsi_mla_prefill *p, dsi_team *tm, const dsi_mm 
   int ith = tm->ith, nth = tm->nth;
   seg_bufs bf = bufs_at(p, ws_shared, ws_thread);
   dsi_dtype dt = mm->act_bf16 ? DSI_DTYPE_BF16 : DSI_DTYPE_F32;
-  int tiles = p->tiles && dt == DSI_DTYPE_BF16 && mm->k->amx;
+  int tiles = p->tiles && dt == DSI_DTYPE_BF16 && mm->k->amx, rows = dt == DSI_DTYPE_F32;
+  float *kr = (float *)bf.kv, *vr = kr + (size_t)p->cb * p->qk; /* the f32 rows' core: this thread's rows */
+  for (int u = 0; rows && u < p->cb; u++) {
+    bf.krows[u] = kr + (size_t)u * p->qk;
+    bf.vrows[u] = vr + (size_t)u * vd;
+  }
   size_t latb_block = DSI_TILE_N * round_up((size_t)p->kvl, DSI_TILE_K); /* words of 16 rows */
   void *prep = bf.tws + (size_t)p->qb * p->cb;
   size_t prep_bytes = (p->tws_len - (size_t)p->qb * p->cb) * sizeof(float);
@@ -468,7 +501,7 @@ void dsi_mla_prefill_naive(const dsi_mla_prefill *p, dsi_team *tm, const dsi_mm 
     }
   for (int h0 = 0; h0 < H; h0 += p->hg_step) {
     naive_job j = {.p = p, .seg = seg, .mm = mm, .b = &bf, .dt = dt, .h0 = h0, .ng = DSI_MIN(p->hg_step, H - h0),
-                   .tiles = tiles};
+                   .tiles = tiles, .rows = rows};
     group_init(&j, ith, nth);
     for (int c0 = 0; c0 < ctx; c0 += p->cb_step) {
       int nb = DSI_MIN(p->cb_step, ctx - c0), wants = DSI_PREP_NONE;
@@ -502,11 +535,19 @@ void dsi_mla_prefill_naive(const dsi_mla_prefill *p, dsi_team *tm, const dsi_mm 
                            : latb    ? (const void *)(latb + (size_t)(u0 / DSI_TILE_N) * latb_block)
                            : latd    ? (const void *)(latd + DSI_XD_WORDS(u0, p->kvl))
                                      : NULL;
-          dsi_gemm gk = {.w = &wkh, .x = x, .ldx = p->row, .m = nu, .y = bf.kx, .ldy = nope, .epi = DSI_EPI_STORE};
-          dsi_gemm gv = {.w = &wvh, .x = x, .ldx = p->row, .m = nu, .y = bf.vx, .ldy = vd, .epi = DSI_EPI_STORE};
+          /* f32 rows: the keys' k_nope and the values straight into the rows, k_pe copied on */
+          dsi_gemm gk = {.w = &wkh, .x = x, .ldx = p->row, .m = nu, .y = rows ? kr + (size_t)u0 * p->qk : bf.kx,
+                         .ldy = rows ? p->qk : nope, .epi = DSI_EPI_STORE};
+          dsi_gemm gv = {.w = &wvh, .x = x, .ldx = p->row, .m = nu, .y = rows ? vr + (size_t)u0 * vd : bf.vx,
+                         .ldy = vd, .epi = DSI_EPI_STORE};
           dsi_mm_one(mm, &gk, 0, nope, prep, prep_bytes, bf.scratch, 1, xb);
           dsi_mm_one(mm, &gv, 0, vd, prep, prep_bytes, bf.scratch, 1, xb);
-          pack_head(&j, bf.kx, bf.vx, u0, nu, &K, &Vt);
+          if (!rows) {
+            pack_head(&j, bf.kx, bf.vx, u0, nu, &K, &Vt);
+            continue;
+          }
+          for (int u = u0; u < u0 + nu; u++)
+            memcpy(kr + (size_t)u * p->qk + nope, bf.lat + (size_t)u * p->row + p->kvl, (size_t)p->rope * sizeof(float));
         }
         for (int b = nqb - 1; b >= 0; b--) attend_item(&j, &K, &Vt, (int)hh, b * p->qb_step);
       }

@@ -119,10 +119,8 @@ static void VEC_FN(vec_softmax_)(float *x, int n) {
   for (int i = 0; i < n; i++) x[i] *= inv;
 }
 
-#endif
 
 #define PV_HEADS 8 /* heads a call's written-out path takes */
-#if !defined(VEC_ATTN_OWN) && !defined(VEC_QKPV_OWN) /* the including file has its own P V and Q K */
 /* o[h][c] += sum over u, in order, of p[h][u] * rows[u][c]: each row is
  * read once for every head, and a 32-column block of all heads' sums stays
  * in registers while the rows stream past (the attention's P V) */

@@ -206,9 +206,9 @@ int main(void) {
   dsi_rng rng;
   dsi_rng_seed(&rng, 99);
   const dsi_cpu *cpu = dsi_cpu_get();
-  static const int widths[] = {576, 512, 64, 33, 7, 100};
+  static const int widths[] = {576, 512, 192, 64, 33, 7, 100};
   static const int heads[] = {8, 1, 3, 16};
-  static const int nus[] = {1, 2, 5, 64, 131};
+  static const int nus[] = {1, 2, 3, 5, 6, 64, 131}; /* AVX2 takes keys 3 at a time */
   for (int l = DSI_ISA_SCALAR; l <= (int)cpu->best; l++) {
     g_v = dsi_kern_get((dsi_isa)l)->vec;
     g_fused = l >= DSI_ISA_AVX2;

@@ -1,11 +1,15 @@
 /* kernels: the vector primitives (vec_impl.h) compiled for AVX2 + FMA, with
- * the decode attention's two loops (attn_qk, attn_pv) written out: the
- * compiler's vectorization of vec_impl.h's versions kept the head sums in
- * memory (27% of the FMA peak on a Zen 3). Results are bitwise those of
+ * the attention's primitives written out: the decode attention's two loops
+ * (attn_qk, attn_pv), whose vectorization by the compiler kept the head
+ * sums in memory (27% of the FMA peak on a Zen 3), and the softmax, which
+ * vec_impl.h leaves to libm's scalar expf. attn_qk and attn_pv are bitwise
  * vec_impl.h's order: every dot summed as vec_dot sums it (16 lanes over
  * the columns, here two 8-lane halves, fused multiply-adds, the lanes
- * folded 8, 4, 2, 1), every output of attn_pv in the order of the rows. */
+ * folded 8, 4, 2, 1), every output of attn_pv in the order of the rows.
+ * The softmax's e^x is the AVX-512 level's (exp_impl.h), 8 lanes. */
 #include "kernels/vec.h"
+
+#include "kernels/x86/exp_impl.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -17,10 +21,12 @@ static void vec_attn_qk_avx2(float *restrict s, int lds, const float *restrict q
                              const float *const *rows, int nu, int n, float scale);
 static void vec_attn_pv_avx2(float *restrict o, int ldo, const float *restrict p, int ldp, int nh,
                              const float *const *rows, int nu, int n);
+static void vec_softmax_avx2(float *x, int n);
+static float vec_softmax_step_avx2(float *x, int n, float scale, float *m);
 
 #define VEC_SUFFIX avx2
 #define VEC_NAME "avx2"
-#define VEC_QKPV_OWN
+#define VEC_ATTN_OWN
 #include "kernels/vec_impl.h"
 
 /* a dot's 16 lanes (lo: 0-7, hi: 8-15) folded as vec_dot folds them:
@@ -32,9 +38,12 @@ static inline float fold16(__m256 lo, __m256 hi) {
   return _mm_cvtss_f32(_mm_add_ss(c, _mm_movehdup_ps(c)));
 }
 
-/* Two rows and four heads at a time, one half of the 16 lanes: 8 chains,
- * each load of q serving two multiply-adds and each load of a row four.
- * The halves and head groups are separate passes over the rows (in L1). */
+/* Three rows and four heads at a time, one half of the 16 lanes: 12
+ * chains, each load of q serving three multiply-adds and each load of a
+ * row four (two rows and 8 chains: 0.84x the rate on a Zen 3). The halves
+ * and head groups are separate passes over the rows (in L1); a last pass
+ * short of rows repeats its first row in the others and keeps its own. */
+#define QK_ROWS 3
 static void vec_attn_qk_avx2(float *restrict s, int lds, const float *restrict q, int ldq, int nh,
                              const float *const *rows, int nu, int n, float scale) {
   if (nh != PV_HEADS) {
@@ -43,26 +52,29 @@ static void vec_attn_qk_avx2(float *restrict s, int lds, const float *restrict q
     return;
   }
   const int nb = n / 16 * 16;
-  for (int u = 0; u < nu; u += 2) {
-    const int two = u + 1 < nu;
-    const float *x[2] = {rows[u], rows[two ? u + 1 : u]};
-    __m256 acc[2][PV_HEADS][2]; /* [row][head][half] */
+  for (int u = 0; u < nu; u += QK_ROWS) {
+    const int nr = nu - u < QK_ROWS ? nu - u : QK_ROWS;
+    const float *x[QK_ROWS];
+    for (int r = 0; r < QK_ROWS; r++) x[r] = rows[u + (r < nr ? r : 0)];
+    __m256 acc[QK_ROWS][PV_HEADS][2]; /* [row][head][half] */
     for (int g = 0; g < PV_HEADS; g += 4)
       for (int half = 0; half < 2; half++) {
-        __m256 a0[4], a1[4];
-        for (int h = 0; h < 4; h++) a0[h] = a1[h] = _mm256_setzero_ps();
+        __m256 a[QK_ROWS][4];
+        for (int r = 0; r < QK_ROWS; r++)
+          for (int h = 0; h < 4; h++) a[r][h] = _mm256_setzero_ps();
         for (int i = 8 * half; i < nb; i += 16) {
-          const __m256 v0 = _mm256_loadu_ps(x[0] + i), v1 = _mm256_loadu_ps(x[1] + i);
+          __m256 v[QK_ROWS];
+          for (int r = 0; r < QK_ROWS; r++) v[r] = _mm256_loadu_ps(x[r] + i);
 #pragma GCC unroll 4
           for (int h = 0; h < 4; h++) {
             const __m256 qh = _mm256_loadu_ps(q + (size_t)(g + h) * ldq + i);
-            a0[h] = _mm256_fmadd_ps(qh, v0, a0[h]);
-            a1[h] = _mm256_fmadd_ps(qh, v1, a1[h]);
+            for (int r = 0; r < QK_ROWS; r++) a[r][h] = _mm256_fmadd_ps(qh, v[r], a[r][h]);
           }
         }
-        for (int h = 0; h < 4; h++) acc[0][g + h][half] = a0[h], acc[1][g + h][half] = a1[h];
+        for (int r = 0; r < QK_ROWS; r++)
+          for (int h = 0; h < 4; h++) acc[r][g + h][half] = a[r][h];
       }
-    for (int r = 0; r < 1 + two; r++)
+    for (int r = 0; r < nr; r++)
       for (int h = 0; h < PV_HEADS; h++) {
         float d;
         if (nb == n) {
@@ -113,4 +125,76 @@ static void vec_attn_pv_avx2(float *restrict o, int ldo, const float *restrict p
       float *oh = o + (size_t)h * ldo;
       for (int c = c0; c < n; c++) oh[c] = fmaf(a, x[c], oh[c]);
     }
+}
+
+static inline __m256 round256(__m256 x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+/* p 2^n, n in [-150, 129], as two halves' exponent fields (each a normal
+ * float), which also rounds a subnormal result once (AVX-512's scalef) */
+static inline __m256 scale2_256(__m256 p, __m256 n) {
+  const __m256i ni = _mm256_cvtps_epi32(n), n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
+  const __m256i bias = _mm256_set1_epi32(127);
+  p = _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23)));
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23)));
+}
+/* e^x (exp_impl.h), 8 lanes */
+DSI_EXP_DEFINE(exp256, __m256, _mm256, round256, scale2_256)
+
+/* lanes i < k set (k in 0..8): the tail's load and store mask */
+static inline __m256i tail_mask(int k) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+static inline float hmax8(__m256 v) {
+  __m128 a = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  a = _mm_max_ps(a, _mm_movehl_ps(a, a));
+  return _mm_cvtss_f32(_mm_max_ss(a, _mm_movehdup_ps(a)));
+}
+
+static inline float hsum8(__m256 v) {
+  __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  a = _mm_add_ps(a, _mm_movehl_ps(a, a));
+  return _mm_cvtss_f32(_mm_add_ss(a, _mm_movehdup_ps(a)));
+}
+
+/* max of x[0..n) (n >= 1) */
+static float max_of(const float *x, int n) {
+  const int nb = n / 8 * 8;
+  __m256 mv = _mm256_set1_ps(-INFINITY);
+  for (int i = 0; i < nb; i += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(x + i));
+  float mx = hmax8(mv);
+  for (int i = nb; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+  return mx;
+}
+
+/* x[i] = e^(x[i] scale - mx) in place, returning their sum (8 lanes, folded) */
+static float exp_in_place(float *x, int n, float scale, float mx) {
+  const int nb = n / 8 * 8;
+  const __m256 sc = _mm256_set1_ps(scale), mm = _mm256_set1_ps(-mx);
+  __m256 s = _mm256_setzero_ps();
+  for (int i = 0; i < nb; i += 8) {
+    const __m256 e = exp256(_mm256_fmadd_ps(_mm256_loadu_ps(x + i), sc, mm));
+    _mm256_storeu_ps(x + i, e);
+    s = _mm256_add_ps(s, e);
+  }
+  if (nb < n) {
+    const __m256i k = tail_mask(n - nb);
+    const __m256 e = _mm256_and_ps(exp256(_mm256_fmadd_ps(_mm256_maskload_ps(x + nb, k), sc, mm)), _mm256_castsi256_ps(k));
+    _mm256_maskstore_ps(x + nb, k, e);
+    s = _mm256_add_ps(s, e);
+  }
+  return hsum8(s);
+}
+
+static void vec_softmax_avx2(float *x, int n) {
+  const float inv = 1.0f / exp_in_place(x, n, 1.0f, max_of(x, n));
+  const __m256 iv = _mm256_set1_ps(inv);
+  int i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), iv));
+  for (; i < n; i++) x[i] *= inv;
+}
+
+static float vec_softmax_step_avx2(float *x, int n, float scale, float *m) {
+  const float mx = fmaxf(*m, max_of(x, n) * scale);
+  *m = mx;
+  return exp_in_place(x, n, scale, mx);
 }
