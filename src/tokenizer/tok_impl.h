@@ -87,6 +87,7 @@ struct dsi_tok {
   size_t pool_len, pool_cap;
 
   int32_t n_ids;    /* 1 + the largest id */
+  int32_t ids_cap;  /* the id arrays' room (>= n_ids) */
   tok_span *text;   /* [n_ids] model.vocab's string for the id */
   tok_span *shown;  /* [n_ids] the token as HF's id_to_token gives it (added tokens first) */
   tok_span *bytes;  /* [n_ids] what the decoder yields for it */

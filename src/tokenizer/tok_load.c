@@ -423,19 +423,28 @@ static void parse_post(dsi_tok *t, const tok_strmap *added_map, const cJSON *j) 
 
 /* ---- the BPE model ---- */
 
+/* ids up to n - 1, the new ones empty; the room grows by half again at
+ * least (added tokens come one id at a time: by one element each, the
+ * arrays were copied ~800 times, seconds under ASan) */
 static int grow_ids(dsi_tok *t, int32_t n) {
   if (n <= t->n_ids) return 0;
-  tok_span **arrs[] = {&t->text, &t->shown, &t->bytes, &t->key};
-  for (size_t k = 0; k < DSI_ARRAY_LEN(arrs); k++) {
-    tok_span *a = realloc(*arrs[k], n * sizeof *a);
-    if (!a) return -1;
-    *arrs[k] = a;
-    for (int32_t i = t->n_ids; i < n; i++) a[i] = (tok_span){TOK_NONE, 0};
+  if (n > t->ids_cap) {
+    int32_t cap = t->ids_cap > INT32_MAX / 3 * 2 ? INT32_MAX : DSI_MAX(n, t->ids_cap + t->ids_cap / 2);
+    tok_span **arrs[] = {&t->text, &t->shown, &t->bytes, &t->key};
+    for (size_t k = 0; k < DSI_ARRAY_LEN(arrs); k++) {
+      tok_span *a = realloc(*arrs[k], (size_t)cap * sizeof *a);
+      if (!a) return -1;
+      *arrs[k] = a;
+    }
+    uint8_t *f = realloc(t->flags, (size_t)cap);
+    if (!f) return -1;
+    t->flags = f;
+    t->ids_cap = cap;
   }
-  uint8_t *f = realloc(t->flags, n);
-  if (!f) return -1;
-  t->flags = f;
-  memset(f + t->n_ids, 0, (size_t)(n - t->n_ids));
+  tok_span *arrs[] = {t->text, t->shown, t->bytes, t->key};
+  for (size_t k = 0; k < DSI_ARRAY_LEN(arrs); k++)
+    for (int32_t i = t->n_ids; i < n; i++) arrs[k][i] = (tok_span){TOK_NONE, 0};
+  memset(t->flags + t->n_ids, 0, (size_t)(n - t->n_ids));
   t->n_ids = n;
   t->text_map.keys = t->text; /* the maps key into these arrays */
   t->key_map.keys = t->key;
