@@ -804,6 +804,13 @@ static int fill_all(dsi_model *m, spec_list *l, int n_threads, int show, double 
   else if (bad_name)
     dsi_log(DSI_LOG_WARN, "%s%s holds NaN or infinity: outputs that read it will be NaN", bad_name,
             bad < 0 ? "_scale_inv" : "");
+  if (bad < 0) /* no weight holds a NaN byte: FP8 kernels may skip their NaN check */
+    for (int i = 0; i < l->n; i++) {
+      spec *s = &l->v[i];
+      dsi_mat *dst[] = {s->mat, s->gu_dst, s->uk_dst, s->uv_dst, s->ukr_dst};
+      for (size_t d = 0; d < DSI_ARRAY_LEN(dst); d++)
+        if (s->kind == SPEC_MAT && dst[d]) dst[d]->nan_free = 1;
+    }
   for (int i = 0; i < l->n; i++)
     if (l->v[i].src_scale && l->v[i].store != STORE_ROWS) free(l->v[i].src_scale);
   free(items);

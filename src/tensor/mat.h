@@ -55,6 +55,9 @@ typedef struct dsi_mat {
   int scale_cols;     /* ceil(cols / block) */
   dsi_layout layout;
   int kpad;           /* TILES: padded columns (multiple of 32) */
+  int nan_free;       /* FP8: 1 when no byte is a NaN (the loader checks every
+                         weight): kernels may skip turning them into NaNs.
+                         0: not known */
 } dsi_mat;
 
 #define DSI_TILE_N 16

@@ -80,6 +80,7 @@ static int random_packed(dsi_mat *w, dsi_dtype dt, int rows, int cols, void **me
   } else {
     uint8_t *d = *mem;
     for (size_t i = 0; i < n; i++) d[i] = (uint8_t)(dsi_rng_u64(r) & 0xf7); /* never the NaN code */
+    w->nan_free = 1; /* as the loader marks a checkpoint's weights */
   }
   return DSI_OK;
 }

@@ -2,9 +2,11 @@
  * TILES weights (tensor/mat.h) times int8 activations, one scale per row
  * (g->xq), on the driver of iq_driver.h.
  * INT4: a 64-byte line of a sub-block is two halves of 8 rows; each half's
- * nibbles are unpacked in registers and multiplied by vpmaddubsw + vpmaddwd
- * (no saturation: 15 * 127 * 2 < 2^15), the zero point entering as each
- * group's integer sum starting at -8 * the activations' sum over it.
+ * nibbles are unpacked in registers and multiplied by vpmaddubsw (no
+ * saturation: 15 * 128 * 2 < 2^15), whose pair sums add up in 16 bits
+ * over a 32-wide sub-block before one vpmaddwd widens them; the zero
+ * point enters as each group's integer sum starting at -8 * the
+ * activations' sum over it.
  * INT8: vpmaddubsw would saturate on unsigned weights (255 * 127 * 2 >
  * 2^15), so both operands are sign-extended to 16 bits and multiplied by
  * vpmaddwd (two products a dword, exact), which issues at vpmaddubsw's
@@ -24,15 +26,17 @@
 #define MB_I4 4
 #define PF_AHEAD 2048
 
-INLINE __m256i dot(__m256i acc, __m256i w, const int8_t *x) {
+/* 16 u8 x s8 pair sums of the weights w and the activations' 4 bytes at x,
+ * broadcast: each within [-3840, 3810] */
+INLINE __m256i dot16(__m256i w, const int8_t *x) {
   int32_t v;
   memcpy(&v, x, 4);
-  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, _mm256_set1_epi32(v)), _mm256_set1_epi16(1)));
+  return _mm256_maddubs_epi16(w, _mm256_set1_epi32(v));
 }
 
 INLINE void i4_pass(const uint8_t *wp, int ng, int nsub, const int8_t *xq, size_t ldq, const int32_t *zp, int zld,
                     int MB, float *out) {
-  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
   __m256 acc[MB_I4][2];
 #pragma GCC unroll 4
   for (int i = 0; i < MB; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
@@ -47,19 +51,25 @@ INLINE void i4_pass(const uint8_t *wp, int ng, int nsub, const int8_t *xq, size_
         const uint8_t *p = wp + (size_t)b * 256 + 32 * h;
         const int8_t *xb = x + 32 * b;
         if (!h) {
-          _mm_prefetch((const char *)p + PF_AHEAD, _MM_HINT_T1);
-          _mm_prefetch((const char *)p + PF_AHEAD + 128, _MM_HINT_T1);
+#pragma GCC unroll 4
+          for (int l = 0; l < 4; l++) _mm_prefetch((const char *)p + PF_AHEAD + 64 * l, _MM_HINT_T1);
         }
+        /* a sub-block's 8 pair sums a lane add up in 16 bits (|sum| <=
+         * 8 * 3840 < 2^15), widened to 32 once: one vpmaddwd per 8
+         * vpmaddubsw */
+        __m256i t[MB_I4];
 #pragma GCC unroll 4
         for (int u = 0; u < 4; u++) {
           const __m256i v = _mm256_loadu_si256((const __m256i *)(p + 64 * u));
           const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
 #pragma GCC unroll 4
           for (int i = 0; i < MB; i++) {
-            s[i] = dot(s[i], lo, xb + i * ldq + 4 * u);
-            s[i] = dot(s[i], hi, xb + i * ldq + 16 + 4 * u);
+            const __m256i d2 = _mm256_add_epi16(dot16(lo, xb + i * ldq + 4 * u), dot16(hi, xb + i * ldq + 16 + 4 * u));
+            t[i] = u ? _mm256_add_epi16(t[i], d2) : d2;
           }
         }
+#pragma GCC unroll 4
+        for (int i = 0; i < MB; i++) s[i] = _mm256_add_epi32(s[i], _mm256_madd_epi16(t[i], ones));
       }
       const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(scales + 16 * h)));
 #pragma GCC unroll 4
