@@ -66,6 +66,9 @@ INLINE void i4_pass(const uint8_t *wp, int ng, int nsub, const int8_t *xq, size_
           for (int i = 0; i < MB; i++) {
             const __m256i d2 = _mm256_add_epi16(dot16(lo, xb + i * ldq + 4 * u), dot16(hi, xb + i * ldq + 16 + 4 * u));
             t[i] = u ? _mm256_add_epi16(t[i], d2) : d2;
+            /* in a register, added now: GCC otherwise keeps the products
+             * of all four lines alive to sum them at the end, and spills */
+            __asm__("" : "+x"(t[i]));
           }
         }
 #pragma GCC unroll 4
@@ -139,6 +142,7 @@ INLINE void i8_pass(const int8_t *wp, const float *sc, int kpad, int block, cons
           memcpy(&v, xw[i] + 4 * (t - t0) + 2, 4);
           s[i] = _mm256_add_epi32(s[i], _mm256_madd_epi16(a, _mm256_set1_epi32(u)));
           s[i] = _mm256_add_epi32(s[i], _mm256_madd_epi16(b, _mm256_set1_epi32(v)));
+          __asm__("" : "+x"(s[i])); /* GCC 12 otherwise keeps one of 8 chains in memory */
         }
       }
 #pragma GCC unroll 8
