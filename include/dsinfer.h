@@ -383,7 +383,9 @@ typedef struct dsi_peaks {
   double dpbf16_gflops;   /* vdpbf16ps */
   double vnni_gops;       /* vpdpbusd, a u8 x s8 multiply-add counted as 2 */
   double maddwd_gops;     /* ymm vpmaddwd, an s16 x s16 multiply-add counted as 2:
-                             the AVX2 integer matmuls' roof */
+                             the AVX2 INT8 matmul's roof */
+  double maddubs_gops;    /* ymm vpmaddubsw, a u8 x s8 multiply-add counted as 2:
+                             the AVX2 INT4 matmul's roof */
 } dsi_peaks;
 int dsi_measure_peaks(int n_threads, dsi_peaks *out);
 /* The matrix peak that kernel level `isa` (dsi_engine_isa, dsi_isa_name)

@@ -22,11 +22,14 @@ const char *dsi_engine_isa(const dsi_engine *e) { return dsi_fwd_isa(e->fwd); }
 
 double dsi_engine_matrix_peak(const dsi_engine *e, const dsi_peaks *pk, const char **name) {
   /* INT8 and INT4 weights multiply int8 activations on vpdpbusd (AVX2:
-   * vpmaddwd) where no AMX runs them (the attention's bf16 matmuls then
-   * count against it too); INT4's in every precision mode */
+   * INT8 on vpmaddwd, INT4 on vpmaddubsw) where no AMX runs them (the
+   * attention's bf16 matmuls, and INT4's INT8 lm_head, then count against
+   * it too); INT4's in every precision mode */
   int act = dsi_fwd_act(e->fwd);
   int i8 = e->m->quant == DSI_QUANT_INT4 || (e->m->quant && (act & DSI_ACT_RED_I8));
   if (i8 && strcmp(dsi_engine_isa(e), "amx") && pk->vnni_gops > 0) return *name = "vpdpbusd", pk->vnni_gops;
+  if (e->m->quant == DSI_QUANT_INT4 && !strcmp(dsi_engine_isa(e), "avx2") && pk->maddubs_gops > 0)
+    return *name = "vpmaddubsw", pk->maddubs_gops;
   if (i8 && !strcmp(dsi_engine_isa(e), "avx2") && pk->maddwd_gops > 0) return *name = "vpmaddwd", pk->maddwd_gops;
   return dsi_matrix_peak(pk, (act & DSI_ACT_RED_BF16) ? dsi_engine_isa(e) : "f32", name);
 }

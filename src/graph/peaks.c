@@ -1,7 +1,7 @@
 /* graph: this machine's peaks, measured on the spot with the kernels'
  * own loops — memory read bandwidth (the decode roof), a STREAM triad,
  * and the compute rates summed over the threads: AMX BF16 tiles, f32 FMA,
- * vdpbf16ps, vpdpbusd and vpmaddwd (the prefill roofs) — which the profile and the
+ * vdpbf16ps, vpdpbusd, vpmaddwd and vpmaddubsw (the prefill roofs) — which the profile and the
  * benchmarks set their rates beside. */
 #define _GNU_SOURCE
 #include "base/base.h"
@@ -52,6 +52,7 @@ static void compute_task(void *ctx, int ith, int nth) {
     out->dpbf16_gflops = DSI_MAX(out->dpbf16_gflops, dsi_vec_peak(DSI_PEAK_DPBF16, 0.04));
     out->vnni_gops = DSI_MAX(out->vnni_gops, dsi_vec_peak(DSI_PEAK_VNNI, 0.04));
     out->maddwd_gops = DSI_MAX(out->maddwd_gops, dsi_vec_peak(DSI_PEAK_MADDWD, 0.04));
+    out->maddubs_gops = DSI_MAX(out->maddubs_gops, dsi_vec_peak(DSI_PEAK_MADDUBS, 0.04));
   }
 }
 
@@ -112,6 +113,7 @@ int dsi_measure_peaks(int n_threads, dsi_peaks *out) {
       out->dpbf16_gflops += per[i].dpbf16_gflops;
       out->vnni_gops += per[i].vnni_gops;
       out->maddwd_gops += per[i].maddwd_gops;
+      out->maddubs_gops += per[i].maddubs_gops;
     }
   }
   dsi_pool_free(pool);

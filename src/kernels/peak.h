@@ -16,10 +16,11 @@ double dsi_amx_peak_gflops(double seconds);
 double dsi_amx_walk_gflops(int stage, const uint8_t *far, size_t far_bytes, double seconds);
 
 /* 12 independent zmm chains of one instruction on this thread (ymm for
- * FMA on a CPU with AVX2 only, and for vpmaddwd): GFLOP/s (FMA, vdpbf16ps:
- * 2 per multiply-add) or GOP/s (vpdpbusd: 2 per u8 x s8 multiply-add;
- * vpmaddwd: 2 per s16 x s16 one), for about `seconds` */
-typedef enum { DSI_PEAK_FMA, DSI_PEAK_DPBF16, DSI_PEAK_VNNI, DSI_PEAK_MADDWD } dsi_vec_peak_kind;
+ * FMA on a CPU with AVX2 only, and for vpmaddwd and vpmaddubsw): GFLOP/s
+ * (FMA, vdpbf16ps: 2 per multiply-add) or GOP/s (vpdpbusd and vpmaddubsw:
+ * 2 per u8 x s8 multiply-add; vpmaddwd: 2 per s16 x s16 one), for about
+ * `seconds` */
+typedef enum { DSI_PEAK_FMA, DSI_PEAK_DPBF16, DSI_PEAK_VNNI, DSI_PEAK_MADDWD, DSI_PEAK_MADDUBS } dsi_vec_peak_kind;
 double dsi_vec_peak(dsi_vec_peak_kind kind, double seconds);
 
 #endif

@@ -454,7 +454,8 @@ static double kernel_peak(dsi_gemm_fn fn, const dsi_peaks *pk, int int8, const c
   if (!strcmp(k, "amx") || !strcmp(k, "amx-int8")) return *name = "amx", pk->amx_bf16_gflops * (int8 ? 2 : 1);
   if (!strcmp(k, "avx512-bf16")) return *name = "vdpbf16ps", pk->dpbf16_gflops;
   if (!strcmp(k, "avx512-vnni-int4") || !strcmp(k, "avx512-vnni-int8")) return *name = "vpdpbusd", pk->vnni_gops;
-  if (!strcmp(k, "avx2-int4") || !strcmp(k, "avx2-int8")) return *name = "vpmaddwd", pk->maddwd_gops;
+  if (!strcmp(k, "avx2-int4")) return *name = "vpmaddubsw", pk->maddubs_gops;
+  if (!strcmp(k, "avx2-int8")) return *name = "vpmaddwd", pk->maddwd_gops;
   if (!strcmp(k, "avx512") || !strcmp(k, "avx2")) return *name = "fma", pk->fma_gflops;
   return 0;
 }
@@ -496,8 +497,8 @@ int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) 
           model[0] ? model : "CPU model unknown", pk.threads, dsi_isa_str(k->level), pk.read_gbs, pk.triad_gbs,
           pk.amx_bf16_gflops, pk.threads);
   fprintf(out, "vector peaks (12 chains a core, all threads): f32 FMA %.0f GFLOP/s, vdpbf16ps %.0f GFLOP/s, "
-               "vpdpbusd %.0f GOP/s, ymm vpmaddwd %.0f GOP/s (0: not on this CPU)\n", pk.fma_gflops,
-          pk.dpbf16_gflops, pk.vnni_gops, pk.maddwd_gops);
+               "vpdpbusd %.0f GOP/s, ymm vpmaddwd %.0f GOP/s, ymm vpmaddubsw %.0f GOP/s (0: not on this CPU)\n",
+          pk.fma_gflops, pk.dpbf16_gflops, pk.vnni_gops, pk.maddwd_gops, pk.maddubs_gops);
 #if DSI_HAVE_OPENBLAS
   fprintf(out, "baseline: OpenBLAS cblas_sgemm (f32 weights; this OpenBLAS has no cblas_sbgemm)\n");
   openblas_set_num_threads(nth);

@@ -3,7 +3,8 @@
 # figures (a kernel or a buffer that failed prints 0): kv_a's row at M=1
 # and 16 (BF16, FP8, INT4) beside the measured peaks; the ceilings' matvec rates, and where
 # AMX is in use the tile peak, the four stages of the GEMM's tile loop and
-# the GEMM itself; with the ISA capped below AMX, no tile loop.
+# the GEMM itself; with the ISA capped below AMX, no tile loop. On AVX2
+# the INT4 kernel is set beside the vpmaddubsw peak.
 set -euo pipefail
 bin=$1 scratch=$2
 rm -rf "$scratch"; mkdir -p "$scratch"
@@ -18,6 +19,12 @@ positive "$scratch/table.txt" "memory read" "GB/s,"
 if grep -qE "isa (avx512|amx)" "$scratch/table.txt"; then # the vector peaks where there is AVX-512
   positive "$scratch/table.txt" "vector peaks" "GFLOP/s,"
   grep -q "kv_a .* int4 .*(avx512.*int4; peak" "$scratch/table.txt" || fail "no int4 kernel named" "" "$scratch/table.txt"
+fi
+if grep -q "isa avx2;" "$scratch/table.txt"; then # AVX2's INT4 judged by its own multiply, vpmaddubsw
+  positive "$scratch/table.txt" "vector peaks" "GFLOP/s,"
+  peak=$(grep -o "ymm vpmaddubsw [0-9]* GOP/s" "$scratch/table.txt" | awk '{ print $3 }')
+  [ "${peak:-0}" -gt 0 ] || fail "no vpmaddubsw peak" "" "$scratch/table.txt"
+  grep -q "kv_a .* int4 .*(avx2-int4; peak vpmaddubsw)" "$scratch/table.txt" || fail "int4 not beside vpmaddubsw" "" "$scratch/table.txt"
 fi
 for dt in bf16 fp8 int4; do
   for m in 1 16; do

@@ -1,11 +1,11 @@
 /* kernels: the AVX2 integer matmuls (gemm.h contract) — INT4 and INT8
  * TILES weights (tensor/mat.h) times int8 activations, one scale per row
  * (g->xq), on the driver of iq_driver.h.
- * INT4: a 64-byte line of a sub-block is two halves of 8 rows; each half's
- * nibbles are unpacked in registers and multiplied by vpmaddubsw (no
- * saturation: 15 * 128 * 2 < 2^15), whose pair sums add up in 16 bits
- * over a 32-wide sub-block before one vpmaddwd widens them; the zero
- * point enters as each group's integer sum starting at -8 * the
+ * INT4: a 64-byte line of a sub-block is two halves of 8 rows, taken
+ * together; each half's nibbles are unpacked in registers and multiplied
+ * by vpmaddubsw (no saturation: 15 * 128 * 2 < 2^15), whose pair sums add
+ * up in 16 bits over a 32-wide sub-block before one vpmaddwd widens them;
+ * the zero point enters as each group's integer sum starting at -8 * the
  * activations' sum over it.
  * INT8: vpmaddubsw would saturate on unsigned weights (255 * 127 * 2 >
  * 2^15), so both operands are sign-extended to 16 bits and multiplied by
@@ -22,18 +22,23 @@
 
 #define INLINE static inline __attribute__((always_inline))
 
-/* activation rows a pass holds: two sums (rows 0-7, 8-15) and a chain each */
+/* activation rows a pass holds: two sums each (rows 0-7, 8-15 of the
+ * panel) and their f32 accumulators, beside a line's four unpacked halves
+ * and two broadcasts */
 #define MB_I4 4
 #define PF_AHEAD 2048
 
-/* 16 u8 x s8 pair sums of the weights w and the activations' 4 bytes at x,
- * broadcast: each within [-3840, 3810] */
-INLINE __m256i dot16(__m256i w, const int8_t *x) {
+/* the activations' 4 bytes at x, broadcast: the s8 operand of 16 u8 x s8
+ * pair sums by vpmaddubsw (each within [-3840, 3810]) */
+INLINE __m256i bcast4(const int8_t *x) {
   int32_t v;
   memcpy(&v, x, 4);
-  return _mm256_maddubs_epi16(w, _mm256_set1_epi32(v));
+  return _mm256_set1_epi32(v);
 }
 
+/* Both halves of each 64-byte line at once: a row's broadcasts serve the
+ * panel's 16 rows, and its 16 accumulators stay in registers across the
+ * groups (with the halves one after the other, 1.46x slower in L1). */
 INLINE void i4_pass(const uint8_t *wp, int ng, int nsub, const int8_t *xq, size_t ldq, const int32_t *zp, int zld,
                     int MB, float *out) {
   const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
@@ -43,40 +48,48 @@ INLINE void i4_pass(const uint8_t *wp, int ng, int nsub, const int8_t *xq, size_
   const int8_t *x = xq;
   for (int q = 0; q < ng; q++, x += 32 * nsub) {
     const uint8_t *scales = wp + (size_t)nsub * 256;
-    for (int h = 0; h < 2; h++) {
-      __m256i s[MB_I4];
+    __m256i s[MB_I4][2];
 #pragma GCC unroll 4
-      for (int i = 0; i < MB; i++) s[i] = _mm256_set1_epi32(zp[i * zld + q]);
-      for (int b = 0; b < nsub; b++) {
-        const uint8_t *p = wp + (size_t)b * 256 + 32 * h;
-        const int8_t *xb = x + 32 * b;
-        if (!h) {
+    for (int i = 0; i < MB; i++) s[i][0] = s[i][1] = _mm256_set1_epi32(zp[i * zld + q]);
+    for (int b = 0; b < nsub; b++) {
+      const uint8_t *p = wp + (size_t)b * 256;
+      const int8_t *xb = x + 32 * b;
 #pragma GCC unroll 4
-          for (int l = 0; l < 4; l++) _mm_prefetch((const char *)p + PF_AHEAD + 64 * l, _MM_HINT_T1);
+      for (int l = 0; l < 4; l++) _mm_prefetch((const char *)p + PF_AHEAD + 64 * l, _MM_HINT_T1);
+      /* a sub-block's 8 pair sums a lane add up in 16 bits (|sum| <=
+       * 8 * 3840 < 2^15), widened to 32 once: one vpmaddwd per 8
+       * vpmaddubsw */
+      __m256i t[MB_I4][2];
+#pragma GCC unroll 4
+      for (int u = 0; u < 4; u++) {
+        const __m256i v0 = _mm256_loadu_si256((const __m256i *)(p + 64 * u));
+        const __m256i v1 = _mm256_loadu_si256((const __m256i *)(p + 64 * u + 32));
+        const __m256i lo0 = _mm256_and_si256(v0, m4), hi0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4);
+        const __m256i lo1 = _mm256_and_si256(v1, m4), hi1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4);
+#pragma GCC unroll 4
+        for (int i = 0; i < MB; i++) {
+          const __m256i xl = bcast4(xb + i * ldq + 4 * u), xh = bcast4(xb + i * ldq + 16 + 4 * u);
+          const __m256i d0 = _mm256_add_epi16(_mm256_maddubs_epi16(lo0, xl), _mm256_maddubs_epi16(hi0, xh));
+          const __m256i d1 = _mm256_add_epi16(_mm256_maddubs_epi16(lo1, xl), _mm256_maddubs_epi16(hi1, xh));
+          t[i][0] = u ? _mm256_add_epi16(t[i][0], d0) : d0;
+          t[i][1] = u ? _mm256_add_epi16(t[i][1], d1) : d1;
+          /* in a register, added now: GCC otherwise keeps the products
+           * of all four lines alive to sum them at the end, and spills */
+          __asm__("" : "+x"(t[i][0]), "+x"(t[i][1]));
         }
-        /* a sub-block's 8 pair sums a lane add up in 16 bits (|sum| <=
-         * 8 * 3840 < 2^15), widened to 32 once: one vpmaddwd per 8
-         * vpmaddubsw */
-        __m256i t[MB_I4];
-#pragma GCC unroll 4
-        for (int u = 0; u < 4; u++) {
-          const __m256i v = _mm256_loadu_si256((const __m256i *)(p + 64 * u));
-          const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-#pragma GCC unroll 4
-          for (int i = 0; i < MB; i++) {
-            const __m256i d2 = _mm256_add_epi16(dot16(lo, xb + i * ldq + 4 * u), dot16(hi, xb + i * ldq + 16 + 4 * u));
-            t[i] = u ? _mm256_add_epi16(t[i], d2) : d2;
-            /* in a register, added now: GCC otherwise keeps the products
-             * of all four lines alive to sum them at the end, and spills */
-            __asm__("" : "+x"(t[i]));
-          }
-        }
-#pragma GCC unroll 4
-        for (int i = 0; i < MB; i++) s[i] = _mm256_add_epi32(s[i], _mm256_madd_epi16(t[i], ones));
       }
-      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(scales + 16 * h)));
 #pragma GCC unroll 4
-      for (int i = 0; i < MB; i++) acc[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[i]), d, acc[i][h]);
+      for (int i = 0; i < MB; i++) {
+        s[i][0] = _mm256_add_epi32(s[i][0], _mm256_madd_epi16(t[i][0], ones));
+        s[i][1] = _mm256_add_epi32(s[i][1], _mm256_madd_epi16(t[i][1], ones));
+      }
+    }
+    const __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)scales));
+    const __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(scales + 16)));
+#pragma GCC unroll 4
+    for (int i = 0; i < MB; i++) {
+      acc[i][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[i][0]), d0, acc[i][0]);
+      acc[i][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[i][1]), d1, acc[i][1]);
     }
     wp = scales + 32;
   }
@@ -91,10 +104,14 @@ static void pass_n(const dsi_mat *w, int panel, const int8_t *xq, size_t ldq, co
                    float *out) {
   const uint8_t *wp = (const uint8_t *)w->data + (size_t)panel * dsi_i4_panel_bytes(w);
   const int ng = w->kpad / w->block, nsub = w->block / 32;
-  switch (mb) {
+  /* groups of 32 columns (--quant int4's) a case of their own: one
+   * sub-block a group, no inner loop */
+  switch (mb + 8 * (nsub == 1)) {
 #define F(n) case n: i4_pass(wp, ng, nsub, xq, ldq, zp, zld, n, out); break;
-    F(1) F(2) F(3) F(4)
+#define F1(n) case n + 8: i4_pass(wp, ng, 1, xq, ldq, zp, zld, n, out); break;
+    F(1) F(2) F(3) F(4) F1(1) F1(2) F1(3) F1(4)
 #undef F
+#undef F1
   default: DSI_ASSERT(0);
   }
 }

@@ -1,7 +1,7 @@
 /* kernels: one core's vector compute peaks, measured on the spot with
  * 12 independent accumulators (latency hidden) on registers — f32 FMA
  * (zmm, or ymm on a CPU with AVX2 only), AVX512-BF16 vdpbf16ps, VNNI
- * vpdpbusd and AVX2's ymm vpmaddwd — the roofs `bench kernels` sets each
+ * vpdpbusd and AVX2's ymm vpmaddwd and vpmaddubsw — the roofs `bench kernels` sets each
  * vector kernel beside. */
 #include <immintrin.h>
 #include <time.h>
@@ -29,26 +29,29 @@ static double now(void) {
 #define LOOP12(INSN) LOOP12W(INSN, "zmm")
 
 /* ymm loops: AVX2's 8-wide FMA on a CPU without AVX-512 (the zmm loop
- * would fault there), and vpmaddwd (16 s16 products a ymm) anywhere */
-static double ymm_peak(int fma, double seconds) {
+ * would fault there), vpmaddwd (16 s16 products a ymm) and vpmaddubsw (32
+ * u8 x s8 products a ymm) anywhere */
+static double ymm_peak(dsi_vec_peak_kind kind, double seconds) {
   __asm__ volatile("vpxor %%ymm12, %%ymm12, %%ymm12\n\tvpxor %%ymm13, %%ymm13, %%ymm13" ::: "xmm12", "xmm13");
   long iters = 0;
   double t0 = now(), el;
   do {
     for (int i = 0; i < 1024; i++) {
-      if (fma) LOOP12W("vfmadd231ps", "ymm");
-      else LOOP12W("vpmaddwd", "ymm");
+      if (kind == DSI_PEAK_FMA) LOOP12W("vfmadd231ps", "ymm");
+      else if (kind == DSI_PEAK_MADDWD) LOOP12W("vpmaddwd", "ymm");
+      else LOOP12W("vpmaddubsw", "ymm");
     }
     iters += 1024;
     el = now() - t0;
   } while (el < seconds);
-  return (double)iters * 12 * (fma ? 16 : 32) / el * 1e-9;
+  const double per = kind == DSI_PEAK_FMA ? 16 : kind == DSI_PEAK_MADDWD ? 32 : 64; /* ops an instruction */
+  return (double)iters * 12 * per / el * 1e-9;
 }
 
 double dsi_vec_peak(dsi_vec_peak_kind kind, double seconds) {
   const dsi_cpu *c = dsi_cpu_get();
-  if (kind == DSI_PEAK_MADDWD) return c->avx2 ? ymm_peak(0, seconds) : 0;
-  if (!c->avx512f && c->avx2 && kind == DSI_PEAK_FMA) return ymm_peak(1, seconds);
+  if (kind == DSI_PEAK_MADDWD || kind == DSI_PEAK_MADDUBS) return c->avx2 ? ymm_peak(kind, seconds) : 0;
+  if (!c->avx512f && c->avx2 && kind == DSI_PEAK_FMA) return ymm_peak(kind, seconds);
   if (!c->avx512f || (kind == DSI_PEAK_DPBF16 && !c->avx512bf16) || (kind == DSI_PEAK_VNNI && !c->avx512vnni))
     return 0;
   /* small operands: no denormals, no overflow in the time measured */
