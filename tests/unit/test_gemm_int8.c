@@ -200,18 +200,21 @@ static void test_quantization(dsi_rng *rng) {
 
 /* ---- the kernels against the oracle ---- */
 static dsi_pool *g_pool;
-/* avx512, amx vs oracle, int8 kernels vs unquantized, vnni SiLU-mul vs
+/* avx512, amx vs oracle, int8 kernels vs unquantized, vnni and avx2 SiLU-mul vs
  * oracle, the oracle's integer sums vs its f32 ones on the same values */
 static double g_worst[5];
 /* the kernels one_case runs */
 enum { K_AVX512, K_AMX, K_VNNI, K_AVX2I, K_N };
 static const char *const k_names[K_N] = {"avx512", "amx-int8", "avx512-vnni-int8", "avx2-int8"};
 
-/* normalized error over [ny, ld]: max |got - want| / max |want - base| */
-static double norm_err(const float *got, const float *want, const float *base, size_t n) {
+/* normalized error over [ny, ld]: max |got - want| / max |want - y0| (a
+ * scatter-add's change) or max |want| over the outputs written (the rest
+ * still y0, the 12345 fill, which would dwarf the outputs) */
+static double norm_err(const float *got, const float *want, const float *y0, int scatter, size_t n) {
   double dmax = 0, rmax = 0;
   for (size_t k = 0; k < n; k++) {
-    double d = fabs((double)got[k] - want[k]), r = fabs((double)want[k] - (base ? base[k] : 0));
+    double d = fabs((double)got[k] - want[k]);
+    double r = scatter ? fabs((double)want[k] - y0[k]) : want[k] == y0[k] ? 0 : fabs((double)want[k]);
     if (!(d <= dmax)) dmax = d;
     if (r > rmax) rmax = r;
   }
@@ -265,7 +268,7 @@ static void one_case(dsi_epilogue epi, int rows, int cols, int m, int kind, dsi_
     memcpy(y, y0, yn * sizeof(float));
     g.y = y;
     gemm_two(g_pool, AVX512_FN, &g, silu);
-    double e = norm_err(y, yref, epi == DSI_EPI_SCATTER_ADD ? y0 : NULL, yn);
+    double e = norm_err(y, yref, y0, epi == DSI_EPI_SCATTER_ADD, yn);
     g_worst[0] = fmax(g_worst[0], e);
     CHECKF(e <= 1e-5, "%s epi %d rows %d cols %d m %d: normalized error %.3g", name, (int)epi, rows, cols, m, e);
   } else {
@@ -293,7 +296,7 @@ static void one_case(dsi_epilogue epi, int rows, int cols, int m, int kind, dsi_
       r.xq = xq;
       r.xq_scale = xs;
       dsi_gemm_ref(&r, 0, silu ? pk.rows : rows, scr);
-      double ei = norm_err(yint, yref, epi == DSI_EPI_SCATTER_ADD ? y0 : NULL, yn);
+      double ei = norm_err(yint, yref, y0, epi == DSI_EPI_SCATTER_ADD, yn);
       g_worst[4] = fmax(g_worst[4], ei);
       CHECKF(ei <= 1e-4, "ref int8 sums epi %d rows %d cols %d m %d: normalized error %.3g vs f32 sums", (int)epi,
              rows, cols, m, ei);
@@ -305,12 +308,13 @@ static void one_case(dsi_epilogue epi, int rows, int cols, int m, int kind, dsi_
     g.xq = xq;
     g.xq_scale = xs;
     gemm_two(g_pool, kind == K_VNNI ? VNNI_INT8_FN : kind == K_AVX2I ? AVX2_INT8_FN : AMX_INT8_FN, &g, silu);
-    double e = norm_err(y, yref, epi == DSI_EPI_SCATTER_ADD ? y0 : NULL, yn);
+    double e = norm_err(y, yref, y0, epi == DSI_EPI_SCATTER_ADD, yn);
     if (integer) {
-      /* bitwise, except the AVX-512 SiLU (its own exp, 1-2 ulp); AVX2's
-       * SiLU is the oracle's expf */
-      if (silu && kind == K_VNNI) g_worst[3] = fmax(g_worst[3], e);
-      CHECKF(silu && kind == K_VNNI ? e <= 1e-5 : !memcmp(y, yref, yn * sizeof(float)),
+      /* bitwise, except the SiLU of the vector kernels (their own exp,
+       * 1-2 ulp) */
+      const int own_exp = silu && (kind == K_VNNI || kind == K_AVX2I);
+      if (own_exp) g_worst[3] = fmax(g_worst[3], e);
+      CHECKF(own_exp ? e <= 1e-5 : !memcmp(y, yref, yn * sizeof(float)),
              "%s epi %d rows %d cols %d m %d: not the oracle's bits (normalized error %.3g)", name, (int)epi, rows,
              cols, m, e);
     } else {
@@ -335,9 +339,12 @@ static void one_case(dsi_epilogue epi, int rows, int cols, int m, int kind, dsi_
       f.y = yf;
       dsi_gemm_ref(&f, 0, rows, scr);
     }
-    double eq = norm_err(y, yf, epi == DSI_EPI_SCATTER_ADD ? y0 : NULL, yn);
+    double eq = norm_err(y, yf, y0, epi == DSI_EPI_SCATTER_ADD, yn);
     g_worst[2] = fmax(g_worst[2], eq);
-    CHECKF(eq <= 3e-2, "%s epi %d rows %d cols %d m %d: error vs unquantized %.3g", name, (int)epi, rows, cols, m, eq);
+    /* the SiLU-mul multiplies two quantized sums: about twice the error,
+     * against an output that can be small (measured: up to 0.059) */
+    CHECKF(eq <= (silu ? 1e-1 : 3e-2), "%s epi %d rows %d cols %d m %d: error vs unquantized %.3g", name, (int)epi,
+           rows, cols, m, eq);
     free(yf);
     free(xd);
     free(xs);
@@ -408,7 +415,7 @@ static void test_kernels(dsi_rng *rng) {
     printf("%s: %d cases\n", k_names[k], n);
   }
   printf("worst normalized error: avx512 %.2e, amx vs oracle %.2e, int8 kernels vs unquantized %.2e, "
-         "vnni SiLU-mul vs oracle %.2e, oracle's int8 sums vs its f32 sums %.2e\n",
+         "vnni, avx2 SiLU-mul vs oracle %.2e, oracle's int8 sums vs its f32 sums %.2e\n",
          g_worst[0], g_worst[1], g_worst[2], g_worst[3], g_worst[4]);
 }
 

@@ -7,6 +7,7 @@
 
 #include "base/base.h"
 #include "kernels/gemm.h"
+#include "kernels/x86/avx2_math.h"
 
 /* The order of the sums, the same on every path whatever m is (so a row's
  * result does not depend on the batch it was computed in): per output row,
@@ -348,8 +349,6 @@ static void panel(wkind k, int nan, const panel_src *s, int mc, const float *con
     }
 }
 
-static inline float silu(float v) { return v / (1.0f + expf(-v)); }
-
 void dsi_gemm_avx2(const dsi_gemm *g, int r0, int r1, void *scratch) {
   const dsi_mat *w = g->w;
   DSI_ASSERT(w->layout == DSI_LAYOUT_TILES && r0 % DSI_TILE_N == 0 && ((uintptr_t)scratch & 31) == 0);
@@ -400,7 +399,8 @@ void dsi_gemm_avx2(const dsi_gemm *g, int r0, int r1, void *scratch) {
             for (int j = 0; j < n; j++) y[j] += sc * out[0][i][j];
           } else {
             float *y = g->y + (size_t)gi * g->ldy + r / 2;
-            for (int j = 0; j < DSI_TILE_N; j++) y[j] = silu(out[0][i][j]) * out[1][i][j];
+            _mm256_storeu_ps(y, silu_mul256(_mm256_loadu_ps(out[0][i]), _mm256_loadu_ps(out[1][i])));
+            _mm256_storeu_ps(y + 8, silu_mul256(_mm256_loadu_ps(out[0][i] + 8), _mm256_loadu_ps(out[1][i] + 8)));
           }
         }
       }

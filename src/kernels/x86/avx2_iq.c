@@ -18,6 +18,7 @@
 
 #include "base/base.h"
 #include "kernels/gemm.h"
+#include "kernels/x86/avx2_math.h"
 #include "kernels/x86/iq_driver.h"
 
 #define INLINE static inline __attribute__((always_inline))
@@ -204,12 +205,11 @@ static void iq_epi_row(const dsi_gemm *g, int i, int r, int nj, const float *t) 
   }
 }
 
-static inline float silu(float v) { return v / (1.0f + expf(-v)); }
-
 static void iq_epi_silu(const dsi_gemm *g, int i, int r2, const float *ta, const float *tb) {
-  const float s = g->xq_scale[i];
+  const __m256 s = _mm256_set1_ps(g->xq_scale[i]);
   float *y = g->y + (size_t)i * g->ldy + r2;
-  for (int j = 0; j < DSI_TILE_N; j++) y[j] = silu(ta[j] * s) * (tb[j] * s);
+  for (int h = 0; h < DSI_TILE_N; h += 8)
+    _mm256_storeu_ps(y + h, silu_mul256(_mm256_mul_ps(_mm256_loadu_ps(ta + h), s), _mm256_mul_ps(_mm256_loadu_ps(tb + h), s)));
 }
 
 void dsi_gemm_avx2_i4(const dsi_gemm *g, int r0, int r1, void *scratch) {

@@ -6,10 +6,11 @@
  * vec_impl.h's order: every dot summed as vec_dot sums it (16 lanes over
  * the columns, here two 8-lane halves, fused multiply-adds, the lanes
  * folded 8, 4, 2, 1), every output of attn_pv in the order of the rows.
- * The softmax's e^x is the AVX-512 level's (exp_impl.h), 8 lanes. */
+ * The softmax's e^x is the AVX-512 level's (exp_impl.h, avx2_math.h), 8
+ * lanes. */
 #include "kernels/vec.h"
 
-#include "kernels/x86/exp_impl.h"
+#include "kernels/x86/avx2_math.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -126,18 +127,6 @@ static void vec_attn_pv_avx2(float *restrict o, int ldo, const float *restrict p
       for (int c = c0; c < n; c++) oh[c] = fmaf(a, x[c], oh[c]);
     }
 }
-
-static inline __m256 round256(__m256 x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
-/* p 2^n, n in [-150, 129], as two halves' exponent fields (each a normal
- * float), which also rounds a subnormal result once (AVX-512's scalef) */
-static inline __m256 scale2_256(__m256 p, __m256 n) {
-  const __m256i ni = _mm256_cvtps_epi32(n), n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
-  const __m256i bias = _mm256_set1_epi32(127);
-  p = _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23)));
-  return _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23)));
-}
-/* e^x (exp_impl.h), 8 lanes */
-DSI_EXP_DEFINE(exp256, __m256, _mm256, round256, scale2_256)
 
 /* lanes i < k set (k in 0..8): the tail's load and store mask */
 static inline __m256i tail_mask(int k) {
