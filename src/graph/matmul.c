@@ -32,7 +32,8 @@ size_t dsi_mm_prep_bytes(long m, int cols, int kpad, int calls) {
    * calls add up to 15 rows each */
   size_t xb_rows = (size_t)m + 15 * (size_t)DSI_MIN(calls, m / DSI_AMX_MIN_ROWS + 1);
   return align64((size_t)m * cols * sizeof(float)) + align64(xb_rows * kpad * sizeof(uint16_t)) +
-         align64((size_t)m * DSI_XQ_LD(kpad)) + align64((size_t)m * sizeof(float)) + 64;
+         align64((size_t)m * DSI_XQ_LD(kpad)) + align64((size_t)m * sizeof(float)) +
+         align64((size_t)m * DSI_XQ_SUMS(kpad) * sizeof(int32_t)) + 64;
 }
 
 /* ---- claiming ---- */
@@ -108,9 +109,10 @@ enum { P_NONE, P_ROUND, P_BF16, P_I8, P_DP };
 /* rows [s0, s1) of call g's activations prepared as `kind` says into the
  * call's own buffers: bf16 tiles at xb (or, P_DP, the AVX512-BF16
  * kernel's staged pairs there), int8 rows at xq (row stride ldq) with
- * their scales, or rounded f32 rows at xr */
+ * their scales and 32-column sums (rows of ldq / 32), or rounded f32 rows
+ * at xr */
 static void prep_rows(const dsi_vec_ops *v, const dsi_gemm *g, int kind, long s0, long s1, size_t ldq, float *xr,
-                      uint16_t *xb, int8_t *xq, float *xq_scale) {
+                      uint16_t *xb, int8_t *xq, float *xq_scale, int32_t *xq_sum) {
   int cols = g->w->cols, kpad = g->w->kpad, nr = (int)(s1 - s0);
   const float *x = g->x_rows ? g->x : g->x + (size_t)s0 * g->ldx;
   const int32_t *rows = g->x_rows ? g->x_rows + s0 : NULL;
@@ -121,7 +123,8 @@ static void prep_rows(const dsi_vec_ops *v, const dsi_gemm *g, int kind, long s0
     DSI_ASSERT(0); /* no AVX512-BF16 kernel in this build */
 #endif
   } else if (kind == P_BF16) dsi_rows_to_bf16_tiles(v, x, g->ldx, rows, nr, cols, kpad, (int)s0, g->m, xb);
-  else if (kind == P_I8) dsi_rows_to_i8(v, x, g->ldx, rows, nr, cols, (int)ldq, xq + s0 * ldq, xq_scale + s0);
+  else if (kind == P_I8)
+    dsi_rows_to_i8(v, x, g->ldx, rows, nr, cols, (int)ldq, xq + s0 * ldq, xq_scale + s0, xq_sum + s0 * (ldq / 32));
   else if (g->w->dtype == DSI_DTYPE_I8) dsi_rows_round_i8(v, x, g->ldx, rows, nr, cols, xr + s0 * cols);
   else dsi_rows_round_bf16(v, x, g->ldx, rows, nr, cols, xr + s0 * cols);
 }
@@ -141,6 +144,7 @@ static void set_ready(dsi_gemm *g, int wants, const void *ready) {
   g->xd = wants == DSI_PREP_DP ? ready : NULL;
   g->xq = NULL;
   g->xq_scale = NULL;
+  g->xq_sum = NULL;
 }
 
 /* ---- a team's batch ---- */
@@ -171,13 +175,15 @@ void dsi_mm_team(dsi_team *tm, const dsi_mm *mm, dsi_mm_thread th, int n, int ro
     int cols = gs[0].w->cols, kpad = gs[0].w->kpad;
     size_t ldq = DSI_XQ_LD(kpad);
     size_t r_bytes = align64(n_r * cols * sizeof(float)), b_bytes = align64(n_b * kpad * sizeof(uint16_t));
-    size_t q_bytes = align64(n_q * ldq);
-    DSI_ASSERT(r_bytes + b_bytes + q_bytes + n_q * sizeof(float) <= prep_bytes);
+    size_t q_bytes = align64(n_q * ldq), s_bytes = align64(n_q * sizeof(float));
+    DSI_ASSERT(r_bytes + b_bytes + q_bytes + s_bytes + n_q * DSI_XQ_SUMS(kpad) * sizeof(int32_t) <= prep_bytes);
     uint8_t *base = prep;
     float *xr = (float *)base;
     uint16_t *xb = (uint16_t *)(base + r_bytes);
     int8_t *xq = (int8_t *)(base + r_bytes + b_bytes);
     float *xq_scale = (float *)(base + r_bytes + b_bytes + q_bytes);
+    int32_t *xq_sum = (int32_t *)(base + r_bytes + b_bytes + q_bytes + s_bytes);
+    const size_t lds = DSI_XQ_SUMS(kpad);
     if (!tm->helper) {
       /* prepare every call's rows, split over the team */
       long total = (long)(n_r + n_b + n_q), a, e, at = 0;
@@ -188,7 +194,7 @@ void dsi_mm_team(dsi_team *tm, const dsi_mm *mm, dsi_mm_thread th, int n, int ro
         at = hi;
         if (hi <= a || lo >= e) continue;
         prep_rows(mm->k->vec, &gs[i], kind[i], DSI_MAX(a, lo) - lo, DSI_MIN(e, hi) - lo, ldq, xr + slot[i] * cols,
-                  xb + slot[i] * kpad, xq + slot[i] * ldq, xq_scale + slot[i]);
+                  xb + slot[i] * kpad, xq + slot[i] * ldq, xq_scale + slot[i], xq_sum + slot[i] * lds);
       }
     }
     for (int i = 0; i < n; i++) {
@@ -199,6 +205,7 @@ void dsi_mm_team(dsi_team *tm, const dsi_mm *mm, dsi_mm_thread th, int n, int ro
       } else if (kind[i] == P_I8) {
         gs[i].xq = xq + slot[i] * ldq;
         gs[i].xq_scale = xq_scale + slot[i];
+        gs[i].xq_sum = xq_sum + slot[i] * lds;
       } else if (kind[i] == P_ROUND) {
         gs[i].x = xr + slot[i] * cols;
         gs[i].ldx = cols;
@@ -232,10 +239,11 @@ void dsi_mm_one(const dsi_mm *mm, dsi_gemm *g, int r0, int r1, void *prep, size_
     DSI_ASSERT(dsi_mm_prep_bytes(g->m, g->w->cols, g->w->kpad, 1) <= prep_bytes);
     uint8_t *base = prep;
     float *xq_scale = (float *)(base + align64((size_t)g->m * ldq));
-    prep_rows(mm->k->vec, g, kind, 0, g->m, ldq, prep, prep, prep, xq_scale);
+    int32_t *xq_sum = (int32_t *)((uint8_t *)xq_scale + align64((size_t)g->m * sizeof(float)));
+    prep_rows(mm->k->vec, g, kind, 0, g->m, ldq, prep, prep, prep, xq_scale, xq_sum);
     if (kind == P_BF16) g->xb = prep;
     else if (kind == P_DP) g->xd = prep;
-    else if (kind == P_I8) g->xq = prep, g->xq_scale = xq_scale;
+    else if (kind == P_I8) g->xq = prep, g->xq_scale = xq_scale, g->xq_sum = xq_sum;
     else g->x = prep, g->ldx = g->w->cols, g->x_rows = NULL;
   }
   fn(g, r0, r1, scratch);

@@ -36,6 +36,11 @@ typedef struct dsi_gemm {
    * INT8); NULL when not prepared */
   const int8_t *xq;
   const float *xq_scale;
+  /* with xq, their sums over each 32 columns, [m, DSI_XQ_SUMS(kpad)]: what
+   * the kernels that take int8 with a zero point (INT4, VNNI INT8) would
+   * otherwise sum on every call (a batch's calls are cut into row ranges,
+   * each a call); NULL: they sum xq themselves */
+  const int32_t *xq_sum;
   /* the same rows staged as the AVX512-BF16 kernel's passes read them (see
    * dsi_gemm_dp_stage), for that kernel; NULL: it stages them itself */
   const uint32_t *xd;
@@ -102,6 +107,8 @@ enum {
 void dsi_gemm_dp_stage(const dsi_gemm *g, int s0, int s1, uint32_t *xd);
 /* row stride of int8 activations: the AMX INT8 kernel steps K 64 at a time */
 #define DSI_XQ_LD(kpad) (((kpad) + 63) / 64 * 64)
+/* sums of 32 columns in a row of them (g->xq_sum) */
+#define DSI_XQ_SUMS(kpad) (DSI_XQ_LD(kpad) / 32)
 
 /* AMX pays for its tile set-up, the bf16 conversion of activations and
  * (FP8) the widening of each B tile from about this many rows of
@@ -164,7 +171,9 @@ void dsi_rows_round_bf16(const struct dsi_vec_ops *v, const float *x, int ldx, c
 void dsi_rows_to_bf16_tiles(const struct dsi_vec_ops *v, const float *x, int ldx, const int32_t *rows, int n, int cols, int kpad, int row0,
                             int m_total, uint16_t *out);
 /* x f32 rows (gathered by rows when non-NULL) -> int8 [m, ld], zero pad,
- * and scale[m]: symmetric per row, scale = amax / 127, q = round(x / scale) */
-void dsi_rows_to_i8(const struct dsi_vec_ops *v, const float *x, int ldx, const int32_t *rows, int m, int cols, int ld, int8_t *out, float *scale);
+ * and scale[m]: symmetric per row, scale = amax / 127, q = round(x / scale);
+ * with sums, each row's sums over its 32-column pieces, [m, ld / 32] */
+void dsi_rows_to_i8(const struct dsi_vec_ops *v, const float *x, int ldx, const int32_t *rows, int m, int cols, int ld,
+                    int8_t *out, float *scale, int32_t *sums);
 
 #endif

@@ -68,7 +68,7 @@ static void gemm_ref_iq(const dsi_gemm *g, int r0, int r1, void *scratch) {
     DSI_ASSERT((size_t)g->m * (ldq + sizeof(float)) <= DSI_GEMM_SCRATCH(w->cols));
     float *s = scratch;
     int8_t *q = (int8_t *)(s + g->m);
-    dsi_rows_to_i8(&dsi_vec_ops_generic, g->x, g->ldx, g->x_rows, g->m, w->cols, (int)ldq, q, s);
+    dsi_rows_to_i8(&dsi_vec_ops_generic, g->x, g->ldx, g->x_rows, g->m, w->cols, (int)ldq, q, s, NULL);
     xq = q, xs = s;
   }
   if (g->epi == DSI_EPI_SILU_PAIRS) {
@@ -182,11 +182,18 @@ void dsi_rows_to_bf16_tiles(const dsi_vec_ops *v, const float *x, int ldx, const
         memset(out + ((row / 16) * steps + s) * 512 + (row % 16) * DSI_TILE_K, 0, DSI_TILE_K * sizeof(uint16_t));
 }
 
-void dsi_rows_to_i8(const dsi_vec_ops *v, const float *x, int ldx, const int32_t *rows, int m, int cols, int ld, int8_t *out, float *scale) {
+void dsi_rows_to_i8(const dsi_vec_ops *v, const float *x, int ldx, const int32_t *rows, int m, int cols, int ld,
+                    int8_t *out, float *scale, int32_t *sums) {
+  DSI_ASSERT(!sums || ld % 32 == 0);
   for (int i = 0; i < m; i++) {
     int8_t *o = out + (size_t)i * ld;
     scale[i] = v->to_i8(x + (size_t)(rows ? rows[i] : i) * ldx, o, cols);
     memset(o + cols, 0, (size_t)(ld - cols));
+    for (int c = 0; sums && c < ld / 32; c++) {
+      int32_t s = 0;
+      for (int k = 0; k < 32; k++) s += o[32 * c + k];
+      sums[(size_t)i * (ld / 32) + c] = s;
+    }
   }
 }
 

@@ -127,7 +127,14 @@ static void one_case(const kernel *ks, int nk, dsi_epilogue epi, int rows, int c
   const int ldq = DSI_XQ_LD(pk.kpad);
   int8_t *xq = dsi_alloc_aligned((size_t)m * ldq);
   float *xs = dsi_xmalloc(m * sizeof(float));
-  dsi_rows_to_i8(test_kern()->vec, x, ldx, x_rows, m, cols, ldq, xq, xs);
+  int32_t *sums = dsi_xmalloc((size_t)m * (ldq / 32) * sizeof(int32_t));
+  dsi_rows_to_i8(test_kern()->vec, x, ldx, x_rows, m, cols, ldq, xq, xs, sums);
+  for (int i = 0; i < m; i++) /* the 32-column sums the driver may take instead of summing xq */
+    for (int c = 0; c < ldq / 32; c++) {
+      int32_t s = 0;
+      for (int k = 0; k < 32; k++) s += xq[(size_t)i * ldq + 32 * c + k];
+      CHECKF(sums[(size_t)i * (ldq / 32) + c] == s, "row %d piece %d: sum %d, not %d", i, c, sums[(size_t)i * (ldq / 32) + c], s);
+    }
 
   const int outs = silu ? pk.rows / 2 : rows, ldy = outs + 5, ny = epi == DSI_EPI_SCATTER_ADD ? m + 9 : m;
   const size_t yn = (size_t)ny * ldy;
@@ -149,11 +156,13 @@ static void one_case(const kernel *ks, int nk, dsi_epilogue epi, int rows, int c
   memcpy(y, y0, yn * sizeof(float));
   dsi_gemm_ref(&r, 0, pk.rows, scr);
   CHECKF(!memcmp(y, yref, yn * sizeof(float)), "ref: its own quantization of x differs from dsi_rows_to_i8's");
-  for (int k = 0; k < nk; k++) {
+  /* each kernel summing xq itself, then given the sums */
+  for (int k = 0; k < 2 * nk; k++) {
     dsi_gemm g = base;
     memcpy(y, y0, yn * sizeof(float));
     g.y = y;
-    gemm_two(g_pool, ks[k].fn, &g, silu);
+    g.xq_sum = k % 2 ? sums : NULL;
+    gemm_two(g_pool, ks[k / 2].fn, &g, silu);
     double dmax = 0, rmax = 0;
     for (size_t t = 0; t < yn; t++) {
       dmax = fmax(dmax, fabs((double)y[t] - yref[t]));
@@ -162,13 +171,13 @@ static void one_case(const kernel *ks, int nk, dsi_epilogue epi, int rows, int c
     /* bitwise, except the AVX-512 SiLU (its own exp, 1-2 ulp) */
     double e = dmax / fmax(rmax, 1e-30);
     if (silu) g_worst_silu = fmax(g_worst_silu, e);
-    CHECKF(silu ? e <= 1e-5 : dmax == 0, "%s epi %d rows %d cols %d m %d group %d: max diff %.3g (normalized %.3g)",
-           ks[k].name, (int)epi, rows, cols, m, group, dmax, e);
+    CHECKF(silu ? e <= 1e-5 : dmax == 0, "%s%s epi %d rows %d cols %d m %d group %d: max diff %.3g (normalized %.3g)",
+           ks[k / 2].name, k % 2 ? " (sums given)" : "", (int)epi, rows, cols, m, group, dmax, e);
   }
   dsi_free_aligned(scr);
   dsi_free_aligned(xq);
   dsi_free_aligned(mem);
-  free(xs), free(x), free(x_rows), free(y0), free(y), free(yref), free(y_rows), free(y_scale), free(wg), free(wu);
+  free(sums), free(xs), free(x), free(x_rows), free(y0), free(y), free(yref), free(y_rows), free(y_scale), free(wg), free(wu);
 }
 
 static void test_kernels(dsi_rng *rng) {

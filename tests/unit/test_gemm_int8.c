@@ -275,7 +275,8 @@ static void one_case(dsi_epilogue epi, int rows, int cols, int m, int kind, dsi_
     int ld = DSI_XQ_LD(pk.kpad);
     int8_t *xq = dsi_alloc_aligned((size_t)m * ld);
     float *xs = dsi_xmalloc(m * sizeof(float));
-    dsi_rows_to_i8(test_kern()->vec, x, ldx, x_rows, m, cols, ld, xq, xs);
+    int32_t *sums = dsi_xmalloc((size_t)m * (ld / 32) * sizeof(int32_t));
+    dsi_rows_to_i8(test_kern()->vec, x, ldx, x_rows, m, cols, ld, xq, xs, sums);
     float *xd = dequant_rows(xq, xs, m, cols, ld);
     /* the oracle with the same int8 activations (AMX: dequantized, in f32;
      * VNNI: the int8 rows themselves, its integer sums), then unquantized */
@@ -317,6 +318,16 @@ static void one_case(dsi_epilogue epi, int rows, int cols, int m, int kind, dsi_
       CHECKF(own_exp ? e <= 1e-5 : !memcmp(y, yref, yn * sizeof(float)),
              "%s epi %d rows %d cols %d m %d: not the oracle's bits (normalized error %.3g)", name, (int)epi, rows,
              cols, m, e);
+      /* given the 32-column sums (VNNI's zero point), the same bits */
+      float *ys = dsi_xmalloc(yn * sizeof(float));
+      memcpy(ys, y0, yn * sizeof(float));
+      dsi_gemm gs = g;
+      gs.y = ys;
+      gs.xq_sum = sums;
+      gemm_two(g_pool, kind == K_VNNI ? VNNI_INT8_FN : AVX2_INT8_FN, &gs, silu);
+      CHECKF(!memcmp(y, ys, yn * sizeof(float)), "%s epi %d rows %d cols %d m %d: other bits given the sums", name,
+             (int)epi, rows, cols, m);
+      free(ys);
     } else {
       g_worst[1] = fmax(g_worst[1], e);
       CHECKF(e <= 1e-3, "%s epi %d rows %d cols %d m %d: normalized error %.3g", name, (int)epi, rows, cols, m, e);
@@ -348,6 +359,7 @@ static void one_case(dsi_epilogue epi, int rows, int cols, int m, int kind, dsi_
     free(yf);
     free(xd);
     free(xs);
+    free(sums);
     dsi_free_aligned(xq);
   }
   /* nothing written past the outputs */

@@ -198,9 +198,17 @@ static void iq_epi_row(const dsi_gemm *g, int i, int r, int nj, const float *t) 
     return;
   }
   float *y = g->y + (size_t)g->y_rows[i] * g->ldy + r, ys = g->y_scale[i];
-  for (int j = 0; j < nj; j++) {
+  int j = 0;
+  /* a multiply, then an add: the oracle's rounding (the empty asm keeps
+   * GCC from contracting the two into an fma, vectors as scalars) */
+  for (const __m256 yv = _mm256_set1_ps(ys); j + 8 <= nj; j += 8) {
+    __m256 p = _mm256_mul_ps(yv, _mm256_loadu_ps(v + j));
+    __asm__("" : "+x"(p));
+    _mm256_storeu_ps(y + j, _mm256_add_ps(_mm256_loadu_ps(y + j), p));
+  }
+  for (; j < nj; j++) {
     float p = ys * v[j];
-    __asm__("" : "+x"(p)); /* not contracted into an fma: the oracle's rounding */
+    __asm__("" : "+x"(p));
     y[j] += p;
   }
 }
