@@ -1,7 +1,8 @@
 /* kernels: the driver of the integer matmuls (gemm.h contract) — INT4 or
  * INT8 TILES weights times int8 activations (g->xq), shared by the AVX2
- * and AVX-512 files: row groups -> the groups' zero-point sums -> panels
- * -> passes -> epilogue. Both weight types enter the dot products as
+ * and AVX-512 files: row groups -> the groups' zero-point sums (added up
+ * from g->xq_sum's 32-column pieces when the caller has them) -> panels ->
+ * passes -> epilogue. Both weight types enter the dot products as
  * unsigned bytes with a zero point z (INT4's nibbles: 8; INT8 made
  * unsigned by xor 0x80: 128), so a block's integer sum starts at -z times
  * the activations' sum over the block. The including file defines the
