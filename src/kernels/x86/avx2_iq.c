@@ -25,7 +25,7 @@
 
 /* activation rows a pass holds: two sums each (rows 0-7, 8-15 of the
  * panel) and their f32 accumulators, beside a line's four unpacked halves
- * and two broadcasts */
+ * and two broadcasts (more than 16 registers: some accumulators spill) */
 #define MB_I4 4
 #define PF_AHEAD 2048
 
@@ -37,9 +37,11 @@ INLINE __m256i bcast4(const int8_t *x) {
   return _mm256_set1_epi32(v);
 }
 
-/* Both halves of each 64-byte line at once: a row's broadcasts serve the
- * panel's 16 rows, and its 16 accumulators stay in registers across the
- * groups (with the halves one after the other, 1.46x slower in L1). */
+/* Both halves of each 64-byte line at once: a row's broadcasts and the
+ * group's set-up serve the panel's 16 rows, with the f32 accumulators
+ * locals (at 4 rows GCC keeps about half of them on the stack). With the
+ * halves one after the other: 1.46x slower in L1; accumulating through
+ * out instead of locals: no faster than the two passes. */
 INLINE void i4_pass(const uint8_t *wp, int ng, int nsub, const int8_t *xq, size_t ldq, const int32_t *zp, int zld,
                     int MB, float *out) {
   const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
