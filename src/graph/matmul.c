@@ -129,27 +129,46 @@ static void prep_rows(const dsi_vec_ops *v, const dsi_gemm *g, int kind, long s0
   else dsi_rows_round_bf16(v, x, g->ldx, rows, nr, cols, xr + s0 * cols);
 }
 
+/* whether what is ready is what the call's kernel wants */
+static int have_ready(int wants, const dsi_ready *ready) { return ready && wants != DSI_PREP_NONE && ready->kind == wants; }
+
 /* the preparation a call's kernel wants, given what is ready */
-static int prep_kind(const dsi_mm *mm, int wants, int x_ready, const void *ready) {
-  return wants == DSI_PREP_BF16 ? (ready ? P_NONE : P_BF16)
-         : wants == DSI_PREP_DP ? (ready ? P_NONE : P_DP)
+static int prep_kind(const dsi_mm *mm, int wants, int x_ready, const dsi_ready *ready) {
+  if (have_ready(wants, ready)) return P_NONE;
+  return wants == DSI_PREP_BF16 ? P_BF16
+         : wants == DSI_PREP_DP ? P_DP
          : wants == DSI_PREP_I8 ? P_I8
          : mm->act_bf16 && !x_ready ? P_ROUND
                                    : P_NONE;
 }
 
 /* the call's prepared-row fields set to what is ready */
-static void set_ready(dsi_gemm *g, int wants, const void *ready) {
-  g->xb = wants == DSI_PREP_BF16 ? ready : NULL;
-  g->xd = wants == DSI_PREP_DP ? ready : NULL;
-  g->xq = NULL;
-  g->xq_scale = NULL;
-  g->xq_sum = NULL;
+static void set_ready(dsi_gemm *g, int wants, const dsi_ready *ready) {
+  const int have = have_ready(wants, ready);
+  g->xb = have && wants == DSI_PREP_BF16 ? ready->x : NULL;
+  g->xd = have && wants == DSI_PREP_DP ? ready->x : NULL;
+  g->xq = have && wants == DSI_PREP_I8 ? ready->x : NULL;
+  g->xq_scale = g->xq ? ready->scale : NULL;
+  g->xq_sum = g->xq ? ready->sum : NULL;
+}
+
+/* The gathered source rows of the int8 calls gs[0..n), when quantizing
+ * each once pays: every call takes int8 rows gathered from the same x,
+ * more of them in all (n_q) than the source has (up to the largest index
+ * gathered), which has at least SOURCE_MIN rows. 0 otherwise. */
+#define SOURCE_MIN 16
+static long gathered_source(const dsi_gemm *gs, const uint8_t *kind, int n, size_t n_q) {
+  long src = 0;
+  for (int i = 0; i < n; i++) {
+    if (kind[i] != P_I8 || !gs[i].x_rows || gs[i].x != gs[0].x) return 0;
+    for (int r = 0; r < gs[i].m; r++) src = DSI_MAX(src, (long)gs[i].x_rows[r] + 1);
+  }
+  return src >= SOURCE_MIN && (size_t)src < n_q ? src : 0;
 }
 
 /* ---- a team's batch ---- */
 void dsi_mm_team(dsi_team *tm, const dsi_mm *mm, dsi_mm_thread th, int n, int rows, int unit, void *prep,
-                 size_t prep_bytes, int claim, int x_ready, const void *ready) {
+                 size_t prep_bytes, int claim, int x_ready, const dsi_ready *ready) {
   dsi_gemm *gs = th.gs;
   dsi_gemm_fn *fns = th.fns;
   /* every thread lays out the same plan: kernel, and where its prepared rows go */
@@ -174,27 +193,51 @@ void dsi_mm_team(dsi_team *tm, const dsi_mm *mm, dsi_mm_thread th, int n, int ro
     /* cols and kpad are the same for every call of a batch */
     int cols = gs[0].w->cols, kpad = gs[0].w->kpad;
     size_t ldq = DSI_XQ_LD(kpad);
+    const size_t lds = DSI_XQ_SUMS(kpad);
+    long src = gathered_source(gs, kind, n, n_q);
     size_t r_bytes = align64(n_r * cols * sizeof(float)), b_bytes = align64(n_b * kpad * sizeof(uint16_t));
-    size_t q_bytes = align64(n_q * ldq), s_bytes = align64(n_q * sizeof(float));
-    DSI_ASSERT(r_bytes + b_bytes + q_bytes + s_bytes + n_q * DSI_XQ_SUMS(kpad) * sizeof(int32_t) <= prep_bytes);
-    uint8_t *base = prep;
+    size_t q_bytes = align64(n_q * ldq), s_bytes = align64(n_q * sizeof(float)), m_bytes = align64(n_q * lds * sizeof(int32_t));
+    /* the source's int8 rows, scales and sums ahead of the rest */
+    size_t src_q = align64((size_t)src * ldq), src_s = align64((size_t)src * sizeof(float));
+    size_t src_bytes = src ? src_q + src_s + align64((size_t)src * lds * sizeof(int32_t)) : 0;
+    DSI_ASSERT(src_bytes + r_bytes + b_bytes + q_bytes + s_bytes + m_bytes <= prep_bytes);
+    uint8_t *base = (uint8_t *)prep + src_bytes;
     float *xr = (float *)base;
     uint16_t *xb = (uint16_t *)(base + r_bytes);
     int8_t *xq = (int8_t *)(base + r_bytes + b_bytes);
     float *xq_scale = (float *)(base + r_bytes + b_bytes + q_bytes);
     int32_t *xq_sum = (int32_t *)(base + r_bytes + b_bytes + q_bytes + s_bytes);
-    const size_t lds = DSI_XQ_SUMS(kpad);
+    int8_t *sq = prep;
+    float *ss = (float *)((uint8_t *)prep + src_q);
+    int32_t *sm = (int32_t *)((uint8_t *)prep + src_q + src_s);
     if (!tm->helper) {
-      /* prepare every call's rows, split over the team */
       long total = (long)(n_r + n_b + n_q), a, e, at = 0;
+      if (src) { /* the source rows quantized once, split over the team */
+        dsi_split(src, tm->ith, tm->nth, &a, &e);
+        if (e > a)
+          dsi_rows_to_i8(mm->k->vec, gs[0].x + (size_t)a * gs[0].ldx, gs[0].ldx, NULL, (int)(e - a), cols, (int)ldq,
+                         sq + (size_t)a * ldq, ss + a, sm + (size_t)a * lds);
+        dsi_barrier_wait(tm->bar);
+      }
+      /* prepare every call's rows (or copy them from the source), split over the team */
       dsi_split(total, tm->ith, tm->nth, &a, &e);
       for (int i = 0; i < n && a < e; i++) {
         if (kind[i] == P_NONE) continue;
         long lo = at, hi = at + gs[i].m;
         at = hi;
         if (hi <= a || lo >= e) continue;
-        prep_rows(mm->k->vec, &gs[i], kind[i], DSI_MAX(a, lo) - lo, DSI_MIN(e, hi) - lo, ldq, xr + slot[i] * cols,
-                  xb + slot[i] * kpad, xq + slot[i] * ldq, xq_scale + slot[i], xq_sum + slot[i] * lds);
+        long s0 = DSI_MAX(a, lo) - lo, s1 = DSI_MIN(e, hi) - lo;
+        if (src) {
+          for (long r = s0; r < s1; r++) {
+            size_t to = slot[i] + (size_t)r, from = (size_t)gs[i].x_rows[r];
+            memcpy(xq + to * ldq, sq + from * ldq, ldq);
+            xq_scale[to] = ss[from];
+            memcpy(xq_sum + to * lds, sm + from * lds, lds * sizeof(int32_t));
+          }
+          continue;
+        }
+        prep_rows(mm->k->vec, &gs[i], kind[i], s0, s1, ldq, xr + slot[i] * cols, xb + slot[i] * kpad,
+                  xq + slot[i] * ldq, xq_scale + slot[i], xq_sum + slot[i] * lds);
       }
     }
     for (int i = 0; i < n; i++) {
@@ -229,7 +272,7 @@ void dsi_mm_team(dsi_team *tm, const dsi_mm *mm, dsi_mm_thread th, int n, int ro
 
 /* ---- one matmul alone ---- */
 void dsi_mm_one(const dsi_mm *mm, dsi_gemm *g, int r0, int r1, void *prep, size_t prep_bytes, void *scratch,
-                int x_ready, const void *ready) {
+                int x_ready, const dsi_ready *ready) {
   int wants = DSI_PREP_NONE;
   dsi_gemm_fn fn = dsi_gemm_pick(mm->k, g->w, g->m, dsi_mm_act(mm), &wants);
   int kind = prep_kind(mm, wants, x_ready, ready);

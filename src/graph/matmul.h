@@ -79,21 +79,36 @@ dsi_mm_thread dsi_mm_thread_at(void *mem, int calls);
  * matmuls of weights with cols / kpad */
 size_t dsi_mm_prep_bytes(long m, int cols, int kpad, int calls);
 
+/* Activations a caller prepared ahead, as one kind of kernel takes them
+ * (kind DSI_PREP_BF16: bf16 tiles at x; DSI_PREP_DP: dsi_gemm_dp_stage's
+ * pairs at x; DSI_PREP_I8: int8 rows at x, DSI_XQ_LD(kpad) bytes apart,
+ * with their scales and 32-column sums, as dsi_rows_to_i8 writes them).
+ * A call whose kernel wants that kind reads them; any other prepares its
+ * own. */
+typedef struct dsi_ready {
+  int kind;
+  const void *x;
+  const float *scale;
+  const int32_t *sum;
+} dsi_ready;
+
 /* Run th.gs[0..n) (all with the same cols and kpad), `rows` output rows
  * each, in units of `unit` rows, on team tm: prepare the activations into
  * prep, then claim units from tm->st when claim (helpers may join), else
  * split them evenly. x_ready: activations are rounded already (act_bf16);
- * ready: the rows prepared as the calls' kernel wants them (bf16 tiles for
- * AMX, dsi_gemm_dp_stage's pairs for AVX512-BF16), or NULL. Fills th.fns
- * and the calls' prepared-row fields. */
+ * ready: the rows prepared ahead, or NULL. Calls whose int8 rows are
+ * gathered (x_rows) from one x, the same source row in several calls
+ * (the routed experts' tokens, each in top-k of them), quantize each
+ * source row once and copy it to its calls. Fills th.fns and the calls'
+ * prepared-row fields. */
 void dsi_mm_team(dsi_team *tm, const dsi_mm *mm, dsi_mm_thread th, int n, int rows, int unit, void *prep,
-                 size_t prep_bytes, int claim, int x_ready, const void *ready);
+                 size_t prep_bytes, int claim, int x_ready, const dsi_ready *ready);
 /* One matmul, rows [r0, r1) of g->w, on the calling thread alone: picks
  * the kernel for g->m rows, prepares the activations into prep
  * (dsi_mm_prep_bytes(m, cols, kpad, 1) bytes) and sets g's prepared-row
  * fields to them; x_ready and ready as for dsi_mm_team. */
 void dsi_mm_one(const dsi_mm *mm, dsi_gemm *g, int r0, int r1, void *prep, size_t prep_bytes, void *scratch,
-                int x_ready, const void *ready);
+                int x_ready, const dsi_ready *ready);
 
 /* Outside a graph (benchmarks): gs[0..n) as one dispatch on all of pool's
  * threads. ws: dsi_mm_run_bytes(nth, n, m, cols, kpad) bytes, m the calls'

@@ -44,7 +44,7 @@ struct dsi_mla_prefill {
   int kmax;              /* the widest (kpad) weight a thread's matmuls multiply */
   int max_tokens;
   /* the workspace (dsi_mla_prefill_ws): offsets in its shared and per-thread parts */
-  size_t o_lat, o_latb, o_mx, o_sum, o_iota, o_ones, shared;
+  size_t o_lat, o_latb, o_latq, o_latq_scale, o_latq_sum, o_mx, o_sum, o_iota, o_ones, shared;
   size_t o_kx, o_vx, o_kv, o_rowp, o_tws, o_scratch, thread;
 };
 
@@ -56,6 +56,11 @@ typedef struct {
   uint16_t *latb;        /* the same as bf16 AMX tiles (gemm.h), [cb, kvl], when the expansion runs on AMX;
                             or as the AVX512-BF16 kernel's staged pairs (dsi_gemm_dp_stage), a
                             MLA_EXPAND_ROWS chunk of positions after another, when it runs there */
+  /* the same as int8 rows (dsi_rows_to_i8: [cb, DSI_XQ_LD(kvl)], scales, 32-column
+     sums) when W_UV's kernel takes int8 activations: quantized once for all heads */
+  int8_t *latq;
+  float *latq_scale;
+  int32_t *latq_sum;
   float *mx, *sum;       /* [max_tokens, hg] online softmax: running max and sum per (query, head) */
   int32_t *iota;         /* [qb] 0, 1, 2, ... (P V accumulates rows in place) */
   float *ones;           /* [qb] */
@@ -64,8 +69,9 @@ typedef struct {
   float *vx;             /* [MLA_EXPAND_ROWS, v] its expanded values */
   uint8_t *kv;           /* its keys packed as a weight ([cb, nope + rope], k_pe appended),
                             then its values transposed ([v, cb]); or, for the core on f32
-                            rows, its keys as rows [cb][nope + rope], then its values [cb][v] */
-  const float **krows, **vrows; /* [cb] those rows' addresses (the f32 rows' core) */
+                            rows, its keys in 8-key panels (vec.h scores_t), then its values
+                            as rows [cb][v] */
+  const float **vrows;   /* [cb] those rows' addresses (the f32 rows' core) */
   float *tws;            /* an item's scores [qb, cb], then its prepared rows */
   void *scratch;         /* the matmul kernels' */
 } seg_bufs;
@@ -80,6 +86,10 @@ static void layout(dsi_mla_prefill *p) {
   p->o_lat = at, at += align64((size_t)p->cb * p->row * sizeof(float));
   p->o_latb = at, at += align64(DSI_MAX(DSI_XB_ROWS(p->cb) * round_up((size_t)p->kvl, DSI_TILE_K) * sizeof(uint16_t),
                                         DSI_XD_WORDS(p->cb, p->kvl) * sizeof(uint32_t)));
+  const size_t ldq = DSI_XQ_LD(round_up((size_t)p->kvl, DSI_TILE_K));
+  p->o_latq = at, at += align64((size_t)p->cb * ldq);
+  p->o_latq_scale = at, at += align64((size_t)p->cb * sizeof(float));
+  p->o_latq_sum = at, at += align64((size_t)p->cb * (ldq / 32) * sizeof(int32_t));
   p->o_mx = at, at += align64((size_t)p->max_tokens * p->hg * sizeof(float));
   p->o_sum = at, at += align64((size_t)p->max_tokens * p->hg * sizeof(float));
   p->o_iota = at, at += align64((size_t)p->qb * sizeof(int32_t));
@@ -89,7 +99,7 @@ static void layout(dsi_mla_prefill *p) {
   p->o_kx = at, at += align64((size_t)MLA_EXPAND_ROWS * p->nope * sizeof(float));
   p->o_vx = at, at += align64((size_t)MLA_EXPAND_ROWS * p->vd * sizeof(float));
   p->o_kv = at, at += align64(p->kv_stride);
-  p->o_rowp = at, at += align64((size_t)2 * p->cb * sizeof(float *));
+  p->o_rowp = at, at += align64((size_t)p->cb * sizeof(float *));
   p->o_tws = at, at += align64(p->tws_len * sizeof(float));
   p->o_scratch = at, at += align64(DSI_GEMM_SCRATCH(p->kmax));
   p->thread = at;
@@ -323,14 +333,33 @@ static void finish_rows(const naive_job *j, int hh, int q0, int nq, float *o) {
   }
 }
 
-/* An item's core on f32 rows: its queries, 8 at a time, take the place of
- * the decode attention's heads in attn_qk (scores over the head's key rows
- * up to `seen`, unscaled: softmax_row scales) and attn_pv (added onto the
- * output, zeroed on the first block, in the rows' order). Each query's
- * sums follow its own inputs only, as with the matmuls. The expansion
- * writes the rows in place, so nothing is packed: on a Zen 3 the core
- * (packing, scores, softmax, P V) took 1.14x less time than on the f32
- * matmuls with TILES-packed keys and values. */
+/* The chunk's keys [u0, u0 + nu) (u0 a multiple of 8) into the 8-key
+ * panels scores_t reads: k_nope from the expansion's rows kx, k_pe from
+ * the block's latents; a last panel's missing keys zero */
+static void keys_t(const naive_job *j, const float *kx, int u0, int nu, float *kt) {
+  const dsi_mla_prefill *p = j->p;
+  const int qk = p->qk, nope = p->nope;
+  DSI_ASSERT(u0 % 8 == 0);
+  for (int u = u0; u < u0 + nu; u++) {
+    float *d = kt + (size_t)(u / 8) * 8 * qk + u % 8;
+    const float *k = kx + (size_t)(u - u0) * nope, *pe = j->b->lat + (size_t)u * p->row + p->kvl;
+    for (int c = 0; c < nope; c++) d[(size_t)c * 8] = k[c];
+    for (int c = 0; c < p->rope; c++) d[(size_t)(nope + c) * 8] = pe[c];
+  }
+  for (int u = u0 + nu; u % 8; u++)
+    for (int c = 0; c < qk; c++) kt[(size_t)(u / 8) * 8 * qk + (size_t)c * 8 + u % 8] = 0;
+}
+
+/* An item's core on f32 rows: its scores over the head's keys up to
+ * `seen` by scores_t on the keys' 8-key panels (unscaled: softmax_row
+ * scales), then its queries, 8 at a time, take the place of the decode
+ * attention's heads in attn_pv (added onto the output, zeroed on the
+ * first block, in the rows' order). Each query's sums follow its own
+ * inputs only, as with the matmuls. The values stay the expansion's rows;
+ * the keys' panels are a transpose the expansion's rows are written into,
+ * so each score is a chain of fused multiply-adds with no lanes to fold
+ * (on a Zen 3 the scores ran 1.4x faster than through attn_qk's 16-lane
+ * dots). */
 static void attend_rows(const naive_job *j, int hh, int q0, int nq, int seen, int last) {
   const dsi_mla_prefill *p = j->p;
   const dsi_mla_segment *g = j->seg;
@@ -345,9 +374,7 @@ static void attend_rows(const naive_job *j, int hh, int q0, int nq, int seen, in
     if (j->c0) memcpy(o + (size_t)i * p->vd, os + (size_t)i * g->ldo, (size_t)p->vd * sizeof(float));
     else memset(o + (size_t)i * p->vd, 0, (size_t)p->vd * sizeof(float));
   }
-  for (int i = 0; i < nq; i += 8)
-    v->attn_qk(s + (size_t)i * p->cb, p->cb, q + (size_t)i * p->qk, p->qk, DSI_MIN(8, nq - i), j->b->krows, seen, p->qk,
-               1.0f);
+  v->scores_t(s, p->cb, q, p->qk, nq, (const float *)j->b->kv, seen, p->qk);
   for (int i = 0; i < nq; i++) softmax_row(j, hh, q0 + i, s + (size_t)i * p->cb, seen, NULL, o + (size_t)i * p->vd);
   for (int i = 0; i < nq; i += 8)
     v->attn_pv(o + (size_t)i * p->vd, p->vd, s + (size_t)i * p->cb, p->cb, DSI_MIN(8, nq - i), j->b->vrows, seen, p->vd);
@@ -421,9 +448,10 @@ static void group_init(const naive_job *j, int ith, int nth) {
 /* this thread's share of the block's latents [c0, c0 + nb) as f32 rows,
  * rounded to bf16 when the matmuls take bf16 (the cache's pair rows are
  * bf16 already), and as AMX tiles when tiles is not NULL, or staged for
- * the AVX512-BF16 kernel (w: the expansion's weight) when staged is */
+ * the AVX512-BF16 kernel (w: the expansion's weight) when staged is, and
+ * as int8 rows when quant is set */
 static void gather_latents(const naive_job *j, int c0, int nb, uint16_t *tiles, uint32_t *staged, const dsi_mat *w,
-                           int ith, int nth) {
+                           int quant, int ith, int nth) {
   const dsi_mla_prefill *p = j->p;
   const dsi_mla_segment *seg = j->seg;
   const dsi_vec_ops *v = j->mm->k->vec;
@@ -442,6 +470,11 @@ static void gather_latents(const naive_job *j, int c0, int nb, uint16_t *tiles, 
       memcpy(dst, seg->cache + (size_t)slot * p->row, (size_t)p->row * sizeof(float));
     }
   }
+  if (quant && e > a) {
+    const size_t ldq = DSI_XQ_LD(round_up((size_t)p->kvl, DSI_TILE_K));
+    dsi_rows_to_i8(v, j->b->lat + (size_t)a * p->row, p->row, NULL, (int)(e - a), p->kvl, (int)ldq,
+                   j->b->latq + (size_t)a * ldq, j->b->latq_scale + a, j->b->latq_sum + (size_t)a * (ldq / 32));
+  }
   if (tiles && e > a)
     dsi_rows_to_bf16_tiles(v, j->b->lat + (size_t)a * p->row, p->row, NULL, (int)(e - a), p->kvl,
                            (int)round_up((size_t)p->kvl, DSI_TILE_K), (int)a, nb, tiles);
@@ -459,12 +492,13 @@ static void gather_latents(const naive_job *j, int c0, int nb, uint16_t *tiles, 
 /* the segment's buffers in the op's workspace (dsi_mla_prefill_ws) */
 static seg_bufs bufs_at(const dsi_mla_prefill *p, uint8_t *shared, uint8_t *thread) {
   return (seg_bufs){.next = (atomic_long *)shared, .lat = (float *)(shared + p->o_lat),
-                    .latb = (uint16_t *)(shared + p->o_latb), .mx = (float *)(shared + p->o_mx),
+                    .latb = (uint16_t *)(shared + p->o_latb), .latq = (int8_t *)(shared + p->o_latq),
+                    .latq_scale = (float *)(shared + p->o_latq_scale), .latq_sum = (int32_t *)(shared + p->o_latq_sum),
+                    .mx = (float *)(shared + p->o_mx),
                     .sum = (float *)(shared + p->o_sum), .iota = (int32_t *)(shared + p->o_iota),
                     .ones = (float *)(shared + p->o_ones), .kx = (float *)(thread + p->o_kx),
                     .vx = (float *)(thread + p->o_vx), .kv = thread + p->o_kv,
-                    .krows = (const float **)(thread + p->o_rowp),
-                    .vrows = (const float **)(thread + p->o_rowp) + p->cb, .tws = (float *)(thread + p->o_tws),
+                    .vrows = (const float **)(thread + p->o_rowp), .tws = (float *)(thread + p->o_tws),
                     .scratch = thread + p->o_scratch};
 }
 
@@ -485,12 +519,10 @@ void dsi_mla_prefill_naive(const dsi_mla_prefill *p, dsi_team *tm, const dsi_mm 
   seg_bufs bf = bufs_at(p, ws_shared, ws_thread);
   dsi_dtype dt = mm->act_bf16 ? DSI_DTYPE_BF16 : DSI_DTYPE_F32;
   int tiles = p->tiles && dt == DSI_DTYPE_BF16 && mm->k->amx, rows = dt == DSI_DTYPE_F32;
-  float *kr = (float *)bf.kv, *vr = kr + (size_t)p->cb * p->qk; /* the f32 rows' core: this thread's rows */
-  for (int u = 0; rows && u < p->cb; u++) {
-    bf.krows[u] = kr + (size_t)u * p->qk;
-    bf.vrows[u] = vr + (size_t)u * vd;
-  }
+  float *kt = (float *)bf.kv, *vr = kt + (size_t)p->cb * p->qk; /* the f32 rows' core: this thread's keys, values */
+  for (int u = 0; rows && u < p->cb; u++) bf.vrows[u] = vr + (size_t)u * vd;
   size_t latb_block = DSI_TILE_N * round_up((size_t)p->kvl, DSI_TILE_K); /* words of 16 rows */
+  const size_t ldq = DSI_XQ_LD(round_up((size_t)p->kvl, DSI_TILE_K)); /* the int8 latents' stride */
   void *prep = bf.tws + (size_t)p->qb * p->cb;
   size_t prep_bytes = (p->tws_len - (size_t)p->qb * p->cb) * sizeof(float);
   int nqb = (int)DSI_CEIL_DIV(seg->L, p->qb_step);
@@ -504,16 +536,18 @@ void dsi_mla_prefill_naive(const dsi_mla_prefill *p, dsi_team *tm, const dsi_mm 
                    .tiles = tiles, .rows = rows};
     group_init(&j, ith, nth);
     for (int c0 = 0; c0 < ctx; c0 += p->cb_step) {
-      int nb = DSI_MIN(p->cb_step, ctx - c0), wants = DSI_PREP_NONE;
+      int nb = DSI_MIN(p->cb_step, ctx - c0), wants = DSI_PREP_NONE, wants_v = DSI_PREP_NONE;
       j.nb = nb;
       j.c0 = c0;
       /* the latents as bf16 tiles when the expansion's first chunk of rows
-       * takes AMX, staged when it takes AVX512-BF16: once for all heads */
+       * takes AMX, staged when it takes AVX512-BF16, and as int8 rows when
+       * W_UV's takes them (INT8 W_UV): once for all heads */
       dsi_gemm_pick(mm->k, &w->w_uk, DSI_MIN(nb, MLA_EXPAND_ROWS), dsi_mm_act(mm), &wants);
+      dsi_gemm_pick(mm->k, &w->w_uv, DSI_MIN(nb, MLA_EXPAND_ROWS), dsi_mm_act(mm), &wants_v);
       uint16_t *latb = wants == DSI_PREP_BF16 ? bf.latb : NULL;
       uint32_t *latd = wants == DSI_PREP_DP ? (uint32_t *)bf.latb : NULL;
       dsi_barrier_wait(tm->bar); /* the group's init; the last block's heads done with the latents */
-      gather_latents(&j, c0, nb, latb, latd, &w->w_uk, ith, nth);
+      gather_latents(&j, c0, nb, latb, latd, &w->w_uk, wants == DSI_PREP_I8 || wants_v == DSI_PREP_I8, ith, nth);
       if (ith == 0) atomic_store_explicit(bf.next, 0, memory_order_relaxed);
       dsi_barrier_wait(tm->bar); /* the latents */
       dsi_mat ks = {.dtype = dt, .rows = nb, .cols = p->qk}, vs = {.dtype = dt, .rows = vd, .cols = nb}, K, Vt;
@@ -528,26 +562,23 @@ void dsi_mla_prefill_naive(const dsi_mla_prefill *p, dsi_team *tm, const dsi_mm 
         for (int u0 = 0; u0 < nb; u0 += MLA_EXPAND_ROWS) {
           const int nu = DSI_MIN(MLA_EXPAND_ROWS, nb - u0);
           const float *x = bf.lat + (size_t)u0 * p->row;
-          /* what the block prepared, if this chunk's kernel takes it (a short last chunk may not) */
-          int cw = DSI_PREP_NONE;
-          dsi_gemm_pick(mm->k, &wkh, nu, dsi_mm_act(mm), &cw);
-          const void *xb = cw != wants ? NULL
-                           : latb    ? (const void *)(latb + (size_t)(u0 / DSI_TILE_N) * latb_block)
-                           : latd    ? (const void *)(latd + DSI_XD_WORDS(u0, p->kvl))
-                                     : NULL;
-          /* f32 rows: the keys' k_nope and the values straight into the rows, k_pe copied on */
-          dsi_gemm gk = {.w = &wkh, .x = x, .ldx = p->row, .m = nu, .y = rows ? kr + (size_t)u0 * p->qk : bf.kx,
-                         .ldy = rows ? p->qk : nope, .epi = DSI_EPI_STORE};
+          /* what the block prepared, for the chunk's kernels that take it (a short last chunk's may not) */
+          const dsi_ready rb = {.kind = wants,
+                                .x = latb ? (const void *)(latb + (size_t)(u0 / DSI_TILE_N) * latb_block)
+                                     : latd ? (const void *)(latd + DSI_XD_WORDS(u0, p->kvl))
+                                            : NULL};
+          const dsi_ready rq = {.kind = DSI_PREP_I8, .x = bf.latq + (size_t)u0 * ldq, .scale = bf.latq_scale + u0,
+                                .sum = bf.latq_sum + (size_t)u0 * (ldq / 32)};
+          const dsi_ready *rk = wants == DSI_PREP_I8 ? &rq : rb.x ? &rb : NULL;
+          const dsi_ready *rv = wants_v == DSI_PREP_I8 ? &rq : rb.x ? &rb : NULL;
+          /* f32 rows: the values straight into the rows, the keys transposed into panels */
+          dsi_gemm gk = {.w = &wkh, .x = x, .ldx = p->row, .m = nu, .y = bf.kx, .ldy = nope, .epi = DSI_EPI_STORE};
           dsi_gemm gv = {.w = &wvh, .x = x, .ldx = p->row, .m = nu, .y = rows ? vr + (size_t)u0 * vd : bf.vx,
                          .ldy = vd, .epi = DSI_EPI_STORE};
-          dsi_mm_one(mm, &gk, 0, nope, prep, prep_bytes, bf.scratch, 1, xb);
-          dsi_mm_one(mm, &gv, 0, vd, prep, prep_bytes, bf.scratch, 1, xb);
-          if (!rows) {
-            pack_head(&j, bf.kx, bf.vx, u0, nu, &K, &Vt);
-            continue;
-          }
-          for (int u = u0; u < u0 + nu; u++)
-            memcpy(kr + (size_t)u * p->qk + nope, bf.lat + (size_t)u * p->row + p->kvl, (size_t)p->rope * sizeof(float));
+          dsi_mm_one(mm, &gk, 0, nope, prep, prep_bytes, bf.scratch, 1, rk);
+          dsi_mm_one(mm, &gv, 0, vd, prep, prep_bytes, bf.scratch, 1, rv);
+          if (rows) keys_t(&j, bf.kx, u0, nu, kt);
+          else pack_head(&j, bf.kx, bf.vx, u0, nu, &K, &Vt);
         }
         for (int b = nqb - 1; b >= 0; b--) attend_item(&j, &K, &Vt, (int)hh, b * p->qb_step);
       }

@@ -134,8 +134,9 @@ static void op_matmul(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
   dsi_mm_thread th = mm_thread(r, op, tm, 1);
   th.gs[0] = (dsi_gemm){.w = w, .x = x, .ldx = w->cols, .m = m, .y = y, .ldy = ldy, .epi = op->epi};
   int prepared = (op->flags & DSI_X_PREPARED) != 0, rounded = prepared || (op->flags & DSI_X_ROUNDED);
+  dsi_ready tiles = {.kind = DSI_PREP_BF16, .x = prepared ? XT(r, op->in[1]) : NULL};
   dsi_mm_team(tm, mm, th, 1, w->rows, op->epi == DSI_EPI_SILU_PAIRS ? 32 : 16, dsi_ws_shared(r, op), op->ws_shared, 1,
-              rounded, prepared && dsi_gemm_amx_rows(mm->k, m, dsi_mm_act(mm)) ? XT(r, op->in[1]) : NULL);
+              rounded, prepared && dsi_gemm_amx_rows(mm->k, m, dsi_mm_act(mm)) ? &tiles : NULL);
 }
 
 static void cost_matmul(const dsi_xrun *r, const dsi_op *op, dsi_op_cost *c) { mm_cost(op->w, op_rows(r, op), c); }

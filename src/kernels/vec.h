@@ -35,6 +35,12 @@ typedef struct dsi_vec_ops {
   /* s[h*lds + u] = scale * dot(q + h*ldq, rows[u], n), summed as dot sums */
   void (*attn_qk)(float *s, int lds, const float *q, int ldq, int nh, const float *const *rows, int nu, int n,
                   float scale);
+  /* s[i*lds + u] = the sum over d < n, in order, of q[i*ldq + d] times
+   * element d of key u, for i < nq and u < nu, the keys transposed in
+   * panels of 8 (element d of key u at kt[(u / 8) * 8 n + 8 d + u % 8]);
+   * whole panels are written, up to u = 8 ceil(nu / 8) - 1 (the
+   * non-absorbed prefill's scores, a block of queries at a time) */
+  void (*scores_t)(float *s, int lds, const float *q, int ldq, int nq, const float *kt, int nu, int n);
   /* x = softmax(x) in place, n >= 1 (the attention's; the router keeps
    * dsi_k_softmax's libm exp) */
   void (*softmax)(float *x, int n);

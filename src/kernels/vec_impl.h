@@ -179,9 +179,24 @@ static void VEC_FN(vec_attn_qk_)(float *restrict s, int lds, const float *restri
 
 #endif
 
+#ifndef VEC_SCORES_OWN
+static void VEC_FN(vec_scores_t_)(float *restrict s, int lds, const float *restrict q, int ldq, int nq,
+                                  const float *restrict kt, int nu, int n) {
+  for (int p = 0; p < (nu + 7) / 8; p++) {
+    const float *k = kt + (size_t)p * 8 * n;
+    for (int i = 0; i < nq; i++) {
+      float acc[8] = {0};
+      for (int d = 0; d < n; d++)
+        for (int j = 0; j < 8; j++) acc[j] += q[(size_t)i * ldq + d] * k[(size_t)d * 8 + j];
+      for (int j = 0; j < 8; j++) s[(size_t)i * lds + 8 * p + j] = acc[j];
+    }
+  }
+}
+#endif
+
 const dsi_vec_ops VEC_FN(dsi_vec_ops_) = {
   VEC_NAME, VEC_FN(vec_dot_), VEC_FN(vec_axpy_), VEC_FN(vec_add_), VEC_FN(vec_rmsnorm_),
   VEC_FN(vec_to_bf16_), VEC_FN(vec_round_bf16_), VEC_FN(vec_to_bf16_tiles_), VEC_FN(vec_bf16_panel_),
   VEC_FN(vec_bf16_panel_t_), VEC_FN(vec_to_i8_), VEC_FN(vec_attn_pv_), VEC_FN(vec_attn_qk_),
-  VEC_FN(vec_softmax_), VEC_FN(vec_softmax_step_),
+  VEC_FN(vec_scores_t_), VEC_FN(vec_softmax_), VEC_FN(vec_softmax_step_),
 };

@@ -472,13 +472,12 @@ static dsi_mat quant_shape(const dsi_mat *src, int qdt) {
 #define I4_ROLES (1 << ROLE_MLP | 1 << ROLE_ATTN)
 
 /* what --quant makes of a packed linear weight: INT8, or with int4 INT4
- * for the MLP and attention projections and INT8 for lm_head (README,
- * --quant int4: measured, INT4 attention halves its prefill time where
- * INT8 has no VNNI kernel, for a little accuracy; INT4 lm_head costs more
- * than all the rest). W_UV (kv_b_proj's) stays INT8: the prefill's
- * attention multiplies its int8 rows. */
+ * for the MLP and attention projections, W_UV (kv_b_proj's) included, and
+ * INT8 for lm_head (README, --quant int4: measured, INT4 attention halves
+ * its prefill time where INT8 has no VNNI kernel, for a little accuracy;
+ * INT4 lm_head costs more than all the rest) */
 static int quant_dtype(const dsi_model *m, const spec *s) {
-  if (m->quant == DSI_QUANT_INT4 && !s->mla && (I4_ROLES >> s->role & 1)) return DSI_DTYPE_I4;
+  if (m->quant == DSI_QUANT_INT4 && (I4_ROLES >> s->role & 1)) return DSI_DTYPE_I4;
   return DSI_DTYPE_I8;
 }
 
@@ -606,7 +605,8 @@ static int pack_mla(dsi_model *m, spec *s) {
   dsi_mat *uk = s->uk_dst, *uv = s->uv_dst, *ukr = s->ukr_dst;
   if (ush.dtype == DSI_DTYPE_F8_E4M3) describe_no_scales(&ush, uk, m->mem + s->off);
   else dsi_pack_describe(&ush, uk, m->mem + s->off);
-  if (s->quant) dsi_pack_describe_i8(&vsh, uv, m->mem + s->off2);
+  if (s->quant == DSI_DTYPE_I4) dsi_pack_describe_i4(&vsh, uv, m->mem + s->off2, DSI_I4_GROUP);
+  else if (s->quant) dsi_pack_describe_i8(&vsh, uv, m->mem + s->off2);
   else describe_no_scales(&vsh, uv, m->mem + s->off2);
   describe_no_scales(&ksh, ukr, m->mem + s->off3);
   float *rows = malloc((size_t)nope * kvl * sizeof(float));
@@ -637,7 +637,8 @@ static int pack_mla(dsi_model *m, spec *s) {
     pack_panels(&s->src, base, nope, ukr, h * nope / DSI_TILE_N);
     if (s->quant) {
       for (int q = 0; q < vd / DSI_TILE_N; q++)
-        dsi_quant_panel_i8(&s->src, base + nope + q * DSI_TILE_N, uv, h * vd / DSI_TILE_N + q, work);
+        (s->quant == DSI_DTYPE_I4 ? dsi_quant_panel_i4 : dsi_quant_panel_i8)(&s->src, base + nope + q * DSI_TILE_N, uv,
+                                                                          h * vd / DSI_TILE_N + q, work);
       continue;
     }
     pack_panels(&s->src, base + nope, vd, uv, h * vd / DSI_TILE_N);

@@ -1,4 +1,4 @@
-/* tests: the attention's primitives (vec.h attn_qk, attn_pv, softmax,
+/* tests: the attention's primitives (vec.h attn_qk, attn_pv, scores_t, softmax,
  * softmax_step, and the bf16 conversions into AMX layouts: to_bf16_tiles,
  * bf16_panel, bf16_panel_t) of
  * every ISA built for this CPU against a scalar model of their documented
@@ -64,6 +64,32 @@ static void run(const char *isa, int nh, int nu, int n, dsi_rng *rng) {
 /* softmax against double precision: each probability within 1e-5
  * relative (f32 rounds x - max, the exp adds 1-2 ulp, the f32 sum of a few
  * thousand terms ~1e-6), and summing to 1 */
+/* scores_t: every score the sum over d, in order, of one multiply-add a
+ * step, against keys transposed into 8-key panels (what the non-absorbed
+ * prefill's core reads), whatever the block of queries and keys it falls
+ * in; whole panels written, nothing past them */
+static void run_scores(const char *isa, int nq, int nu, int n, dsi_rng *rng) {
+  const int ldq = n + 3, lds = (nu + 7) / 8 * 8 + 5, np = (nu + 7) / 8;
+  float *q = dsi_xmalloc((size_t)nq * ldq * sizeof(float)), *kt = dsi_xmalloc((size_t)np * 8 * n * sizeof(float));
+  float *s = dsi_xmalloc((size_t)nq * lds * sizeof(float));
+  for (size_t i = 0; i < (size_t)nq * ldq; i++) q[i] = dsi_rng_normal(rng);
+  for (size_t i = 0; i < (size_t)np * 8 * n; i++) kt[i] = dsi_rng_normal(rng);
+  for (size_t i = 0; i < (size_t)nq * lds; i++) s[i] = 12345.0f;
+  g_v->scores_t(s, lds, q, ldq, nq, kt, nu, n);
+  int bad = 0;
+  for (int i = 0; i < nq; i++)
+    for (int u = 0; u < lds; u++) {
+      float want = 12345.0f;
+      if (u < np * 8) {
+        want = 0;
+        for (int d = 0; d < n; d++) want = madd(q[(size_t)i * ldq + d], kt[(size_t)(u / 8) * 8 * n + (size_t)d * 8 + u % 8], want);
+      }
+      bad += memcmp(&want, &s[(size_t)i * lds + u], sizeof want) != 0;
+    }
+  CHECKF(!bad, "%s scores_t queries %d keys %d width %d: %d scores differ", isa, nq, nu, n, bad);
+  free(q), free(kt), free(s);
+}
+
 static void run_softmax(const char *isa, int n, double spread, dsi_rng *rng) {
   float *x = dsi_xmalloc((size_t)n * sizeof(float));
   double *ref = dsi_xmalloc((size_t)n * sizeof(double)), mx = -1e300, sum = 0;
@@ -217,6 +243,12 @@ int main(void) {
       for (size_t b = 0; b < DSI_ARRAY_LEN(heads); b++)
         for (size_t c = 0; c < DSI_ARRAY_LEN(nus); c++, n++) run(g_v->name, heads[b], nus[c], widths[a], &rng);
     printf("%s: %d attention cases bitwise equal to the documented order\n", g_v->name, n);
+    static const int snq[] = {1, 2, 3, 4, 5, 6, 7, 32}, snu[] = {1, 7, 8, 9, 24, 25, 131}, sw[] = {192, 1, 37};
+    int ns = 0;
+    for (size_t a = 0; a < DSI_ARRAY_LEN(snq); a++)
+      for (size_t b = 0; b < DSI_ARRAY_LEN(snu); b++)
+        for (size_t c = 0; c < DSI_ARRAY_LEN(sw); c++, ns++) run_scores(g_v->name, snq[a], snu[b], sw[c], &rng);
+    printf("%s: %d scores_t cases bitwise equal to the documented order\n", g_v->name, ns);
     static const int sn[] = {1, 7, 16, 33, 544, 4099};
     for (size_t a = 0; a < DSI_ARRAY_LEN(sn); a++)
       for (double spread = 0.5; spread <= 20; spread *= 4) run_softmax(g_v->name, sn[a], spread, &rng);
