@@ -449,8 +449,8 @@ static dsi_mat uv_shape(const dsi_config *c, const dsi_mat *src) {
   s.rows = c->num_attention_heads * c->v_head_dim;
   return s;
 }
-/* W_UK in row form [H*nope, kv_lora], as stored and never quantized: the
- * keys the non-absorbed prefill expands are compared with exact queries.
+/* W_UK in row form [H*nope, kv_lora], as stored (quantized only under
+ * --quant int4: ukr_dtype): the keys the non-absorbed prefill expands.
  * Its rows are whole 128-row FP8 blocks of kv_b_proj in V3 (nope = 128),
  * so FP8 stays FP8 with the source's scales. */
 static dsi_mat ukr_shape(const dsi_config *c, const dsi_mat *src) {
@@ -479,6 +479,13 @@ static dsi_mat quant_shape(const dsi_mat *src, int qdt) {
 static int quant_dtype(const dsi_model *m, const spec *s) {
   if (m->quant == DSI_QUANT_INT4 && (I4_ROLES >> s->role & 1)) return DSI_DTYPE_I4;
   return DSI_DTYPE_I8;
+}
+
+/* what --quant makes of W_UK's row form (the non-absorbed prefill's keys):
+ * exact, but INT8 under int4, whose queries come from an INT4 q_b (README,
+ * --quant int4: measured, no accuracy cost there; under int8 it costs) */
+static int ukr_dtype(const dsi_model *m, const spec *s) {
+  return m->quant == DSI_QUANT_INT4 && s->quant ? DSI_DTYPE_I8 : 0;
 }
 
 static void quant_describe(const dsi_mat *src, int qdt, dsi_mat *dst, void *mem) {
@@ -521,7 +528,7 @@ static size_t plan_storage(dsi_model *m, spec_list *l) {
       off += align64(dsi_pack_bytes(&uk));
       s->off2 = off;
       off += align64(dsi_pack_bytes(&uv));
-      dsi_mat ukr = ukr_shape(&m->cfg, &s->src);
+      dsi_mat q8 = quant_shape(&s->src, DSI_DTYPE_I8), ukr = ukr_shape(&m->cfg, ukr_dtype(m, s) ? &q8 : &s->src);
       s->off3 = off;
       off += align64(dsi_pack_bytes(&ukr));
     } else {
@@ -608,7 +615,9 @@ static int pack_mla(dsi_model *m, spec *s) {
   if (s->quant == DSI_DTYPE_I4) dsi_pack_describe_i4(&vsh, uv, m->mem + s->off2, DSI_I4_GROUP);
   else if (s->quant) dsi_pack_describe_i8(&vsh, uv, m->mem + s->off2);
   else describe_no_scales(&vsh, uv, m->mem + s->off2);
-  describe_no_scales(&ksh, ukr, m->mem + s->off3);
+  const int uq = ukr_dtype(m, s);
+  if (uq) dsi_pack_describe_i8(&ksh, ukr, m->mem + s->off3);
+  else describe_no_scales(&ksh, ukr, m->mem + s->off3);
   float *rows = malloc((size_t)nope * kvl * sizeof(float));
   float *work = s->quant ? malloc((size_t)DSI_TILE_N * kvl * sizeof(float)) : NULL;
   float *tf = malloc((size_t)kvl * nope * sizeof(float));
@@ -634,7 +643,9 @@ static int pack_mla(dsi_model *m, spec *s) {
     dsi_mat hdst = dsi_mat_panels(uk, h * kvl / DSI_TILE_N, kvl);
     dsi_pack_rows(&hsrc, &hdst, 0, kvl);
   uk_done:
-    pack_panels(&s->src, base, nope, ukr, h * nope / DSI_TILE_N);
+    for (int q = 0; uq && q < nope / DSI_TILE_N; q++)
+      dsi_quant_panel_i8(&s->src, base + q * DSI_TILE_N, ukr, h * nope / DSI_TILE_N + q, work);
+    if (!uq) pack_panels(&s->src, base, nope, ukr, h * nope / DSI_TILE_N);
     if (s->quant) {
       for (int q = 0; q < vd / DSI_TILE_N; q++)
         (s->quant == DSI_DTYPE_I4 ? dsi_quant_panel_i4 : dsi_quant_panel_i8)(&s->src, base + nope + q * DSI_TILE_N, uv,
