@@ -404,7 +404,8 @@ static void src_view(const dsi_model *m, spec *s) {
 }
 
 /* the absorbed factors of kv_b_proj: W_UK^T [H*kv_lora, nope] kept exact
- * (BF16 stays BF16; FP8 is widened to F32), W_UV [H*v, kv_lora] as stored */
+ * (BF16 stays BF16; FP8 is widened to F32) but under --quant int4
+ * (ukr_dtype), W_UV [H*v, kv_lora] as stored or quantized */
 /* W_UK^T per head, [H*kv_lora, nope]: exact in the source's dtype. FP8
  * stays FP8 when each head's k rows are whole scale blocks (V3: nope = 128
  * = block), since a transposed 128x128 block keeps its one scale (a
@@ -481,9 +482,11 @@ static int quant_dtype(const dsi_model *m, const spec *s) {
   return DSI_DTYPE_I8;
 }
 
-/* what --quant makes of W_UK's row form (the non-absorbed prefill's keys):
- * exact, but INT8 under int4, whose queries come from an INT4 q_b (README,
- * --quant int4: measured, no accuracy cost there; under int8 it costs) */
+/* what --quant makes of W_UK, both forms (W_UK^T, which absorbs it into
+ * the decode's queries, and the row form the non-absorbed prefill expands
+ * keys through): exact, but INT8 under int4, whose queries come from an
+ * INT4 q_b (README, --quant int4: measured, no accuracy cost there; under
+ * int8 it costs) */
 static int ukr_dtype(const dsi_model *m, const spec *s) {
   return m->quant == DSI_QUANT_INT4 && s->quant ? DSI_DTYPE_I8 : 0;
 }
@@ -523,7 +526,8 @@ static size_t plan_storage(dsi_model *m, spec_list *l) {
       off += align64(dsi_pack_gate_up_bytes(s->quant ? &q : &s->src));
     } else if (s->mla && can_pack_mla(&m->cfg)) {
       s->store = STORE_MLA;
-      dsi_mat uk = uk_shape(&m->cfg, &s->src), uv = uv_shape(&m->cfg, s->quant ? &q : &s->src);
+      dsi_mat q8u = quant_shape(&s->src, DSI_DTYPE_I8);
+      dsi_mat uk = uk_shape(&m->cfg, ukr_dtype(m, s) ? &q8u : &s->src), uv = uv_shape(&m->cfg, s->quant ? &q : &s->src);
       s->off = off;
       off += align64(dsi_pack_bytes(&uk));
       s->off2 = off;
@@ -610,20 +614,21 @@ static int pack_mla(dsi_model *m, spec *s) {
   int H = c->num_attention_heads, nope = c->qk_nope_head_dim, vd = c->v_head_dim, kvl = c->kv_lora_rank;
   dsi_mat ush = uk_shape(c, &s->src), vsh = uv_shape(c, &s->src), ksh = ukr_shape(c, &s->src);
   dsi_mat *uk = s->uk_dst, *uv = s->uv_dst, *ukr = s->ukr_dst;
-  if (ush.dtype == DSI_DTYPE_F8_E4M3) describe_no_scales(&ush, uk, m->mem + s->off);
+  const int uq = ukr_dtype(m, s);
+  if (uq) dsi_pack_describe_i8(&ush, uk, m->mem + s->off);
+  else if (ush.dtype == DSI_DTYPE_F8_E4M3) describe_no_scales(&ush, uk, m->mem + s->off);
   else dsi_pack_describe(&ush, uk, m->mem + s->off);
   if (s->quant == DSI_DTYPE_I4) dsi_pack_describe_i4(&vsh, uv, m->mem + s->off2, DSI_I4_GROUP);
   else if (s->quant) dsi_pack_describe_i8(&vsh, uv, m->mem + s->off2);
   else describe_no_scales(&vsh, uv, m->mem + s->off2);
-  const int uq = ukr_dtype(m, s);
   if (uq) dsi_pack_describe_i8(&ksh, ukr, m->mem + s->off3);
   else describe_no_scales(&ksh, ukr, m->mem + s->off3);
   float *rows = malloc((size_t)nope * kvl * sizeof(float));
-  float *work = s->quant ? malloc((size_t)DSI_TILE_N * kvl * sizeof(float)) : NULL;
+  float *work = s->quant ? malloc((size_t)DSI_TILE_N * DSI_MAX(kvl, nope) * sizeof(float)) : NULL;
   float *tf = malloc((size_t)kvl * nope * sizeof(float));
   uint16_t *tb = malloc((size_t)kvl * nope * sizeof(uint16_t));
-  uint8_t *tq = ush.dtype == DSI_DTYPE_F8_E4M3 ? malloc((size_t)kvl * nope) : NULL;
-  int ok = rows && tf && tb && (!s->quant || work) && (ush.dtype != DSI_DTYPE_F8_E4M3 || tq);
+  uint8_t *tq = !uq && ush.dtype == DSI_DTYPE_F8_E4M3 ? malloc((size_t)kvl * nope) : NULL;
+  int ok = rows && tf && tb && (!s->quant || work) && (uq || ush.dtype != DSI_DTYPE_F8_E4M3 || tq);
   for (int h = 0; ok && h < H; h++) {
     int base = h * (nope + vd);
     if (tq) {
@@ -641,7 +646,12 @@ static int pack_mla(dsi_model *m, spec *s) {
     hsrc.rows = kvl;
     hsrc.data = ush.dtype == DSI_DTYPE_BF16 ? (const void *)tb : (const void *)tf;
     dsi_mat hdst = dsi_mat_panels(uk, h * kvl / DSI_TILE_N, kvl);
-    dsi_pack_rows(&hsrc, &hdst, 0, kvl);
+    if (uq) { /* the transpose's f32 rows quantized, a panel at a time */
+      dsi_mat hf = {.dtype = DSI_DTYPE_F32, .rows = kvl, .cols = nope, .data = tf, .layout = DSI_LAYOUT_ROWS};
+      for (int q = 0; q < kvl / DSI_TILE_N; q++) dsi_quant_panel_i8(&hf, q * DSI_TILE_N, uk, h * kvl / DSI_TILE_N + q, work);
+    } else {
+      dsi_pack_rows(&hsrc, &hdst, 0, kvl);
+    }
   uk_done:
     for (int q = 0; uq && q < nope / DSI_TILE_N; q++)
       dsi_quant_panel_i8(&s->src, base + q * DSI_TILE_N, ukr, h * nope / DSI_TILE_N + q, work);

@@ -288,8 +288,8 @@ static void golden_case(const char *name) {
   CHECK(l0->gate_up.dtype == DSI_DTYPE_I4 && l0->down_proj.dtype == DSI_DTYPE_I4 &&
         l1->exp_gate_up[0].dtype == DSI_DTYPE_I4 && l1->exp_down[0].dtype == DSI_DTYPE_I4 &&
         l0->q_a_proj.dtype == DSI_DTYPE_I4 && l0->o_proj.dtype == DSI_DTYPE_I4 && l0->w_uv.dtype == DSI_DTYPE_I4);
-  CHECK(m->lm_head.dtype == DSI_DTYPE_I8 && l1->gate.dtype != DSI_DTYPE_I4 && l0->w_uk_t.dtype != DSI_DTYPE_I4 &&
-        l0->w_uk.dtype == DSI_DTYPE_I8 && m->embed_tokens.dtype != DSI_DTYPE_I4);
+  CHECK(m->lm_head.dtype == DSI_DTYPE_I8 && l1->gate.dtype != DSI_DTYPE_I4 &&
+        l0->w_uk.dtype == DSI_DTYPE_I8 && l0->w_uk_t.dtype == DSI_DTYPE_I8 && m->embed_tokens.dtype != DSI_DTYPE_I4);
   int V = info.vocab_size, n = 24;
   char *buf = NULL, *meta = NULL;
   size_t len = 0;
