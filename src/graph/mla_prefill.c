@@ -57,7 +57,8 @@ typedef struct {
                             or as the AVX512-BF16 kernel's staged pairs (dsi_gemm_dp_stage), a
                             MLA_EXPAND_ROWS chunk of positions after another, when it runs there */
   /* the same as int8 rows (dsi_rows_to_i8: [cb, DSI_XQ_LD(kvl)], scales, 32-column
-     sums) when W_UV's kernel takes int8 activations: quantized once for all heads */
+     sums) when W_UK's or W_UV's kernel takes int8 activations (INT8 or INT4
+     weights): quantized once for all heads */
   int8_t *latq;
   float *latq_scale;
   int32_t *latq_sum;
@@ -541,7 +542,8 @@ void dsi_mla_prefill_naive(const dsi_mla_prefill *p, dsi_team *tm, const dsi_mm 
       j.c0 = c0;
       /* the latents as bf16 tiles when the expansion's first chunk of rows
        * takes AMX, staged when it takes AVX512-BF16, and as int8 rows when
-       * W_UV's takes them (INT8 W_UV): once for all heads */
+       * W_UK's or W_UV's takes them (INT8 or INT4 weights): once for all
+       * heads */
       dsi_gemm_pick(mm->k, &w->w_uk, DSI_MIN(nb, MLA_EXPAND_ROWS), dsi_mm_act(mm), &wants);
       dsi_gemm_pick(mm->k, &w->w_uv, DSI_MIN(nb, MLA_EXPAND_ROWS), dsi_mm_act(mm), &wants_v);
       uint16_t *latb = wants == DSI_PREP_BF16 ? bf.latb : NULL;

@@ -405,7 +405,7 @@ static void src_view(const dsi_model *m, spec *s) {
 
 /* the absorbed factors of kv_b_proj: W_UK^T [H*kv_lora, nope] kept exact
  * (BF16 stays BF16; FP8 is widened to F32) but under --quant int4
- * (ukr_dtype), W_UV [H*v, kv_lora] as stored or quantized */
+ * (uk_dtype), W_UV [H*v, kv_lora] as stored or quantized */
 /* W_UK^T per head, [H*kv_lora, nope]: exact in the source's dtype. FP8
  * stays FP8 when each head's k rows are whole scale blocks (V3: nope = 128
  * = block), since a transposed 128x128 block keeps its one scale (a
@@ -451,7 +451,7 @@ static dsi_mat uv_shape(const dsi_config *c, const dsi_mat *src) {
   return s;
 }
 /* W_UK in row form [H*nope, kv_lora], as stored (quantized only under
- * --quant int4: ukr_dtype): the keys the non-absorbed prefill expands.
+ * --quant int4: uk_dtype): the keys the non-absorbed prefill expands.
  * Its rows are whole 128-row FP8 blocks of kv_b_proj in V3 (nope = 128),
  * so FP8 stays FP8 with the source's scales. */
 static dsi_mat ukr_shape(const dsi_config *c, const dsi_mat *src) {
@@ -487,9 +487,13 @@ static int quant_dtype(const dsi_model *m, const spec *s) {
  * keys through): exact, but INT8 under int4, whose queries come from an
  * INT4 q_b (README, --quant int4: measured, no accuracy cost there; under
  * int8 it costs) */
-static int ukr_dtype(const dsi_model *m, const spec *s) {
+static int uk_dtype(const dsi_model *m, const spec *s) {
   return m->quant == DSI_QUANT_INT4 && s->quant ? DSI_DTYPE_I8 : 0;
 }
+
+/* the quantizer of one 16-row panel into a weight of dtype qdt */
+typedef void (*quant_panel_fn)(const dsi_mat *src, int r, const dsi_mat *dst, int p, float *work);
+static quant_panel_fn quant_panel(int qdt) { return qdt == DSI_DTYPE_I4 ? dsi_quant_panel_i4 : dsi_quant_panel_i8; }
 
 static void quant_describe(const dsi_mat *src, int qdt, dsi_mat *dst, void *mem) {
   dsi_mat q = quant_shape(src, qdt);
@@ -526,13 +530,13 @@ static size_t plan_storage(dsi_model *m, spec_list *l) {
       off += align64(dsi_pack_gate_up_bytes(s->quant ? &q : &s->src));
     } else if (s->mla && can_pack_mla(&m->cfg)) {
       s->store = STORE_MLA;
-      dsi_mat q8u = quant_shape(&s->src, DSI_DTYPE_I8);
-      dsi_mat uk = uk_shape(&m->cfg, ukr_dtype(m, s) ? &q8u : &s->src), uv = uv_shape(&m->cfg, s->quant ? &q : &s->src);
+      const dsi_mat q8 = quant_shape(&s->src, DSI_DTYPE_I8), *uks = uk_dtype(m, s) ? &q8 : &s->src;
+      dsi_mat uk = uk_shape(&m->cfg, uks), uv = uv_shape(&m->cfg, s->quant ? &q : &s->src);
       s->off = off;
       off += align64(dsi_pack_bytes(&uk));
       s->off2 = off;
       off += align64(dsi_pack_bytes(&uv));
-      dsi_mat q8 = quant_shape(&s->src, DSI_DTYPE_I8), ukr = ukr_shape(&m->cfg, ukr_dtype(m, s) ? &q8 : &s->src);
+      dsi_mat ukr = ukr_shape(&m->cfg, uks);
       s->off3 = off;
       off += align64(dsi_pack_bytes(&ukr));
     } else {
@@ -614,7 +618,7 @@ static int pack_mla(dsi_model *m, spec *s) {
   int H = c->num_attention_heads, nope = c->qk_nope_head_dim, vd = c->v_head_dim, kvl = c->kv_lora_rank;
   dsi_mat ush = uk_shape(c, &s->src), vsh = uv_shape(c, &s->src), ksh = ukr_shape(c, &s->src);
   dsi_mat *uk = s->uk_dst, *uv = s->uv_dst, *ukr = s->ukr_dst;
-  const int uq = ukr_dtype(m, s);
+  const int uq = uk_dtype(m, s);
   if (uq) dsi_pack_describe_i8(&ush, uk, m->mem + s->off);
   else if (ush.dtype == DSI_DTYPE_F8_E4M3) describe_no_scales(&ush, uk, m->mem + s->off);
   else dsi_pack_describe(&ush, uk, m->mem + s->off);
@@ -642,14 +646,13 @@ static int pack_mla(dsi_model *m, spec *s) {
         tf[(size_t)cc * nope + d] = v;
         tb[(size_t)cc * nope + d] = dsi_f32_to_bf16(v); /* exact when the source is BF16 */
       }
-    dsi_mat hsrc = ush;
+    dsi_mat hsrc = uq ? (dsi_mat){.dtype = DSI_DTYPE_F32, .cols = nope, .layout = DSI_LAYOUT_ROWS} : ush;
     hsrc.rows = kvl;
-    hsrc.data = ush.dtype == DSI_DTYPE_BF16 ? (const void *)tb : (const void *)tf;
-    dsi_mat hdst = dsi_mat_panels(uk, h * kvl / DSI_TILE_N, kvl);
+    hsrc.data = hsrc.dtype == DSI_DTYPE_BF16 ? (const void *)tb : (const void *)tf;
     if (uq) { /* the transpose's f32 rows quantized, a panel at a time */
-      dsi_mat hf = {.dtype = DSI_DTYPE_F32, .rows = kvl, .cols = nope, .data = tf, .layout = DSI_LAYOUT_ROWS};
-      for (int q = 0; q < kvl / DSI_TILE_N; q++) dsi_quant_panel_i8(&hf, q * DSI_TILE_N, uk, h * kvl / DSI_TILE_N + q, work);
+      for (int q = 0; q < kvl / DSI_TILE_N; q++) dsi_quant_panel_i8(&hsrc, q * DSI_TILE_N, uk, h * kvl / DSI_TILE_N + q, work);
     } else {
+      dsi_mat hdst = dsi_mat_panels(uk, h * kvl / DSI_TILE_N, kvl);
       dsi_pack_rows(&hsrc, &hdst, 0, kvl);
     }
   uk_done:
@@ -658,8 +661,7 @@ static int pack_mla(dsi_model *m, spec *s) {
     if (!uq) pack_panels(&s->src, base, nope, ukr, h * nope / DSI_TILE_N);
     if (s->quant) {
       for (int q = 0; q < vd / DSI_TILE_N; q++)
-        (s->quant == DSI_DTYPE_I4 ? dsi_quant_panel_i4 : dsi_quant_panel_i8)(&s->src, base + nope + q * DSI_TILE_N, uv,
-                                                                          h * vd / DSI_TILE_N + q, work);
+        quant_panel(s->quant)(&s->src, base + nope + q * DSI_TILE_N, uv, h * vd / DSI_TILE_N + q, work);
       continue;
     }
     pack_panels(&s->src, base + nope, vd, uv, h * vd / DSI_TILE_N);
@@ -677,15 +679,14 @@ static int pack_mla(dsi_model *m, spec *s) {
 static int quant_rows(const spec *s, const spec *up, int r0, int r1) {
   float *work = malloc((size_t)DSI_TILE_N * s->cols * sizeof(float));
   if (!work) return DSI_E_NOMEM;
-  void (*quant_panel)(const dsi_mat *, int, const dsi_mat *, int, float *) =
-      s->quant == DSI_DTYPE_I4 ? dsi_quant_panel_i4 : dsi_quant_panel_i8;
+  const quant_panel_fn qp = quant_panel(s->quant);
   for (int r = r0; r < r1; r += DSI_TILE_N) {
     if (!up) {
-      quant_panel(&s->src, r, s->mat, r / DSI_TILE_N, work);
+      qp(&s->src, r, s->mat, r / DSI_TILE_N, work);
       continue;
     }
-    quant_panel(&s->src, r, s->gu_dst, 2 * (r / DSI_TILE_N), work);
-    quant_panel(&up->src, r, s->gu_dst, 2 * (r / DSI_TILE_N) + 1, work);
+    qp(&s->src, r, s->gu_dst, 2 * (r / DSI_TILE_N), work);
+    qp(&up->src, r, s->gu_dst, 2 * (r / DSI_TILE_N) + 1, work);
   }
   free(work);
   return DSI_OK;
