@@ -212,6 +212,21 @@ static void check_shape(dsi_dtype dt, int rows, int cols, dsi_rng *r) {
           dsi_gemm_ref(&o, 0, rows, scratch);
         }
         compare(yk, yr, y0, y_len, what);
+        if (epi == DSI_EPI_STORE && !gather && m > 1) {
+          /* each row alone: bit for bit its row of the batch (the passes
+           * a batch is cut into must not change a row's sums) */
+          int differ = 0;
+          for (int i = 0; i < m; i++) {
+            memcpy(yu, y0, y_len * sizeof(float));
+            dsi_gemm one = g;
+            one.x = x + (size_t)i * ldx;
+            one.m = 1;
+            one.y = yu;
+            run_avx2(one, DSI_TILE_N, scratch);
+            differ += memcmp(yu, yk + (size_t)i * ldy, (size_t)rows * sizeof(float)) != 0;
+          }
+          CHECKF(differ == 0, "%s: %d of %d rows differ computed alone", what, differ, m);
+        }
 #if DSI_HAVE_AVX512
         if (vs512) { /* the same sums in the same order: equal to rounding */
           memcpy(y5, y0, y_len * sizeof(float));

@@ -46,8 +46,9 @@ typedef enum {
 #define STAGE_LINES 16
 /* bytes of a panel (as read by the FMAs) every activation row goes over
  * before the next ones, when there are more rows than one pass takes:
- * they stay in L1 */
-#define CHUNK_BYTES 8192
+ * they stay in L1 beside a half pass's activations (BF16: 16 KB of lines
+ * and 6 rows' 12 KB; 1.04-1.1x 8 KB's on a Zen 3 at 16-256 rows) */
+#define CHUNK_BYTES 16384
 /* activation rows whose chains are kept at a time */
 #define M_CHUNK 32
 /* bytes of f32 activation rows the panels go over before the next rows:
@@ -56,21 +57,27 @@ typedef enum {
 #define X_BLOCK_BYTES ((size_t)4 << 20)
 
 /* ---- F32 and BF16: a line as (row, even, row, odd) pair lanes ---- */
-INLINE void pair_line(wkind k, const uint8_t *p, __m256 w[4]) {
+/* vectors [q0, q0 + nq) of the line at p into w[0..nq): all four (rows
+ * 0-15), or half a line (q0 = 2h, nq = 2: rows 8h..8h+7) */
+INLINE void pair_line(wkind k, const uint8_t *p, int q0, int nq, __m256 w[4]) {
   if (k == W_BF16) {
     /* bf16 to f32 is a 16-bit shift: interleave zeros below each value;
      * the unpacks work within 128-bit lanes, so w[0] holds rows 0,1,4,5 and
      * w[1] rows 2,3,6,7 (back in order after the final hadd) */
     const __m256i z = _mm256_setzero_si256();
-    __m256i a = _mm256_loadu_si256((const __m256i *)p), b = _mm256_loadu_si256((const __m256i *)(p + 32));
-    w[0] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, a));
-    w[1] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, a));
-    w[2] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, b));
-    w[3] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, b));
+    #pragma GCC unroll 2
+    for (int j = 0; j < nq; j += 2) {
+      __m256i a = _mm256_loadu_si256((const __m256i *)(p + 16 * (q0 + j)));
+      w[j] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, a));
+      w[j + 1] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, a));
+    }
   } else {
     #pragma GCC unroll 8
-    for (int q = 0; q < 4; q++) w[q] = _mm256_loadu_ps((const float *)p + 8 * q);
+    for (int j = 0; j < nq; j++) w[j] = _mm256_loadu_ps((const float *)p + 8 * (q0 + j));
   }
+  /* half lines: in registers, not loaded again by every row's FMA (as in
+   * split_line) */
+  if (nq == 2) __asm__("" : "+x"(w[0]), "+x"(w[1]));
 }
 
 /* (x[0], x[1]) in every lane pair; x need not be 8-byte aligned */
@@ -80,36 +87,38 @@ static inline __m256 pair_bcast(const float *x) {
   return _mm256_castpd_ps(_mm256_set1_pd(d));
 }
 
-/* lines [l0, l1) of a panel, line l0 at w; lines from `pairs` = cols / 2
- * on have only their even column */
-INLINE void run_pairs(wkind k, int mb, const uint8_t *w, int l0, int l1, int pairs, const float *const *x,
-                      __m256 acc[][4]) {
+/* lines [l0, l1) of a panel, line l0 at w, vectors [q0, q0 + nq) of each
+ * into acc[i][0..nq); lines from `pairs` = cols / 2 on have only their
+ * even column */
+INLINE void run_pairs(wkind k, int mb, int q0, int nq, const uint8_t *w, int l0, int l1, int pairs,
+                      const float *const *x, __m256 acc[][4]) {
   const size_t lb = k == W_BF16 ? 64 : 128;
   const uint8_t *b = w - (size_t)l0 * lb;
   int full = DSI_MIN(l1, pairs);
   for (int l = l0; l < full; l++) {
     const uint8_t *p = b + l * lb;
-    for (size_t o = 0; o < lb; o += 64) _mm_prefetch((const char *)p + PREFETCH_AHEAD + o, _MM_HINT_T0);
+    if (q0 == 0) /* the first pass over the lines */
+      for (size_t o = 0; o < lb; o += 64) _mm_prefetch((const char *)p + PREFETCH_AHEAD + o, _MM_HINT_T0);
     __m256 v[4];
-    pair_line(k, p, v);
+    pair_line(k, p, q0, nq, v);
     #pragma GCC unroll 8
     for (int i = 0; i < mb; i++) {
       __m256 xb = pair_bcast(x[i] + 2 * l);
       #pragma GCC unroll 8
-      for (int q = 0; q < 4; q++) acc[i][q] = _mm256_fmadd_ps(v[q], xb, acc[i][q]);
+      for (int q = 0; q < nq; q++) acc[i][q] = _mm256_fmadd_ps(v[q], xb, acc[i][q]);
     }
   }
   if (l1 > pairs) {
     /* odd cols: the last line's second column is padding, and x ends
      * before it — multiply that zero weight by 0, not by what follows x */
     __m256 v[4];
-    pair_line(k, b + pairs * lb, v);
+    pair_line(k, b + pairs * lb, q0, nq, v);
     #pragma GCC unroll 8
     for (int i = 0; i < mb; i++) {
       float t[2] = {x[i][2 * pairs], 0.0f};
       __m256 xb = pair_bcast(t);
       #pragma GCC unroll 8
-      for (int q = 0; q < 4; q++) acc[i][q] = _mm256_fmadd_ps(v[q], xb, acc[i][q]);
+      for (int q = 0; q < nq; q++) acc[i][q] = _mm256_fmadd_ps(v[q], xb, acc[i][q]);
     }
   }
 }
@@ -245,7 +254,7 @@ INLINE void pass_body(wkind k, int mb, const uint8_t *w, int l0, int l1, int pai
     #pragma GCC unroll 8
     for (int q = 0; q < 4; q++) acc[i][q] = _mm256_load_ps((const float *)&state[4 * i + q]);
   if (k == W_F32 || k == W_BF16) {
-    run_pairs(k, mb, w, l0, l1, pairs, x, acc);
+    run_pairs(k, mb, 0, 4, w, l0, l1, pairs, x, acc);
   } else if (k == W_FP8_WIDE || k == W_I8) { /* f32 lines in buf */
     run_split(W_FP8_WIDE, mb, w, l0, l1, pairs, x, acc);
   } else {
@@ -285,6 +294,42 @@ static const pass_fn pass_fns[6][MB_MAX] = {
   [W_I8] = {pass_W_FP8_WIDE_1, pass_W_FP8_WIDE_2}, /* the same f32 lines */
 };
 
+/* ---- a half pass: lines [l0, l1) of half a panel times up to MB_HALF rows ---- */
+/* With more rows than one pass takes, F32 and BF16 chunks are gone over
+ * half a panel (8 of its 16 rows, two vectors of a line) at a time: 12
+ * chains (6 rows x 2 vectors) rather than 8, and a line's widening shared
+ * by 6 rows. The same chains as a whole pass: only which pass runs them
+ * changes. */
+#define MB_HALF 6
+/* from this many rows on (measured on a Zen 3: 3 rows leave 6 chains, too
+ * few to fill the FMA pipes, and 4 rows ran 0.9x whole passes of 2) */
+#define HALF_MIN_M 5
+INLINE void half_body(wkind k, int mb, int h, const uint8_t *w, int l0, int l1, int pairs, const float *const *x,
+                      __m256 *state) {
+  __m256 acc[MB_HALF][4]; /* [2..4) unused */
+  #pragma GCC unroll 8
+  for (int i = 0; i < mb; i++)
+    #pragma GCC unroll 2
+    for (int q = 0; q < 2; q++) acc[i][q] = _mm256_load_ps((const float *)&state[4 * i + 2 * h + q]);
+  run_pairs(k, mb, 2 * h, 2, w, l0, l1, pairs, x, acc);
+  #pragma GCC unroll 8
+  for (int i = 0; i < mb; i++)
+    #pragma GCC unroll 2
+    for (int q = 0; q < 2; q++) _mm256_store_ps((float *)&state[4 * i + 2 * h + q], acc[i][q]);
+}
+
+typedef void (*half_fn)(int h, const uint8_t *w, int l0, int l1, int pairs, const float *const *x, __m256 *state);
+#define HALF_FN(K, M)                                                                                      \
+  static void half_##K##_##M(int h, const uint8_t *w, int l0, int l1, int pairs, const float *const *x, \
+                             __m256 *state) { half_body(K, M, h, w, l0, l1, pairs, x, state); }
+#define HALF_FNS(K) HALF_FN(K, 1) HALF_FN(K, 2) HALF_FN(K, 3) HALF_FN(K, 4) HALF_FN(K, 5) HALF_FN(K, 6)
+HALF_FNS(W_F32)
+HALF_FNS(W_BF16)
+static const half_fn half_fns[2][MB_HALF] = {
+  {half_W_F32_1, half_W_F32_2, half_W_F32_3, half_W_F32_4, half_W_F32_5, half_W_F32_6},
+  {half_W_BF16_1, half_W_BF16_2, half_W_BF16_3, half_W_BF16_4, half_W_BF16_5, half_W_BF16_6},
+};
+
 /* ---- one panel (16 rows) times up to M_CHUNK activation rows ---- */
 typedef struct {
   const uint8_t *w;    /* the panel's first line */
@@ -320,8 +365,19 @@ static void panel(wkind k, int nan, const panel_src *s, int mc, const float *con
       else fp8_widen(w, nan, l1 - l0, (float *)buf);
       w = buf;
     }
-    for (int i = 0; i < mc; i += MB_MAX)
-      pass_fns[k][DSI_MIN(MB_MAX, mc - i) - 1](w, l0, l1, s->pairs, x + i, state + 4 * i);
+    if ((k == W_F32 || k == W_BF16) && mc >= HALF_MIN_M) {
+      /* the rows in groups as even as can be: 8 as 4 + 4, not 6 + 2 */
+      int groups = (mc + MB_HALF - 1) / MB_HALF;
+      for (int h = 0; h < 2; h++)
+        for (int g = 0, i = 0; g < groups; g++) {
+          int n = (mc - i) / (groups - g);
+          half_fns[k == W_BF16][n - 1](h, w, l0, l1, s->pairs, x + i, state + 4 * i);
+          i += n;
+        }
+    } else {
+      for (int i = 0; i < mc; i += MB_MAX)
+        pass_fns[k][DSI_MIN(MB_MAX, mc - i) - 1](w, l0, l1, s->pairs, x + i, state + 4 * i);
+    }
     if (fp8 && (l1 % s->block_lines == 0 || l1 == s->lines)) {
       /* end of a scale block: even + odd, scaled into the total */
       /* FP8's f16 route leaves its values x 2^-8; INT8's are exact */
