@@ -196,10 +196,18 @@ static void iq_epi_row(const dsi_gemm *g, int i, int r, int nj, const float *t) 
   _mm256_storeu_ps(v, _mm256_mul_ps(_mm256_loadu_ps(t), s));
   _mm256_storeu_ps(v + 8, _mm256_mul_ps(_mm256_loadu_ps(t + 8), s));
   if (g->epi == DSI_EPI_STORE) {
-    memcpy(g->y + (size_t)i * g->ldy + r, v, (size_t)nj * sizeof(float));
+    float *y = g->y + (size_t)i * g->ldy + r;
+    if (nj == DSI_TILE_N) { /* stored here: memcpy of a variable size was a libc call a row */
+      _mm256_storeu_ps(y, _mm256_loadu_ps(v));
+      _mm256_storeu_ps(y + 8, _mm256_loadu_ps(v + 8));
+    } else {
+      memcpy(y, v, (size_t)nj * sizeof(float));
+    }
     return;
   }
   float *y = g->y + (size_t)g->y_rows[i] * g->ldy + r, ys = g->y_scale[i];
+  /* the row's next 16 outputs, which the next panel adds to (as AVX-512's) */
+  _mm_prefetch((const char *)(y + DSI_TILE_N), _MM_HINT_T0);
   int j = 0;
   /* a multiply, then an add: the oracle's rounding (the empty asm keeps
    * GCC from contracting the two into an fma, vectors as scalars) */

@@ -52,19 +52,24 @@ static void iq_gemm_run(const dsi_gemm *g, int r0, int r1, void *scratch, iq_pas
     const int n = DSI_MIN(IQ_GROUP_ROWS, g->m - ig);
     const int8_t *xq = g->xq + (size_t)ig * ldq;
     const int32_t *xs = g->xq_sum ? g->xq_sum + (size_t)ig * (ldq / 32) : NULL;
-    for (int i = 0; i < n && zero_point; i++)
-      for (int q = 0; q < ng; q++) {
-        const int nc = DSI_MIN(w->block, w->kpad - q * w->block); /* INT8: the last block may be short */
-        int32_t s = 0;
-        if (xs) { /* nc is a multiple of 32: the block's pieces summed */
-          const int32_t *p = xs + (size_t)i * (ldq / 32) + (size_t)q * w->block / 32;
-          for (int c = 0; c < nc / 32; c++) s += p[c];
-        } else {
-          const int8_t *x = xq + (size_t)i * ldq + (size_t)q * w->block;
-          for (int c = 0; c < nc; c++) s += x[c];
+    if (zero_point && xs && w->block == 32) { /* a group is one piece */
+      for (int i = 0; i < n; i++)
+        for (int q = 0; q < ng; q++) zp[i * ng + q] = -zero * xs[(size_t)i * (ldq / 32) + q];
+    } else if (zero_point) {
+      for (int i = 0; i < n; i++)
+        for (int q = 0; q < ng; q++) {
+          const int nc = DSI_MIN(w->block, w->kpad - q * w->block); /* INT8: the last block may be short */
+          int32_t s = 0;
+          if (xs) { /* nc is a multiple of 32: the block's pieces summed */
+            const int32_t *p = xs + (size_t)i * (ldq / 32) + (size_t)q * w->block / 32;
+            for (int c = 0; c < nc / 32; c++) s += p[c];
+          } else {
+            const int8_t *x = xq + (size_t)i * ldq + (size_t)q * w->block;
+            for (int c = 0; c < nc; c++) s += x[c];
+          }
+          zp[i * ng + q] = -zero * s;
         }
-        zp[i * ng + q] = -zero * s;
-      }
+    }
     /* passes of nearly equal height */
     const int npass = DSI_CEIL_DIV(n, mbmax);
     int at[IQ_GROUP_ROWS + 1];
