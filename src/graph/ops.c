@@ -76,7 +76,7 @@ static void op_rmsnorm(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
   for (long i = a; i < e; i++) {
     long row = rows ? rows[i] : i;
     if (y) v->add(src + row * D, y + row * D, D);
-    dsi_k_rmsnorm(src + row * D, op->vec, D, r->f->c->rms_norm_eps, dst + i * D);
+    v->rmsnorm(src + row * D, op->vec, D, r->f->c->rms_norm_eps, dst + i * D);
     if (quant) {
       dsi_rows_round_bf16(v, dst + i * D, D, NULL, 1, D, dst + i * D);
       if (bf16_rows)
@@ -195,7 +195,7 @@ static void op_kv_write(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
   for (long t = a; t < e; t++) {
     const float *kv = kva + t * row;
     float *dst = pairs ? (float *)dsi_ws_thread(r, op, tm->tid) : cache + (size_t)r->b->slot[t] * row;
-    dsi_k_rmsnorm(kv, op->lw->kv_a_layernorm, kvl, c->rms_norm_eps, dst);
+    r->f->mm.k->vec->rmsnorm(kv, op->lw->kv_a_layernorm, kvl, c->rms_norm_eps, dst);
     memcpy(dst + kvl, kv + kvl, rope * sizeof(float));
     size_t p = (size_t)r->b->pos[t] * (rope / 2);
     dsi_k_rope(dst + kvl, rope, r->f->rope_cos + p, r->f->rope_sin + p);

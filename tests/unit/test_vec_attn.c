@@ -11,6 +11,7 @@
  * (dsi_attn_rows_run) against double-precision attention. */
 #include "kernels/vec.h"
 #include "kernels/attn.h"
+#include "kernels/kernels.h"
 #include "kernels/cpu.h"
 #include "base/base.h"
 #include "tensor/dtype.h"
@@ -228,6 +229,29 @@ static void run_rows(const char *isa, int nh, int n, int kvl, int rope, double s
   dsi_free_aligned(ws);
 }
 
+/* rmsnorm: the sum of squares in vec_dot's order (dot_model), then the
+ * scalar oracle's operations, so bitwise the model; and within 1e-6 of
+ * the oracle's sequential sum (dsi_k_rmsnorm) */
+static void run_rmsnorm(const char *isa, int n, dsi_rng *rng) {
+  float *x = dsi_xmalloc((size_t)n * sizeof(float)), *w = dsi_xmalloc((size_t)n * sizeof(float));
+  float *out = dsi_xmalloc((size_t)n * sizeof(float)), *ref = dsi_xmalloc((size_t)n * sizeof(float));
+  for (int i = 0; i < n; i++) x[i] = 3 * dsi_rng_normal(rng), w[i] = 0.5f + dsi_rng_uniform(rng);
+  const float eps = 1e-6f;
+  g_v->rmsnorm(x, w, n, eps, out);
+  float inv = 1.0f / sqrtf(dot_model(x, x, n) / n + eps);
+  int differ = 0;
+  for (int i = 0; i < n; i++) {
+    float want = x[i] * inv * w[i];
+    differ += memcmp(&out[i], &want, sizeof want) != 0;
+  }
+  CHECKF(differ == 0, "%s rmsnorm width %d: %d values differ from the documented order", isa, n, differ);
+  dsi_k_rmsnorm(x, w, n, eps, ref);
+  double worst = 0;
+  for (int i = 0; i < n; i++) worst = fmax(worst, fabs((double)out[i] - ref[i]) / (fabs(ref[i]) + 1e-30));
+  CHECKF(worst <= 1e-6, "%s rmsnorm width %d: %g from the oracle", isa, n, worst);
+  free(x), free(w), free(out), free(ref);
+}
+
 int main(void) {
   dsi_rng rng;
   dsi_rng_seed(&rng, 99);
@@ -271,6 +295,8 @@ int main(void) {
     run_rows(g_v->name, 16, 300, 512, 64, 1, &rng);
     run_rows(g_v->name, 8, 300, 64, 32, 6, &rng); /* peaked: the running max moves between blocks */
     printf("%s: %d + 2 f32-row attention cases within 2e-5 of double precision, each head the same alone\n", g_v->name, nr);
+    static const int nn[] = {1, 15, 16, 17, 512, 1536, 7168};
+    for (size_t a = 0; a < DSI_ARRAY_LEN(nn); a++) run_rmsnorm(g_v->name, nn[a], &rng);
   }
   return check_done();
 }
