@@ -406,7 +406,8 @@ static void src_view(const dsi_model *m, spec *s) {
 /* the absorbed factors of kv_b_proj: W_UK^T [H*kv_lora, nope] kept exact
  * (BF16 stays BF16; FP8 is widened to F32) but under --quant int4
  * (uk_dtype), W_UV [H*v, kv_lora] as stored or quantized */
-/* W_UK^T per head, [H*kv_lora, nope]: exact in the source's dtype. FP8
+/* W_UK^T per head, [H*kv_lora, nope]: exact in the source's dtype (INT8
+ * under --quant int4, uk_dtype). FP8
  * stays FP8 when each head's k rows are whole scale blocks (V3: nope = 128
  * = block), since a transposed 128x128 block keeps its one scale (a
  * quarter of f32's bytes for decode to read); else f32 (bf16 for bf16). */
@@ -530,13 +531,14 @@ static size_t plan_storage(dsi_model *m, spec_list *l) {
       off += align64(dsi_pack_gate_up_bytes(s->quant ? &q : &s->src));
     } else if (s->mla && can_pack_mla(&m->cfg)) {
       s->store = STORE_MLA;
-      const dsi_mat q8 = quant_shape(&s->src, DSI_DTYPE_I8), *uks = uk_dtype(m, s) ? &q8 : &s->src;
-      dsi_mat uk = uk_shape(&m->cfg, uks), uv = uv_shape(&m->cfg, s->quant ? &q : &s->src);
+      dsi_mat uk = uk_shape(&m->cfg, &s->src), ukr = ukr_shape(&m->cfg, &s->src);
+      dsi_mat uv = uv_shape(&m->cfg, s->quant ? &q : &s->src);
+      const int uq = uk_dtype(m, s);
+      if (uq) uk = quant_shape(&uk, uq), ukr = quant_shape(&ukr, uq); /* both forms as pack_mla quantizes them */
       s->off = off;
       off += align64(dsi_pack_bytes(&uk));
       s->off2 = off;
       off += align64(dsi_pack_bytes(&uv));
-      dsi_mat ukr = ukr_shape(&m->cfg, uks);
       s->off3 = off;
       off += align64(dsi_pack_bytes(&ukr));
     } else {

@@ -290,6 +290,12 @@ static void golden_case(const char *name) {
         l0->q_a_proj.dtype == DSI_DTYPE_I4 && l0->o_proj.dtype == DSI_DTYPE_I4 && l0->w_uv.dtype == DSI_DTYPE_I4);
   CHECK(m->lm_head.dtype == DSI_DTYPE_I8 && l1->gate.dtype != DSI_DTYPE_I4 &&
         l0->w_uk.dtype == DSI_DTYPE_I8 && l0->w_uk_t.dtype == DSI_DTYPE_I8 && m->embed_tokens.dtype != DSI_DTYPE_I4);
+  /* the load's plan holds W_UK^T in its INT8 bytes (W_UV is stored right
+   * after it), not in those of the f32 transpose it is quantized from */
+  size_t uk_bytes = (dsi_pack_bytes(&l0->w_uk_t) + 63) / 64 * 64;
+  CHECKF((size_t)((const uint8_t *)l0->w_uv.data - (const uint8_t *)l0->w_uk_t.data) == uk_bytes,
+         "%s: W_UK^T planned in %td bytes, packed in %zu", name,
+         (const uint8_t *)l0->w_uv.data - (const uint8_t *)l0->w_uk_t.data, uk_bytes);
   int V = info.vocab_size, n = 24;
   char *buf = NULL, *meta = NULL;
   size_t len = 0;
