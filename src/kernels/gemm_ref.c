@@ -154,11 +154,7 @@ void dsi_pack_gate_up(const dsi_mat *gate, const dsi_mat *up, dsi_mat *dst, void
     for (int j = 0; j < DSI_TILE_N; j++) {
       int r = r_src0 + j;
       const uint8_t *row = r < src->rows ? (const uint8_t *)src->data + (size_t)r * src->cols * es : NULL;
-      for (int c = 0; c < dst->kpad; c++) {
-        uint8_t *o = panel + (((size_t)(c / 2) * DSI_TILE_N + j) * 2 + (c & 1)) * es;
-        if (row && c < src->cols) memcpy(o, row + (size_t)c * es, es);
-        else memset(o, 0, es);
-      }
+      dsi_pack_panel_row(row, src->cols, dst->kpad, es, panel, j);
     }
     if (sc)
       memcpy(sc + (size_t)p * src->scale_cols, src->scale + (size_t)(r_src0 / src->block) * src->scale_cols,

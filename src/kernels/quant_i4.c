@@ -1,10 +1,12 @@
 /* kernels: INT4 quantization at load (the format is tensor/mat.h's):
  * per row and group of columns, the 4-bit levels and f16 scale of least
- * squared error among a few candidate scales. Compiled with
- * -fno-trapping-math so the candidates' loops vectorize (the results are
- * the same: nothing is reordered or contracted). */
+ * squared error among a few candidate scales. The group's search here is
+ * the reference (vec.h to_i4); the panels run the CPU's best level's,
+ * which gives the same bits (x86/i4_group.h). */
 #include "kernels/kernels.h"
 #include "base/base.h"
+#include "kernels/cpu.h"
+#include "kernels/vec.h"
 
 #include <math.h>
 #include <string.h>
@@ -17,12 +19,6 @@ void dsi_pack_describe_i4(const dsi_mat *src, dsi_mat *dst, void *mem, int group
   dsi_pack_describe(&shape, dst, mem);
 }
 
-/* candidate scales: m / -(8 + I4_STEP s) for |s| <= I4_SEARCH, within 6%
- * of Q4_0's. Measured on models/brown's held-out text (mean KL against
- * f32 over 2,048 positions): Q4_0's scale alone 0.0046; this search
- * 0.0039; 19 candidates within 11% 0.0041, at 3x the loading time. */
-#define I4_SEARCH 2
-#define I4_STEP 0.25f
 
 /* v rounded half to even (adding and taking away 1.5 * 2^23) into [-8, 7] */
 static inline float i4_level(float v) {
@@ -37,7 +33,7 @@ static inline float i4_level(float v) {
  * m / -8 (m the value of largest magnitude; llama.cpp's make_qx_quants
  * searches the same way); d is the least-squares scale of those levels,
  * and the error at it is sum w^2 - sumlx^2 / suml2. */
-static float i4_group(const float *w, int n, int8_t *l) {
+float dsi_i4_group_ref(const float *w, int n, int8_t *l) {
   float mx = 0;
   for (int c = 0; c < n; c++) mx = fabsf(w[c]) > fabsf(mx) ? w[c] : mx;
   if (!(mx != 0) || !isfinite(mx)) { /* zero; or not finite: NaN out, as from the scale */
@@ -45,8 +41,8 @@ static float i4_group(const float *w, int n, int8_t *l) {
     return mx == 0 ? 0.0f : mx;
   }
   float best = -1, d = 0, binv = -8.0f / mx;
-  for (int is = -I4_SEARCH; is <= I4_SEARCH; is++) {
-    const float inv = -(8.0f + I4_STEP * (float)is) / mx;
+  for (int is = -DSI_I4_SEARCH; is <= DSI_I4_SEARCH; is++) {
+    const float inv = -(8.0f + DSI_I4_STEP * (float)is) / mx;
     float s[8] = {0}, q[8] = {0}; /* eight partial sums, in a fixed order */
     for (int c0 = 0; c0 < n; c0 += 8)
       for (int c = 0; c < 8; c++) {
@@ -75,20 +71,27 @@ void dsi_quant_panel_i4(const dsi_mat *src, int r, const dsi_mat *dst, int p, fl
     else memset(work + (size_t)j * K, 0, (size_t)K * sizeof(float));
   }
   uint8_t *grp = (uint8_t *)dst->data + (size_t)p * dsi_i4_panel_bytes(dst);
+  float (*group)(const float *, int, int8_t *) = dsi_kern_best()->vec->to_i4;
   for (int c0 = 0; c0 < dst->kpad; c0 += B, grp += dsi_i4_group_bytes(B)) {
     uint16_t *sc = (uint16_t *)(grp + (size_t)B * DSI_TILE_N / 2);
     const int nc = DSI_MAX(0, DSI_MIN(B, K - c0));
     for (int j = 0; j < DSI_TILE_N; j++) {
-      float w[256]; /* the group, zero past the columns */
+      float pad[256]; /* a last group, zero past the columns */
       int8_t l[256];
-      memcpy(w, work + (size_t)j * K + c0, (size_t)nc * sizeof(float));
-      memset(w + nc, 0, (size_t)(B - nc) * sizeof(float));
-      sc[j] = dsi_f32_to_f16(i4_group(w, B, l));
-      /* column c of a sub-block and column c + 16 share a byte (dsi_i4_byte) */
-      for (int s = 0; s < B; s += 32)
-        for (int c = 0; c < 16; c++)
-          grp[(size_t)s * 8 + (size_t)(c / 4) * 64 + 4 * j + (c & 3)] =
-              (uint8_t)((l[s + c] + 8) | (l[s + 16 + c] + 8) << 4);
+      const float *w = work + (size_t)j * K + c0;
+      if (nc < B) {
+        memcpy(pad, w, (size_t)nc * sizeof(float));
+        memset(pad + nc, 0, (size_t)(B - nc) * sizeof(float));
+        w = pad;
+      }
+      sc[j] = dsi_f32_to_f16(group(w, B, l));
+      /* column c of a sub-block and column c + 16 share a byte (dsi_i4_byte):
+       * a sub-block's 16 bytes of row j, 4 at a time, 64 bytes apart */
+      for (int s = 0; s < B; s += 32) {
+        uint8_t b[16];
+        for (int c = 0; c < 16; c++) b[c] = (uint8_t)((l[s + c] + 8) | (l[s + 16 + c] + 8) << 4);
+        for (int c = 0; c < 16; c += 4) memcpy(grp + (size_t)s * 8 + (size_t)c * 16 + 4 * j, b + c, 4);
+      }
     }
   }
 }

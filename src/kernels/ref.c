@@ -94,43 +94,58 @@ void dsi_quant_panel_i8(const dsi_mat *src, int r, const dsi_mat *dst, int p, fl
     memcpy(&amax, &mx, sizeof amax);
     float scale = amax / 127.0f;
     sc[b] = scale;
-    for (int c = c0; c < c1; c++)
-      for (int j = 0; j < DSI_TILE_N; j++) {
-        float v = scale > 0 ? work[(size_t)j * K + c] / scale : 0.0f;
+    for (int j = 0; j < DSI_TILE_N; j++) {
+      /* a row's block along its columns (the loop that vectorizes), then
+       * its column pairs into the panel, 32 bytes apart */
+      int8_t q[DSI_I8_BLOCK];
+      const float *x = work + (size_t)j * K;
+      for (int c = c0; c < c1; c++) {
+        float v = scale > 0 ? x[c] / scale : 0.0f;
         v = (v + 12582912.0f) - 12582912.0f;
         v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
-        panel[((size_t)(c / 2) * DSI_TILE_N + j) * 2 + (c & 1)] = (int8_t)(int)v;
+        q[c - c0] = (int8_t)(int)v;
       }
+      int c = c0;
+      for (; c + 1 < c1; c += 2) memcpy(panel + ((size_t)(c / 2) * DSI_TILE_N + j) * 2, q + (c - c0), 2);
+      if (c < c1) panel[((size_t)(c / 2) * DSI_TILE_N + j) * 2] = q[c - c0]; /* an odd last column */
+    }
   }
   for (int c = K; c < dst->kpad; c++) /* padding columns */
     for (int j = 0; j < DSI_TILE_N; j++) panel[((size_t)(c / 2) * DSI_TILE_N + j) * 2 + (c & 1)] = 0;
 }
 
-#define PACK_PANELS(T)                                                                  \
-  do {                                                                                  \
-    const T *in = src->data;                                                            \
-    T *out = (T *)dst->data;                                                            \
-    size_t kp2 = dst->kpad / 2;                                                         \
-    for (int p = r0 / DSI_TILE_N; p < pend; p++) {                                      \
-      T *panel = out + (size_t)p * kp2 * DSI_TILE_N * 2;                                \
-      for (int rr = 0; rr < DSI_TILE_N; rr++) {                                         \
-        int r = p * DSI_TILE_N + rr;                                                    \
-        const T *row = r < src->rows ? in + (size_t)r * src->cols : NULL;              \
-        for (int c = 0; c < dst->kpad; c++)                                             \
-          panel[((size_t)(c / 2) * DSI_TILE_N + rr) * 2 + (c & 1)] =                    \
-              row && c < src->cols ? row[c] : (T)0;                                     \
-      }                                                                                 \
-    }                                                                                   \
-  } while (0)
+/* a column pair of es-byte elements: one fixed-size copy (es a constant
+ * in each case, so it is a load and a store) */
+#define PACK_PAIRS(ES)                                                                         \
+  for (; t < pairs; t++) memcpy(o + (size_t)t * stride, s + (size_t)t * 2 * (ES), 2 * (ES))
+
+void dsi_pack_panel_row(const void *row, int cols, int kpad, size_t es, void *panel, int j) {
+  const uint8_t *s = row;
+  uint8_t *o = (uint8_t *)panel + (size_t)j * 2 * es;
+  const size_t stride = (size_t)DSI_TILE_N * 2 * es; /* one column pair to the next */
+  int t = 0, pairs = s ? cols / 2 : 0;
+  switch (es) {
+  case 1: PACK_PAIRS(1); break;
+  case 2: PACK_PAIRS(2); break;
+  case 4: PACK_PAIRS(4); break;
+  default: DSI_ASSERT(0);
+  }
+  static const uint8_t zero[4];
+  for (int c = 2 * t; c < kpad; c++) /* an odd last column, then the zeros */
+    memcpy(o + (size_t)(c / 2) * stride + (size_t)(c & 1) * es, s && c < cols ? s + (size_t)c * es : zero, es);
+}
 
 void dsi_pack_rows(const dsi_mat *src, const dsi_mat *dst, int r0, int r1) {
   DSI_ASSERT(src->layout == DSI_LAYOUT_ROWS && r0 % DSI_TILE_N == 0);
-  int pend = (int)DSI_CEIL_DIV_SZ(r1, DSI_TILE_N);
-  switch (dsi_dtype_size(src->dtype)) {
-  case 1: PACK_PANELS(uint8_t); break;
-  case 2: PACK_PANELS(uint16_t); break;
-  case 4: PACK_PANELS(uint32_t); break;
-  default: DSI_ASSERT(0);
+  const size_t es = dsi_dtype_size(src->dtype);
+  const int pend = (int)DSI_CEIL_DIV_SZ(r1, DSI_TILE_N);
+  for (int p = r0 / DSI_TILE_N; p < pend; p++) {
+    uint8_t *panel = (uint8_t *)dst->data + (size_t)p * DSI_TILE_N * dst->kpad * es;
+    for (int j = 0; j < DSI_TILE_N; j++) {
+      int r = p * DSI_TILE_N + j;
+      const uint8_t *row = r < src->rows ? (const uint8_t *)src->data + (size_t)r * src->cols * es : NULL;
+      dsi_pack_panel_row(row, src->cols, dst->kpad, es, panel, j);
+    }
   }
 }
 

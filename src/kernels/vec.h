@@ -48,7 +48,14 @@ typedef struct dsi_vec_ops {
    * 0: *m (the running max of scaled scores) becomes m' = max(*m, scale
    * max x), x becomes e^(scale x - m'); returns sum x */
   float (*softmax_step)(float *x, int n, float scale, float *m);
+  /* one INT4 group at load (kernels.h dsi_quant_panel_i4): w[0..n), n a
+   * multiple of 8 up to 256, to levels l in [-8, 7] and the scale it
+   * returns (w ~ l scale); the same bits on every ISA as
+   * dsi_i4_group_ref, the scalar reference (kernels/quant_i4.c) */
+  float (*to_i4)(const float *w, int n, int8_t *l);
 } dsi_vec_ops;
+
+float dsi_i4_group_ref(const float *w, int n, int8_t *l);
 
 /* each ISA's table; an engine reaches its level's through its kernel table (cpu.h) */
 extern const dsi_vec_ops dsi_vec_ops_generic;

@@ -199,4 +199,9 @@ const dsi_vec_ops VEC_FN(dsi_vec_ops_) = {
   VEC_FN(vec_to_bf16_), VEC_FN(vec_round_bf16_), VEC_FN(vec_to_bf16_tiles_), VEC_FN(vec_bf16_panel_),
   VEC_FN(vec_bf16_panel_t_), VEC_FN(vec_to_i8_), VEC_FN(vec_attn_pv_), VEC_FN(vec_attn_qk_),
   VEC_FN(vec_scores_t_), VEC_FN(vec_softmax_), VEC_FN(vec_softmax_step_),
+#ifdef VEC_I4_OWN /* the including file has its own INT4 group quantizer */
+  VEC_FN(vec_to_i4_),
+#else
+  dsi_i4_group_ref,
+#endif
 };

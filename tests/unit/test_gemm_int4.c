@@ -106,6 +106,59 @@ static void test_quantization(dsi_rng *rng) {
          sqrt(se / sv), sqrt(se0 / sv));
 }
 
+/* ---- one group's search on every level against the reference ---- */
+/* a group of n: normal values at a random scale (tiny ones subnormal),
+ * sometimes with zeros past the weights (a row's last group), the
+ * largest magnitude repeated with the other sign (the first one sets the
+ * scale), every element on a rounding tie (half-integers under a largest
+ * value of -8, whose first candidate divides by 1), or an infinity or a
+ * NaN among them */
+static void group_case(int n, int kind, dsi_rng *rng, float *w) {
+  float amp = powf(10.0f, -44.0f + 47.0f * (float)dsi_rng_uniform(rng));
+  for (int c = 0; c < n; c++) w[c] = dsi_rng_normal(rng) * amp;
+  int k = (int)(dsi_rng_u64(rng) % (uint64_t)n), j = (int)(dsi_rng_u64(rng) % (uint64_t)n);
+  switch (kind) {
+  case 1: for (int c = n - (int)(dsi_rng_u64(rng) % (uint64_t)n); c < n; c++) w[c] = 0; break;
+  case 2: {
+    int big = 0;
+    for (int c = 1; c < n; c++) big = fabsf(w[c]) > fabsf(w[big]) ? c : big;
+    w[j] = -w[big];
+    break;
+  }
+  case 3:
+    for (int c = 0; c < n; c++) w[c] = (float)((int)(dsi_rng_u64(rng) % 15) - 7) + 0.5f;
+    w[k] = -8.0f;
+    break;
+  case 4: w[k] = (dsi_rng_u64(rng) & 1) ? INFINITY : -INFINITY; break;
+  case 5: w[k] = NAN; break;
+  case 6: for (int c = 0; c < n; c++) w[c] = (dsi_rng_u64(rng) & 1) ? 0.0f : -0.0f; break;
+  }
+}
+
+static void test_group_levels(dsi_rng *rng) {
+  static const int ns[] = {8, 16, 32, 64, 128, 256};
+  float w[256];
+  int8_t l[256], lref[256];
+  int tested = 0;
+  for (int lv = DSI_ISA_SCALAR; lv <= (int)test_kern()->level; lv++) {
+    const dsi_vec_ops *v = dsi_kern_get((dsi_isa)lv)->vec;
+    if (v->to_i4 == dsi_i4_group_ref || (lv > DSI_ISA_SCALAR && v == dsi_kern_get((dsi_isa)(lv - 1))->vec))
+      continue; /* the reference itself, or the level below's table */
+    int bad = 0;
+    for (int t = 0; t < 20000; t++) {
+      int n = ns[t % DSI_ARRAY_LEN(ns)], kind = t % 11 < 7 ? t % 11 : 0;
+      group_case(n, kind, rng, w);
+      float d = v->to_i4(w, n, l), dref = dsi_i4_group_ref(w, n, lref);
+      if (memcmp(&d, &dref, sizeof d) || memcmp(l, lref, (size_t)n)) {
+        if (bad++ < 3) printf("%s: n %d kind %d: scale %a, reference %a\n", v->name, n, kind, d, dref);
+      }
+    }
+    CHECKF(bad == 0, "%s: %d of 20000 groups differ from the reference", v->name, bad);
+    tested++;
+  }
+  printf("group quantization: %d vector level(s) bitwise the reference's on 20000 groups each\n", tested);
+}
+
 /* ---- the kernels against the oracle ---- */
 static dsi_pool *g_pool;
 static double g_worst_silu;
@@ -343,6 +396,7 @@ int main(void) {
   dsi_rng rng;
   dsi_rng_seed(&rng, 4);
   test_quantization(&rng);
+  test_group_levels(&rng);
   test_kernels(&rng);
   batch_case(20, 6, 12, &rng);  /* each source row in ~3.6 calls: quantized once */
   batch_case(40, 3, 13, &rng);  /* fewer rows gathered than the source has */

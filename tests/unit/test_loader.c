@@ -1,7 +1,8 @@
 /* tests: the loader on whole checkpoints — mkmodel's presets in every dtype
  * and sharded, the MTP layer of real checkpoints skipped, --mlock, and a
  * tensor missing, misshapen or without its FP8 scale failing with a message
- * that names it. */
+ * that names it — and its packing step (a panel row of 1-, 2- and 4-byte
+ * elements at every place tensor/mat.h puts it). */
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include "check.h"
 #include "dsinfer.h"
 #include "model/model.h"
+#include "kernels/kernels.h"
 #include "model/safetensors.h"
 #include "tools/internal.h"
 
@@ -114,7 +116,36 @@ static void make(const char *name, const char *preset, const char *dtype, int sh
   CHECKF(rc == 0, "mkmodel %s %s: %s", preset, dtype, err.msg);
 }
 
+/* dsi_pack_panel_row against dsi_tiles_index: every element of the row at
+ * its place, zeros past the columns and for a missing row, and the other
+ * rows of the panel untouched */
+static void test_pack_panel_row(void) {
+  static const int cols_set[] = {1, 2, 3, 31, 32, 33, 64, 100};
+  int bad = 0;
+  for (size_t es = 1; es <= 4; es *= 2)
+    for (size_t ci = 0; ci < DSI_ARRAY_LEN(cols_set); ci++)
+      for (int j = 0; j < DSI_TILE_N; j += 5)
+        for (int missing = 0; missing < 2; missing++) {
+          int cols = cols_set[ci], kpad = (cols + 31) / 32 * 32;
+          dsi_mat w = {.dtype = DSI_DTYPE_F32, .rows = DSI_TILE_N, .cols = cols, .kpad = kpad, .layout = DSI_LAYOUT_TILES};
+          uint8_t row[100 * 4], panel[DSI_TILE_N * 128 * 4];
+          for (size_t i = 0; i < sizeof row; i++) row[i] = (uint8_t)(i * 7 + 1);
+          memset(panel, 0xa5, sizeof panel);
+          dsi_pack_panel_row(missing ? NULL : row, cols, kpad, es, panel, j);
+          for (int r = 0; r < DSI_TILE_N; r++)
+            for (int c = 0; c < kpad; c++) {
+              const uint8_t *got = panel + dsi_tiles_index(&w, r, c) * es;
+              for (size_t b = 0; b < es; b++) {
+                uint8_t want = r != j ? 0xa5 : !missing && c < cols ? row[(size_t)c * es + b] : 0;
+                bad += got[b] != want;
+              }
+            }
+        }
+  CHECKF(bad == 0, "dsi_pack_panel_row: %d bytes out of place", bad);
+}
+
 int main(void) {
+  test_pack_panel_row();
   snprintf(g_tmp, sizeof g_tmp, "/tmp/dsinfer-test-loader-XXXXXX");
   DSI_ASSERT(mkdtemp(g_tmp));
   dsi_err err = {0};

@@ -27,6 +27,9 @@ static void vec_scores_t_avx2(float *restrict s, int lds, const float *restrict 
 static void vec_softmax_avx2(float *x, int n);
 static float vec_softmax_step_avx2(float *x, int n, float scale, float *m);
 
+#include "kernels/x86/i4_group.h"
+#define vec_to_i4_avx2 i4_group8
+#define VEC_I4_OWN
 #define VEC_SUFFIX avx2
 #define VEC_NAME "avx2"
 #define VEC_ATTN_OWN
