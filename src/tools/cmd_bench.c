@@ -236,7 +236,9 @@ static int bench_model(int argc, char **argv) {
    * measuring, its profiler timing the collectives */
   int ranks = dsi_dist_size(dsi_cli_dist);
   eo.profile = 1; /* the prefill's FLOPs (each op's cost), the collectives' time under mpirun; ~10 us a step */
+  const double t_load = dsi_now();
   if (dsi_cli_open("bench", model, &lo, &eo, &par, &m, &e)) return 1;
+  const double load_s = dsi_now() - t_load; /* the checkpoint read, packed or quantized; the engine set up */
   dsi_model_info info;
   dsi_model_get_info(m, &info);
   double pre[64], dec[64], mpt[64];
@@ -278,10 +280,11 @@ static int bench_model(int argc, char **argv) {
              "\"prefill_tokens_per_s\":%.2f,\"decode_tokens_per_s\":%.3f,\"ms_per_token\":%.3f,"
              "\"peak_rss_bytes\":%zu,\"threads\":%d,\"isa\":\"%s\",\"active_bytes_per_token\":%zu,"
              "\"read_bandwidth_gbs\":%.2f,\"roofline_decode_tokens_per_s\":%.3f,\"decode_roofline_fraction\":%.3f,"
-             "\"prefill_gflops\":%.1f,\"matrix_peak\":\"%s\",\"matrix_peak_gflops\":%.1f,\"prefill_peak_fraction\":%.3f",
+             "\"prefill_gflops\":%.1f,\"matrix_peak\":\"%s\",\"matrix_peak_gflops\":%.1f,\"prefill_peak_fraction\":%.3f,"
+             "\"load_s\":%.3f",
              model, info.weight_dtype, P, G, B, reps, p, d, ms, dsi_peak_rss(), pk.threads, dsi_engine_isa(e),
              info.active_bytes_per_token, pk.read_gbs, roof, d / B / roof, pre_gf, mname, mpeak,
-             mpeak > 0 ? pre_gf / mpeak : 0);
+             mpeak > 0 ? pre_gf / mpeak : 0, load_s);
       if (ranks > 1) comm_report(&cfg, &par, e, 1);
       printf("}\n");
     } else {
@@ -293,7 +296,7 @@ static int bench_model(int argc, char **argv) {
       printf("decode:  %10.2f tokens/s   (%.2f .. %.2f), %.2f ms per step\n", d, dlo, dhi, ms);
       printf("roofline (batch 1 decode): %.1f MB of weights per token / %.1f GB/s read = %.2f tokens/s; "
              "decode reaches %.0f%% of it\n", info.active_bytes_per_token / 1e6, pk.read_gbs, roof, 100 * d / B / roof);
-      printf("peak RSS: %.0f MB\n", dsi_peak_rss() / 1e6);
+      printf("peak RSS: %.0f MB; loaded in %.2f s\n", dsi_peak_rss() / 1e6, load_s);
       if (ranks > 1) comm_report(&cfg, &par, e, 0);
     }
   }

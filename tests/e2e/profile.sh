@@ -78,6 +78,7 @@ const fail = m => { console.error(m + ": " + JSON.stringify(j)); process.exit(1)
 if (!(j.prefill_gflops > 0 && j.matrix_peak_gflops > 0)) fail("no prefill GFLOP/s or matrix peak");
 if (!["AMX BF16", "vdpbf16ps", "f32 FMA"].includes(j.matrix_peak)) fail("matrix peak named " + j.matrix_peak);
 if (Math.abs(j.prefill_peak_fraction - j.prefill_gflops / j.matrix_peak_gflops) > 1e-3) fail("fraction is not the ratio");
+if (!(j.load_s > 0 && j.load_s < 600)) fail("no load time");
 ' "$scratch/bench_out.json"
 # the ablation: one JSON object per stage, in the study's order, with the fields
 "$bin" bench --model "$model" --ablation --prompt-len 20 --gen-len 2 --reps 1 --threads 2 --json > "$scratch/abl.json" 2>/dev/null
