@@ -141,34 +141,52 @@ static void vec_scores_t_avx2(float *restrict s, int lds, const float *restrict 
   }
 }
 
-/* a block of 16 columns of 4 heads' sums in registers while the rows
- * stream past; the last columns (n % 16) and other head counts one head
- * and one row at a time, in the same row order */
+/* a block of 24 columns of 4 heads' sums in registers while the rows
+ * stream past (12 chains: with 16 columns, 8 chains of 4-cycle FMAs at 2 a
+ * cycle left no slack), then 8 columns of all 8 heads; the last columns
+ * (n % 8) and other head counts one head and one row at a time, in the
+ * same row order */
+#define PV_COLS 24
 static void vec_attn_pv_avx2(float *restrict o, int ldo, const float *restrict p, int ldp, int nh,
                              const float *const *rows, int nu, int n) {
   int c0 = 0;
-  if (nh == PV_HEADS)
-    for (; c0 + 16 <= n; c0 += 16)
+  if (nh == PV_HEADS) {
+    for (; c0 + PV_COLS <= n; c0 += PV_COLS)
       for (int g = 0; g < PV_HEADS; g += 4) {
-        __m256 lo[4], hi[4];
+        __m256 a0[4], a1[4], a2[4];
         for (int h = 0; h < 4; h++) {
-          lo[h] = _mm256_loadu_ps(o + (size_t)(g + h) * ldo + c0);
-          hi[h] = _mm256_loadu_ps(o + (size_t)(g + h) * ldo + c0 + 8);
+          a0[h] = _mm256_loadu_ps(o + (size_t)(g + h) * ldo + c0);
+          a1[h] = _mm256_loadu_ps(o + (size_t)(g + h) * ldo + c0 + 8);
+          a2[h] = _mm256_loadu_ps(o + (size_t)(g + h) * ldo + c0 + 16);
         }
         for (int u = 0; u < nu; u++) {
-          const __m256 xl = _mm256_loadu_ps(rows[u] + c0), xh = _mm256_loadu_ps(rows[u] + c0 + 8);
+          const float *r = rows[u] + c0;
+          const __m256 x0 = _mm256_loadu_ps(r), x1 = _mm256_loadu_ps(r + 8), x2 = _mm256_loadu_ps(r + 16);
 #pragma GCC unroll 4
           for (int h = 0; h < 4; h++) {
             const __m256 a = _mm256_broadcast_ss(p + (size_t)(g + h) * ldp + u);
-            lo[h] = _mm256_fmadd_ps(a, xl, lo[h]);
-            hi[h] = _mm256_fmadd_ps(a, xh, hi[h]);
+            a0[h] = _mm256_fmadd_ps(a, x0, a0[h]);
+            a1[h] = _mm256_fmadd_ps(a, x1, a1[h]);
+            a2[h] = _mm256_fmadd_ps(a, x2, a2[h]);
           }
         }
         for (int h = 0; h < 4; h++) {
-          _mm256_storeu_ps(o + (size_t)(g + h) * ldo + c0, lo[h]);
-          _mm256_storeu_ps(o + (size_t)(g + h) * ldo + c0 + 8, hi[h]);
+          _mm256_storeu_ps(o + (size_t)(g + h) * ldo + c0, a0[h]);
+          _mm256_storeu_ps(o + (size_t)(g + h) * ldo + c0 + 8, a1[h]);
+          _mm256_storeu_ps(o + (size_t)(g + h) * ldo + c0 + 16, a2[h]);
         }
       }
+    for (; c0 + 8 <= n; c0 += 8) {
+      __m256 a[PV_HEADS];
+      for (int h = 0; h < PV_HEADS; h++) a[h] = _mm256_loadu_ps(o + (size_t)h * ldo + c0);
+      for (int u = 0; u < nu; u++) {
+        const __m256 x = _mm256_loadu_ps(rows[u] + c0);
+#pragma GCC unroll 8
+        for (int h = 0; h < PV_HEADS; h++) a[h] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + (size_t)h * ldp + u), x, a[h]);
+      }
+      for (int h = 0; h < PV_HEADS; h++) _mm256_storeu_ps(o + (size_t)h * ldo + c0, a[h]);
+    }
+  }
   for (int h = 0; h < nh; h++)
     for (int u = 0; u < nu; u++) {
       const float a = p[(size_t)h * ldp + u], *x = rows[u];
