@@ -19,7 +19,6 @@ void dsi_pack_describe_i4(const dsi_mat *src, dsi_mat *dst, void *mem, int group
   dsi_pack_describe(&shape, dst, mem);
 }
 
-
 /* v rounded half to even (adding and taking away 1.5 * 2^23) into [-8, 7] */
 static inline float i4_level(float v) {
   v = (v + 12582912.0f) - 12582912.0f;

@@ -6,8 +6,8 @@
  * NaN included), and every product is rounded before its add: the empty
  * asm keeps GCC from fusing the two (it contracts vector intrinsics as it
  * does scalars). The largest magnitude is taken as the reference takes
- * it: the first element of the largest |w|, NaN never. On one Zen 3 core
- * about 8x the reference's rate. */
+ * it: the first element of the largest |w|, NaN never. On one Zen 3 core,
+ * groups of 32: 2.5 ns a weight against the reference's 13. */
 #ifndef DSI_I4_GROUP_H
 #define DSI_I4_GROUP_H
 
