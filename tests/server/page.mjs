@@ -76,6 +76,10 @@ try {
   await page.keyboard.press("Tab"); /* the key's change event: the page asks for the model again */
   await page.waitForFunction(() => document.querySelector("#model").textContent.length > 0, { timeout: 10000 });
   const answers = () => page.$$eval(".assistant .answer", (els) => els.map((e) => e.textContent));
+  // what each answer showed: the random-weight model may sample <think> at any
+  // point, and the rest of its text then streams into the reasoning
+  const said = () => page.$$eval(".assistant", (els) => els.map((e) =>
+    [".answer", "details.reasoning > div"].map((s) => (e.querySelector(s) || {}).textContent || "").join("")));
   // the n-th answer is over (its stats line is written last)
   const done = (n) => page.waitForFunction((k) => {
     const els = document.querySelectorAll(".assistant .stats");
@@ -116,8 +120,10 @@ try {
     await page.type("#input", "Tell me a long story");
     await page.click("#send");
     await page.waitForFunction(() => {
-      const els = document.querySelectorAll(".assistant .answer");
-      return els.length === 2 && els[1].textContent.length > 0;
+      const els = document.querySelectorAll(".assistant");
+      if (els.length !== 2) return false;
+      const shown = (sel) => { const e = els[1].querySelector(sel); return e ? e.textContent.length : 0; };
+      return shown(".answer") + shown("details.reasoning > div") > 0;
     }, { timeout: 60000 });
     check(!(await page.$eval("#stop", (b) => b.disabled)), "Stop is enabled while an answer streams");
     await page.click("#stop");
@@ -131,8 +137,8 @@ try {
     await page.type("#input", "Thanks");
     await page.click("#send");
     await done(3);
-    const b = await answers();
-    check(b.length === 3 && b[2].length > 0, "a third turn after the stop");
+    const b = await said();
+    check(b.length === 3 && b[2].length > 0, `a third turn after the stop: ${JSON.stringify(b[2])}`);
   }
   check(errors.length === 0, `no script errors${errors.length ? ": " + errors.join("; ") : ""}`);
 } finally {
