@@ -108,6 +108,7 @@ typedef struct dsi_engine_opts {
                         "avx512bf16" | "amx": no higher than that (tests and comparisons;
                         never raises) */
   int mla_form;      /* DSI_MLA_*: the attention form of prefill segments (0 = the cost model's pick) */
+  int kv_dtype;      /* DSI_KV_*: what the latent cache holds (0 = auto) */
   int no_hugepage;   /* 1: do not advise huge pages for the KV cache and the activation arena */
   dsi_dist *dist;    /* NULL or a world of one: this process alone. Else the ranks share each
                         step: rank 0 steps the engine, the others dsi_engine_follow; a model
@@ -159,6 +160,16 @@ typedef enum dsi_mla_form { DSI_MLA_AUTO = 0, DSI_MLA_ABSORB = 1, DSI_MLA_NAIVE 
  * results do not depend on the batch it ran in. AUTO: BF16 where a bf16
  * kernel runs (AMX, or AVX512-BF16's dot products), F32 elsewhere. */
 enum { DSI_ACT_AUTO = 0, DSI_ACT_F32 = 1, DSI_ACT_BF16 = 2 };
+
+/* What the latent KV cache holds. BF16: bf16 values, as DeepSeek's own
+ * inference caches them (half the memory of f32, and half the bytes a
+ * decode token's attention reads), in position pairs (tensor/paged.h);
+ * needs packed weights and a block size that is a multiple of 32. F32:
+ * f32 rows (exact to float rounding). AUTO: BF16 where it can be, F32
+ * under DSI_ACT_F32 or with row-major weights. */
+enum { DSI_KV_AUTO = 0, DSI_KV_BF16 = 1, DSI_KV_F32 = 2 };
+/* "bf16" or "f32": what the engine's cache holds */
+const char *dsi_engine_kv_dtype(const dsi_engine *e);
 
 int dsi_engine_open(dsi_engine **out, dsi_model *m, const dsi_engine_opts *opts, dsi_err *err);
 void dsi_engine_free(dsi_engine *e);

@@ -19,6 +19,7 @@ void dsi_set_log_level(int level) { dsi_log_set_level(level); }
 const dsi_err *dsi_engine_error(const dsi_engine *e) { return &e->err; }
 
 const char *dsi_engine_isa(const dsi_engine *e) { return dsi_fwd_isa(e->fwd); }
+const char *dsi_engine_kv_dtype(const dsi_engine *e) { return dsi_fwd_kv_pairs(e->fwd) ? "bf16" : "f32"; }
 
 double dsi_engine_matrix_peak(const dsi_engine *e, const dsi_peaks *pk, const char **name) {
   /* INT8 and INT4 weights multiply int8 activations on vpdpbusd (AVX2:
@@ -224,7 +225,7 @@ int dsi_engine_open(dsi_engine **out, dsi_model *m, const dsi_engine_opts *o, ds
   }
   /* the forward decides its kernels, precision and cache layout */
   dsi_fwd_opts fo = {.max_tokens = e->max_tokens, .max_context = e->max_context, .isa = o->isa,
-                     .precision = o->act_precision, .kv_block_size = bs, .mla_form = o->mla_form,
+                     .precision = o->act_precision, .kv_block_size = bs, .mla_form = o->mla_form, .kv_dtype = o->kv_dtype,
                      .hugepage = !o->no_hugepage};
   int row = c->kv_lora_rank + c->qk_rope_head_dim;
   if (o->dist && o->dist->size > 1) {

@@ -787,6 +787,8 @@ int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, const dsi_fwd
   if (cap < 0) return dsi_errf(err, DSI_E_INVAL, "isa '%s' is not one of " DSI_ISA_NAMES, o->isa);
   if (o->mla_form < DSI_MLA_AUTO || o->mla_form > DSI_MLA_NAIVE)
     return dsi_errf(err, DSI_E_INVAL, "MLA form %d is not one of auto, absorb, naive", o->mla_form);
+  if (o->kv_dtype < DSI_KV_AUTO || o->kv_dtype > DSI_KV_F32)
+    return dsi_errf(err, DSI_E_INVAL, "KV cache dtype %d is not one of auto, bf16, f32", o->kv_dtype);
   dsi_fwd *fw = calloc(1, sizeof *fw);
   if (!fw) return dsi_errf(err, DSI_E_NOMEM, "out of memory for the forward");
   dsi_fctx *f = &fw->f;
@@ -797,13 +799,23 @@ int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, const dsi_fwd
   f->c = c;
   /* the kernels, and what they multiply: bf16 activations where a bf16
    * kernel runs (packed weights), unless told; the cache in bf16 pair rows
-   * where AMX runs the bf16 forward (the row-major attention reads f32 rows) */
+   * for packed models unless told or in f32 precision (DeepSeek's own cache
+   * dtype, half the bytes of f32 rows; the row-major attention reads f32
+   * rows), multiplied as bf16 where AMX runs the bf16 forward and widened
+   * to f32 elsewhere */
   const dsi_kern *k = dsi_kern_get((dsi_isa)cap);
   f->mm = dsi_mm_make(k, o->precision, m->packed, dsi_pool_size(pool));
   int bf16 = f->mm.act_bf16;
   int H = c->num_attention_heads, kvl = c->kv_lora_rank, row = kvl + c->qk_rope_head_dim;
-  f->kv_pairs = bf16 && m->packed && k->amx && o->kv_block_size % DSI_ATTN_PAIR_CHUNK == 0 && kvl % 16 == 0 &&
-                row % 16 == 0;
+  int pairs_fit = m->packed && o->kv_block_size % DSI_ATTN_PAIR_CHUNK == 0 && kvl % 16 == 0 && row % 16 == 0;
+  if (o->kv_dtype == DSI_KV_BF16 && !pairs_fit) {
+    free(fw);
+    return dsi_errf(err, DSI_E_INVAL, "a bf16 KV cache needs packed weights (not --mlock or --op-opt off), a block size "
+                    "that is a multiple of %d (this one: %d) and latent widths that are multiples of 16 (%d + %d)",
+                    DSI_ATTN_PAIR_CHUNK, o->kv_block_size, kvl, row - kvl);
+  }
+  f->kv_pairs = pairs_fit && (o->kv_dtype == DSI_KV_BF16 || (o->kv_dtype == DSI_KV_AUTO && o->precision != DSI_ACT_F32));
+  f->attn_bf16 = f->kv_pairs && bf16 && k->amx;
   f->max_tokens = max_tokens;
   f->max_context = max_context;
   f->exp_lo = m->exp_lo;

@@ -66,6 +66,7 @@ typedef struct dsi_fwd_opts {
                         (one of DSI_ISA_NAMES, kernels/cpu.h) */
   int precision;     /* DSI_ACT_* (dsinfer.h) */
   int kv_block_size; /* the cache's block size: pair rows need a multiple of 32 */
+  int kv_dtype;      /* DSI_KV_* (dsinfer.h) */
   int mla_form;      /* DSI_MLA_* (dsinfer.h): the prefill attention's form */
   int hugepage;      /* advise huge pages for the activation arena */
   dsi_coll coll;     /* between ranks; .size 0 or 1: one process */
@@ -89,7 +90,8 @@ typedef struct dsi_fwd_exec_opts {
 } dsi_fwd_exec_opts;
 
 /* The forward of m on pool's threads: its kernels, precision and cache
- * layout decided here from o. DSI_E_INVAL for an unknown isa; DSI_E_NOMEM. */
+ * layout decided here from o. DSI_E_INVAL for an unknown isa or a bf16
+ * cache it cannot keep; DSI_E_NOMEM. */
 int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, const dsi_fwd_opts *o, dsi_err *err);
 void dsi_fwd_free(dsi_fwd *f);
 /* what the matmuls may do to activations: DSI_ACT_RED_* (kernels/gemm.h) */

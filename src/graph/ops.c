@@ -289,8 +289,9 @@ static dsi_op_ws ws_attn_qlat_out(const dsi_fctx *f, const dsi_op *op, int T) {
                      dsi_mm_thread_bytes(H, w->kpad)};
 }
 
-/* The attention core for one token and a group of heads on the f32 rows:
- * the cache is read once per group (dsi_attn_rows_run), so groups are as
+/* The attention core for one token and a group of heads in f32 (the pair
+ * rows widened, or f32 rows): the cache is read once per group
+ * (dsi_attn_rows_run), so groups are as
  * large as the workers allow, up to this many heads (V3's 64: their
  * queries, sums and a block of the cache, 430 KB, stay in L2). */
 #define ATTN_ROW_HEADS 64
@@ -300,8 +301,8 @@ static dsi_op_ws ws_attn_qlat_out(const dsi_fctx *f, const dsi_op *op, int T) {
 
 /* the core op's workspace. Shared: the segment path's scores, K, V^T,
  * slots and prepared rows, and the tokens the segments took (skip flags).
- * Per thread: the token path's scores and row pointers (f32 rows) or the
- * AMX attention's workspace (pair rows), then the segment path's matmul
+ * Per thread: the token path's scores, widened block and row pointers (in
+ * f32) or the AMX attention's workspace, then the segment path's matmul
  * memory. Segments need a bucket of ATTN_GEMM_MIN tokens or more. */
 typedef struct {
   size_t scores, k, vt, slots, skip, prep, shared;   /* shared: offsets, then the total */
@@ -329,7 +330,7 @@ static core_ws core_layout(const dsi_fctx *f, int T) {
   }
   w.prep = w.skip + align64((size_t)chunk);
   w.shared = w.prep + (w.seg ? align64(w.prep_bytes) : 0);
-  w.tokens = align64(f->kv_pairs ? DSI_ATTN_PAIRS_WS(H, row) : DSI_ATTN_ROWS_WS(DSI_MIN(H, ATTN_ROW_HEADS)));
+  w.tokens = align64(f->attn_bf16 ? DSI_ATTN_PAIRS_WS(H, row) : DSI_ATTN_ROWS_WS(DSI_MIN(H, ATTN_ROW_HEADS), row));
   w.kmax = (int)DSI_MAX(row_pad, ctx_pad);
   w.mm = w.seg ? dsi_mm_thread_bytes(1, w.kmax) : 0;
   w.thread = w.tokens + w.mm;
@@ -360,11 +361,10 @@ static const uint16_t *core_pairs(const dsi_xrun *r, const dsi_op *op) {
 
 /* heads per (token, group) item of n tokens on nth workers: an item reads
  * the token's cache once for all its heads, so items take every head they
- * can (up to ATTN_ROW_HEADS on the f32 rows) and split only to give each
- * worker one */
-static int core_heads(const dsi_fctx *f, int pairs, int n) {
+ * can (up to ATTN_ROW_HEADS in f32) and split only to give each worker one */
+static int core_heads(const dsi_fctx *f, int bf16, int n) {
   int H = f->c->num_attention_heads, nth = f->mm.nth;
-  if (pairs) return dsi_attn_pair_heads(H, n, nth);
+  if (bf16) return dsi_attn_pair_heads(H, n, nth);
   int per = DSI_CEIL_DIV(H, DSI_MAX(1, nth / DSI_MAX(n, 1)));
   return DSI_MIN(DSI_MIN(H, ATTN_ROW_HEADS), per);
 }
@@ -374,7 +374,7 @@ static void core_tokens(dsi_xrun *r, const dsi_op *op, dsi_team *tm, const core_
   const dsi_config *c = f->c;
   int H = c->num_attention_heads, kvl = c->kv_lora_rank, row = kvl + c->qk_rope_head_dim;
   const uint16_t *pairs = core_pairs(r, op);
-  int hg = core_heads(f, pairs != NULL, n), bs = r->cache->block_size, G = DSI_CEIL_DIV(H, hg);
+  int hg = core_heads(f, f->attn_bf16, n), bs = r->cache->block_size, G = DSI_CEIL_DIV(H, hg);
   void *ws = dsi_ws_thread(r, op, tm->tid); /* the attention kernel's workspace */
   /* items one at a time: their cost grows with the position */
   for (long it; (it = atomic_fetch_add(&tm->st->next, 1)) < (long)n * G;) {
@@ -384,14 +384,14 @@ static void core_tokens(dsi_xrun *r, const dsi_op *op, dsi_team *tm, const core_
     const int32_t *table = r->b->block_tables[r->b->seq[t]];
     const float *ql = cb->q_lat + ((size_t)tc * H + h0) * row; /* [q_lat | q_pe] per head */
     float *ol = cb->o_lat + ((size_t)tc * H + h0) * kvl;
-    if (pairs) {
+    if (f->attn_bf16) {
       dsi_attn_pairs a = {.cache = pairs, .table = table, .block_size = bs, .row = row, .kvl = kvl, .nh = nh,
                           .n = pos + 1};
       /* the oracle only where the kernels were capped below AMX after the cache was laid out */
       (f->mm.k->amx ? dsi_attn_pairs_amx : dsi_attn_pairs_ref)(&a, ql, row, f->softmax_scale, ol, kvl, ws);
       continue;
     }
-    dsi_attn_rows a = {.cache = cb->cache, .table = table, .block_size = bs, .row = row, .kvl = kvl, .nh = nh,
+    dsi_attn_rows a = {.cache = pairs ? NULL : cb->cache, .pairs = pairs, .table = table, .block_size = bs, .row = row, .kvl = kvl, .nh = nh,
                        .n = pos + 1};
     dsi_attn_rows_run(f->mm.k->vec, &a, ql, row, f->softmax_scale, ol, kvl, ws);
   }
@@ -403,8 +403,9 @@ static void core_tokens(dsi_xrun *r, const dsi_op *op, dsi_team *tm, const core_
  * V. Passes of at most 64 tokens only multiply the keys their last token
  * can see. It multiplies what the per-token path (core_tokens) multiplies,
  * so a token's result does not depend on whether its chunk made a
- * segment: bf16 latents, queries and probabilities where the cache holds
- * bf16 pairs, f32 ones, unrounded, where it holds f32 rows. */
+ * segment: bf16 latents, queries and probabilities where the attention
+ * multiplies in bf16 (attn_bf16), else the cache's values (bf16 pairs
+ * widened, or f32 rows) and f32 queries and probabilities, unrounded. */
 static void core_segment(dsi_xrun *r, const dsi_op *op, dsi_team *tm, const core_bufs *cb, dsi_mm_thread th, int ts,
                          int L) {
   const dsi_fctx *f = r->f;
@@ -412,7 +413,7 @@ static void core_segment(dsi_xrun *r, const dsi_op *op, dsi_team *tm, const core
   int H = c->num_attention_heads, kvl = c->kv_lora_rank, row = kvl + c->qk_rope_head_dim;
   int bs = r->cache->block_size, ctx = r->b->pos[ts + L - 1] + 1;
   const int32_t *table = r->b->block_tables[r->b->seq[ts]];
-  const int bf16 = cb->pairs != NULL;
+  const int bf16 = f->attn_bf16;
   dsi_dtype dt = bf16 ? DSI_DTYPE_BF16 : DSI_DTYPE_F32;
   dsi_mat K, Vt;
   if (tm->ith == 0)
@@ -490,8 +491,7 @@ static void attn_cost(const dsi_xrun *r, int t0, int n, double head_flops, int p
 
 static void cost_attn_core(const dsi_xrun *r, const dsi_op *op, dsi_op_cost *c) {
   int H = r->f->c->num_attention_heads, n = chunk_len(r, op);
-  int pairs = core_pairs(r, op) != NULL;
-  attn_cost(r, op->t0, n, 0, DSI_CEIL_DIV(H, core_heads(r->f, pairs, n)), pairs ? 2 : 4, c);
+  attn_cost(r, op->t0, n, 0, DSI_CEIL_DIV(H, core_heads(r->f, r->f->attn_bf16, n)), core_pairs(r, op) ? 2 : 4, c);
 }
 
 /* Absorbed attention of one (token, head) with row-major kv_b_proj: the

@@ -72,9 +72,11 @@ dsi_attn_pairs_fn dsi_attn_pairs_ref, dsi_attn_pairs_amx;
 /* (the AMX version, and dsi_attn_qk_tiles / pv_tiles, run where a kernel
  * table's amx is set: cpu.h) */
 
-/* The same attention over the f32 latent rows (the cache where AMX does
- * not run the bf16 forward), on a level's vector primitives (vec.h), in
- * f32 throughout: per head h, over blocks of DSI_ATTN_ROW_BLOCK positions
+/* The same attention in f32, on a level's vector primitives (vec.h), over
+ * the bf16 pair rows where AMX does not run the bf16 forward (each block's
+ * rows widened, exactly, into the workspace as they are read: half the
+ * cache bytes from memory, the same bits as f32 rows holding the same
+ * values) or over f32 rows (the row-major models'): per head h, over blocks of DSI_ATTN_ROW_BLOCK positions
  * from 0, an online softmax —
  *   s[u] = scale * dot(q[h], K[u])                      (attn_qk's sums)
  *   per block: m' = max(m, max s), e[u] = e^(s[u] - m') (softmax_step),
@@ -91,16 +93,18 @@ dsi_attn_pairs_fn dsi_attn_pairs_ref, dsi_attn_pairs_amx;
  * level gives the same bits (the primitives' contract). */
 #define DSI_ATTN_ROW_BLOCK 32
 typedef struct dsi_attn_rows {
-  const float *cache;   /* one layer's f32 rows [slots][row] */
+  const float *cache;   /* one layer's f32 rows [slots][row], or NULL: */
+  const uint16_t *pairs; /* its bf16 pair rows (tensor/paged.h; block_size even) */
   const int32_t *table; /* the sequence's block table */
   int block_size;
   int row, kvl;         /* row = kvl + rope */
   int nh;               /* heads */
   int n;                /* positions 0..n-1, n >= 1 */
 } dsi_attn_rows;
-/* workspace bytes for nh heads (64-aligned) */
-#define DSI_ATTN_ROWS_WS(nh) \
-  ((((size_t)(nh) * (DSI_ATTN_ROW_BLOCK + 2)) * sizeof(float) + DSI_ATTN_ROW_BLOCK * sizeof(void *) + 63) / 64 * 64)
+/* workspace bytes for nh heads of width row (64-aligned) */
+#define DSI_ATTN_ROWS_WS(nh, row)                                                                          \
+  ((((size_t)(nh) * (DSI_ATTN_ROW_BLOCK + 2) + (size_t)DSI_ATTN_ROW_BLOCK * (row)) * sizeof(float) + \
+    DSI_ATTN_ROW_BLOCK * sizeof(void *) + 63) / 64 * 64)
 struct dsi_vec_ops;
 /* o[h * ldo + c] for h < nh, c < kvl; q: [nh][row] f32 with row stride ldq */
 void dsi_attn_rows_run(const struct dsi_vec_ops *v, const dsi_attn_rows *a, const float *q, int ldq, float scale,

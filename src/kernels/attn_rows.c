@@ -1,6 +1,6 @@
-/* kernels: a token's absorbed attention over the f32 latent rows, an
- * online softmax in blocks of positions on a level's vector primitives
- * (see attn.h). */
+/* kernels: a token's absorbed attention in f32 over the latent cache (bf16
+ * pair rows widened block by block, or f32 rows), an online softmax in
+ * blocks of positions on a level's vector primitives (see attn.h). */
 #include "kernels/attn.h"
 #include "base/base.h"
 #include "kernels/vec.h"
@@ -13,8 +13,8 @@ enum { GROUP = 8 }; /* heads a primitive call takes: their widest case */
 void dsi_attn_rows_run(const dsi_vec_ops *v, const dsi_attn_rows *a, const float *q, int ldq, float scale, float *o,
                        int ldo, void *ws) {
   const int B = DSI_ATTN_ROW_BLOCK, nh = a->nh, kvl = a->kvl;
-  float *s = ws, *m = s + (size_t)nh * B, *l = m + nh;
-  const float **rows = (const float **)(l + nh);
+  float *s = ws, *m = s + (size_t)nh * B, *l = m + nh, *wide = l + nh; /* wide: [B][row] */
+  const float **rows = (const float **)(wide + (size_t)B * a->row);
   for (int h = 0; h < nh; h++) {
     m[h] = -INFINITY;
     l[h] = 0;
@@ -22,7 +22,17 @@ void dsi_attn_rows_run(const dsi_vec_ops *v, const dsi_attn_rows *a, const float
   }
   for (int u0 = 0; u0 < a->n; u0 += B) {
     int nu = DSI_MIN(B, a->n - u0);
-    for (int u = 0; u < nu; u++) rows[u] = a->cache + (size_t)dsi_paged_slot(a->table, a->block_size, u0 + u) * a->row;
+    if (a->pairs) { /* B and the block size even: the block's pairs are whole but maybe the last */
+      for (int u = 0; u < nu; u += 2) {
+        float *e = wide + (size_t)u * a->row;
+        int32_t slot = dsi_paged_slot(a->table, a->block_size, u0 + u);
+        v->pair_to_f32(a->pairs + dsi_paged_pair_at(a->row, slot), a->row, e, u + 1 < nu ? e + a->row : NULL);
+        rows[u] = e;
+        if (u + 1 < nu) rows[u + 1] = e + a->row;
+      }
+    } else {
+      for (int u = 0; u < nu; u++) rows[u] = a->cache + (size_t)dsi_paged_slot(a->table, a->block_size, u0 + u) * a->row;
+    }
     for (int h0 = 0; h0 < nh; h0 += GROUP)
       v->attn_qk(s + (size_t)h0 * B, B, q + (size_t)h0 * ldq, ldq, DSI_MIN(GROUP, nh - h0), rows, nu, a->row, scale);
     for (int h = 0; h < nh; h++) {

@@ -27,6 +27,10 @@ typedef struct dsi_vec_ops {
    * elements i < ni its rows (zero for ni <= i < 16): element (i, u) at
    * out[(u / 2) * 32 + 2 i + (u & 1)], an odd nu's last partner zero */
   void (*bf16_panel_t)(const float *x, int ldx, int nu, int ni, uint16_t *out);
+  /* one bf16 pair row (tensor/paged.h: two positions' elements
+   * interleaved) of n columns to f32 rows, exactly: even gets the first
+   * position, odd the second (skipped where NULL) */
+  void (*pair_to_f32)(const uint16_t *pr, int n, float *even, float *odd);
   /* symmetric int8: returns scale = amax|x| / 127 (0 for a zero row) and
    * out = round-to-nearest-even(x * (127 / amax)), the same on every ISA */
   float (*to_i8)(const float *x, int8_t *out, int n);

@@ -76,6 +76,19 @@ static void VEC_FN(vec_round_bf16_)(const float *restrict x, float *restrict out
   for (int i = 0; i < n; i++) o[i] = VEC_FN(bf16_up_)(u[i]) & 0xffff0000u;
 }
 
+static void VEC_FN(vec_pair_to_f32_)(const uint16_t *restrict pr, int n, float *restrict even, float *restrict odd) {
+  const uint32_t *w = (const uint32_t *)pr; /* a word: a column's two positions */
+  uint32_t *e = (uint32_t *)even, *o = (uint32_t *)odd;
+  if (!odd) {
+    for (int c = 0; c < n; c++) e[c] = w[c] << 16;
+    return;
+  }
+  for (int c = 0; c < n; c++) {
+    e[c] = w[c] << 16;
+    o[c] = w[c] & 0xffff0000u;
+  }
+}
+
 /* |x| compared as integers (the order of non-negative floats) and the
  * rounding as rintf of a product, so no ISA can fuse or reorder it */
 static float VEC_FN(vec_to_i8_)(const float *restrict x, int8_t *restrict out, int n) {
@@ -197,7 +210,7 @@ static void VEC_FN(vec_scores_t_)(float *restrict s, int lds, const float *restr
 const dsi_vec_ops VEC_FN(dsi_vec_ops_) = {
   VEC_NAME, VEC_FN(vec_dot_), VEC_FN(vec_axpy_), VEC_FN(vec_add_), VEC_FN(vec_rmsnorm_),
   VEC_FN(vec_to_bf16_), VEC_FN(vec_round_bf16_), VEC_FN(vec_to_bf16_tiles_), VEC_FN(vec_bf16_panel_),
-  VEC_FN(vec_bf16_panel_t_), VEC_FN(vec_to_i8_), VEC_FN(vec_attn_pv_), VEC_FN(vec_attn_qk_),
+  VEC_FN(vec_bf16_panel_t_), VEC_FN(vec_pair_to_f32_), VEC_FN(vec_to_i8_), VEC_FN(vec_attn_pv_), VEC_FN(vec_attn_qk_),
   VEC_FN(vec_scores_t_), VEC_FN(vec_softmax_), VEC_FN(vec_softmax_step_),
 #ifdef VEC_I4_OWN /* the including file has its own INT4 group quantizer */
   VEC_FN(vec_to_i4_),

@@ -13,9 +13,10 @@
  * own: reuse is token-granular. Registered blocks no sequence holds are
  * evicted least recently released first, when the pool runs out.
  *
- * Where AMX runs the bf16 forward each layer keeps its rows in bf16
- * instead, in position pairs (tensor/paged.h) — DeepSeek's own cache dtype,
- * half the memory, and what the decode attention reads as tiles. Blocks
+ * A packed model's cache (by default: DSI_KV_* in dsinfer.h) keeps each
+ * layer's rows in bf16 instead, in position pairs (tensor/paged.h) —
+ * DeepSeek's own cache dtype, half the memory, what the AMX decode
+ * attention reads as tiles and the vector one widens as it reads. Blocks
  * are zeroed when handed out (and past the length after a truncation), so
  * a pair's second position holds a finite value before it is written. */
 #ifndef DSI_KV_H

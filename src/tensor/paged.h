@@ -4,8 +4,8 @@
  * tables; this is the arithmetic every reader of the cache shares — the
  * forward's ops and the attention kernels, which sit below kv/.
  *
- * Rows are f32 [n_slots, row], or, where AMX runs the bf16 forward, bf16
- * in position pairs: slots 2p and 2p+1 share one "pair row" of 2 * row
+ * Rows are f32 [n_slots, row], or (a packed model's default) bf16 in
+ * position pairs: slots 2p and 2p+1 share one "pair row" of 2 * row
  * bf16, element j of slot s at pair[(s / 2) * 2 * row + 2 j + (s & 1)].
  * 16 pair rows hold 32 consecutive positions (block sizes are multiples
  * of 32, so they are one block's) and 16 columns of them are one 16x32

@@ -100,8 +100,8 @@ int dsi_cli_check_par(const char *cmd, dsi_cli_par *p);
 
 /* Options every command that runs the model shares (cmd_model.c). */
 typedef struct {
-  int threads, mlock, op_opt_off, quant_mode, allow_nonfinite;
-  const char *precision, *op_opt, *quant, *exec;
+  int threads, mlock, op_opt_off, quant_mode, allow_nonfinite, kv_mode;
+  const char *precision, *op_opt, *quant, *exec, *kv_dtype;
   int exec_mode, streams;
   int profile;   /* set by the command: open the engine with the profiler on */
   int kv_blocks; /* set by the command: KV blocks (0 = the engine's default; -1 = one full context
@@ -115,6 +115,7 @@ typedef struct {
   {"--op-opt", NULL, OPT_STR, &(r).op_opt, "on: pack weights into the kernels' layout (default); off: keep row-major"}, \
   {"--precision", NULL, OPT_STR, &(r).precision, "activations into matmuls: auto | f32 | bf16 (default auto: bf16 where AMX or AVX512-BF16 runs)"}, \
   {"--quant", NULL, OPT_STR, &(r).quant, "none | int8 | int4: quantize the packed weights while loading (default none)"}, \
+  {"--kv-dtype", NULL, OPT_STR, &(r).kv_dtype, "auto | bf16 | f32: what the KV cache holds (default auto: bf16, as DeepSeek caches it, but under --precision f32 or row-major weights)"}, \
   {"--exec", NULL, OPT_STR, &(r).exec, "graph: replay a plan captured per shape bucket (default); eager: op by op"}, \
   {"--streams", NULL, OPT_INT, &(r).streams, "1, or 2: shared expert beside routed experts, q beside kv (default 1)", 0, 2}, \
   {"--allow-nonfinite", NULL, OPT_FLAG, &(r).allow_nonfinite, "load weights that hold NaN or infinity (a warning, not an error)", 0, 0}, \
@@ -133,6 +134,8 @@ int dsi_cli_tok_flags(void);
 
 /* --quant's value as DSI_QUANT_* (NULL: none); -1 when it is not one */
 int dsi_cli_quant_mode(const char *s);
+/* --kv-dtype's value as DSI_KV_* (NULL: auto); -1 when it is not one */
+int dsi_cli_kv_dtype(const char *s);
 /* check the shared options; *act gets DSI_ACT_*; returns 0 or a usage error's exit code */
 int dsi_cli_check_run_opts(const char *cmd, run_opts *r, int *act);
 /* The processes of this run (main.c: a world of one outside mpirun). */

@@ -32,7 +32,7 @@ static int bench_kernels(int argc, char **argv) {
     {"--shape", NULL, OPT_STR, &o.shape, "only this shape: q_a q_b kv_a o expert_up expert_down dense_up lm_head"},
     {"--m", NULL, OPT_STR, &ms, "batch sizes, comma-separated (default 1,4,16,64,256,1024)"},
     {"--grouped", NULL, OPT_FLAG, &o.grouped, "the grouped expert matmul (256 tokens, top-6 of 64 V3 experts) vs plain matmuls"},
-    {"--attention", NULL, OPT_FLAG, &o.attention, "a decode token's latent attention (V3 widths): f32 vector path vs bf16 pairs on AMX"},
+    {"--attention", NULL, OPT_FLAG, &o.attention, "a decode token's latent attention (V3 widths): f32 rows and bf16 pair rows on the vector primitives, the pairs on AMX"},
     {"--ceilings", NULL, OPT_FLAG, &o.ceilings, "one core's ceilings: the GEMM's tile loop with operands in L1 / L2 / DRAM, the matvec on weights in L2"},
     {0}};
   int rc = dsi_cli_parse("bench kernels", "[--threads N] [--reps R] [--dtypes L] [--shape S] [--m LIST] [--grouped | --attention | --ceilings]", opts, argc, argv);
@@ -162,7 +162,7 @@ out:
 }
 
 static int bench_model(int argc, char **argv) {
-  const char *model = NULL, *precision = NULL, *op_opt = NULL, *quant = NULL, *profile = NULL, *exec = NULL;
+  const char *model = NULL, *precision = NULL, *op_opt = NULL, *quant = NULL, *profile = NULL, *exec = NULL, *kv = NULL;
   int P = 512, G = 64, B = 1, reps = 3, threads = 0, json = 0, streams = 1, ablation = 0;
   dsi_cli_par par = {0};
   const dsi_opt opts[] = {
@@ -175,6 +175,7 @@ static int bench_model(int argc, char **argv) {
     {"--precision", NULL, OPT_STR, &precision, "auto | f32 | bf16 (see generate --help)"},
     {"--op-opt", NULL, OPT_STR, &op_opt, "on (packed weights, default) | off (row-major)"},
     {"--quant", NULL, OPT_STR, &quant, "none (default) | int8 | int4: quantize the packed weights while loading"},
+    {"--kv-dtype", NULL, OPT_STR, &kv, "auto (default) | bf16 | f32: what the KV cache holds (see generate --help)"},
     {"--exec", NULL, OPT_STR, &exec, "graph (default) | eager"},
     {"--streams", NULL, OPT_INT, &streams, "1 (default) | 2", 1, 2},
     {"--ablation", NULL, OPT_FLAG, &ablation, "run the study's stages one by one: eager, graph, streams, op-opt"},
@@ -197,6 +198,7 @@ static int bench_model(int argc, char **argv) {
   else if (precision && strcmp(precision, "auto")) return dsi_cli_usage_error("bench", "--precision must be auto, f32 or bf16");
   if (op_opt && strcmp(op_opt, "on") && strcmp(op_opt, "off")) return dsi_cli_usage_error("bench", "--op-opt must be on or off");
   if (dsi_cli_quant_mode(quant) < 0) return dsi_cli_usage_error("bench", "--quant must be none, int8 or int4");
+  if (dsi_cli_kv_dtype(kv) < 0) return dsi_cli_usage_error("bench", "--kv-dtype must be auto, bf16 or f32");
   if (exec && strcmp(exec, "graph") && strcmp(exec, "eager")) return dsi_cli_usage_error("bench", "--exec must be graph or eager");
   if (streams != 1 && streams != 2) return dsi_cli_usage_error("bench", "--streams must be 1 or 2");
   if ((rc = dsi_cli_check_par("bench", &par))) return rc;
@@ -229,6 +231,7 @@ static int bench_model(int argc, char **argv) {
                       .quant = dsi_cli_quant_mode(quant)};
   dsi_engine_opts eo = {.n_threads = threads, .max_tokens = 512, .max_context = P + G + 1,
                         .kv_blocks = (P + G + 64) / 64 * B + B, .act_precision = act, .profile = profile != NULL,
+                        .kv_dtype = dsi_cli_kv_dtype(kv),
                         .exec = exec && !strcmp(exec, "eager") ? DSI_EXEC_EAGER : DSI_EXEC_GRAPH, .streams = streams};
   dsi_cli_env_opts(&lo, &eo);
   dsi_engine *e;
@@ -278,18 +281,18 @@ static int bench_model(int argc, char **argv) {
     if (json) {
       printf("{\"model\":\"%s\",\"weight_dtype\":\"%s\",\"prompt_len\":%d,\"gen_len\":%d,\"batch\":%d,\"reps\":%d,"
              "\"prefill_tokens_per_s\":%.2f,\"decode_tokens_per_s\":%.3f,\"ms_per_token\":%.3f,"
-             "\"peak_rss_bytes\":%zu,\"threads\":%d,\"isa\":\"%s\",\"active_bytes_per_token\":%zu,"
+             "\"peak_rss_bytes\":%zu,\"threads\":%d,\"isa\":\"%s\",\"kv_dtype\":\"%s\",\"active_bytes_per_token\":%zu,"
              "\"read_bandwidth_gbs\":%.2f,\"roofline_decode_tokens_per_s\":%.3f,\"decode_roofline_fraction\":%.3f,"
              "\"prefill_gflops\":%.1f,\"matrix_peak\":\"%s\",\"matrix_peak_gflops\":%.1f,\"prefill_peak_fraction\":%.3f,"
              "\"load_s\":%.3f",
              model, info.weight_dtype, P, G, B, reps, p, d, ms, dsi_peak_rss(), pk.threads, dsi_engine_isa(e),
-             info.active_bytes_per_token, pk.read_gbs, roof, d / B / roof, pre_gf, mname, mpeak,
+             dsi_engine_kv_dtype(e), info.active_bytes_per_token, pk.read_gbs, roof, d / B / roof, pre_gf, mname, mpeak,
              mpeak > 0 ? pre_gf / mpeak : 0, load_s);
       if (ranks > 1) comm_report(&cfg, &par, e, 1);
       printf("}\n");
     } else {
-      printf("model %s (%s weights, %.0f MB), %d threads, isa %s\n", model, info.weight_dtype,
-             info.weight_bytes / 1e6, pk.threads, dsi_engine_isa(e));
+      printf("model %s (%s weights, %.0f MB), %d threads, isa %s, %s KV cache\n", model, info.weight_dtype,
+             info.weight_bytes / 1e6, pk.threads, dsi_engine_isa(e), dsi_engine_kv_dtype(e));
       printf("workload: %d sequence(s) x %d prompt tokens, %d decode steps; median of %d runs (min..max)\n", B, P, G, reps);
       printf("prefill: %10.1f tokens/s   (%.1f .. %.1f), %.0f GFLOP/s = %.0f%% of the %s peak (%.0f GFLOP/s)\n", p,
              spread_lo, spread_hi, pre_gf, mpeak > 0 ? 100 * pre_gf / mpeak : 0.0, mname, mpeak);

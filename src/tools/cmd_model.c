@@ -37,6 +37,8 @@ int dsi_cli_check_run_opts(const char *cmd, run_opts *r, int *act) {
   r->op_opt_off = r->op_opt && !strcmp(r->op_opt, "off");
   r->quant_mode = dsi_cli_quant_mode(r->quant);
   if (r->quant_mode < 0) return dsi_cli_usage_error(cmd, "--quant must be none, int8 or int4, got '%s'", r->quant);
+  r->kv_mode = dsi_cli_kv_dtype(r->kv_dtype);
+  if (r->kv_mode < 0) return dsi_cli_usage_error(cmd, "--kv-dtype must be auto, bf16 or f32, got '%s'", r->kv_dtype);
   r->exec_mode = DSI_EXEC_GRAPH;
   if (r->exec && !strcmp(r->exec, "eager")) r->exec_mode = DSI_EXEC_EAGER;
   else if (r->exec && strcmp(r->exec, "graph")) return dsi_cli_usage_error(cmd, "--exec must be graph or eager, got '%s'", r->exec);
@@ -263,6 +265,10 @@ int dsi_cli_quant_mode(const char *s) {
   return !s || !strcmp(s, "none") ? DSI_QUANT_NONE : !strcmp(s, "int8") ? DSI_QUANT_INT8 : !strcmp(s, "int4") ? DSI_QUANT_INT4 : -1;
 }
 
+int dsi_cli_kv_dtype(const char *s) {
+  return !s || !strcmp(s, "auto") ? DSI_KV_AUTO : !strcmp(s, "bf16") ? DSI_KV_BF16 : !strcmp(s, "f32") ? DSI_KV_F32 : -1;
+}
+
 /* this rank's share of the model (all of it in one process) */
 static int open_model(const char *cmd, const char *dir, dsi_load_opts *lo, const dsi_cli_par *par, dsi_model **m) {
   dsi_err err = {0};
@@ -370,7 +376,7 @@ static dsi_load_opts load_opts(const run_opts *r) {
 
 static dsi_engine_opts engine_opts(const run_opts *r, int act, int max_tokens, int max_context) {
   dsi_engine_opts eo = {.n_threads = r->threads, .max_tokens = max_tokens, .max_context = max_context,
-                        .act_precision = act, .profile = r->profile, .kv_blocks = r->kv_blocks,
+                        .act_precision = act, .profile = r->profile, .kv_blocks = r->kv_blocks, .kv_dtype = r->kv_mode,
                         .exec = r->exec_mode, .streams = r->streams};
   dsi_cli_env_opts(NULL, &eo);
   return eo;

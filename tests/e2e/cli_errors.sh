@@ -28,6 +28,15 @@ expect 2 "--quant must be none, int8 or int4" -- "$bin" bench --model $good --qu
 expect 1 "cannot be combined with --op-opt off" -- "$bin" generate --model $good --tokens 1 -n 1 --quant int8 --op-opt off
 expect 1 "int4 quantization packs the weights" -- "$bin" generate --model $good --tokens 1 -n 1 --quant int4 --mlock
 expect 2 "--exec must be graph or eager" -- "$bin" generate --model $good --tokens 1 --exec lazy
+expect 2 "--kv-dtype must be auto, bf16 or f32" -- "$bin" generate --model $good --tokens 1 --kv-dtype fp8
+expect 2 "--kv-dtype must be auto, bf16 or f32" -- "$bin" bench --model $good --kv-dtype f16
+expect 1 "a bf16 KV cache needs packed weights" -- "$bin" generate --model $good --tokens 1 -n 1 --kv-dtype bf16 --op-opt off
+# the cache's dtype: the same greedy tokens from bf16 and f32 caches here, and bench says which it held
+b=$("$bin" generate --model $good --tokens 3,1,4 -n 4 --kv-dtype bf16 2>/dev/null)
+f=$("$bin" generate --model $good --tokens 3,1,4 -n 4 --kv-dtype f32 2>/dev/null)
+[ -n "$b" ] && [ "$b" = "$f" ] && ok || bad "bf16 cache ($b) and f32 cache ($f) generate differently"
+"$bin" bench --model $good --prompt-len 8 --gen-len 2 --reps 1 --json 2>/dev/null | grep -q '"kv_dtype":"bf16"' && ok || bad "bench's default cache is not bf16"
+"$bin" bench --model $good --prompt-len 8 --gen-len 2 --reps 1 --json --precision f32 2>/dev/null | grep -q '"kv_dtype":"f32"' && ok || bad "bench's cache under --precision f32 is not f32"
 expect 2 "--streams 3 is out of range: it must be in [0, 2]" -- "$bin" generate --model $good --tokens 1 --streams 3
 expect 2 "--exec must be graph or eager" -- "$bin" bench --model $good --exec lazy
 expect 2 "--ablation sets" -- "$bin" bench --model $good --ablation --op-opt off

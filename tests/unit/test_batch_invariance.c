@@ -1,7 +1,10 @@
 /* tests: batch invariance — a sequence's greedy tokens (and logits) are the
  * same when it runs alone and when it shares every step with 7 others that
  * are at other stages (prefill chunks and decode tokens mixed); and the
- * same in every executor: eager, graph (fused), graph with two streams. */
+ * same in every executor: eager, graph (fused), graph with two streams.
+ * With blocks of 4 positions the cache holds f32 rows; with blocks of 32,
+ * bf16 pair rows (the default cache of packed models), over longer prompts
+ * that cross blocks. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +28,14 @@ static const exec_cfg k_execs[] = {
   {"eager", DSI_EXEC_EAGER, 1, 2, 0},
 };
 static const exec_cfg *g_exec = &k_execs[0];
+static int g_block = 4; /* KV block size: 4, f32 rows; 32, bf16 pair rows */
+static int g_quant;     /* the weights' DSI_QUANT_* */
+/* the prefill form: the environment's; with quantized weights and long
+ * prompts the absorbed one (the non-absorbed form quantizes the latents
+ * where the absorbed one quantizes its query and output vectors) */
+static int mla_form(void) {
+  return test_mla_form() || !g_quant || g_block == 4 ? test_mla_form() : DSI_MLA_ABSORB;
+}
 
 static int argmax_f(const float *x, int n) {
   int b = 0;
@@ -37,8 +48,8 @@ static int argmax_f(const float *x, int n) {
 static void alone(dsi_model *m, const int32_t *prompt, int np, int V, int32_t *gen, float *lg) {
   dsi_engine *e;
   dsi_err err;
-  dsi_engine_opts o = {.n_threads = g_exec->threads, .kv_block_size = 4, .exec = g_exec->exec, .streams = g_exec->streams,
-                       .stream_team_min = g_exec->team_min, .isa = test_isa(), .mla_form = test_mla_form()};
+  dsi_engine_opts o = {.n_threads = g_exec->threads, .kv_block_size = g_block, .exec = g_exec->exec, .streams = g_exec->streams,
+                       .stream_team_min = g_exec->team_min, .isa = test_isa(), .mla_form = mla_form()};
   DSI_ASSERT(dsi_engine_open(&e, m, &o, &err) == 0);
   int s = dsi_seq_new(e);
   int32_t seqv[64];
@@ -66,15 +77,17 @@ int main(void) {
    * (AMX CPUs: AMX INT8 from 8 rows), f32 AVX-512 without VNNI; INT4:
    * int8 activations at every batch size */
   static const int quants[] = {DSI_QUANT_NONE, DSI_QUANT_INT8, DSI_QUANT_INT4};
-  for (size_t q = 0; q < DSI_ARRAY_LEN(quants); q++)
-    for (size_t x = 0; x < DSI_ARRAY_LEN(k_execs); x++) {
-      g_exec = &k_execs[x];
-      run_case(quants[q]);
-    }
+  for (g_block = 4; g_block <= 32; g_block *= 8)
+    for (size_t q = 0; q < DSI_ARRAY_LEN(quants); q++)
+      for (size_t x = 0; x < DSI_ARRAY_LEN(k_execs); x++) {
+        g_exec = &k_execs[x];
+        run_case(quants[q]);
+      }
   return check_done();
 }
 
 static void run_case(int quant) {
+  g_quant = quant;
   dsi_model *m;
   dsi_err err = {0};
   dsi_load_opts lo = {.quant = quant};
@@ -85,12 +98,12 @@ static void run_case(int quant) {
   dsi_model_info info;
   dsi_model_get_info(m, &info);
   int V = info.vocab_size;
-  int32_t prompts[N_SEQ][16];
+  int32_t prompts[N_SEQ][48];
   int np[N_SEQ];
   dsi_rng r;
   dsi_rng_seed(&r, 7);
   for (int s = 0; s < N_SEQ; s++) {
-    np[s] = 3 + s * 2 % 13;
+    np[s] = g_block > 4 ? 24 + 3 * s : 3 + s * 2 % 13; /* past a block of 32 with the tokens generated */
     for (int i = 0; i < np[s]; i++) prompts[s][i] = (int32_t)(dsi_rng_u64(&r) % V);
   }
   int32_t ref_gen[N_GEN];
@@ -114,8 +127,8 @@ static void run_case(int quant) {
   /* all 8 together: sequence s starts s steps late and prefills in chunks
    * of 2, so every step mixes prefill chunks with decode tokens */
   dsi_engine *e;
-  dsi_engine_opts o = {.n_threads = g_exec->threads, .kv_block_size = 4, .exec = g_exec->exec, .streams = g_exec->streams,
-                       .stream_team_min = g_exec->team_min, .isa = test_isa(), .mla_form = test_mla_form()};
+  dsi_engine_opts o = {.n_threads = g_exec->threads, .kv_block_size = g_block, .exec = g_exec->exec, .streams = g_exec->streams,
+                       .stream_team_min = g_exec->team_min, .isa = test_isa(), .mla_form = mla_form()};
   DSI_ASSERT(dsi_engine_open(&e, m, &o, &err) == 0);
   int ids[N_SEQ], fed[N_SEQ] = {0}, ngen[N_SEQ] = {0};
   int32_t next[N_SEQ], gen0[N_GEN];
@@ -161,8 +174,9 @@ static void run_case(int quant) {
   double worst = 0;
   for (size_t i = 0; i < (size_t)N_GEN * V; i++) worst = fmax(worst, fabs(lg0[i] - ref_lg[i]));
   CHECKF(worst <= 1e-5, "logits alone vs batched differ by %g", worst);
-  printf("%s, %s: greedy tokens alone == batched: %s; max logit diff %g; %d mixed steps\n",
-         quant == DSI_QUANT_INT4 ? "int4 weights" : quant ? "int8 weights" : "checkpoint weights", g_exec->name, same ? "yes" : "no", worst, mixed_steps);
+  printf("%s, %s, %s KV cache: greedy tokens alone == batched: %s; max logit diff %g; %d mixed steps\n",
+         quant == DSI_QUANT_INT4 ? "int4 weights" : quant ? "int8 weights" : "checkpoint weights", g_exec->name,
+         dsi_engine_kv_dtype(e), same ? "yes" : "no", worst, mixed_steps);
   free(logits);
   free(lg0);
   free(ref_lg);

@@ -7,8 +7,9 @@
  * for 8-head groups (the written-out path) and other head counts, on
  * aligned and ragged widths. Bitwise, because a token's attention must not
  * depend on how its heads were grouped (that follows the batch and the
- * thread count). Last, the f32-row attention built on them
- * (dsi_attn_rows_run) against double-precision attention. */
+ * thread count). Last, the f32 attention built on them
+ * (dsi_attn_rows_run) against double-precision attention, over f32 rows
+ * and over the same values as bf16 pair rows (bitwise the same). */
 #include "kernels/vec.h"
 #include "kernels/attn.h"
 #include "kernels/kernels.h"
@@ -179,7 +180,10 @@ static void run_conv(const char *isa, int n, int kpad, int nr, dsi_rng *rng) {
 /* dsi_attn_rows_run on this level's primitives: a token's attention over
  * a paged cache of f32 rows (blocks out of order) against double-precision
  * softmax attention, around the online softmax's block edges; the columns
- * past kvl untouched; each head alone the same bits as in its group. */
+ * past kvl untouched; each head alone the same bits as in its group. The
+ * values are bf16's, and the same cache as bf16 pair rows, widened as
+ * they are read, gives the same bits; its slots past the positions hold
+ * NaN, which must not be read. */
 static void run_rows(const char *isa, int nh, int n, int kvl, int rope, double spread, dsi_rng *rng) {
   enum { BS = 32, NB = 12 };
   int row = kvl + rope, ldq = row + 3, ldo = kvl + 5;
@@ -187,8 +191,14 @@ static void run_rows(const char *isa, int nh, int n, int kvl, int rope, double s
   for (int b = 0; b < NB; b++) table[b] = (b * 5 + 3) % NB;
   float *cache = dsi_xmalloc((size_t)NB * BS * row * sizeof(float)), *q = dsi_xmalloc((size_t)nh * ldq * sizeof(float));
   float *o = dsi_xmalloc((size_t)nh * ldo * sizeof(float)), *o1 = dsi_xmalloc((size_t)nh * ldo * sizeof(float));
-  void *ws = dsi_alloc_aligned(DSI_ATTN_ROWS_WS(nh));
-  for (size_t i = 0; i < (size_t)NB * BS * row; i++) cache[i] = (float)dsi_rng_normal(rng);
+  uint16_t *pairs = dsi_xmalloc((size_t)NB * BS * row * sizeof(uint16_t));
+  void *ws = dsi_alloc_aligned(DSI_ATTN_ROWS_WS(nh, row));
+  for (size_t i = 0; i < (size_t)NB * BS * row; i++) pairs[i] = 0x7fc0; /* NaN */
+  for (size_t i = 0; i < (size_t)NB * BS * row; i++) cache[i] = dsi_bf16_to_f32(dsi_f32_to_bf16((float)dsi_rng_normal(rng)));
+  for (int u = 0; u < n; u++) {
+    int32_t slot = dsi_paged_slot(table, BS, u);
+    for (int j = 0; j < row; j++) pairs[dsi_paged_pair_at(row, slot) + 2 * (size_t)j] = dsi_f32_to_bf16(cache[(size_t)slot * row + j]);
+  }
   for (size_t i = 0; i < (size_t)nh * ldq; i++) q[i] = (float)(dsi_rng_normal(rng) * spread);
   for (size_t i = 0; i < (size_t)nh * ldo; i++) o[i] = o1[i] = (float)i;
   dsi_attn_rows a = {.cache = cache, .table = table, .block_size = BS, .row = row, .kvl = kvl, .nh = nh, .n = n};
@@ -225,7 +235,15 @@ static void run_rows(const char *isa, int nh, int n, int kvl, int rope, double s
   for (int h = 0; h < nh; h++) dsi_attn_rows_run(g_v, &one, q + (size_t)h * ldq, ldq, scale, o1 + (size_t)h * ldo, ldo, ws);
   CHECKF(!memcmp(o, o1, (size_t)nh * ldo * sizeof(float)), "%s rows: heads %d n %d: a head alone differs from its group",
          isa, nh, n);
-  free(cache), free(q), free(o), free(o1);
+  dsi_attn_rows pa = a;
+  pa.cache = NULL;
+  pa.pairs = pairs;
+  for (size_t i = 0; i < (size_t)nh * ldo; i++) o1[i] = (float)i;
+  dsi_attn_rows_run(g_v, &pa, q, ldq, scale, o1, ldo, ws);
+  size_t differ = 0;
+  for (size_t i = 0; i < (size_t)nh * ldo; i++) differ += memcmp(&o[i], &o1[i], sizeof(float)) != 0;
+  CHECKF(differ == 0, "%s pair rows: heads %d n %d width %d: %zu values differ from the f32 rows'", isa, nh, n, row, differ);
+  free(cache), free(q), free(o), free(o1), free(pairs);
   dsi_free_aligned(ws);
 }
 
@@ -294,7 +312,7 @@ int main(void) {
       for (size_t b = 0; b < DSI_ARRAY_LEN(rh); b++, nr++) run_rows(g_v->name, rh[b], rn[a], 64, 32, 1, &rng);
     run_rows(g_v->name, 16, 300, 512, 64, 1, &rng);
     run_rows(g_v->name, 8, 300, 64, 32, 6, &rng); /* peaked: the running max moves between blocks */
-    printf("%s: %d + 2 f32-row attention cases within 2e-5 of double precision, each head the same alone\n", g_v->name, nr);
+    printf("%s: %d + 2 f32 attention cases within 2e-5 of double precision, each head the same alone, the bf16 pair rows bitwise the f32 rows\n", g_v->name, nr);
     static const int nn[] = {1, 15, 16, 17, 512, 1536, 7168};
     for (size_t a = 0; a < DSI_ARRAY_LEN(nn); a++) run_rmsnorm(g_v->name, nn[a], &rng);
   }
