@@ -66,7 +66,9 @@ typedef struct dsi_load_opts {
  * and the attention projections (q, kv_a, o) become 4-bit with one f16
  * scale per row and 32 columns, lm_head and W_UV int8 as above; INT4
  * matmuls multiply int8 activations (one scale per row) in every
- * precision mode. */
+ * precision mode. Under either, W_UK (exact) and W_UV multiply f32 (bf16)
+ * activations, never int8 ones, so that the two attention forms agree and
+ * a prompt's result does not depend on how it was cut into chunks. */
 enum { DSI_QUANT_NONE = 0, DSI_QUANT_INT8 = 1, DSI_QUANT_INT4 = 2 };
 
 /* Open a Hugging Face checkpoint directory (config.json + model.safetensors

@@ -17,6 +17,10 @@ typedef struct dsi_fctx {
   const dsi_model *m;
   const dsi_config *c;
   dsi_mm mm;             /* kernels, activation precision, threads */
+  dsi_mm mm_lat;         /* the same for the attention's latent side (W_UK, W_UV, either form):
+                            never int8 activations, so that the absorbed form (queries and
+                            outputs into latent space) and the non-absorbed one (latents
+                            expanded) multiply what agrees to rounding */
   int max_tokens, max_context;
   int attn_chunk;        /* tokens per pass of the absorbed attention */
   size_t att_s_len;      /* floats of the prefill-segment score buffer */

@@ -104,13 +104,13 @@ dsi_mm dsi_mm_make(const dsi_kern *k, int precision, int packed, int nth) {
 
 /* ---- preparing activations ---- */
 /* How a call's activations are prepared for its kernel. */
-enum { P_NONE, P_ROUND, P_BF16, P_I8, P_DP };
+enum { P_NONE, P_ROUND, P_BF16, P_I8, P_DP, P_ROUND_I8 };
 
 /* rows [s0, s1) of call g's activations prepared as `kind` says into the
  * call's own buffers: bf16 tiles at xb (or, P_DP, the AVX512-BF16
  * kernel's staged pairs there), int8 rows at xq (row stride ldq) with
- * their scales and 32-column sums (rows of ldq / 32), or rounded f32 rows
- * at xr */
+ * their scales and 32-column sums (rows of ldq / 32), or f32 rows at xr
+ * rounded to bf16 (P_ROUND) or to the row's int8 grid (P_ROUND_I8) */
 static void prep_rows(const dsi_vec_ops *v, const dsi_gemm *g, int kind, long s0, long s1, size_t ldq, float *xr,
                       uint16_t *xb, int8_t *xq, float *xq_scale, int32_t *xq_sum) {
   int cols = g->w->cols, kpad = g->w->kpad, nr = (int)(s1 - s0);
@@ -125,20 +125,23 @@ static void prep_rows(const dsi_vec_ops *v, const dsi_gemm *g, int kind, long s0
   } else if (kind == P_BF16) dsi_rows_to_bf16_tiles(v, x, g->ldx, rows, nr, cols, kpad, (int)s0, g->m, xb);
   else if (kind == P_I8)
     dsi_rows_to_i8(v, x, g->ldx, rows, nr, cols, (int)ldq, xq + s0 * ldq, xq_scale + s0, xq_sum + s0 * (ldq / 32));
-  else if (g->w->dtype == DSI_DTYPE_I8) dsi_rows_round_i8(v, x, g->ldx, rows, nr, cols, xr + s0 * cols);
+  else if (kind == P_ROUND_I8) dsi_rows_round_i8(v, x, g->ldx, rows, nr, cols, xr + s0 * cols);
   else dsi_rows_round_bf16(v, x, g->ldx, rows, nr, cols, xr + s0 * cols);
 }
 
 /* whether what is ready is what the call's kernel wants */
 static int have_ready(int wants, const dsi_ready *ready) { return ready && wants != DSI_PREP_NONE && ready->kind == wants; }
 
-/* the preparation a call's kernel wants, given what is ready */
-static int prep_kind(const dsi_mm *mm, int wants, int x_ready, const dsi_ready *ready) {
+/* the preparation a call's kernel wants, given what is ready: a kernel
+ * that reads f32 multiplies, under bf16 precision, what the integer kernels
+ * would for INT8 weights where mm lets them take int8 activations, else
+ * bf16-rounded rows */
+static int prep_kind(const dsi_mm *mm, const dsi_gemm *g, int wants, int x_ready, const dsi_ready *ready) {
   if (have_ready(wants, ready)) return P_NONE;
   return wants == DSI_PREP_BF16 ? P_BF16
          : wants == DSI_PREP_DP ? P_DP
          : wants == DSI_PREP_I8 ? P_I8
-         : mm->act_bf16 && !x_ready ? P_ROUND
+         : mm->act_bf16 && !x_ready ? (mm->act_i8 && g->w->dtype == DSI_DTYPE_I8 ? P_ROUND_I8 : P_ROUND)
                                    : P_NONE;
 }
 
@@ -181,11 +184,11 @@ void dsi_mm_team(dsi_team *tm, const dsi_mm *mm, dsi_mm_thread th, int n, int ro
     int wants = DSI_PREP_NONE;
     fns[i] = dsi_gemm_pick(mm->k, gs[i].w, gs[i].m, dsi_mm_act(mm), &wants);
     set_ready(&gs[i], wants, ready);
-    kind[i] = (uint8_t)prep_kind(mm, wants, x_ready, ready);
+    kind[i] = (uint8_t)prep_kind(mm, &gs[i], wants, x_ready, ready);
     if (kind[i] == P_BF16) slot[i] = n_b, n_b += DSI_XB_ROWS(gs[i].m);
     else if (kind[i] == P_DP) slot[i] = n_b, n_b += gs[i].m; /* m rows of kpad bf16 hold the staged pairs */
     else if (kind[i] == P_I8) slot[i] = n_q, n_q += gs[i].m;
-    else if (kind[i] == P_ROUND) slot[i] = n_r, n_r += gs[i].m;
+    else if (kind[i] == P_ROUND || kind[i] == P_ROUND_I8) slot[i] = n_r, n_r += gs[i].m;
     any_prep |= kind[i] != P_NONE;
     streaming &= wants != DSI_PREP_BF16 && wants != DSI_PREP_I8; /* not AMX */
   }
@@ -249,7 +252,7 @@ void dsi_mm_team(dsi_team *tm, const dsi_mm *mm, dsi_mm_thread th, int n, int ro
         gs[i].xq = xq + slot[i] * ldq;
         gs[i].xq_scale = xq_scale + slot[i];
         gs[i].xq_sum = xq_sum + slot[i] * lds;
-      } else if (kind[i] == P_ROUND) {
+      } else if (kind[i] == P_ROUND || kind[i] == P_ROUND_I8) {
         gs[i].x = xr + slot[i] * cols;
         gs[i].ldx = cols;
         gs[i].x_rows = NULL;
@@ -275,7 +278,7 @@ void dsi_mm_one(const dsi_mm *mm, dsi_gemm *g, int r0, int r1, void *prep, size_
                 int x_ready, const dsi_ready *ready) {
   int wants = DSI_PREP_NONE;
   dsi_gemm_fn fn = dsi_gemm_pick(mm->k, g->w, g->m, dsi_mm_act(mm), &wants);
-  int kind = prep_kind(mm, wants, x_ready, ready);
+  int kind = prep_kind(mm, g, wants, x_ready, ready);
   size_t ldq = DSI_XQ_LD(g->w->kpad);
   set_ready(g, wants, ready);
   if (kind != P_NONE) {

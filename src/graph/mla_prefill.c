@@ -44,7 +44,7 @@ struct dsi_mla_prefill {
   int kmax;              /* the widest (kpad) weight a thread's matmuls multiply */
   int max_tokens;
   /* the workspace (dsi_mla_prefill_ws): offsets in its shared and per-thread parts */
-  size_t o_lat, o_latb, o_latq, o_latq_scale, o_latq_sum, o_mx, o_sum, o_iota, o_ones, shared;
+  size_t o_lat, o_latb, o_mx, o_sum, o_iota, o_ones, shared;
   size_t o_kx, o_vx, o_kv, o_rowp, o_tws, o_scratch, thread;
 };
 
@@ -56,12 +56,6 @@ typedef struct {
   uint16_t *latb;        /* the same as bf16 AMX tiles (gemm.h), [cb, kvl], when the expansion runs on AMX;
                             or as the AVX512-BF16 kernel's staged pairs (dsi_gemm_dp_stage), a
                             MLA_EXPAND_ROWS chunk of positions after another, when it runs there */
-  /* the same as int8 rows (dsi_rows_to_i8: [cb, DSI_XQ_LD(kvl)], scales, 32-column
-     sums) when W_UK's or W_UV's kernel takes int8 activations (INT8 or INT4
-     weights): quantized once for all heads */
-  int8_t *latq;
-  float *latq_scale;
-  int32_t *latq_sum;
   float *mx, *sum;       /* [max_tokens, hg] online softmax: running max and sum per (query, head) */
   int32_t *iota;         /* [qb] 0, 1, 2, ... (P V accumulates rows in place) */
   float *ones;           /* [qb] */
@@ -87,10 +81,6 @@ static void layout(dsi_mla_prefill *p) {
   p->o_lat = at, at += align64((size_t)p->cb * p->row * sizeof(float));
   p->o_latb = at, at += align64(DSI_MAX(DSI_XB_ROWS(p->cb) * round_up((size_t)p->kvl, DSI_TILE_K) * sizeof(uint16_t),
                                         DSI_XD_WORDS(p->cb, p->kvl) * sizeof(uint32_t)));
-  const size_t ldq = DSI_XQ_LD(round_up((size_t)p->kvl, DSI_TILE_K));
-  p->o_latq = at, at += align64((size_t)p->cb * ldq);
-  p->o_latq_scale = at, at += align64((size_t)p->cb * sizeof(float));
-  p->o_latq_sum = at, at += align64((size_t)p->cb * (ldq / 32) * sizeof(int32_t));
   p->o_mx = at, at += align64((size_t)p->max_tokens * p->hg * sizeof(float));
   p->o_sum = at, at += align64((size_t)p->max_tokens * p->hg * sizeof(float));
   p->o_iota = at, at += align64((size_t)p->qb * sizeof(int32_t));
@@ -132,7 +122,7 @@ dsi_mla_prefill *dsi_mla_prefill_new(const dsi_config *c, int max_tokens, int ma
   p->hg_step = p->hg;
   /* an item's scores, then its query or probability rows prepared; or a
    * head's expansion's latent rows, when its kernel takes them other than
-   * as the block's bf16 tiles (INT8 W_UV: int8 rows) */
+   * as the block's bf16 tiles or staged pairs */
   int kp_max = (int)DSI_MAX((size_t)p->kpad_k, (size_t)p->cb), kvl_pad = (int)round_up((size_t)p->kvl, DSI_TILE_K);
   size_t prep = DSI_MAX(dsi_mm_prep_bytes(p->qb, kp_max, kp_max, 1), DSI_ATTN_TILES_WS(kp_max));
   prep = DSI_MAX(prep, dsi_mm_prep_bytes(p->cb, kvl_pad, kvl_pad, 1));
@@ -449,10 +439,9 @@ static void group_init(const naive_job *j, int ith, int nth) {
 /* this thread's share of the block's latents [c0, c0 + nb) as f32 rows,
  * rounded to bf16 when the matmuls take bf16 (the cache's pair rows are
  * bf16 already), and as AMX tiles when tiles is not NULL, or staged for
- * the AVX512-BF16 kernel (w: the expansion's weight) when staged is, and
- * as int8 rows when quant is set */
+ * the AVX512-BF16 kernel (w: the expansion's weight) when staged is */
 static void gather_latents(const naive_job *j, int c0, int nb, uint16_t *tiles, uint32_t *staged, const dsi_mat *w,
-                           int quant, int ith, int nth) {
+                           int ith, int nth) {
   const dsi_mla_prefill *p = j->p;
   const dsi_mla_segment *seg = j->seg;
   const dsi_vec_ops *v = j->mm->k->vec;
@@ -471,11 +460,6 @@ static void gather_latents(const naive_job *j, int c0, int nb, uint16_t *tiles, 
       memcpy(dst, seg->cache + (size_t)slot * p->row, (size_t)p->row * sizeof(float));
     }
   }
-  if (quant && e > a) {
-    const size_t ldq = DSI_XQ_LD(round_up((size_t)p->kvl, DSI_TILE_K));
-    dsi_rows_to_i8(v, j->b->lat + (size_t)a * p->row, p->row, NULL, (int)(e - a), p->kvl, (int)ldq,
-                   j->b->latq + (size_t)a * ldq, j->b->latq_scale + a, j->b->latq_sum + (size_t)a * (ldq / 32));
-  }
   if (tiles && e > a)
     dsi_rows_to_bf16_tiles(v, j->b->lat + (size_t)a * p->row, p->row, NULL, (int)(e - a), p->kvl,
                            (int)round_up((size_t)p->kvl, DSI_TILE_K), (int)a, nb, tiles);
@@ -493,9 +477,7 @@ static void gather_latents(const naive_job *j, int c0, int nb, uint16_t *tiles, 
 /* the segment's buffers in the op's workspace (dsi_mla_prefill_ws) */
 static seg_bufs bufs_at(const dsi_mla_prefill *p, uint8_t *shared, uint8_t *thread) {
   return (seg_bufs){.next = (atomic_long *)shared, .lat = (float *)(shared + p->o_lat),
-                    .latb = (uint16_t *)(shared + p->o_latb), .latq = (int8_t *)(shared + p->o_latq),
-                    .latq_scale = (float *)(shared + p->o_latq_scale), .latq_sum = (int32_t *)(shared + p->o_latq_sum),
-                    .mx = (float *)(shared + p->o_mx),
+                    .latb = (uint16_t *)(shared + p->o_latb), .mx = (float *)(shared + p->o_mx),
                     .sum = (float *)(shared + p->o_sum), .iota = (int32_t *)(shared + p->o_iota),
                     .ones = (float *)(shared + p->o_ones), .kx = (float *)(thread + p->o_kx),
                     .vx = (float *)(thread + p->o_vx), .kv = thread + p->o_kv,
@@ -515,6 +497,7 @@ void dsi_mla_prefill_naive(const dsi_mla_prefill *p, dsi_team *tm, const dsi_mm 
                            const dsi_mla_segment *seg, void *ws_shared, void *ws_thread) {
   DSI_ASSERT(seg->L <= p->max_tokens && w->w_uk.data && w->w_uv.data);
   DSI_ASSERT(p->nope % DSI_TILE_N == 0 && p->vd % DSI_TILE_N == 0); /* a head's rows are whole panels */
+  DSI_ASSERT(!mm->act_i8); /* the latent side's matmuls (dsi_fctx.mm_lat): what the absorbed form multiplies */
   int H = p->H, nope = p->nope, vd = p->vd, ctx = seg->p0 + seg->L;
   int ith = tm->ith, nth = tm->nth;
   seg_bufs bf = bufs_at(p, ws_shared, ws_thread);
@@ -523,7 +506,6 @@ void dsi_mla_prefill_naive(const dsi_mla_prefill *p, dsi_team *tm, const dsi_mm 
   float *kt = (float *)bf.kv, *vr = kt + (size_t)p->cb * p->qk; /* the f32 rows' core: this thread's keys, values */
   for (int u = 0; rows && u < p->cb; u++) bf.vrows[u] = vr + (size_t)u * vd;
   size_t latb_block = DSI_TILE_N * round_up((size_t)p->kvl, DSI_TILE_K); /* words of 16 rows */
-  const size_t ldq = DSI_XQ_LD(round_up((size_t)p->kvl, DSI_TILE_K)); /* the int8 latents' stride */
   void *prep = bf.tws + (size_t)p->qb * p->cb;
   size_t prep_bytes = (p->tws_len - (size_t)p->qb * p->cb) * sizeof(float);
   int nqb = (int)DSI_CEIL_DIV(seg->L, p->qb_step);
@@ -537,19 +519,16 @@ void dsi_mla_prefill_naive(const dsi_mla_prefill *p, dsi_team *tm, const dsi_mm 
                    .tiles = tiles, .rows = rows};
     group_init(&j, ith, nth);
     for (int c0 = 0; c0 < ctx; c0 += p->cb_step) {
-      int nb = DSI_MIN(p->cb_step, ctx - c0), wants = DSI_PREP_NONE, wants_v = DSI_PREP_NONE;
+      int nb = DSI_MIN(p->cb_step, ctx - c0), wants = DSI_PREP_NONE;
       j.nb = nb;
       j.c0 = c0;
       /* the latents as bf16 tiles when the expansion's first chunk of rows
-       * takes AMX, staged when it takes AVX512-BF16, and as int8 rows when
-       * W_UK's or W_UV's takes them (INT8 or INT4 weights): once for all
-       * heads */
+       * takes AMX, staged when it takes AVX512-BF16: once for all heads */
       dsi_gemm_pick(mm->k, &w->w_uk, DSI_MIN(nb, MLA_EXPAND_ROWS), dsi_mm_act(mm), &wants);
-      dsi_gemm_pick(mm->k, &w->w_uv, DSI_MIN(nb, MLA_EXPAND_ROWS), dsi_mm_act(mm), &wants_v);
       uint16_t *latb = wants == DSI_PREP_BF16 ? bf.latb : NULL;
       uint32_t *latd = wants == DSI_PREP_DP ? (uint32_t *)bf.latb : NULL;
       dsi_barrier_wait(tm->bar); /* the group's init; the last block's heads done with the latents */
-      gather_latents(&j, c0, nb, latb, latd, &w->w_uk, wants == DSI_PREP_I8 || wants_v == DSI_PREP_I8, ith, nth);
+      gather_latents(&j, c0, nb, latb, latd, &w->w_uk, ith, nth);
       if (ith == 0) atomic_store_explicit(bf.next, 0, memory_order_relaxed);
       dsi_barrier_wait(tm->bar); /* the latents */
       dsi_mat ks = {.dtype = dt, .rows = nb, .cols = p->qk}, vs = {.dtype = dt, .rows = vd, .cols = nb}, K, Vt;
@@ -569,10 +548,7 @@ void dsi_mla_prefill_naive(const dsi_mla_prefill *p, dsi_team *tm, const dsi_mm 
                                 .x = latb ? (const void *)(latb + (size_t)(u0 / DSI_TILE_N) * latb_block)
                                      : latd ? (const void *)(latd + DSI_XD_WORDS(u0, p->kvl))
                                             : NULL};
-          const dsi_ready rq = {.kind = DSI_PREP_I8, .x = bf.latq + (size_t)u0 * ldq, .scale = bf.latq_scale + u0,
-                                .sum = bf.latq_sum + (size_t)u0 * (ldq / 32)};
-          const dsi_ready *rk = wants == DSI_PREP_I8 ? &rq : rb.x ? &rb : NULL;
-          const dsi_ready *rv = wants_v == DSI_PREP_I8 ? &rq : rb.x ? &rb : NULL;
+          const dsi_ready *rk = rb.x ? &rb : NULL, *rv = rk;
           /* f32 rows: the values straight into the rows, the keys transposed into panels */
           dsi_gemm gk = {.w = &wkh, .x = x, .ldx = p->row, .m = nu, .y = bf.kx, .ldy = nope, .epi = DSI_EPI_STORE};
           dsi_gemm gv = {.w = &wvh, .x = x, .ldx = p->row, .m = nu, .y = rows ? vr + (size_t)u0 * vd : bf.vx,

@@ -254,7 +254,7 @@ static void op_attn_qlat(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
   for (int h = 0; h < H; h++)
     th.gs[h] = (dsi_gemm){.w = &uk[h], .x = q + ((size_t)lo * H + h) * qk, .ldx = H * qk, .m = n,
                           .y = q_lat + (size_t)h * row, .ldy = H * row, .epi = DSI_EPI_STORE};
-  dsi_mm_team(tm, &r->f->mm, th, H, kvl, DSI_TILE_N, dsi_ws_shared(r, op), op->ws_shared, 1, 0, NULL);
+  dsi_mm_team(tm, &r->f->mm_lat, th, H, kvl, DSI_TILE_N, dsi_ws_shared(r, op), op->ws_shared, 1, 0, NULL);
 }
 
 /* attn = W_UV o_lat per head */
@@ -270,7 +270,7 @@ static void op_attn_out(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
   for (int h = 0; h < H; h++)
     th.gs[h] = (dsi_gemm){.w = &uv[h], .x = o_lat + (size_t)h * kvl, .ldx = H * kvl, .m = n,
                           .y = attn + ((size_t)lo * H + h) * vd, .ldy = H * vd, .epi = DSI_EPI_STORE};
-  dsi_mm_team(tm, &r->f->mm, th, H, vd, DSI_TILE_N, dsi_ws_shared(r, op), op->ws_shared, 1, 0, NULL);
+  dsi_mm_team(tm, &r->f->mm_lat, th, H, vd, DSI_TILE_N, dsi_ws_shared(r, op), op->ws_shared, 1, 0, NULL);
 }
 
 static void cost_attn_qlat_out(const dsi_xrun *r, const dsi_op *op, dsi_op_cost *c) {
@@ -560,7 +560,7 @@ static void op_attn_naive(dsi_xrun *r, const dsi_op *op, dsi_team *tm) {
                              .table = b->block_tables[b->seq[s]],
                              .block_size = r->cache->block_size, .p0 = b->pos[s], .L = e - s,
                              .out = attn + (size_t)s * ldo, .ldo = ldo};
-      dsi_mla_prefill_naive(r->f->mla, tm, &r->f->mm, op->lw, &seg, dsi_ws_shared(r, op),
+      dsi_mla_prefill_naive(r->f->mla, tm, &r->f->mm_lat, op->lw, &seg, dsi_ws_shared(r, op),
                             dsi_ws_thread(r, op, tm->tid));
     }
     s = e;

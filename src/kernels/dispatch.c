@@ -7,7 +7,7 @@
 
 dsi_gemm_fn dsi_gemm_pick(const dsi_kern *k, const dsi_mat *w, int m, int act, int *prep) {
   *prep = DSI_PREP_NONE;
-  const int act_bf16 = (act & DSI_ACT_RED_BF16) != 0, act_i8 = (act & (DSI_ACT_RED_BF16 | DSI_ACT_RED_I8)) != 0;
+  const int act_bf16 = (act & DSI_ACT_RED_BF16) != 0, act_i8 = (act & DSI_ACT_RED_I8) != 0;
   if (w->layout != DSI_LAYOUT_TILES) return dsi_gemm_ref;
   if (w->dtype == DSI_DTYPE_I4) {
     /* int8 activations in every precision mode; no AMX kernel: AMX CPUs

@@ -120,8 +120,9 @@ void dsi_gemm_dp_stage(const dsi_gemm *g, int s0, int s1, uint32_t *xd);
 #define DSI_AMX_MIN_ROWS 8
 
 /* What the matmuls may do to activations (dsi_gemm_pick's act): round
- * them to bf16 (and to int8 for INT8 weights: the bf16 precision mode),
- * or only quantize them to int8 for INT8 weights. */
+ * them to bf16 (the bf16 precision mode), and quantize them to int8 for
+ * INT8 weights (with bf16 precision, and by default on AVX2; never for
+ * the attention's latent-side matmuls, W_UK and W_UV: dsi_fctx.mm_lat). */
 enum { DSI_ACT_RED_BF16 = 1, DSI_ACT_RED_I8 = 2 };
 /* The kernel of table k for w at batch size m; kernels that multiply
  * reduced-precision activations (AMX: bf16, or int8 for INT8 weights) only

@@ -404,10 +404,11 @@ static void src_view(const dsi_model *m, spec *s) {
 }
 
 /* the absorbed factors of kv_b_proj: W_UK^T [H*kv_lora, nope] kept exact
- * (BF16 stays BF16; FP8 is widened to F32) but under --quant int4
- * (uk_dtype), W_UV [H*v, kv_lora] as stored or quantized */
-/* W_UK^T per head, [H*kv_lora, nope]: exact in the source's dtype (INT8
- * under --quant int4, uk_dtype). FP8
+ * (BF16 stays BF16; FP8 is widened to F32) under every --quant, W_UV [H*v,
+ * kv_lora] as stored or quantized */
+/* W_UK^T per head, [H*kv_lora, nope]: exact in the source's dtype, as its
+ * row form is, so that the absorbed and non-absorbed forms multiply the
+ * same weights (each form quantized on its own would not). FP8
  * stays FP8 when each head's k rows are whole scale blocks (V3: nope = 128
  * = block), since a transposed 128x128 block keeps its one scale (a
  * quarter of f32's bytes for decode to read); else f32 (bf16 for bf16). */
@@ -451,8 +452,8 @@ static dsi_mat uv_shape(const dsi_config *c, const dsi_mat *src) {
   s.rows = c->num_attention_heads * c->v_head_dim;
   return s;
 }
-/* W_UK in row form [H*nope, kv_lora], as stored (quantized only under
- * --quant int4: uk_dtype): the keys the non-absorbed prefill expands.
+/* W_UK in row form [H*nope, kv_lora], as stored: the keys the
+ * non-absorbed prefill expands.
  * Its rows are whole 128-row FP8 blocks of kv_b_proj in V3 (nope = 128),
  * so FP8 stays FP8 with the source's scales. */
 static dsi_mat ukr_shape(const dsi_config *c, const dsi_mat *src) {
@@ -474,22 +475,15 @@ static dsi_mat quant_shape(const dsi_mat *src, int qdt) {
 #define I4_ROLES (1 << ROLE_MLP | 1 << ROLE_ATTN)
 
 /* what --quant makes of a packed linear weight: INT8, or with int4 INT4
- * for the MLP and attention projections, W_UV (kv_b_proj's) included, and
- * INT8 for lm_head (README, --quant int4: measured, INT4 attention halves
- * its prefill time where INT8 has no VNNI kernel, for a little accuracy;
- * INT4 lm_head costs more than all the rest) */
+ * for the MLP and attention projections, and INT8 for lm_head (README,
+ * --quant int4: measured, INT4 attention halves its prefill time where
+ * INT8 has no VNNI kernel, for a little accuracy; INT4 lm_head costs more
+ * than all the rest) and for W_UV (kv_b_proj's): the attention's latent
+ * side multiplies f32 or bf16 activations, never int8 ones (dsi_fctx's
+ * mm_lat), and the INT4 kernels take only int8 */
 static int quant_dtype(const dsi_model *m, const spec *s) {
-  if (m->quant == DSI_QUANT_INT4 && (I4_ROLES >> s->role & 1)) return DSI_DTYPE_I4;
+  if (m->quant == DSI_QUANT_INT4 && (I4_ROLES >> s->role & 1) && !s->mla) return DSI_DTYPE_I4;
   return DSI_DTYPE_I8;
-}
-
-/* what --quant makes of W_UK, both forms (W_UK^T, which absorbs it into
- * the decode's queries, and the row form the non-absorbed prefill expands
- * keys through): exact, but INT8 under int4, whose queries come from an
- * INT4 q_b (README, --quant int4: measured, no accuracy cost there; under
- * int8 it costs) */
-static int uk_dtype(const dsi_model *m, const spec *s) {
-  return m->quant == DSI_QUANT_INT4 && s->quant ? DSI_DTYPE_I8 : 0;
 }
 
 /* the quantizer of one 16-row panel into a weight of dtype qdt */
@@ -533,8 +527,6 @@ static size_t plan_storage(dsi_model *m, spec_list *l) {
       s->store = STORE_MLA;
       dsi_mat uk = uk_shape(&m->cfg, &s->src), ukr = ukr_shape(&m->cfg, &s->src);
       dsi_mat uv = uv_shape(&m->cfg, s->quant ? &q : &s->src);
-      const int uq = uk_dtype(m, s);
-      if (uq) uk = quant_shape(&uk, uq), ukr = quant_shape(&ukr, uq); /* both forms as pack_mla quantizes them */
       s->off = off;
       off += align64(dsi_pack_bytes(&uk));
       s->off2 = off;
@@ -620,21 +612,18 @@ static int pack_mla(dsi_model *m, spec *s) {
   int H = c->num_attention_heads, nope = c->qk_nope_head_dim, vd = c->v_head_dim, kvl = c->kv_lora_rank;
   dsi_mat ush = uk_shape(c, &s->src), vsh = uv_shape(c, &s->src), ksh = ukr_shape(c, &s->src);
   dsi_mat *uk = s->uk_dst, *uv = s->uv_dst, *ukr = s->ukr_dst;
-  const int uq = uk_dtype(m, s);
-  if (uq) dsi_pack_describe_i8(&ush, uk, m->mem + s->off);
-  else if (ush.dtype == DSI_DTYPE_F8_E4M3) describe_no_scales(&ush, uk, m->mem + s->off);
+  if (ush.dtype == DSI_DTYPE_F8_E4M3) describe_no_scales(&ush, uk, m->mem + s->off);
   else dsi_pack_describe(&ush, uk, m->mem + s->off);
   if (s->quant == DSI_DTYPE_I4) dsi_pack_describe_i4(&vsh, uv, m->mem + s->off2, DSI_I4_GROUP);
   else if (s->quant) dsi_pack_describe_i8(&vsh, uv, m->mem + s->off2);
   else describe_no_scales(&vsh, uv, m->mem + s->off2);
-  if (uq) dsi_pack_describe_i8(&ksh, ukr, m->mem + s->off3);
-  else describe_no_scales(&ksh, ukr, m->mem + s->off3);
+  describe_no_scales(&ksh, ukr, m->mem + s->off3);
   float *rows = malloc((size_t)nope * kvl * sizeof(float));
-  float *work = s->quant ? malloc((size_t)DSI_TILE_N * DSI_MAX(kvl, nope) * sizeof(float)) : NULL;
+  float *work = s->quant ? malloc((size_t)DSI_TILE_N * kvl * sizeof(float)) : NULL;
   float *tf = malloc((size_t)kvl * nope * sizeof(float));
   uint16_t *tb = malloc((size_t)kvl * nope * sizeof(uint16_t));
-  uint8_t *tq = !uq && ush.dtype == DSI_DTYPE_F8_E4M3 ? malloc((size_t)kvl * nope) : NULL;
-  int ok = rows && tf && tb && (!s->quant || work) && (uq || ush.dtype != DSI_DTYPE_F8_E4M3 || tq);
+  uint8_t *tq = ush.dtype == DSI_DTYPE_F8_E4M3 ? malloc((size_t)kvl * nope) : NULL;
+  int ok = rows && tf && tb && (!s->quant || work) && (ush.dtype != DSI_DTYPE_F8_E4M3 || tq);
   for (int h = 0; ok && h < H; h++) {
     int base = h * (nope + vd);
     if (tq) {
@@ -648,19 +637,13 @@ static int pack_mla(dsi_model *m, spec *s) {
         tf[(size_t)cc * nope + d] = v;
         tb[(size_t)cc * nope + d] = dsi_f32_to_bf16(v); /* exact when the source is BF16 */
       }
-    dsi_mat hsrc = uq ? (dsi_mat){.dtype = DSI_DTYPE_F32, .cols = nope, .layout = DSI_LAYOUT_ROWS} : ush;
+    dsi_mat hsrc = ush;
     hsrc.rows = kvl;
     hsrc.data = hsrc.dtype == DSI_DTYPE_BF16 ? (const void *)tb : (const void *)tf;
-    if (uq) { /* the transpose's f32 rows quantized, a panel at a time */
-      for (int q = 0; q < kvl / DSI_TILE_N; q++) dsi_quant_panel_i8(&hsrc, q * DSI_TILE_N, uk, h * kvl / DSI_TILE_N + q, work);
-    } else {
-      dsi_mat hdst = dsi_mat_panels(uk, h * kvl / DSI_TILE_N, kvl);
-      dsi_pack_rows(&hsrc, &hdst, 0, kvl);
-    }
+    dsi_mat hdst = dsi_mat_panels(uk, h * kvl / DSI_TILE_N, kvl);
+    dsi_pack_rows(&hsrc, &hdst, 0, kvl);
   uk_done:
-    for (int q = 0; uq && q < nope / DSI_TILE_N; q++)
-      dsi_quant_panel_i8(&s->src, base + q * DSI_TILE_N, ukr, h * nope / DSI_TILE_N + q, work);
-    if (!uq) pack_panels(&s->src, base, nope, ukr, h * nope / DSI_TILE_N);
+    pack_panels(&s->src, base, nope, ukr, h * nope / DSI_TILE_N);
     if (s->quant) {
       for (int q = 0; q < vd / DSI_TILE_N; q++)
         quant_panel(s->quant)(&s->src, base + nope + q * DSI_TILE_N, uv, h * vd / DSI_TILE_N + q, work);

@@ -340,11 +340,15 @@ static void golden_case(const char *name) {
   const dsi_layer_weights *l0 = &m->layers[0], *l1 = &m->layers[1];
   CHECK(l0->gate_up.dtype == DSI_DTYPE_I4 && l0->down_proj.dtype == DSI_DTYPE_I4 &&
         l1->exp_gate_up[0].dtype == DSI_DTYPE_I4 && l1->exp_down[0].dtype == DSI_DTYPE_I4 &&
-        l0->q_a_proj.dtype == DSI_DTYPE_I4 && l0->o_proj.dtype == DSI_DTYPE_I4 && l0->w_uv.dtype == DSI_DTYPE_I4);
-  CHECK(m->lm_head.dtype == DSI_DTYPE_I8 && l1->gate.dtype != DSI_DTYPE_I4 &&
-        l0->w_uk.dtype == DSI_DTYPE_I8 && l0->w_uk_t.dtype == DSI_DTYPE_I8 && m->embed_tokens.dtype != DSI_DTYPE_I4);
-  /* the load's plan holds W_UK^T in its INT8 bytes (W_UV is stored right
-   * after it), not in those of the f32 transpose it is quantized from */
+        l0->q_a_proj.dtype == DSI_DTYPE_I4 && l0->o_proj.dtype == DSI_DTYPE_I4);
+  /* the attention's latent side: W_UV INT8 (it multiplies f32 activations,
+   * which the INT4 kernels do not take), W_UK exact in both forms */
+  CHECK(m->lm_head.dtype == DSI_DTYPE_I8 && l1->gate.dtype != DSI_DTYPE_I4 && l0->w_uv.dtype == DSI_DTYPE_I8 &&
+        l0->w_uk.dtype != DSI_DTYPE_I8 && l0->w_uk.dtype != DSI_DTYPE_I4 && l0->w_uk_t.dtype != DSI_DTYPE_I8 &&
+        l0->w_uk_t.dtype != DSI_DTYPE_I4 &&
+        m->embed_tokens.dtype != DSI_DTYPE_I4);
+  /* the load's plan holds W_UK^T in its packed bytes (W_UV is stored right
+   * after it) */
   size_t uk_bytes = (dsi_pack_bytes(&l0->w_uk_t) + 63) / 64 * 64;
   CHECKF((size_t)((const uint8_t *)l0->w_uv.data - (const uint8_t *)l0->w_uk_t.data) == uk_bytes,
          "%s: W_UK^T planned in %td bytes, packed in %zu", name,
