@@ -73,10 +73,12 @@ dsi_attn_pairs_fn dsi_attn_pairs_ref, dsi_attn_pairs_amx;
  * table's amx is set: cpu.h) */
 
 /* The same attention in f32, on a level's vector primitives (vec.h), over
- * the bf16 pair rows where AMX does not run the bf16 forward (each block's
- * rows widened, exactly, into the workspace as they are read: half the
- * cache bytes from memory, the same bits as f32 rows holding the same
- * values) or over f32 rows (the row-major models'): per head h, over blocks of DSI_ATTN_ROW_BLOCK positions
+ * the bf16 pair rows where AMX does not run the bf16 forward (read as they
+ * are by the level's attn_qk_pairs / attn_pv_pairs where a call's heads
+ * are one group of 8 or fewer; else, or at a level without those, each
+ * block's rows widened into the workspace first: half the cache bytes
+ * from memory, exactly widened, the same bits as f32 rows holding the
+ * same values) or over f32 rows (the row-major models'): per head h, over blocks of DSI_ATTN_ROW_BLOCK positions
  * from 0, an online softmax —
  *   s[u] = scale * dot(q[h], K[u])                      (attn_qk's sums)
  *   per block: m' = max(m, max s), e[u] = e^(s[u] - m') (softmax_step),

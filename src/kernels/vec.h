@@ -57,6 +57,15 @@ typedef struct dsi_vec_ops {
    * returns (w ~ l scale); the same bits on every ISA as
    * dsi_i4_group_ref, the scalar reference (kernels/quant_i4.c) */
   float (*to_i4)(const float *w, int n, int8_t *l);
+  /* attn_pv and attn_qk over bf16 pair rows (tensor/paged.h): rows[u] is
+   * the pair row holding position u, its element u & 1 (the block starts
+   * at an even position); bitwise what attn_pv / attn_qk give over f32
+   * rows holding the same values. NULL at a level without them
+   * (dsi_attn_rows_run then widens the rows first) */
+  void (*attn_pv_pairs)(float *o, int ldo, const float *p, int ldp, int nh, const uint16_t *const *rows, int nu,
+                        int n);
+  void (*attn_qk_pairs)(float *s, int lds, const float *q, int ldq, int nh, const uint16_t *const *rows, int nu,
+                        int n, float scale);
 } dsi_vec_ops;
 
 float dsi_i4_group_ref(const float *w, int n, int8_t *l);

@@ -9,15 +9,33 @@
 #define VEC_CAT(a, b) VEC_CAT2(a, b)
 #define VEC_FN(name) VEC_CAT(name, VEC_SUFFIX)
 
-static float VEC_FN(vec_dot_)(const float *a, const float *b, int n) {
+/* element c of an attention row: f32, or a bf16 pair row's element
+ * `odd` (tensor/paged.h), exactly widened */
+static inline float VEC_FN(row_at_)(const void *row, int odd, int c, int pairs) {
+  if (!pairs) return ((const float *)row)[c];
+  uint32_t u = (uint32_t)((const uint16_t *)row)[2 * c + odd] << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+/* 16 lanes of multiply-adds over the columns, folded 8, 4, 2, 1 */
+static inline __attribute__((always_inline)) float VEC_FN(dot_at_)(const float *a, const void *b, int odd, int n,
+                                                                    int pairs) {
   float acc[16] = {0};
   int i = 0;
   for (; i + 16 <= n; i += 16)
-    for (int j = 0; j < 16; j++) acc[j] += a[i + j] * b[i + j];
-  for (; i < n; i++) acc[i & 15] += a[i] * b[i];
+    for (int j = 0; j < 16; j++) acc[j] += a[i + j] * VEC_FN(row_at_)(b, odd, i + j, pairs);
+  for (; i < n; i++) acc[i & 15] += a[i] * VEC_FN(row_at_)(b, odd, i, pairs);
   for (int w = 8; w > 0; w /= 2)
     for (int j = 0; j < w; j++) acc[j] += acc[j + w];
   return acc[0];
+}
+
+static float VEC_FN(vec_dot_)(const float *a, const float *b, int n) { return VEC_FN(dot_at_)(a, b, 0, n, 0); }
+/* a dot with a pair row's element odd, summed as vec_dot sums it */
+static inline float VEC_FN(vec_dot_pair_)(const float *a, const uint16_t *b, int odd, int n) {
+  return VEC_FN(dot_at_)(a, b, odd, n, 1);
 }
 
 static void VEC_FN(vec_axpy_)(float *restrict y, const float *restrict x, float a, int n) {
@@ -138,8 +156,11 @@ static void VEC_FN(vec_softmax_)(float *x, int n) {
  * read once for every head, and a 32-column block of all heads' sums stays
  * in registers while the rows stream past (the attention's P V) */
 #define PV_COLS 32
-static void VEC_FN(vec_attn_pv_)(float *restrict o, int ldo, const float *restrict p, int ldp, int nh,
-                                 const float *const *rows, int nu, int n) {
+/* over f32 rows, or bf16 pair rows (row u's element u & 1) */
+static inline __attribute__((always_inline)) void VEC_FN(attn_pv_at_)(float *restrict o, int ldo,
+                                                                       const float *restrict p, int ldp, int nh,
+                                                                       const void *const *rows, int nu, int n,
+                                                                       int pairs) {
   int c0 = 0;
   if (nh == PV_HEADS)
     for (; c0 + PV_COLS <= n; c0 += PV_COLS) {
@@ -147,7 +168,8 @@ static void VEC_FN(vec_attn_pv_)(float *restrict o, int ldo, const float *restri
       for (int h = 0; h < PV_HEADS; h++)
         for (int j = 0; j < PV_COLS; j++) acc[h][j] = o[(size_t)h * ldo + c0 + j];
       for (int u = 0; u < nu; u++) {
-        const float *x = rows[u] + c0;
+        float x[PV_COLS];
+        for (int j = 0; j < PV_COLS; j++) x[j] = VEC_FN(row_at_)(rows[u], u & 1, c0 + j, pairs);
         for (int h = 0; h < PV_HEADS; h++) {
           float a = p[(size_t)h * ldp + u];
           for (int j = 0; j < PV_COLS; j++) acc[h][j] += a * x[j];
@@ -159,35 +181,56 @@ static void VEC_FN(vec_attn_pv_)(float *restrict o, int ldo, const float *restri
   for (int h = 0; h < nh; h++) /* the rest: fewer heads, or the last columns */
     for (int u = 0; u < nu; u++) {
       float a = p[(size_t)h * ldp + u];
-      const float *x = rows[u];
-      for (int c = c0; c < n; c++) o[(size_t)h * ldo + c] += a * x[c];
+      for (int c = c0; c < n; c++) o[(size_t)h * ldo + c] += a * VEC_FN(row_at_)(rows[u], u & 1, c, pairs);
     }
+}
+static void VEC_FN(vec_attn_pv_)(float *restrict o, int ldo, const float *restrict p, int ldp, int nh,
+                                 const float *const *rows, int nu, int n) {
+  VEC_FN(attn_pv_at_)(o, ldo, p, ldp, nh, (const void *const *)rows, nu, n, 0);
+}
+static void VEC_FN(vec_attn_pv_pairs_)(float *restrict o, int ldo, const float *restrict p, int ldp, int nh,
+                                       const uint16_t *const *rows, int nu, int n) {
+  VEC_FN(attn_pv_at_)(o, ldo, p, ldp, nh, (const void *const *)rows, nu, n, 1);
 }
 
 /* s[h*lds + u] = scale * dot(q + h*ldq, rows[u], n) for h < nh, u < nu:
  * each row is read once for all heads; every dot is summed exactly as
  * vec_dot sums it */
-static void VEC_FN(vec_attn_qk_)(float *restrict s, int lds, const float *restrict q, int ldq, int nh,
-                                 const float *const *rows, int nu, int n, float scale) {
+static inline __attribute__((always_inline)) void VEC_FN(attn_qk_at_)(float *restrict s, int lds,
+                                                                       const float *restrict q, int ldq, int nh,
+                                                                       const void *const *rows, int nu, int n,
+                                                                       float scale, int pairs) {
   if (nh != PV_HEADS) {
     for (int u = 0; u < nu; u++)
-      for (int h = 0; h < nh; h++) s[(size_t)h * lds + u] = VEC_FN(vec_dot_)(q + (size_t)h * ldq, rows[u], n) * scale;
+      for (int h = 0; h < nh; h++)
+        s[(size_t)h * lds + u] = VEC_FN(dot_at_)(q + (size_t)h * ldq, rows[u], u & 1, n, pairs) * scale;
     return;
   }
   int nb = n / 16 * 16;
   for (int u = 0; u < nu; u++) {
-    const float *x = rows[u];
+    const void *x = rows[u];
     float acc[PV_HEADS][16] = {{0}};
-    for (int i = 0; i < nb; i += 16)
+    for (int i = 0; i < nb; i += 16) {
+      float xv[16];
+      for (int j = 0; j < 16; j++) xv[j] = VEC_FN(row_at_)(x, u & 1, i + j, pairs);
       for (int h = 0; h < PV_HEADS; h++)
-        for (int j = 0; j < 16; j++) acc[h][j] += q[(size_t)h * ldq + i + j] * x[i + j];
+        for (int j = 0; j < 16; j++) acc[h][j] += q[(size_t)h * ldq + i + j] * xv[j];
+    }
     for (int h = 0; h < PV_HEADS; h++) {
-      for (int i = nb; i < n; i++) acc[h][i & 15] += q[(size_t)h * ldq + i] * x[i];
+      for (int i = nb; i < n; i++) acc[h][i & 15] += q[(size_t)h * ldq + i] * VEC_FN(row_at_)(x, u & 1, i, pairs);
       for (int w = 8; w > 0; w /= 2)
         for (int j = 0; j < w; j++) acc[h][j] += acc[h][j + w];
       s[(size_t)h * lds + u] = acc[h][0] * scale;
     }
   }
+}
+static void VEC_FN(vec_attn_qk_)(float *restrict s, int lds, const float *restrict q, int ldq, int nh,
+                                 const float *const *rows, int nu, int n, float scale) {
+  VEC_FN(attn_qk_at_)(s, lds, q, ldq, nh, (const void *const *)rows, nu, n, scale, 0);
+}
+static void VEC_FN(vec_attn_qk_pairs_)(float *restrict s, int lds, const float *restrict q, int ldq, int nh,
+                                       const uint16_t *const *rows, int nu, int n, float scale) {
+  VEC_FN(attn_qk_at_)(s, lds, q, ldq, nh, (const void *const *)rows, nu, n, scale, 1);
 }
 
 #endif
@@ -216,5 +259,10 @@ const dsi_vec_ops VEC_FN(dsi_vec_ops_) = {
   VEC_FN(vec_to_i4_),
 #else
   dsi_i4_group_ref,
+#endif
+#if !defined(VEC_ATTN_OWN) || defined(VEC_ATTN_PAIRS_OWN)
+  VEC_FN(vec_attn_pv_pairs_), VEC_FN(vec_attn_qk_pairs_),
+#else
+  NULL, NULL, /* its own f32 primitives and none over pair rows: the rows are widened first */
 #endif
 };

@@ -205,9 +205,8 @@ done:
 /* A decode token's absorbed attention at V3's widths (128 heads, then 16; latent
  * 512 + 64) over one sequence's paged cache, the heads dealt to the threads
  * as the forward deals them (a thread's heads in one pass over the cache,
- * kernels/attn.h): f32 rows and the bf16 pair rows (widened as they are
- * read) through the vector primitives' online softmax, and the pair rows
- * through AMX. */
+ * kernels/attn.h): f32 rows and the bf16 pair rows through the vector
+ * primitives' online softmax, and the pair rows through AMX. */
 enum { A_F32, A_WIDE, A_AMX };
 typedef struct {
   const dsi_kern *k;
@@ -280,11 +279,11 @@ static void bench_attention(FILE *out, const dsi_kern *k, int nth, int reps, dou
   const int H = head_counts[hc];
   fprintf(out, "decode attention, one token over one sequence's paged latent cache: %d heads, latent %d + rope %d, "
                "%d threads; a thread's heads in one pass over the cache (in f32: up to 64 at a time); f32 rows, "
-               "the bf16 pair rows widened to f32 as they are read (the cache where AMX does not run), and the pair "
-               "rows on AMX tiles\n",
+               "the bf16 pair rows (the cache where AMX does not run: read as they lie by a call of up to 8 heads, "
+               "widened first for more), and the pair rows on AMX tiles\n",
           H, A_KVL, A_ROW - A_KVL, nth);
   fprintf(out, "%8s  %12s %8s %8s %6s  %13s %8s %6s  %14s %8s %6s  %7s\n", "context", "f32 rows(us)", "GB/s", "GFLOP/s",
-          "%fma", "bf16 wide(us)", "GB/s", "%fma", "bf16 amx (us)", "GB/s", "%amx", "amx/vec");
+          "%fma", "bf16 rows(us)", "GB/s", "%fma", "bf16 amx (us)", "GB/s", "%amx", "amx/vec");
   for (size_t c = 0; c < DSI_ARRAY_LEN(ctxs); c++) {
     double med[3] = {0, 0, 0};
     for (int path = A_F32; path <= (amx ? A_AMX : A_WIDE); path++) {

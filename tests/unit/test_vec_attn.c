@@ -60,6 +60,36 @@ static void run(const char *isa, int nh, int nu, int n, dsi_rng *rng) {
       om[(size_t)h * ldo + c] = a;
     }
   CHECKF(!memcmp(o, om, (size_t)nh * ldo * sizeof(float)), "%s attn_pv heads %d rows %d width %d differs", isa, nh, nu, n);
+  if (v->attn_qk_pairs && v->attn_pv_pairs) {
+    /* the same primitives over bf16 pair rows: row u element u & 1 of its
+     * pair row, the other element NaN; bitwise the f32 rows of the same
+     * values */
+    uint16_t *pc = dsi_xmalloc((size_t)(nu + 1) * n * sizeof(uint16_t));
+    const uint16_t **prow = dsi_xmalloc((size_t)nu * sizeof(uint16_t *));
+    float *wide = dsi_xmalloc((size_t)nu * n * sizeof(float)), *s2 = dsi_xcalloc((size_t)nh * lds, sizeof(float));
+    const float **wrows = dsi_xmalloc((size_t)nu * sizeof(float *));
+    float *o2 = dsi_xmalloc((size_t)nh * ldo * sizeof(float)), *o3 = dsi_xmalloc((size_t)nh * ldo * sizeof(float));
+    for (size_t i = 0; i < (size_t)(nu + 1) * n; i++) pc[i] = 0x7fc0;
+    for (int u = 0; u < nu; u++) {
+      prow[u] = pc + (size_t)(u / 2) * 2 * n; /* pair rows in order; a pair's rows from any place of the cache */
+      wrows[u] = wide + (size_t)u * n;
+      for (int c = 0; c < n; c++) {
+        uint16_t b = dsi_f32_to_bf16(rows[u][c]);
+        ((uint16_t *)prow[u])[2 * c + (u & 1)] = b;
+        wide[(size_t)u * n + c] = dsi_bf16_to_f32(b);
+      }
+    }
+    v->attn_qk(s, lds, q, ldq, nh, wrows, nu, n, scale);
+    v->attn_qk_pairs(s2, lds, q, ldq, nh, prow, nu, n, scale);
+    CHECKF(!memcmp(s, s2, (size_t)nh * lds * sizeof(float)), "%s attn_qk_pairs heads %d rows %d width %d differs", isa,
+           nh, nu, n);
+    for (size_t i = 0; i < (size_t)nh * ldo; i++) o2[i] = o3[i] = (float)i;
+    v->attn_pv(o2, ldo, s, lds, nh, wrows, nu, n);
+    v->attn_pv_pairs(o3, ldo, s, lds, nh, prow, nu, n);
+    CHECKF(!memcmp(o2, o3, (size_t)nh * ldo * sizeof(float)), "%s attn_pv_pairs heads %d rows %d width %d differs", isa,
+           nh, nu, n);
+    free(pc), free(prow), free(wide), free(s2), free(wrows), free(o2), free(o3);
+  }
   free(q), free(cache), free(rows), free(s), free(sm), free(o), free(om);
 }
 

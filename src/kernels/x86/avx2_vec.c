@@ -6,8 +6,10 @@
  * vec_impl.h's order: every dot summed as vec_dot sums it (16 lanes over
  * the columns, here two 8-lane halves, fused multiply-adds, the lanes
  * folded 8, 4, 2, 1), every output of attn_pv in the order of the rows.
- * The softmax's e^x is the AVX-512 level's (exp_impl.h, avx2_math.h), 8
- * lanes. */
+ * Both also read bf16 pair rows (tensor/paged.h), each 8 columns of a
+ * position one 32-byte load of its pair row and a shift or a mask: the
+ * same values, the same operations after. The softmax's e^x is the
+ * AVX-512 level's (exp_impl.h, avx2_math.h), 8 lanes. */
 #include "kernels/vec.h"
 
 #include "kernels/x86/avx2_math.h"
@@ -22,6 +24,10 @@ static void vec_attn_qk_avx2(float *restrict s, int lds, const float *restrict q
                              const float *const *rows, int nu, int n, float scale);
 static void vec_attn_pv_avx2(float *restrict o, int ldo, const float *restrict p, int ldp, int nh,
                              const float *const *rows, int nu, int n);
+static void vec_attn_qk_pairs_avx2(float *restrict s, int lds, const float *restrict q, int ldq, int nh,
+                                   const uint16_t *const *rows, int nu, int n, float scale);
+static void vec_attn_pv_pairs_avx2(float *restrict o, int ldo, const float *restrict p, int ldp, int nh,
+                                   const uint16_t *const *rows, int nu, int n);
 static void vec_scores_t_avx2(float *restrict s, int lds, const float *restrict q, int ldq, int nq,
                               const float *restrict kt, int nu, int n);
 static void vec_softmax_avx2(float *x, int n);
@@ -33,6 +39,7 @@ static float vec_softmax_step_avx2(float *x, int n, float scale, float *m);
 #define VEC_SUFFIX avx2
 #define VEC_NAME "avx2"
 #define VEC_ATTN_OWN
+#define VEC_ATTN_PAIRS_OWN
 #define VEC_SCORES_OWN
 #include "kernels/vec_impl.h"
 
@@ -50,19 +57,36 @@ static inline float fold16(__m256 lo, __m256 hi) {
  * row four (two rows and 8 chains: 0.84x the rate on a Zen 3). The halves
  * and head groups are separate passes over the rows (in L1); a last pass
  * short of rows repeats its first row in the others and keeps its own. */
+/* columns i.. i + 7 of a row: f32, or a bf16 pair row's element odd
+ * (tensor/paged.h), widened exactly */
+static inline __attribute__((always_inline)) __m256 row8(const void *row, int odd, int i, int pairs) {
+  if (!pairs) return _mm256_loadu_ps((const float *)row + i);
+  const __m256i w = _mm256_loadu_si256((const __m256i *)((const uint16_t *)row + 2 * (size_t)i));
+  return _mm256_castsi256_ps(odd ? _mm256_and_si256(w, _mm256_set1_epi32((int)0xffff0000u)) : _mm256_slli_epi32(w, 16));
+}
+
 #define QK_ROWS 3
-static void vec_attn_qk_avx2(float *restrict s, int lds, const float *restrict q, int ldq, int nh,
-                             const float *const *rows, int nu, int n, float scale) {
+static inline __attribute__((always_inline)) void qk_at(float *restrict s, int lds, const float *restrict q, int ldq,
+                                                        int nh, const void *const *rows, int nu, int n, float scale,
+                                                        int pairs) {
   if (nh != PV_HEADS) {
     for (int u = 0; u < nu; u++)
-      for (int h = 0; h < nh; h++) s[(size_t)h * lds + u] = vec_dot_avx2(q + (size_t)h * ldq, rows[u], n) * scale;
+      for (int h = 0; h < nh; h++)
+        s[(size_t)h * lds + u] = (pairs ? vec_dot_pair_avx2(q + (size_t)h * ldq, rows[u], u & 1, n)
+                                        : vec_dot_avx2(q + (size_t)h * ldq, rows[u], n)) *
+                                 scale;
     return;
   }
   const int nb = n / 16 * 16;
   for (int u = 0; u < nu; u += QK_ROWS) {
     const int nr = nu - u < QK_ROWS ? nu - u : QK_ROWS;
-    const float *x[QK_ROWS];
-    for (int r = 0; r < QK_ROWS; r++) x[r] = rows[u + (r < nr ? r : 0)];
+    const void *x[QK_ROWS];
+    int odd[QK_ROWS];
+    for (int r = 0; r < QK_ROWS; r++) {
+      const int k = u + (r < nr ? r : 0);
+      x[r] = rows[k];
+      odd[r] = k & 1;
+    }
     __m256 acc[QK_ROWS][PV_HEADS][2]; /* [row][head][half] */
     for (int g = 0; g < PV_HEADS; g += 4)
       for (int half = 0; half < 2; half++) {
@@ -71,7 +95,7 @@ static void vec_attn_qk_avx2(float *restrict s, int lds, const float *restrict q
           for (int h = 0; h < 4; h++) a[r][h] = _mm256_setzero_ps();
         for (int i = 8 * half; i < nb; i += 16) {
           __m256 v[QK_ROWS];
-          for (int r = 0; r < QK_ROWS; r++) v[r] = _mm256_loadu_ps(x[r] + i);
+          for (int r = 0; r < QK_ROWS; r++) v[r] = row8(x[r], odd[r], i, pairs);
 #pragma GCC unroll 4
           for (int h = 0; h < 4; h++) {
             const __m256 qh = _mm256_loadu_ps(q + (size_t)(g + h) * ldq + i);
@@ -90,12 +114,20 @@ static void vec_attn_qk_avx2(float *restrict s, int lds, const float *restrict q
           float t[16];
           _mm256_storeu_ps(t, acc[r][h][0]);
           _mm256_storeu_ps(t + 8, acc[r][h][1]);
-          for (int i = nb; i < n; i++) t[i & 15] = fmaf(q[(size_t)h * ldq + i], x[r][i], t[i & 15]);
+          for (int i = nb; i < n; i++) t[i & 15] = fmaf(q[(size_t)h * ldq + i], row_at_avx2(x[r], odd[r], i, pairs), t[i & 15]);
           d = fold16(_mm256_loadu_ps(t), _mm256_loadu_ps(t + 8));
         }
         s[(size_t)h * lds + u + r] = d * scale;
       }
   }
+}
+static void vec_attn_qk_avx2(float *restrict s, int lds, const float *restrict q, int ldq, int nh,
+                             const float *const *rows, int nu, int n, float scale) {
+  qk_at(s, lds, q, ldq, nh, (const void *const *)rows, nu, n, scale, 0);
+}
+static void vec_attn_qk_pairs_avx2(float *restrict s, int lds, const float *restrict q, int ldq, int nh,
+                                   const uint16_t *const *rows, int nu, int n, float scale) {
+  qk_at(s, lds, q, ldq, nh, (const void *const *)rows, nu, n, scale, 1);
 }
 
 /* MQ queries times NP panels of 8 keys: MQ x NP chains over d, each an
@@ -147,8 +179,8 @@ static void vec_scores_t_avx2(float *restrict s, int lds, const float *restrict 
  * (n % 8) and other head counts one head and one row at a time, in the
  * same row order */
 #define PV_COLS 24
-static void vec_attn_pv_avx2(float *restrict o, int ldo, const float *restrict p, int ldp, int nh,
-                             const float *const *rows, int nu, int n) {
+static inline __attribute__((always_inline)) void pv_at(float *restrict o, int ldo, const float *restrict p, int ldp,
+                                                        int nh, const void *const *rows, int nu, int n, int pairs) {
   int c0 = 0;
   if (nh == PV_HEADS) {
     for (; c0 + PV_COLS <= n; c0 += PV_COLS)
@@ -160,8 +192,8 @@ static void vec_attn_pv_avx2(float *restrict o, int ldo, const float *restrict p
           a2[h] = _mm256_loadu_ps(o + (size_t)(g + h) * ldo + c0 + 16);
         }
         for (int u = 0; u < nu; u++) {
-          const float *r = rows[u] + c0;
-          const __m256 x0 = _mm256_loadu_ps(r), x1 = _mm256_loadu_ps(r + 8), x2 = _mm256_loadu_ps(r + 16);
+          const __m256 x0 = row8(rows[u], u & 1, c0, pairs), x1 = row8(rows[u], u & 1, c0 + 8, pairs),
+                       x2 = row8(rows[u], u & 1, c0 + 16, pairs);
 #pragma GCC unroll 4
           for (int h = 0; h < 4; h++) {
             const __m256 a = _mm256_broadcast_ss(p + (size_t)(g + h) * ldp + u);
@@ -180,7 +212,7 @@ static void vec_attn_pv_avx2(float *restrict o, int ldo, const float *restrict p
       __m256 a[PV_HEADS];
       for (int h = 0; h < PV_HEADS; h++) a[h] = _mm256_loadu_ps(o + (size_t)h * ldo + c0);
       for (int u = 0; u < nu; u++) {
-        const __m256 x = _mm256_loadu_ps(rows[u] + c0);
+        const __m256 x = row8(rows[u], u & 1, c0, pairs);
 #pragma GCC unroll 8
         for (int h = 0; h < PV_HEADS; h++) a[h] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + (size_t)h * ldp + u), x, a[h]);
       }
@@ -189,10 +221,18 @@ static void vec_attn_pv_avx2(float *restrict o, int ldo, const float *restrict p
   }
   for (int h = 0; h < nh; h++)
     for (int u = 0; u < nu; u++) {
-      const float a = p[(size_t)h * ldp + u], *x = rows[u];
+      const float a = p[(size_t)h * ldp + u];
       float *oh = o + (size_t)h * ldo;
-      for (int c = c0; c < n; c++) oh[c] = fmaf(a, x[c], oh[c]);
+      for (int c = c0; c < n; c++) oh[c] = fmaf(a, row_at_avx2(rows[u], u & 1, c, pairs), oh[c]);
     }
+}
+static void vec_attn_pv_avx2(float *restrict o, int ldo, const float *restrict p, int ldp, int nh,
+                             const float *const *rows, int nu, int n) {
+  pv_at(o, ldo, p, ldp, nh, (const void *const *)rows, nu, n, 0);
+}
+static void vec_attn_pv_pairs_avx2(float *restrict o, int ldo, const float *restrict p, int ldp, int nh,
+                                   const uint16_t *const *rows, int nu, int n) {
+  pv_at(o, ldo, p, ldp, nh, (const void *const *)rows, nu, n, 1);
 }
 
 /* lanes i < k set (k in 0..8): the tail's load and store mask */
