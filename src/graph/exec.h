@@ -28,7 +28,7 @@ typedef struct dsi_fctx {
   float *rope_cos, *rope_sin; /* [max_context, rope/2] */
   int kv_pairs;          /* the latent cache holds bf16 pair rows (tensor/paged.h) */
   int attn_bf16;         /* ... and the attention multiplies them as bf16 (AMX), q and P rounded;
-                            else in f32, the rows widened as they are read */
+                            else in f32, over their values exactly widened (kernels/attn.h) */
   dsi_mat *uk, *uv;      /* [layers * H] per-head panels of W_UK^T and W_UV */
   struct dsi_mla_prefill *mla; /* the non-absorbed prefill form (packed models), or NULL */
   int exp_lo, exp_hi;    /* the routed experts this rank runs (expert parallel; else all) */

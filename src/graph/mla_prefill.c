@@ -451,7 +451,10 @@ static void gather_latents(const naive_job *j, int c0, int nb, uint16_t *tiles, 
   for (long u = a; u < e; u++) {
     int32_t slot = dsi_paged_slot(seg->table, bs, (int)(c0 + u));
     float *dst = j->b->lat + (size_t)u * p->row;
-    if (seg->pairs) {
+    if (seg->pairs && !(slot & 1) && u + 1 < e) { /* a whole pair (block sizes are even): both rows at once */
+      v->pair_to_f32(seg->pairs + dsi_paged_pair_at(p->row, slot), p->row, dst, dst + p->row);
+      u++;
+    } else if (seg->pairs) {
       const uint16_t *src = seg->pairs + dsi_paged_pair_at(p->row, slot);
       for (int c = 0; c < p->row; c++) dst[c] = dsi_bf16_to_f32(src[2 * c]);
     } else if (j->mm->act_bf16) {

@@ -289,8 +289,8 @@ static dsi_op_ws ws_attn_qlat_out(const dsi_fctx *f, const dsi_op *op, int T) {
                      dsi_mm_thread_bytes(H, w->kpad)};
 }
 
-/* The attention core for one token and a group of heads in f32 (the pair
- * rows widened, or f32 rows): the cache is read once per group
+/* The attention core for one token and a group of heads in f32 (over the
+ * bf16 pair rows' values, or f32 rows): the cache is read once per group
  * (dsi_attn_rows_run), so groups are as
  * large as the workers allow, up to this many heads (V3's 64: their
  * queries, sums and a block of the cache, 430 KB, stay in L2). */
@@ -404,8 +404,8 @@ static void core_tokens(dsi_xrun *r, const dsi_op *op, dsi_team *tm, const core_
  * can see. It multiplies what the per-token path (core_tokens) multiplies,
  * so a token's result does not depend on whether its chunk made a
  * segment: bf16 latents, queries and probabilities where the attention
- * multiplies in bf16 (attn_bf16), else the cache's values (bf16 pairs
- * widened, or f32 rows) and f32 queries and probabilities, unrounded. */
+ * multiplies in bf16 (attn_bf16), else the cache's values (bf16 pairs'
+ * or f32 rows') and f32 queries and probabilities, unrounded. */
 static void core_segment(dsi_xrun *r, const dsi_op *op, dsi_team *tm, const core_bufs *cb, dsi_mm_thread th, int ts,
                          int L) {
   const dsi_fctx *f = r->f;

@@ -1,6 +1,7 @@
 /* kernels: a token's absorbed attention in f32 over the latent cache (bf16
- * pair rows widened block by block, or f32 rows), an online softmax in
- * blocks of positions on a level's vector primitives (see attn.h). */
+ * pair rows, read as they lie or widened block by block, or f32 rows), an
+ * online softmax in blocks of positions on a level's vector primitives
+ * (see attn.h). */
 #include "kernels/attn.h"
 #include "base/base.h"
 #include "kernels/vec.h"
@@ -16,7 +17,7 @@ void dsi_attn_rows_run(const dsi_vec_ops *v, const dsi_attn_rows *a, const float
   float *s = ws, *m = s + (size_t)nh * B, *l = m + nh, *wide = l + nh; /* wide: [B][row] */
   const float **rows = (const float **)(wide + (size_t)B * a->row);
   /* the pair rows read as they are where the level can and one group of
-   * heads reads them (each 8 columns a shift or a mask, 1.04-1.07x the
+   * heads reads them (each 8 columns a shift or a mask, 1.04-1.10x the
    * widened rows at 8 heads on a Zen 3); widened once into f32 rows for
    * more groups, each of which would repeat the shifts */
   const uint16_t **prow = (const uint16_t **)rows;

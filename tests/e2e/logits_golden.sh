@@ -2,7 +2,8 @@
 # e2e: `dsinfer logits` on every golden checkpoint — prefill, --decode,
 # --chunk and several sequences in one batch — against the official
 # reference's logits (tolerance 1e-5 relative per row, as in test_golden),
-# in both weight layouts; and with bf16 activations by top-1 agreement.
+# in both weight layouts; and with bf16 activations, or the bf16 KV cache,
+# by top-1 agreement.
 set -euo pipefail
 bin=$1 scratch=$2 cmp=$3
 rm -rf "$scratch"; mkdir -p "$scratch"
@@ -34,5 +35,8 @@ for dir in golden/*/; do
   # top-1 agreement with the reference, not elementwise
   "$bin" logits --precision bf16 --model "$dir/model" --tokens "$toks" --out "$scratch/$c.bf16.f32"
   "$cmp" "$scratch/$c.bf16.f32" "$ref" "$V" --top1 0.9
+  # the bf16 KV cache (the default but under --precision f32), f32 otherwise: likewise
+  "$bin" logits --precision f32 --kv-dtype bf16 --model "$dir/model" --tokens "$toks" --out "$scratch/$c.kvbf16.f32"
+  "$cmp" "$scratch/$c.kvbf16.f32" "$ref" "$V" --top1 0.9
 done
 echo "logits_golden: all modes match the reference"

@@ -52,11 +52,6 @@ static inline float fold16(__m256 lo, __m256 hi) {
   return _mm_cvtss_f32(_mm_add_ss(c, _mm_movehdup_ps(c)));
 }
 
-/* Three rows and four heads at a time, one half of the 16 lanes: 12
- * chains, each load of q serving three multiply-adds and each load of a
- * row four (two rows and 8 chains: 0.84x the rate on a Zen 3). The halves
- * and head groups are separate passes over the rows (in L1); a last pass
- * short of rows repeats its first row in the others and keeps its own. */
 /* columns i.. i + 7 of a row: f32, or a bf16 pair row's element odd
  * (tensor/paged.h), widened exactly */
 static inline __attribute__((always_inline)) __m256 row8(const void *row, int odd, int i, int pairs) {
@@ -65,6 +60,11 @@ static inline __attribute__((always_inline)) __m256 row8(const void *row, int od
   return _mm256_castsi256_ps(odd ? _mm256_and_si256(w, _mm256_set1_epi32((int)0xffff0000u)) : _mm256_slli_epi32(w, 16));
 }
 
+/* Three rows and four heads at a time, one half of the 16 lanes: 12
+ * chains, each load of q serving three multiply-adds and each load of a
+ * row four (two rows and 8 chains: 0.84x the rate on a Zen 3). The halves
+ * and head groups are separate passes over the rows (in L1); a last pass
+ * short of rows repeats its first row in the others and keeps its own. */
 #define QK_ROWS 3
 static inline __attribute__((always_inline)) void qk_at(float *restrict s, int lds, const float *restrict q, int ldq,
                                                         int nh, const void *const *rows, int nu, int n, float scale,
