@@ -614,8 +614,8 @@ static int pack_mla(dsi_model *m, spec *s) {
   dsi_mat *uk = s->uk_dst, *uv = s->uv_dst, *ukr = s->ukr_dst;
   if (ush.dtype == DSI_DTYPE_F8_E4M3) describe_no_scales(&ush, uk, m->mem + s->off);
   else dsi_pack_describe(&ush, uk, m->mem + s->off);
-  if (s->quant == DSI_DTYPE_I4) dsi_pack_describe_i4(&vsh, uv, m->mem + s->off2, DSI_I4_GROUP);
-  else if (s->quant) dsi_pack_describe_i8(&vsh, uv, m->mem + s->off2);
+  DSI_ASSERT(s->quant != DSI_DTYPE_I4); /* W_UV is INT8 under --quant int4 too (quant_dtype) */
+  if (s->quant) dsi_pack_describe_i8(&vsh, uv, m->mem + s->off2);
   else describe_no_scales(&vsh, uv, m->mem + s->off2);
   describe_no_scales(&ksh, ukr, m->mem + s->off3);
   float *rows = malloc((size_t)nope * kvl * sizeof(float));

@@ -159,8 +159,24 @@ INLINE void fp8_stage(const uint8_t *p, int nan, int n, uint16_t *dst) {
   }
 }
 
-/* one staged (f16) or widened (f32) line: even rows 0-7, 8-15, odd 0-7, 8-15 */
+/* the INT8 line at p as f32: even rows 0-7, 8-15, odd 0-7, 8-15 */
+INLINE void i8_line(const uint8_t *p, __m256 v[4]) {
+  const __m256i u = _mm256_loadu_si256((const __m256i *)p);
+  /* 16-bit lanes hold (even, odd) byte pairs: sign-extend each half */
+  const __m256i e = _mm256_srai_epi16(_mm256_slli_epi16(u, 8), 8), o = _mm256_srai_epi16(u, 8);
+  v[0] = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(e)));
+  v[1] = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(e, 1)));
+  v[2] = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(o)));
+  v[3] = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(o, 1)));
+}
+
+/* one staged (f16), widened (f32) or INT8 line (W_I8_REG: widened here,
+ * as i8_widen widens it): even rows 0-7, 8-15, odd 0-7, 8-15 */
 INLINE void split_line(wkind k, const void *p, __m256 w[4]) {
+  if (k == W_I8_REG) {
+    i8_line(p, w);
+    return;
+  }
   #pragma GCC unroll 8
   for (int q = 0; q < 4; q++) {
     w[q] = k == W_FP8 || k == W_FP8_NN ? _mm256_cvtph_ps(_mm_load_si128((const __m128i *)p + q))
@@ -171,13 +187,19 @@ INLINE void split_line(wkind k, const void *p, __m256 w[4]) {
   }
 }
 
-/* lines [l0, l1) of a panel, staged or widened at buf from line l0 on */
+/* lines [l0, l1) of a panel, staged or widened at buf from line l0 on,
+ * or INT8 lines there as they are (W_I8_REG, at few rows: each line
+ * widened in registers and multiplied at once, without a chunk's trip
+ * through scratch, 4 stores and 4 loads a line that bound the pass at one
+ * row: 1.15-1.27x on W_UV's one-row products, `--quant int8 --precision
+ * f32` decode 1.08-1.40x on a Zen 3; the same values in the same chains) */
 INLINE void run_split(wkind k, int mb, const void *buf, int l0, int l1, int pairs, const float *const *x,
                       __m256 acc[][4]) {
-  const size_t lb = k == W_FP8 || k == W_FP8_NN ? 64 : 128;
+  const size_t lb = k == W_FP8 || k == W_FP8_NN ? 64 : k == W_I8_REG ? 32 : 128;
   const uint8_t *b = (const uint8_t *)buf - (size_t)l0 * lb;
   int full = DSI_MIN(l1, pairs);
   for (int l = l0; l < full; l++) {
+    if (k == W_I8_REG && !(l & 1)) _mm_prefetch((const char *)b + l * lb + PREFETCH_AHEAD, _MM_HINT_T0);
     __m256 v[4];
     split_line(k, b + l * lb, v);
     #pragma GCC unroll 8
@@ -227,16 +249,6 @@ static void fp8_widen(const uint8_t *p, int nan, int n, float *dst) {
  * the AVX-512 INT8 kernel's order too, so the two agree to rounding. A
  * chunk is one block (CHUNK_BYTES of f32 lines), widened once for every
  * activation row. */
-/* the INT8 line at p as f32: even rows 0-7, 8-15, odd 0-7, 8-15 */
-INLINE void i8_line(const uint8_t *p, __m256 v[4]) {
-  const __m256i u = _mm256_loadu_si256((const __m256i *)p);
-  /* 16-bit lanes hold (even, odd) byte pairs: sign-extend each half */
-  const __m256i e = _mm256_srai_epi16(_mm256_slli_epi16(u, 8), 8), o = _mm256_srai_epi16(u, 8);
-  v[0] = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(e)));
-  v[1] = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(e, 1)));
-  v[2] = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(o)));
-  v[3] = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(o, 1)));
-}
 static void i8_widen(const uint8_t *p, int n, float *dst) {
   for (int l = 0; l < n; l++) {
     _mm_prefetch((const char *)p + l * 32 + PREFETCH_AHEAD, _MM_HINT_T0);
@@ -244,32 +256,6 @@ static void i8_widen(const uint8_t *p, int n, float *dst) {
     i8_line(p + l * 32, v);
     #pragma GCC unroll 4
     for (int q = 0; q < 4; q++) _mm256_store_ps(dst + l * 32 + 8 * q, v[q]);
-  }
-}
-
-/* INT8 at few activation rows: each line widened in registers (i8_line)
- * and multiplied at once — the same f32 values in the same chains as
- * i8_widen's lines, without a chunk's trip through memory (4 stores and
- * 4 loads a line, which bound the pass at one row: 1.15-1.27x on W_UV's
- * one-row products, `--quant int8 --precision f32` decode 1.08-1.40x on a
- * Zen 3) */
-INLINE void run_i8(int mb, const uint8_t *w, int l0, int l1, int pairs, const float *const *x, __m256 acc[][4]) {
-  const uint8_t *b = w - (size_t)l0 * 32;
-  for (int l = l0; l < l1; l++) {
-    const uint8_t *p = b + (size_t)l * 32;
-    if (!(l & 1)) _mm_prefetch((const char *)p + PREFETCH_AHEAD, _MM_HINT_T0);
-    __m256 v[4];
-    i8_line(p, v);
-    #pragma GCC unroll 2
-    for (int i = 0; i < mb; i++) {
-      /* odd cols: the last line's second column is padding (as run_split) */
-      const __m256 x0 = _mm256_broadcast_ss(x[i] + 2 * l),
-                   x1 = l < pairs ? _mm256_broadcast_ss(x[i] + 2 * l + 1) : _mm256_setzero_ps();
-      acc[i][0] = _mm256_fmadd_ps(v[0], x0, acc[i][0]);
-      acc[i][1] = _mm256_fmadd_ps(v[1], x0, acc[i][1]);
-      acc[i][2] = _mm256_fmadd_ps(v[2], x1, acc[i][2]);
-      acc[i][3] = _mm256_fmadd_ps(v[3], x1, acc[i][3]);
-    }
   }
 }
 
@@ -291,8 +277,8 @@ INLINE void pass_body(wkind k, int mb, const uint8_t *w, int l0, int l1, int pai
     run_pairs(k, mb, 0, 4, w, l0, l1, pairs, x, acc);
   } else if (k == W_FP8_WIDE || k == W_I8) { /* f32 lines in buf */
     run_split(W_FP8_WIDE, mb, w, l0, l1, pairs, x, acc);
-  } else if (k == W_I8_REG) {
-    run_i8(mb, w, l0, l1, pairs, x, acc);
+  } else if (k == W_I8_REG) { /* the INT8 itself */
+    run_split(W_I8_REG, mb, w, l0, l1, pairs, x, acc);
   } else {
     /* w is the FP8 itself: staged a few lines at a time, the chains kept
      * in registers meanwhile */
