@@ -91,7 +91,7 @@ static int random_packed(dsi_mat *w, dsi_dtype dt, int rows, int cols, void **me
  * the forward runs them (one dispatch per projection over all experts), vs
  * the same two matrices of one expert applied to all 1536 (token, expert)
  * pairs as plain matmuls. Weights are random in the TILES layout. */
-static void bench_grouped(FILE *out, const dsi_kern *k, const dsi_peaks *pk, int nth, int reps, dsi_dtype dt) {
+static void bench_grouped(FILE *out, const dsi_kern *k, const dsi_peaks *pk, int nth, int reps, int act, dsi_dtype dt) {
   enum { G_E = 64, G_T = 256, G_K = 6, G_D = 7168, G_I = 2048 };
   const int P = G_T * G_K;
   dsi_rng r;
@@ -131,7 +131,7 @@ static void bench_grouped(FILE *out, const dsi_kern *k, const dsi_peaks *pk, int
     }
   dsi_pool *pool = dsi_pool_new(nth);
   /* the forward's matmul driver: prepared rows and each thread's lists and scratch in ws */
-  dsi_mm mm = dsi_mm_make(k, DSI_ACT_AUTO, 1, nth);
+  dsi_mm mm = dsi_mm_make(k, act, 1, nth);
   size_t ws_bytes = dsi_mm_run_bytes(nth, G_E, P, G_D, G_D);
   void *ws = dsi_alloc_aligned(ws_bytes);
   float *x = dsi_alloc_aligned((size_t)P * G_D * sizeof(float)), *h = dsi_alloc_aligned((size_t)P * G_I * sizeof(float));
@@ -505,8 +505,9 @@ int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) 
   if (rc) return dsi_errf(err, rc, "cannot allocate the bandwidth test's buffers");
   char model[128];
   cpu_model(model, sizeof model);
-  fprintf(out, "machine: %s, %d threads, isa %s; memory read %.1f GB/s, triad %.1f GB/s; AMX BF16 peak %.0f GFLOP/s (%d cores)\n",
-          model[0] ? model : "CPU model unknown", pk.threads, dsi_isa_str(k->level), pk.read_gbs, pk.triad_gbs,
+  static const char *const act_names[] = {"auto", "f32", "bf16"};
+  fprintf(out, "machine: %s, %d threads, isa %s; precision %s; memory read %.1f GB/s, triad %.1f GB/s; AMX BF16 peak %.0f GFLOP/s (%d cores)\n",
+          model[0] ? model : "CPU model unknown", pk.threads, dsi_isa_str(k->level), act_names[o->precision], pk.read_gbs, pk.triad_gbs,
           pk.amx_bf16_gflops, pk.threads);
   fprintf(out, "vector peaks (12 chains a core, all threads): f32 FMA %.0f GFLOP/s, vdpbf16ps %.0f GFLOP/s, "
                "vpdpbusd %.0f GOP/s, ymm vpmaddwd %.0f GOP/s, ymm vpmaddubsw %.0f GOP/s (0: not on this CPU)\n",
@@ -528,15 +529,15 @@ int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) 
     return DSI_OK;
   }
   if (o->grouped) {
-    if (strstr(o->dtypes ? o->dtypes : "bf16", "bf16")) bench_grouped(out, k, &pk, nth, reps, DSI_DTYPE_BF16);
-    if (strstr(o->dtypes ? o->dtypes : "fp8", "fp8")) bench_grouped(out, k, &pk, nth, reps, DSI_DTYPE_F8_E4M3);
+    if (strstr(o->dtypes ? o->dtypes : "bf16", "bf16")) bench_grouped(out, k, &pk, nth, reps, o->precision, DSI_DTYPE_BF16);
+    if (strstr(o->dtypes ? o->dtypes : "fp8", "fp8")) bench_grouped(out, k, &pk, nth, reps, o->precision, DSI_DTYPE_F8_E4M3);
     return DSI_OK;
   }
   fprintf(out, "%-12s %6s %6s %-5s %5s %9s %8s %6s %9s %6s %10s %7s\n", "shape", "rows", "cols", "dtype", "M", "ms",
           "GB/s", "%bw", "GFLOP/s", "%peak", "blas GF/s", "x blas");
   dsi_pool *pool = dsi_pool_new(nth);
   size_t kmax = 16384 + 64;
-  dsi_mm mm = dsi_mm_make(k, DSI_ACT_AUTO, 1, nth);
+  dsi_mm mm = dsi_mm_make(k, o->precision, 1, nth);
   size_t ws_bytes = dsi_mm_run_bytes(nth, 1, max_m, (int)kmax, (int)kmax);
   void *ws = dsi_alloc_aligned(ws_bytes);
   dsi_gemm_fn picked = NULL;

@@ -136,6 +136,8 @@ int dsi_cli_tok_flags(void);
 int dsi_cli_quant_mode(const char *s);
 /* --kv-dtype's value as DSI_KV_* (NULL: auto); -1 when it is not one */
 int dsi_cli_kv_dtype(const char *s);
+/* --precision's value as DSI_ACT_* (NULL: auto); -1 when it is not one */
+int dsi_cli_precision(const char *s);
 /* check the shared options; *act gets DSI_ACT_*; returns 0 or a usage error's exit code */
 int dsi_cli_check_run_opts(const char *cmd, run_opts *r, int *act);
 /* The processes of this run (main.c: a world of one outside mpirun). */

@@ -24,19 +24,22 @@ static double now(void) {
 /* ---- bench kernels ---- */
 static int bench_kernels(int argc, char **argv) {
   dsi_bench_kernels_opts o = {0};
-  const char *ms = NULL;
+  const char *ms = NULL, *precision = NULL;
   const dsi_opt opts[] = {
     {"--threads", NULL, OPT_INT, &o.n_threads, "threads (default: all cores)", 0, dsi_cli_max_threads()},
     {"--reps", NULL, OPT_INT, &o.reps, "repetitions per measurement, median reported (default 5)", 0, 1000},
     {"--dtypes", NULL, OPT_STR, &o.dtypes, "any of bf16,fp8,int8,int4 (default bf16,fp8)"},
     {"--shape", NULL, OPT_STR, &o.shape, "only this shape: q_a q_b kv_a o expert_up expert_down dense_up lm_head"},
     {"--m", NULL, OPT_STR, &ms, "batch sizes, comma-separated (default 1,4,16,64,256,1024)"},
+    {"--precision", NULL, OPT_STR, &precision, "activations into the matmuls: auto | f32 | bf16, as the model commands take them (default auto)"},
     {"--grouped", NULL, OPT_FLAG, &o.grouped, "the grouped expert matmul (256 tokens, top-6 of 64 V3 experts) vs plain matmuls"},
     {"--attention", NULL, OPT_FLAG, &o.attention, "a decode token's latent attention (V3 widths): f32 rows and bf16 pair rows on the vector primitives, the pairs on AMX"},
     {"--ceilings", NULL, OPT_FLAG, &o.ceilings, "one core's ceilings: the GEMM's tile loop with operands in L1 / L2 / DRAM, the matvec on weights in L2"},
     {0}};
-  int rc = dsi_cli_parse("bench kernels", "[--threads N] [--reps R] [--dtypes L] [--shape S] [--m LIST] [--grouped | --attention | --ceilings]", opts, argc, argv);
+  int rc = dsi_cli_parse("bench kernels", "[--threads N] [--reps R] [--dtypes L] [--shape S] [--m LIST] [--precision P] [--grouped | --attention | --ceilings]", opts, argc, argv);
   if (rc) return rc == 1 ? 0 : 2;
+  if ((o.precision = dsi_cli_precision(precision)) < 0)
+    return dsi_cli_usage_error("bench kernels", "--precision must be auto, f32 or bf16, got '%s'", precision);
   int32_t *mv = NULL;
   if (ms) {
     o.n_ms = dsi_cli_parse_ids("bench kernels", "--m", ms, &mv);
@@ -192,10 +195,8 @@ static int bench_model(int argc, char **argv) {
   if (!model) return dsi_cli_usage_error("bench", "--model is required (or use 'dsinfer bench kernels')");
   if (P < 1 || G < 0 || B < 1 || B > 256 || reps < 1 || threads < 0)
     return dsi_cli_usage_error("bench", "--prompt-len >= 1, --gen-len >= 0, --batch in 1..256, --reps >= 1");
-  int act = DSI_ACT_AUTO;
-  if (precision && !strcmp(precision, "f32")) act = DSI_ACT_F32;
-  else if (precision && !strcmp(precision, "bf16")) act = DSI_ACT_BF16;
-  else if (precision && strcmp(precision, "auto")) return dsi_cli_usage_error("bench", "--precision must be auto, f32 or bf16");
+  int act = dsi_cli_precision(precision);
+  if (act < 0) return dsi_cli_usage_error("bench", "--precision must be auto, f32 or bf16, got '%s'", precision);
   if (op_opt && strcmp(op_opt, "on") && strcmp(op_opt, "off")) return dsi_cli_usage_error("bench", "--op-opt must be on or off");
   if (dsi_cli_quant_mode(quant) < 0) return dsi_cli_usage_error("bench", "--quant must be none, int8 or int4");
   if (dsi_cli_kv_dtype(kv) < 0) return dsi_cli_usage_error("bench", "--kv-dtype must be auto, bf16 or f32");

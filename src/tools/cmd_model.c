@@ -44,12 +44,8 @@ int dsi_cli_check_run_opts(const char *cmd, run_opts *r, int *act) {
   else if (r->exec && strcmp(r->exec, "graph")) return dsi_cli_usage_error(cmd, "--exec must be graph or eager, got '%s'", r->exec);
   if (r->streams != 0 && r->streams != 1 && r->streams != 2)
     return dsi_cli_usage_error(cmd, "--streams must be 1 or 2, got %d", r->streams);
-  *act = DSI_ACT_AUTO;
-  if (r->precision) {
-    if (!strcmp(r->precision, "f32")) *act = DSI_ACT_F32;
-    else if (!strcmp(r->precision, "bf16")) *act = DSI_ACT_BF16;
-    else if (strcmp(r->precision, "auto")) return dsi_cli_usage_error(cmd, "--precision must be auto, f32 or bf16, got '%s'", r->precision);
-  }
+  *act = dsi_cli_precision(r->precision);
+  if (*act < 0) return dsi_cli_usage_error(cmd, "--precision must be auto, f32 or bf16, got '%s'", r->precision);
   return 0;
 }
 
@@ -263,6 +259,10 @@ static void fault_from_env(dsi_dist *d) {
 
 int dsi_cli_quant_mode(const char *s) {
   return !s || !strcmp(s, "none") ? DSI_QUANT_NONE : !strcmp(s, "int8") ? DSI_QUANT_INT8 : !strcmp(s, "int4") ? DSI_QUANT_INT4 : -1;
+}
+
+int dsi_cli_precision(const char *s) {
+  return !s || !strcmp(s, "auto") ? DSI_ACT_AUTO : !strcmp(s, "f32") ? DSI_ACT_F32 : !strcmp(s, "bf16") ? DSI_ACT_BF16 : -1;
 }
 
 int dsi_cli_kv_dtype(const char *s) {

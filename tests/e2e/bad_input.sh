@@ -122,6 +122,7 @@ b=$("$bin" generate --model "$M" --tokens 3,1,4 -n 6 2>/dev/null)
 # ---- bench kernels measures what exists ----
 expect 2 "--shape 'nope' is not one of" -- "$bin" bench kernels --shape nope
 expect 2 "--dtypes: 'f4' is not one of bf16, fp8, int8, int4" -- "$bin" bench kernels --dtypes f4
+expect 2 "--precision must be auto, f32 or bf16, got 'f16'" -- "$bin" bench kernels --precision f16
 
 # ---- mkmodel ----
 out=$("$bin" mkmodel --preset huge --out "$S/huge" 2>&1); rc=$?

@@ -4,7 +4,8 @@
 # and 16 (BF16, FP8, INT4) beside the measured peaks; the ceilings' matvec rates, and where
 # AMX is in use the tile peak, the four stages of the GEMM's tile loop and
 # the GEMM itself; with the ISA capped below AMX, no tile loop. On AVX2
-# the INT4 kernel is set beside the vpmaddubsw peak.
+# the INT4 kernel is set beside the vpmaddubsw peak. INT8 under --precision
+# f32 runs a kernel on f32 activations.
 set -euo pipefail
 bin=$1 scratch=$2
 rm -rf "$scratch"; mkdir -p "$scratch"
@@ -25,6 +26,20 @@ if grep -q "isa avx2;" "$scratch/table.txt"; then # AVX2's INT4 judged by its ow
   peak=$(grep -o "ymm vpmaddubsw [0-9]* GOP/s" "$scratch/table.txt" | awk '{ print $3 }')
   [ "${peak:-0}" -gt 0 ] || fail "no vpmaddubsw peak" "" "$scratch/table.txt"
   grep -q "kv_a .* int4 .*(avx2-int4; peak vpmaddubsw)" "$scratch/table.txt" || fail "int4 not beside vpmaddubsw" "" "$scratch/table.txt"
+fi
+# --precision picks the activations as the model commands do: INT8 weights
+# on int8 ones by default where the integer kernel is the fastest (AVX2),
+# and on the f32 kernel (weights widened in registers) under f32
+"$bin" bench kernels --shape kv_a --m 1,4 --dtypes int8 --reps 1 --precision f32 > "$scratch/f32.txt"
+grep -q "; precision f32;" "$scratch/f32.txt" || fail "precision not printed" "" "$scratch/f32.txt"
+for m in 1 4; do
+  line=$(awk -v m=$m '$1 == "kv_a" && $4 == "int8" && $5 == m' "$scratch/f32.txt")
+  awk '{ exit !($6 > 0 && $7 > 0 && $9 > 0) }' <<< "$line" || fail "kv_a int8 f32 M=$m: $line" "" "$scratch/f32.txt"
+  ! grep -q "int8" <<< "${line##*(}" || fail "f32 activations on an int8 kernel: $line" "" "$scratch/f32.txt"
+done
+if grep -q "isa avx2;" "$scratch/table.txt"; then
+  "$bin" bench kernels --shape kv_a --m 4 --dtypes int8 --reps 1 > "$scratch/auto.txt"
+  grep -q "kv_a .* int8 .*(avx2-int8; peak vpmaddwd)" "$scratch/auto.txt" || fail "auto: not the int8 kernel" "" "$scratch/auto.txt"
 fi
 for dt in bf16 fp8 int4; do
   for m in 1 16; do
