@@ -179,11 +179,14 @@ static void bench_grouped(FILE *out, const dsi_kern *k, const dsi_peaks *pk, int
      * reuse one expert's weights from cache and have no such bound) */
     double wgbs = wbytes / dsi_median(tg, n) * 1e-9;
     double g_max = pk->read_gbs > 0 ? flops / (wbytes / (pk->read_gbs * 1e9)) * 1e-9 : 0;
+    /* the matrix peak of the level the matmuls run at (the FMA's for f32 activations) */
+    const char *pname;
+    double mpeak = dsi_matrix_peak(pk, act == DSI_ACT_F32 ? "avx2" : dsi_isa_str(k->level), &pname);
     fprintf(out, "grouped experts (%s): %d tokens top-%d over %d experts (%d..%d tokens each) at V3 expert dims: "
-                 "%.0f GFLOP/s (%.0f%% of AMX peak); plain matmuls of the same FLOPs: %.0f GFLOP/s; "
+                 "%.0f GFLOP/s (%.0f%% of the %s peak); plain matmuls of the same FLOPs: %.0f GFLOP/s; "
                  "grouped/plain %.0f%%\n",
-            dt == DSI_DTYPE_BF16 ? "bf16" : "fp8", G_T, G_K, G_E, lo, hi, g,
-            pk->amx_bf16_gflops > 0 ? 100 * g / pk->amx_bf16_gflops : 0, pl, 100 * g / pl);
+            dt == DSI_DTYPE_BF16 ? "bf16" : "fp8", G_T, G_K, G_E, lo, hi, g, mpeak > 0 ? 100 * g / mpeak : 0, pname, pl,
+            100 * g / pl);
     fprintf(out, "  weights: %.2f GB read at %.1f GB/s = %.0f%% of memory read %.1f GB/s; at the memory limit "
                  "grouped would reach %.0f GFLOP/s, grouped/plain %.0f%% (achieved %.0f%% of that bound)\n",
             wbytes * 1e-9, wgbs, pk->read_gbs > 0 ? 100 * wgbs / pk->read_gbs : 0, pk->read_gbs, g_max,

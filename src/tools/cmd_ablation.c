@@ -367,7 +367,7 @@ int dsi_bench_ablation(const dsi_bench_ablation_opts *o) {
            r->rss / 1e6, 100 * r->disp_dec, 100 * r->disp_pre, 100 * r->compute_util, 100 * r->bw_util, g);
   }
   printf("dispatch: share of decode step wall time outside any op (prefill in parentheses); compute: prefill\n"
-         "FLOP/s / AMX peak; bw: decode bytes moved / read bandwidth; gain: over the stage before.\n");
+         "FLOP/s / the %s peak; bw: decode bytes moved / read bandwidth; gain: over the stage before.\n", pname);
   const dsi_plan_info *pl = &res[N_STAGES - 1].plan_dec;
   printf("graph plan at batch %d: bucket %d, %d ops (%d fused away), %d waits; activation arena %.2f MB "
          "planned vs %.2f MB for every intermediate on its own\n",

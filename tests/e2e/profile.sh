@@ -96,6 +96,9 @@ for (const s of a) {
 ' "$scratch/abl.json"
 "$bin" bench --model "$model" --ablation --prompt-len 8 --gen-len 1 --reps 1 --threads 2 > "$scratch/abl.txt" 2>/dev/null
 grep -q "graph plan at batch 1" "$scratch/abl.txt"
+# the compute column is set beside the peak the header measured, named the same
+pname=$(sed -n 's/^peaks: read [0-9.]* GB\/s, \(.*\) [0-9]* GFLOP\/s.*/\1/p' "$scratch/abl.txt")
+[ -n "$pname" ] && grep -q "FLOP/s / the $pname peak" "$scratch/abl.txt" || { echo "ablation: peak '$pname' not named in the legend"; cat "$scratch/abl.txt"; exit 1; }
 # a trace that cannot be written is an error that names the file
 if "$bin" profile --model "$model" --prompt-len 4 --gen-len 1 --no-peaks --out /nonexistent/t.json > /dev/null 2> "$scratch/err.txt"; then
   echo "profile into a missing folder succeeded"; exit 1
