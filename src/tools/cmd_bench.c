@@ -280,13 +280,15 @@ static int bench_model(int argc, char **argv) {
     double mpeak = dsi_engine_matrix_peak(e, &pk, &mname);
     double pre_gf = pre_flops * p / ((double)P * B) * 1e-9;
     if (json) {
-      printf("{\"model\":\"%s\",\"weight_dtype\":\"%s\",\"prompt_len\":%d,\"gen_len\":%d,\"batch\":%d,\"reps\":%d,"
+      printf("{\"model\":");
+      dsi_cli_json_string(stdout, model);
+      printf(",\"weight_dtype\":\"%s\",\"prompt_len\":%d,\"gen_len\":%d,\"batch\":%d,\"reps\":%d,"
              "\"prefill_tokens_per_s\":%.2f,\"decode_tokens_per_s\":%.3f,\"ms_per_token\":%.3f,"
              "\"peak_rss_bytes\":%zu,\"threads\":%d,\"isa\":\"%s\",\"kv_dtype\":\"%s\",\"active_bytes_per_token\":%zu,"
              "\"read_bandwidth_gbs\":%.2f,\"roofline_decode_tokens_per_s\":%.3f,\"decode_roofline_fraction\":%.3f,"
              "\"prefill_gflops\":%.1f,\"matrix_peak\":\"%s\",\"matrix_peak_gflops\":%.1f,\"prefill_peak_fraction\":%.3f,"
              "\"load_s\":%.3f",
-             model, info.weight_dtype, P, G, B, reps, p, d, ms, dsi_peak_rss(), pk.threads, dsi_engine_isa(e),
+             info.weight_dtype, P, G, B, reps, p, d, ms, dsi_peak_rss(), pk.threads, dsi_engine_isa(e),
              dsi_engine_kv_dtype(e), info.active_bytes_per_token, pk.read_gbs, roof, d / B / roof, pre_gf, mname, mpeak,
              mpeak > 0 ? pre_gf / mpeak : 0, load_s);
       if (ranks > 1) comm_report(&cfg, &par, e, 1);

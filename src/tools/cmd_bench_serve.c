@@ -218,12 +218,14 @@ int dsi_cmd_bench_serve(int argc, char **argv) {
   double hit = q ? (double)h / q : 0;
   double step_s = st.step_seconds - st0.step_seconds, fwd_s = st.forward_seconds - st0.forward_seconds;
   if (json) {
-    printf("{\"model\":\"%s\",\"requests\":%d,\"concurrency\":%d,\"rate\":%g,\"prompt_len\":%d,\"gen_len\":%d,"
+    printf("{\"model\":");
+    dsi_cli_json_string(stdout, model);
+    printf(",\"requests\":%d,\"concurrency\":%d,\"rate\":%g,\"prompt_len\":%d,\"gen_len\":%d,"
            "\"shared_prefix\":%d,\"threads\":%d,\"isa\":\"%s\",\"output_tokens_per_s\":%.3f,\"ttft_p50_s\":%.4f,"
            "\"ttft_p99_s\":%.4f,\"itl_p50_s\":%.5f,\"itl_p99_s\":%.5f,\"e2e_p50_s\":%.4f,\"e2e_p99_s\":%.4f,"
            "\"mean_batch\":%.2f,\"mean_batch_tokens\":%.1f,\"prefix_hit_rate\":%.4f,\"preemptions\":%ld,"
            "\"step_s\":%.3f,\"forward_s\":%.3f,\"wall_s\":%.3f}\n",
-           model, submitted, conc, rate, L, G, P, ro.threads ? ro.threads : dsi_default_threads(), dsi_engine_isa(e), tps,
+           submitted, conc, rate, L, G, P, ro.threads ? ro.threads : dsi_default_threads(), dsi_engine_isa(e), tps,
            pct(ttft, submitted, 0.5), pct(ttft, submitted, 0.99), pct(itl, (int)n_itl, 0.5), pct(itl, (int)n_itl, 0.99),
            pct(e2e, submitted, 0.5), pct(e2e, submitted, 0.99), mean_batch, steps ? (double)(st.batch_tokens_mean * st.steps - st0.batch_tokens_mean * st0.steps) / steps : 0,
            hit, st.preemptions - st0.preemptions, step_s, fwd_s, wall);

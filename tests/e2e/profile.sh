@@ -80,6 +80,18 @@ if (!["AMX BF16", "vdpbf16ps", "f32 FMA"].includes(j.matrix_peak)) fail("matrix 
 if (Math.abs(j.prefill_peak_fraction - j.prefill_gflops / j.matrix_peak_gflops) > 1e-3) fail("fraction is not the ratio");
 if (!(j.load_s > 0 && j.load_s < 600)) fail("no load time");
 ' "$scratch/bench_out.json"
+# a model path with a quote, a backslash and a tab stays one JSON string
+odd="$scratch/m\"q\\b	t"
+ln -s "$(cd "$model" && pwd)" "$odd"
+"$bin" bench --model "$odd" --prompt-len 8 --gen-len 2 --reps 1 --threads 2 --json > "$scratch/odd_bench.json" 2>/dev/null
+"$bin" bench serve --model "$odd" --requests 2 --concurrency 1 --prompt-len 8 --gen-len 2 --threads 2 --json \
+  > "$scratch/odd_serve.json" 2>/dev/null
+for f in odd_bench odd_serve; do
+  node -e '
+const j = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+if (j.model !== process.argv[2]) { console.error("model " + JSON.stringify(j.model) + " for " + JSON.stringify(process.argv[2])); process.exit(1); }
+' "$scratch/$f.json" "$odd"
+done
 # the ablation: one JSON object per stage, in the study's order, with the fields
 "$bin" bench --model "$model" --ablation --prompt-len 20 --gen-len 2 --reps 1 --threads 2 --json > "$scratch/abl.json" 2>/dev/null
 node -e '
