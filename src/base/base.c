@@ -92,6 +92,24 @@ static void *json_malloc(size_t n) {
   return p;
 }
 static void json_hooks(void) { cJSON_InitHooks(&(cJSON_Hooks){.malloc_fn = json_malloc, .free_fn = free}); }
+void dsi_json_put_str(FILE *f, const char *s, size_t n) {
+  fputc('"', f);
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)s[i];
+    switch (c) {
+    case '"': fputs("\\\"", f); break;
+    case '\\': fputs("\\\\", f); break;
+    case '\n': fputs("\\n", f); break;
+    case '\r': fputs("\\r", f); break;
+    case '\t': fputs("\\t", f); break;
+    default:
+      if (c < 0x20) fprintf(f, "\\u%04x", c);
+      else fputc(c, f);
+    }
+  }
+  fputc('"', f);
+}
+
 void dsi_json_oom_clear(void) {
   static pthread_once_t once = PTHREAD_ONCE_INIT;
   pthread_once(&once, json_hooks);

@@ -51,6 +51,10 @@ void dsi_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3
  * NULL or before using the tree. */
 void dsi_json_oom_clear(void);
 int dsi_json_oom(void); /* a cJSON allocation of this thread failed since the clear */
+/* n bytes at s as a JSON string literal on f, quotes included: '"', '\\'
+ * and the control characters escaped, other bytes as they are (a name or
+ * a path may hold any of them) */
+void dsi_json_put_str(FILE *f, const char *s, size_t n);
 /* 64-byte aligned, zeroed; NULL on failure. Free with dsi_free_aligned.
  * From 4 MiB on, a mapping of its own, with huge pages advised when huge
  * is set (dsi_alloc_aligned: always). */

@@ -156,19 +156,9 @@ static double step_ops_time(const dsi_prof *p, const prof_step *s) {
 }
 
 /* ---- Chrome trace ---- */
-static void json_str(FILE *f, const char *s) {
-  fputc('"', f);
-  for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-    if (*c == '"' || *c == '\\') fprintf(f, "\\%c", *c);
-    else if (*c < 0x20) fprintf(f, "\\u%04x", *c);
-    else fputc(*c, f);
-  }
-  fputc('"', f);
-}
-
 static void thread_name(FILE *f, int tid, const char *name) {
   fprintf(f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{\"name\":", tid);
-  json_str(f, name);
+  dsi_json_put_str(f, name, strlen(name));
   fprintf(f, "}},\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{\"sort_index\":%d}},\n",
           tid, tid);
 }
@@ -197,8 +187,9 @@ int dsi_prof_write_trace(const dsi_prof *p, const char *path, dsi_err *err) {
     while (k < p->n_steps && p->steps[k].span1 <= i) k++;
     const char *phase = k < p->n_steps && i >= p->steps[k].span0 ? (p->steps[k].prefill ? "prefill" : "decode") : "none";
     const prof_op *op = s->op >= 0 ? &p->ops[s->op] : NULL;
+    const char *name = op ? op->name : "(unnamed)";
     fprintf(f, "{\"name\":");
-    json_str(f, op ? op->name : "(unnamed)");
+    dsi_json_put_str(f, name, strlen(name));
     fprintf(f, ",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":1,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"layer\":%d,"
                "\"flops\":%.0f,\"weight_bytes\":%.0f,\"act_bytes\":%.0f,\"bytes\":%.0f,\"phase\":\"%s\",\"op\":%d,"
                "\"worker\":%d,\"out\":\"%s\"}},\n",

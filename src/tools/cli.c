@@ -105,16 +105,6 @@ FILE *dsi_cli_open_input(const char *cmd, const char *path) {
   return f;
 }
 
-void dsi_cli_json_string(FILE *f, const char *s) {
-  fputc('"', f);
-  for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-    if (*c == '"' || *c == '\\') fprintf(f, "\\%c", *c);
-    else if (*c < 0x20 || *c == 0x7f) fprintf(f, "\\u%04x", *c);
-    else fputc(*c, f);
-  }
-  fputc('"', f);
-}
-
 int dsi_cli_finish_output(const char *cmd) {
   errno = 0;
   int bad = fflush(stdout) != 0 || ferror(stdout);

@@ -42,9 +42,6 @@ int dsi_cli_parse_ids(const char *cmd, const char *flag, const char *s, int32_t 
  * after printing why. */
 #include <stdio.h>
 FILE *dsi_cli_open_input(const char *cmd, const char *path);
-/* s as a JSON string literal on f, quotes included: '"', '\\' and the
- * control characters escaped (a path may hold any of them) */
-void dsi_cli_json_string(FILE *f, const char *s);
 /* The most worker threads an option may ask for: 8 per core. */
 int dsi_cli_max_threads(void);
 /* Flush stdout and check that everything written reached it: 0, or 1

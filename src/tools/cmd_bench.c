@@ -281,7 +281,7 @@ static int bench_model(int argc, char **argv) {
     double pre_gf = pre_flops * p / ((double)P * B) * 1e-9;
     if (json) {
       printf("{\"model\":");
-      dsi_cli_json_string(stdout, model);
+      dsi_json_put_str(stdout, model, strlen(model));
       printf(",\"weight_dtype\":\"%s\",\"prompt_len\":%d,\"gen_len\":%d,\"batch\":%d,\"reps\":%d,"
              "\"prefill_tokens_per_s\":%.2f,\"decode_tokens_per_s\":%.3f,\"ms_per_token\":%.3f,"
              "\"peak_rss_bytes\":%zu,\"threads\":%d,\"isa\":\"%s\",\"kv_dtype\":\"%s\",\"active_bytes_per_token\":%zu,"

@@ -219,7 +219,7 @@ int dsi_cmd_bench_serve(int argc, char **argv) {
   double step_s = st.step_seconds - st0.step_seconds, fwd_s = st.forward_seconds - st0.forward_seconds;
   if (json) {
     printf("{\"model\":");
-    dsi_cli_json_string(stdout, model);
+    dsi_json_put_str(stdout, model, strlen(model));
     printf(",\"requests\":%d,\"concurrency\":%d,\"rate\":%g,\"prompt_len\":%d,\"gen_len\":%d,"
            "\"shared_prefix\":%d,\"threads\":%d,\"isa\":\"%s\",\"output_tokens_per_s\":%.3f,\"ttft_p50_s\":%.4f,"
            "\"ttft_p99_s\":%.4f,\"itl_p50_s\":%.5f,\"itl_p99_s\":%.5f,\"e2e_p50_s\":%.4f,\"e2e_p99_s\":%.4f,"

@@ -415,11 +415,11 @@ int dsi_cmd_plan(int argc, char **argv) {
   const char *target_name = preset ? preset : model;
   if (json) {
     printf("{\"calibration\":{\"model\":");
-    dsi_cli_json_string(stdout, model);
+    dsi_json_put_str(stdout, model, strlen(model));
     printf(",\"dtype\":\"%s\",\"threads\":%d,\"isa\":\"%s\",\"read_gbs\":%.2f,"
            "\"prefill_tokens_per_s\":%.2f,\"decode_tokens_per_s\":%.3f},\"target\":",
            k.dtype, k.threads, k.isa, k.read_gbs, k.pre_tps, k.dec_tps);
-    dsi_cli_json_string(stdout, target_name);
+    dsi_json_put_str(stdout, target_name, strlen(target_name));
     printf(",\"nodes\":%d,\"mem_bw_gbs\":%.2f,"
            "\"link_bw_gbs\":%.2f,\"link_latency_us\":%.1f,\"colocated\":%s,\"rank_share\":%.3f,\"rank_share_bw\":%.3f,\"rank_occupancy\":%.3f,\"prompt_len\":%d,\"batch\":%d,\"lm_head\":\"%s\",\"layouts\":[",
            K, tg.mem_bw, tg.link_bw,

@@ -165,24 +165,6 @@ static int json_ids(const char *s, int32_t **ids, size_t *n, size_t *cap) {
   return *p ? -1 : 0;
 }
 
-static void print_json_string(FILE *f, const char *s, size_t n) {
-  fputc('"', f);
-  for (size_t i = 0; i < n; i++) {
-    unsigned char c = (unsigned char)s[i];
-    switch (c) {
-    case '"': fputs("\\\"", f); break;
-    case '\\': fputs("\\\\", f); break;
-    case '\n': fputs("\\n", f); break;
-    case '\r': fputs("\\r", f); break;
-    case '\t': fputs("\\t", f); break;
-    default:
-      if (c < 0x20) fprintf(f, "\\u%04x", c);
-      else fputc(c, f);
-    }
-  }
-  fputc('"', f);
-}
-
 /* a text file to encode or a corpus: a regular file of at most 1 GiB */
 #define TEXT_FILE_MAX ((size_t)1 << 30)
 static int read_all(const char *path, char **out, size_t *len, dsi_err *err) {
@@ -359,7 +341,7 @@ int dsi_cmd_detokenize(int argc, char **argv) {
       fprintf(stderr, "dsinfer %s: %s\n", cmd, err.msg);
       rc = 1;
     } else {
-      if (json) print_json_string(stdout, text.p, text.n);
+      if (json) dsi_json_put_str(stdout, text.p, text.n);
       else if (!live) fwrite(text.p, 1, text.n, stdout);
       fputc('\n', stdout);
     }
@@ -384,7 +366,7 @@ int dsi_cmd_detokenize(int argc, char **argv) {
           rc = 1;
           break;
         }
-        print_json_string(stdout, text.p, text.n);
+        dsi_json_put_str(stdout, text.p, text.n);
         fputc('\n', stdout);
       }
       if (!rc && ferror(f)) {
@@ -621,7 +603,7 @@ int dsi_cmd_bench_tokenizer(int argc, char **argv) {
     goto done;
   }
   for (size_t d = 0; d < c.n; d++) {
-    print_json_string(f, c.doc[d], c.len[d]);
+    dsi_json_put_str(f, c.doc[d], c.len[d]);
     fputc('\n', f);
   }
   fclose(f);
