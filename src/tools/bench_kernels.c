@@ -179,9 +179,10 @@ static void bench_grouped(FILE *out, const dsi_kern *k, const dsi_peaks *pk, int
      * reuse one expert's weights from cache and have no such bound) */
     double wgbs = wbytes / dsi_median(tg, n) * 1e-9;
     double g_max = pk->read_gbs > 0 ? flops / (wbytes / (pk->read_gbs * 1e9)) * 1e-9 : 0;
-    /* the matrix peak of the level the matmuls run at (the FMA's for f32 activations) */
+    /* the matrix peak of the level the matmuls run at, as the engine sets it (the FMA's unless
+     * the driver rounds activations to bf16) */
     const char *pname;
-    double mpeak = dsi_matrix_peak(pk, act == DSI_ACT_F32 ? "avx2" : dsi_isa_str(k->level), &pname);
+    double mpeak = dsi_matrix_peak(pk, (dsi_mm_act(&mm) & DSI_ACT_RED_BF16) ? dsi_isa_str(k->level) : "f32", &pname);
     fprintf(out, "grouped experts (%s): %d tokens top-%d over %d experts (%d..%d tokens each) at V3 expert dims: "
                  "%.0f GFLOP/s (%.0f%% of the %s peak); plain matmuls of the same FLOPs: %.0f GFLOP/s; "
                  "grouped/plain %.0f%%\n",
