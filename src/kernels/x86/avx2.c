@@ -14,9 +14,10 @@
  * the even and the odd columns each sum in one f32 chain, line by line (a
  * line is one column pair of a 16-row panel) in column order, and the two
  * are added at the end — for FP8 at the end of each scale block, the sum
- * then scaled into a running total. F32 and BF16 lines are held as four
- * vectors of (row, even, row, odd) lanes times (x[2l], x[2l+1]) broadcast;
- * FP8 lines as even and odd halves of 8 rows times x[2l] and x[2l+1]: the
+ * then scaled into a running total. F32 and BF16 lines, and FP8 and INT8
+ * lines widened to f32, are held as four vectors of (row, even, row, odd)
+ * lanes times (x[2l], x[2l+1]) broadcast; FP8 lines staged as f16 (one or
+ * two rows) as even and odd halves of 8 rows times x[2l] and x[2l+1]: the
  * same chains in other lanes. */
 
 /* the kernel bodies take the weight kind and row count as constants and
@@ -29,9 +30,9 @@ typedef enum {
   W_FP8,      /* even/odd lanes, staged as f16 a few lines at a time */
   W_FP8_NN,   /* the same, of weights known to hold no NaN byte: staged
                  without the NaN check (8 of a line's 13 operations) */
-  W_FP8_WIDE, /* even/odd lanes, widened to f32 a chunk at a time */
-  W_I8,       /* even/odd lanes, widened to f32 a chunk at a time */
-  W_I8_REG,   /* the same lanes, widened in registers line by line (few rows) */
+  W_FP8_WIDE, /* pair lanes, widened to f32 a chunk at a time */
+  W_I8,       /* pair lanes, widened to f32 a chunk at a time */
+  W_I8_REG,   /* pair lanes, widened in registers line by line (few rows) */
 } wkind;
 
 /* activation rows one pass over a panel serves: 4 accumulators each, with
@@ -62,7 +63,13 @@ typedef enum {
 /* vectors [q0, q0 + nq) of the line at p into w[0..nq): all four (rows
  * 0-15), or half a line (q0 = 2h, nq = 2: rows 8h..8h+7) */
 INLINE void pair_line(wkind k, const uint8_t *p, int q0, int nq, __m256 w[4]) {
-  if (k == W_BF16) {
+  if (k == W_I8_REG) {
+    /* a line's bytes are (even, odd) pairs of rows 0-15 in order: 8 of
+     * them sign-extended are 4 rows' pair lanes */
+    #pragma GCC unroll 4
+    for (int j = 0; j < nq; j++)
+      w[j] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8 * (q0 + j)))));
+  } else if (k == W_BF16) {
     /* bf16 to f32 is a 16-bit shift: interleave zeros below each value;
      * the unpacks work within 128-bit lanes, so w[0] holds rows 0,1,4,5 and
      * w[1] rows 2,3,6,7 (back in order after the final hadd) */
@@ -77,9 +84,9 @@ INLINE void pair_line(wkind k, const uint8_t *p, int q0, int nq, __m256 w[4]) {
     #pragma GCC unroll 8
     for (int j = 0; j < nq; j++) w[j] = _mm256_loadu_ps((const float *)p + 8 * (q0 + j));
   }
-  /* half lines: in registers, not loaded again by every row's FMA (as in
-   * split_line) */
-  if (nq == 2) __asm__("" : "+x"(w[0]), "+x"(w[1]));
+  /* in registers, not loaded again by every row's FMA (as in split_line) */
+  #pragma GCC unroll 8
+  for (int j = 0; j < nq; j++) __asm__("" : "+x"(w[j]));
 }
 
 /* (x[0], x[1]) in every lane pair; x need not be 8-byte aligned */
@@ -94,12 +101,12 @@ static inline __m256 pair_bcast(const float *x) {
  * even column */
 INLINE void run_pairs(wkind k, int mb, int q0, int nq, const uint8_t *w, int l0, int l1, int pairs,
                       const float *const *x, __m256 acc[][4]) {
-  const size_t lb = k == W_BF16 ? 64 : 128;
+  const size_t lb = k == W_I8_REG ? 32 : k == W_BF16 ? 64 : 128;
   const uint8_t *b = w - (size_t)l0 * lb;
   int full = DSI_MIN(l1, pairs);
   for (int l = l0; l < full; l++) {
     const uint8_t *p = b + l * lb;
-    if (q0 == 0) /* the first pass over the lines */
+    if (q0 == 0 && (lb >= 64 || !(l & 1))) /* the first pass over the lines, a cache line at a time */
       for (size_t o = 0; o < lb; o += 64) _mm_prefetch((const char *)p + PREFETCH_AHEAD + o, _MM_HINT_T0);
     __m256 v[4];
     pair_line(k, p, q0, nq, v);
@@ -159,49 +166,25 @@ INLINE void fp8_stage(const uint8_t *p, int nan, int n, uint16_t *dst) {
   }
 }
 
-/* the INT8 line at p as f32: even rows 0-7, 8-15, odd 0-7, 8-15 */
-INLINE void i8_line(const uint8_t *p, __m256 v[4]) {
-  const __m256i u = _mm256_loadu_si256((const __m256i *)p);
-  /* 16-bit lanes hold (even, odd) byte pairs: sign-extend each half */
-  const __m256i e = _mm256_srai_epi16(_mm256_slli_epi16(u, 8), 8), o = _mm256_srai_epi16(u, 8);
-  v[0] = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(e)));
-  v[1] = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(e, 1)));
-  v[2] = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(o)));
-  v[3] = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(o, 1)));
-}
-
-/* one staged (f16), widened (f32) or INT8 line (W_I8_REG: widened here,
- * as i8_widen widens it): even rows 0-7, 8-15, odd 0-7, 8-15 */
-INLINE void split_line(wkind k, const void *p, __m256 w[4]) {
-  if (k == W_I8_REG) {
-    i8_line(p, w);
-    return;
-  }
+/* one staged (f16) line: even rows 0-7, 8-15, odd 0-7, 8-15 */
+INLINE void split_line(const void *p, __m256 w[4]) {
   #pragma GCC unroll 8
   for (int q = 0; q < 4; q++) {
-    w[q] = k == W_FP8 || k == W_FP8_NN ? _mm256_cvtph_ps(_mm_load_si128((const __m128i *)p + q))
-                      : _mm256_loadu_ps((const float *)p + 8 * q);
+    w[q] = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)p + q));
     /* in a register: GCC 12 otherwise folds the load into every row's
      * FMA, and the loads, twice the FMAs, bound the pass on a Zen 3 */
     __asm__("" : "+x"(w[q]));
   }
 }
 
-/* lines [l0, l1) of a panel, staged or widened at buf from line l0 on,
- * or INT8 lines there as they are (W_I8_REG, at few rows: each line
- * widened in registers and multiplied at once, without a chunk's trip
- * through scratch, 4 stores and 4 loads a line that bound the pass at one
- * row: 1.15-1.27x on W_UV's one-row products, `--quant int8 --precision
- * f32` decode 1.08-1.40x on a Zen 3; the same values in the same chains) */
-INLINE void run_split(wkind k, int mb, const void *buf, int l0, int l1, int pairs, const float *const *x,
-                      __m256 acc[][4]) {
-  const size_t lb = k == W_FP8 || k == W_FP8_NN ? 64 : k == W_I8_REG ? 32 : 128;
+/* lines [l0, l1) of a panel, staged at buf from line l0 on */
+INLINE void run_split(int mb, const void *buf, int l0, int l1, int pairs, const float *const *x, __m256 acc[][4]) {
+  const size_t lb = 64;
   const uint8_t *b = (const uint8_t *)buf - (size_t)l0 * lb;
   int full = DSI_MIN(l1, pairs);
   for (int l = l0; l < full; l++) {
-    if (k == W_I8_REG && !(l & 1)) _mm_prefetch((const char *)b + l * lb + PREFETCH_AHEAD, _MM_HINT_T0);
     __m256 v[4];
-    split_line(k, b + l * lb, v);
+    split_line(b + l * lb, v);
     #pragma GCC unroll 8
     for (int i = 0; i < mb; i++) {
       __m256 x0 = _mm256_broadcast_ss(x[i] + 2 * l), x1 = _mm256_broadcast_ss(x[i] + 2 * l + 1);
@@ -213,7 +196,7 @@ INLINE void run_split(wkind k, int mb, const void *buf, int l0, int l1, int pair
   }
   if (l1 > pairs) { /* odd cols, as in run_pairs */
     __m256 v[4];
-    split_line(k, b + pairs * lb, v);
+    split_line(b + pairs * lb, v);
     #pragma GCC unroll 8
     for (int i = 0; i < mb; i++) {
       __m256 x0 = _mm256_broadcast_ss(x[i] + 2 * pairs), x1 = _mm256_setzero_ps();
@@ -225,16 +208,23 @@ INLINE void run_split(wkind k, int mb, const void *buf, int l0, int l1, int pair
   }
 }
 
-/* lines [0, n) of FP8 at p widened (x 2^-8) to f32 at dst, split lanes */
+/* ---- FP8 and INT8 widened a chunk at a time, for three or more rows ---- */
+/* As F32 lines (pair lanes), which the F32 passes then run. (As BF16
+ * lines, exact for both, for the BF16 half passes: 0.85-1.0x, the
+ * narrowing's cost and the half passes' over one 64-line block.) */
+
+/* lines [0, n) of FP8 at p widened (x 2^-8) to f32 at dst */
 INLINE void fp8_widen_body(const uint8_t *p, int nan, int n, float *dst) {
   for (int l = 0; l < n; l++) {
     __m256i e, o;
     fp8_line_f16(p + l * 32, nan, &e, &o);
+    /* (even, odd) back in pairs: rows 0-3 | 8-11 and 4-7 | 12-15 */
+    __m256i lo = _mm256_unpacklo_epi16(e, o), hi = _mm256_unpackhi_epi16(e, o);
     float *d = dst + l * 32;
-    _mm256_store_ps(d, _mm256_cvtph_ps(_mm256_castsi256_si128(e)));
-    _mm256_store_ps(d + 8, _mm256_cvtph_ps(_mm256_extracti128_si256(e, 1)));
-    _mm256_store_ps(d + 16, _mm256_cvtph_ps(_mm256_castsi256_si128(o)));
-    _mm256_store_ps(d + 24, _mm256_cvtph_ps(_mm256_extracti128_si256(o, 1)));
+    _mm256_store_ps(d, _mm256_cvtph_ps(_mm256_castsi256_si128(lo)));
+    _mm256_store_ps(d + 8, _mm256_cvtph_ps(_mm256_castsi256_si128(hi)));
+    _mm256_store_ps(d + 16, _mm256_cvtph_ps(_mm256_extracti128_si256(lo, 1)));
+    _mm256_store_ps(d + 24, _mm256_cvtph_ps(_mm256_extracti128_si256(hi, 1)));
   }
 }
 static void fp8_widen(const uint8_t *p, int nan, int n, float *dst) {
@@ -242,18 +232,16 @@ static void fp8_widen(const uint8_t *p, int nan, int n, float *dst) {
   else fp8_widen_body(p, 0, n, dst);
 }
 
-/* ---- INT8: a line as even and odd halves of 8 rows, as FP8 ---- */
-/* lines [0, n) of INT8 at p widened (exactly) to f32 at dst, split lanes.
- * The sums then run as FP8's do — even and odd chains per row, added at
- * the end of each 128-column block and scaled into the total — which is
- * the AVX-512 INT8 kernel's order too, so the two agree to rounding. A
- * chunk is one block (CHUNK_BYTES of f32 lines), widened once for every
- * activation row. */
+/* lines [0, n) of INT8 at p widened (exactly) to f32 at dst. The sums then
+ * run as FP8's do — even and odd chains per row, added at the end of each
+ * 128-column block and scaled into the total — which is the AVX-512 INT8
+ * kernel's order too, so the two agree to rounding. A chunk is one block,
+ * widened once for every activation row. */
 static void i8_widen(const uint8_t *p, int n, float *dst) {
   for (int l = 0; l < n; l++) {
-    _mm_prefetch((const char *)p + l * 32 + PREFETCH_AHEAD, _MM_HINT_T0);
+    if (!(l & 1)) _mm_prefetch((const char *)p + l * 32 + PREFETCH_AHEAD, _MM_HINT_T0);
     __m256 v[4];
-    i8_line(p + l * 32, v);
+    pair_line(W_I8_REG, p + l * 32, 0, 4, v);
     #pragma GCC unroll 4
     for (int q = 0; q < 4; q++) _mm256_store_ps(dst + l * 32 + 8 * q, v[q]);
   }
@@ -275,10 +263,13 @@ INLINE void pass_body(wkind k, int mb, const uint8_t *w, int l0, int l1, int pai
     for (int q = 0; q < 4; q++) acc[i][q] = _mm256_load_ps((const float *)&state[4 * i + q]);
   if (k == W_F32 || k == W_BF16) {
     run_pairs(k, mb, 0, 4, w, l0, l1, pairs, x, acc);
-  } else if (k == W_FP8_WIDE || k == W_I8) { /* f32 lines in buf */
-    run_split(W_FP8_WIDE, mb, w, l0, l1, pairs, x, acc);
-  } else if (k == W_I8_REG) { /* the INT8 itself */
-    run_split(W_I8_REG, mb, w, l0, l1, pairs, x, acc);
+  } else if (k == W_I8_REG) {
+    /* the INT8 itself, at few rows: each line widened in registers and
+     * multiplied at once, without a chunk's trip through scratch (4 stores
+     * and 4 loads a line that bound the pass at one row: 1.15-1.27x on
+     * W_UV's one-row products, `--quant int8 --precision f32` decode
+     * 1.08-1.40x on a Zen 3; the same values in the same chains) */
+    run_pairs(W_I8_REG, mb, 0, 4, w, l0, l1, pairs, x, acc);
   } else {
     /* w is the FP8 itself: staged a few lines at a time, the chains kept
      * in registers meanwhile */
@@ -286,7 +277,7 @@ INLINE void pass_body(wkind k, int mb, const uint8_t *w, int l0, int l1, int pai
     for (int c0 = l0; c0 < l1; c0 += STAGE_LINES) {
       int c1 = DSI_MIN(c0 + STAGE_LINES, l1);
       fp8_stage(w + (size_t)(c0 - l0) * 32, k == W_FP8, c1 - c0, stage);
-      run_split(k, mb, stage, c0, c1, pairs, x, acc);
+      run_split(mb, stage, c0, c1, pairs, x, acc);
     }
   }
   #pragma GCC unroll 8
@@ -306,15 +297,13 @@ PASS_FNS(W_F32)
 PASS_FNS(W_BF16)
 PASS_FNS(W_FP8)
 PASS_FNS(W_FP8_NN)
-PASS_FNS(W_FP8_WIDE)
 PASS_FNS(W_I8_REG)
 static const pass_fn pass_fns[7][MB_MAX] = {
   [W_F32] = {pass_W_F32_1, pass_W_F32_2},
   [W_BF16] = {pass_W_BF16_1, pass_W_BF16_2},
   [W_FP8] = {pass_W_FP8_1, pass_W_FP8_2},
   [W_FP8_NN] = {pass_W_FP8_NN_1, pass_W_FP8_NN_2},
-  [W_FP8_WIDE] = {pass_W_FP8_WIDE_1, pass_W_FP8_WIDE_2},
-  [W_I8] = {pass_W_FP8_WIDE_1, pass_W_FP8_WIDE_2}, /* the same f32 lines */
+  /* W_FP8_WIDE and W_I8 run their widened lines as W_F32 */
   [W_I8_REG] = {pass_W_I8_REG_1, pass_W_I8_REG_2},
 };
 
@@ -355,6 +344,13 @@ static const half_fn half_fns[2][MB_HALF] = {
 };
 
 /* ---- one panel (16 rows) times up to M_CHUNK activation rows ---- */
+/* rows 0-7 of pair lanes a[0] (rows 0-3) and a[1] (4-7), even + odd: hadd
+ * works within 128-bit lanes, which leaves them as 0,1,4,5 | 2,3,6,7 */
+static inline __m256 pair_sums(const __m256 *a) {
+  __m256 r = _mm256_hadd_ps(a[0], a[1]);
+  return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(r), 0xd8));
+}
+
 typedef struct {
   const uint8_t *w;    /* the panel's first line */
   const float *scale;  /* FP8, INT8: the panel's scale per block of columns */
@@ -375,6 +371,7 @@ static void panel(wkind k, int nan, const panel_src *s, int mc, const float *con
   uint8_t *buf = scratch;
   __m256 *state = (__m256 *)(scratch + SCRATCH_CHUNK), *tot = (__m256 *)(scratch + SCRATCH_CHUNK + SCRATCH_STATE);
   int fp8 = k == W_FP8 || k == W_FP8_NN || k == W_FP8_WIDE || k == W_I8 || k == W_I8_REG; /* block-scaled */
+  int split = k == W_FP8 || k == W_FP8_NN;                                            /* even/odd lanes */
   for (int i = 0; i < 4 * mc; i++) state[i] = _mm256_setzero_ps();
   for (int i = 0; i < 2 * mc; i++) tot[i] = _mm256_setzero_ps();
   /* F32 and BF16 are read in place: in one pass when that serves every
@@ -384,34 +381,39 @@ static void panel(wkind k, int nan, const panel_src *s, int mc, const float *con
     l1 = DSI_MIN(l0 + chunk, s->lines);
     if (fp8) l1 = DSI_MIN(l1, (l0 / s->block_lines + 1) * s->block_lines); /* one scale per chunk */
     const uint8_t *w = s->w + (size_t)l0 * (k == W_F32 ? 128 : k == W_BF16 ? 64 : 32);
+    wkind pk = k; /* the kind the passes read */
     if (k == W_FP8_WIDE || k == W_I8) {
       if (k == W_I8) i8_widen(w, l1 - l0, (float *)buf);
       else fp8_widen(w, nan, l1 - l0, (float *)buf);
       w = buf;
+      pk = W_F32;
     }
     if ((k == W_F32 || k == W_BF16) && mc >= HALF_MIN_M) {
-      /* the rows in groups as even as can be: 8 as 4 + 4, not 6 + 2 */
+      /* the rows in groups as even as can be: 8 as 4 + 4, not 6 + 2 (the
+       * widened FP8 and INT8 lines take whole passes: half passes over a
+       * 64-line block ran 0.9-0.95x them on a Zen 3) */
       int groups = (mc + MB_HALF - 1) / MB_HALF;
       for (int h = 0; h < 2; h++)
         for (int g = 0, i = 0; g < groups; g++) {
           int n = (mc - i) / (groups - g);
-          half_fns[k == W_BF16][n - 1](h, w, l0, l1, s->pairs, x + i, state + 4 * i);
+          half_fns[pk == W_BF16][n - 1](h, w, l0, l1, s->pairs, x + i, state + 4 * i);
           i += n;
         }
     } else {
       for (int i = 0; i < mc; i += MB_MAX)
-        pass_fns[k][DSI_MIN(MB_MAX, mc - i) - 1](w, l0, l1, s->pairs, x + i, state + 4 * i);
+        pass_fns[pk][DSI_MIN(MB_MAX, mc - i) - 1](w, l0, l1, s->pairs, x + i, state + 4 * i);
     }
     if (fp8 && (l1 % s->block_lines == 0 || l1 == s->lines)) {
       /* end of a scale block: even + odd, scaled into the total */
       /* FP8's f16 route leaves its values x 2^-8; INT8's are exact */
       __m256 sc = _mm256_set1_ps(s->scale[l0 / s->block_lines] * (k == W_I8 || k == W_I8_REG ? 1.0f : 256.0f));
-      for (int i = 0; i < mc; i++)
-        for (int h = 0; h < 2; h++) {
-          __m256 *a = state + 4 * i;
-          tot[2 * i + h] = _mm256_fmadd_ps(_mm256_add_ps(a[h], a[h + 2]), sc, tot[2 * i + h]);
-          a[h] = a[h + 2] = _mm256_setzero_ps();
-        }
+      for (int i = 0; i < mc; i++) {
+        __m256 *a = state + 4 * i;
+        for (int h = 0; h < 2; h++)
+          tot[2 * i + h] = _mm256_fmadd_ps(split ? _mm256_add_ps(a[h], a[h + 2]) : pair_sums(a + 2 * h), sc,
+                                           tot[2 * i + h]);
+        for (int q = 0; q < 4; q++) a[q] = _mm256_setzero_ps();
+      }
     }
   }
   for (int i = 0; i < mc; i++)
@@ -419,11 +421,12 @@ static void panel(wkind k, int nan, const panel_src *s, int mc, const float *con
       __m256 r;
       if (fp8) {
         r = tot[2 * i + h];
+      } else if (k == W_F32) {
+        r = pair_sums(state + 4 * i + 2 * h);
       } else {
-        /* even + odd of each row; hadd works within 128-bit lanes, which
-         * leaves F32's rows as 0,1,4,5 | 2,3,6,7 and BF16's in order */
+        /* BF16's unpacks leave its rows as 0,1,4,5 | 2,3,6,7: hadd puts
+         * them in order */
         r = _mm256_hadd_ps(state[4 * i + 2 * h], state[4 * i + 2 * h + 1]);
-        if (k == W_F32) r = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(r), 0xd8));
       }
       _mm256_storeu_ps(out[i] + 8 * h, r);
     }
