@@ -11,6 +11,7 @@
 #include "kernels/cpu.h"
 #include "kernels/peak.h"
 #include "kernels/vec.h"
+#include "tools/cli.h"
 #include "tools/internal.h"
 
 #include <math.h>
@@ -509,9 +510,8 @@ int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) 
   if (rc) return dsi_errf(err, rc, "cannot allocate the bandwidth test's buffers");
   char model[128];
   cpu_model(model, sizeof model);
-  static const char *const act_names[] = {"auto", "f32", "bf16"};
   fprintf(out, "machine: %s, %d threads, isa %s; precision %s; memory read %.1f GB/s, triad %.1f GB/s; AMX BF16 peak %.0f GFLOP/s (%d cores)\n",
-          model[0] ? model : "CPU model unknown", pk.threads, dsi_isa_str(k->level), act_names[o->precision], pk.read_gbs, pk.triad_gbs,
+          model[0] ? model : "CPU model unknown", pk.threads, dsi_isa_str(k->level), dsi_cli_precision_name(o->precision), pk.read_gbs, pk.triad_gbs,
           pk.amx_bf16_gflops, pk.threads);
   fprintf(out, "vector peaks (12 chains a core, all threads): f32 FMA %.0f GFLOP/s, vdpbf16ps %.0f GFLOP/s, "
                "vpdpbusd %.0f GOP/s, ymm vpmaddwd %.0f GOP/s, ymm vpmaddubsw %.0f GOP/s (0: not on this CPU)\n",

@@ -136,8 +136,11 @@ int dsi_cli_tok_flags(void);
 int dsi_cli_quant_mode(const char *s);
 /* --kv-dtype's value as DSI_KV_* (NULL: auto); -1 when it is not one */
 int dsi_cli_kv_dtype(const char *s);
-/* --precision's value as DSI_ACT_* (NULL: auto); -1 when it is not one */
-int dsi_cli_precision(const char *s);
+/* --precision's value s (NULL: auto) into *act as DSI_ACT_*; returns 0, or
+ * the usage error's exit code when it is not one */
+int dsi_cli_precision(const char *cmd, const char *s, int *act);
+/* the --precision value that names DSI_ACT_* act */
+const char *dsi_cli_precision_name(int act);
 /* check the shared options; *act gets DSI_ACT_*; returns 0 or a usage error's exit code */
 int dsi_cli_check_run_opts(const char *cmd, run_opts *r, int *act);
 /* The processes of this run (main.c: a world of one outside mpirun). */

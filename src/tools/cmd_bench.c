@@ -38,8 +38,7 @@ static int bench_kernels(int argc, char **argv) {
     {0}};
   int rc = dsi_cli_parse("bench kernels", "[--threads N] [--reps R] [--dtypes L] [--shape S] [--m LIST] [--precision P] [--grouped | --attention | --ceilings]", opts, argc, argv);
   if (rc) return rc == 1 ? 0 : 2;
-  if ((o.precision = dsi_cli_precision(precision)) < 0)
-    return dsi_cli_usage_error("bench kernels", "--precision must be auto, f32 or bf16, got '%s'", precision);
+  if ((rc = dsi_cli_precision("bench kernels", precision, &o.precision))) return rc;
   int32_t *mv = NULL;
   if (ms) {
     o.n_ms = dsi_cli_parse_ids("bench kernels", "--m", ms, &mv);
@@ -195,8 +194,8 @@ static int bench_model(int argc, char **argv) {
   if (!model) return dsi_cli_usage_error("bench", "--model is required (or use 'dsinfer bench kernels')");
   if (P < 1 || G < 0 || B < 1 || B > 256 || reps < 1 || threads < 0)
     return dsi_cli_usage_error("bench", "--prompt-len >= 1, --gen-len >= 0, --batch in 1..256, --reps >= 1");
-  int act = dsi_cli_precision(precision);
-  if (act < 0) return dsi_cli_usage_error("bench", "--precision must be auto, f32 or bf16, got '%s'", precision);
+  int act, urc = dsi_cli_precision("bench", precision, &act);
+  if (urc) return urc;
   if (op_opt && strcmp(op_opt, "on") && strcmp(op_opt, "off")) return dsi_cli_usage_error("bench", "--op-opt must be on or off");
   if (dsi_cli_quant_mode(quant) < 0) return dsi_cli_usage_error("bench", "--quant must be none, int8 or int4");
   if (dsi_cli_kv_dtype(kv) < 0) return dsi_cli_usage_error("bench", "--kv-dtype must be auto, bf16 or f32");

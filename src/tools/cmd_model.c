@@ -44,9 +44,7 @@ int dsi_cli_check_run_opts(const char *cmd, run_opts *r, int *act) {
   else if (r->exec && strcmp(r->exec, "graph")) return dsi_cli_usage_error(cmd, "--exec must be graph or eager, got '%s'", r->exec);
   if (r->streams != 0 && r->streams != 1 && r->streams != 2)
     return dsi_cli_usage_error(cmd, "--streams must be 1 or 2, got %d", r->streams);
-  *act = dsi_cli_precision(r->precision);
-  if (*act < 0) return dsi_cli_usage_error(cmd, "--precision must be auto, f32 or bf16, got '%s'", r->precision);
-  return 0;
+  return dsi_cli_precision(cmd, r->precision, act);
 }
 
 int dsi_cli_check_par(const char *cmd, dsi_cli_par *p) {
@@ -261,9 +259,17 @@ int dsi_cli_quant_mode(const char *s) {
   return !s || !strcmp(s, "none") ? DSI_QUANT_NONE : !strcmp(s, "int8") ? DSI_QUANT_INT8 : !strcmp(s, "int4") ? DSI_QUANT_INT4 : -1;
 }
 
-int dsi_cli_precision(const char *s) {
-  return !s || !strcmp(s, "auto") ? DSI_ACT_AUTO : !strcmp(s, "f32") ? DSI_ACT_F32 : !strcmp(s, "bf16") ? DSI_ACT_BF16 : -1;
+static const char *const k_precision_names[] = {[DSI_ACT_AUTO] = "auto", [DSI_ACT_F32] = "f32", [DSI_ACT_BF16] = "bf16"};
+
+int dsi_cli_precision(const char *cmd, const char *s, int *act) {
+  *act = DSI_ACT_AUTO;
+  if (!s) return 0;
+  for (int i = 0; i < (int)DSI_ARRAY_LEN(k_precision_names); i++)
+    if (!strcmp(s, k_precision_names[i])) return *act = i, 0;
+  return dsi_cli_usage_error(cmd, "--precision must be auto, f32 or bf16, got '%s'", s);
 }
+
+const char *dsi_cli_precision_name(int act) { return k_precision_names[act]; }
 
 int dsi_cli_kv_dtype(const char *s) {
   return !s || !strcmp(s, "auto") ? DSI_KV_AUTO : !strcmp(s, "bf16") ? DSI_KV_BF16 : !strcmp(s, "f32") ? DSI_KV_F32 : -1;

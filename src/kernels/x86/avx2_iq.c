@@ -121,7 +121,7 @@ static void pass_n(const dsi_mat *w, int panel, const int8_t *xq, size_t ldq, co
 
 /* INT8 activation rows a pass holds: a chain each, beside a half line's
  * two widened weight vectors and the broadcasts, within the 16 registers
- * (two chains a row, both halves at once, spilled) */
+ * (at 8 rows, two chains a row, both halves at once, would spill) */
 #define MB_I8 8
 /* up to this many rows a pass takes both halves of a line at once, two
  * chains a row: each line read once and each broadcast serving both (one
