@@ -295,6 +295,7 @@ typedef struct dsi_sched_opts {
 } dsi_sched_opts;
 
 #define DSI_MAX_TOP_LOGPROBS 20
+#define DSI_PROMPT_LOGPROB_ROWS 32 /* prompt positions' logits rows a step holds */
 typedef struct dsi_token_logprob {
   int32_t id;
   float logprob;
@@ -328,6 +329,12 @@ typedef struct dsi_request_event {
   int32_t stop_token;       /* FINISH_STOP by a token: which; -1 otherwise */
   int context_full;         /* FINISH_LENGTH because the context is full */
   const char *error;        /* FINISH_ERROR: the cause */
+  /* > 0: not a token drawn but the prompt's token at this position, with
+   * its logprob and top (a request with prompt_logprobs): no text, nothing
+   * ends; these come for positions 1 .. n_prompt - 1, in order, once per
+   * request (index: the completion that computed them, 0 unless it
+   * failed), before its first drawn token */
+  int prompt_pos;
   /* on the last event of a completion */
   int prompt_tokens, cached_tokens, completion_tokens;
   double queue_s, prefill_s, decode_s; /* submit to first step, to the first token, first to last token */
@@ -347,6 +354,10 @@ typedef struct dsi_request {
   int n;                    /* completions sharing the prompt (0 = 1) */
   int logprobs;             /* 1: each token's logprob */
   int top_logprobs;         /* 0..DSI_MAX_TOP_LOGPROBS most likely tokens per position */
+  int prompt_logprobs;      /* 1: the prompt's tokens' logprobs too (events with prompt_pos), each
+                               under the raw logits of the positions before it, with top_logprobs;
+                               those positions are computed even where the prefix cache holds them,
+                               at most DSI_PROMPT_LOGPROB_ROWS of them a step */
   dsi_request_cb on_event;
   void *user;
 } dsi_request;

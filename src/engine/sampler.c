@@ -56,6 +56,12 @@ static void top_logprobs(const float *x, int v, int n, float lse, dsi_token_logp
   for (int i = 0; i < k; i++) top[i].logprob -= lse;
 }
 
+void dsi_logprob_of(const float *l, int v, int32_t tok, dsi_sample_out *out) {
+  float lse = log_sum_exp(l, v);
+  out->logprob = tok >= 0 && tok < v ? l[tok] - lse : -INFINITY;
+  if (out->n_top > 0) top_logprobs(l, v, DSI_MIN(out->n_top, DSI_MAX_TOP_LOGPROBS), lse, out->top);
+}
+
 /* ---- bias and penalties ---- */
 static void penalize(const dsi_sampling *sp, float *l, int v, const int32_t *hist, int n_hist, int n_prompt,
                      int32_t *cnt) {

@@ -49,6 +49,11 @@ typedef struct dsi_sample_out {
   dsi_token_logprob top[DSI_MAX_TOP_LOGPROBS];
 } dsi_sample_out;
 
+/* tok's logprob under the raw logits[0..n_valid) (log-softmax) and the
+ * out->n_top most likely, as dsi_sample gives them for a drawn token;
+ * logits are not changed */
+void dsi_logprob_of(const float *logits, int n_valid, int32_t tok, dsi_sample_out *out);
+
 /* One token from logits[0..n_valid) (ids past n_valid are never drawn),
  * changed in place. hist[0..n_hist) are the tokens before this position
  * (the prompt's first n_prompt of them, then the output's). */

@@ -55,6 +55,7 @@ struct request {
   size_t stop_max;      /* longest stop string */
   atomic_int cancel;
   int n_left;           /* completions not done */
+  int lp_done;          /* prompt_logprobs: positions before this one have had their event (from 1) */
   double t_submit;
   completion *c;        /* [n] */
   request *next;        /* in flight, newest first */
@@ -64,7 +65,10 @@ struct request {
 typedef struct {
   completion *c;
   int t0, n;            /* its tokens' place in the batch */
-  int logits;           /* row of its logits, -1 when none is wanted */
+  int logits;           /* row of its logits to sample, -1 when none is wanted */
+  int p0, n_plp;        /* prompt_logprobs: its first n_plp tokens from position p0 give the next prompt
+                           tokens' logprobs, from logits row plp_row */
+  int plp_row;
 } seg;
 
 struct dsi_sched {
@@ -90,7 +94,13 @@ struct dsi_sched {
   seg *segs;            /* [max_seqs] */
   int32_t *b_tok, *b_seq;
   uint8_t *b_want;      /* [max_batched_tokens] */
-  float *logits;        /* [max_seqs, vocab] */
+  float *logits;        /* [max_seqs + DSI_PROMPT_LOGPROB_ROWS, vocab] a step's rows, then those of a
+                           segment run alone (retries) */
+  /* a step's prompt logprobs: [DSI_PROMPT_LOGPROB_ROWS] each, the row's
+   * result, the token it is for and the row */
+  dsi_sample_out plp[DSI_PROMPT_LOGPROB_ROWS];
+  int32_t plp_tok[DSI_PROMPT_LOGPROB_ROWS];
+  int plp_at[DSI_PROMPT_LOGPROB_ROWS];
   /* sampling a step's rows on the engine's pool: a workspace per thread
    * (up to SAMPLE_WS), and per row its segment, token and extras */
   dsi_sample_ws *ws;
@@ -157,6 +167,8 @@ static int check_request(const dsi_sched *s, const dsi_request *r, dsi_err *err)
                     DSI_CEIL_DIV(r->n_prompt + 1, bs), bs, e->kv.n_blocks);
   if (r->max_tokens < 0) return dsi_errf(err, DSI_E_INVAL, "max_tokens %d is negative", r->max_tokens);
   if (r->n < 0 || r->n > MAX_N) return dsi_errf(err, DSI_E_INVAL, "n = %d completions: 1 to %d", r->n, MAX_N);
+  if (r->prompt_logprobs != 0 && r->prompt_logprobs != 1)
+    return dsi_errf(err, DSI_E_INVAL, "prompt_logprobs = %d: 0 or 1", r->prompt_logprobs);
   if (r->top_logprobs < 0 || r->top_logprobs > DSI_MAX_TOP_LOGPROBS)
     return dsi_errf(err, DSI_E_INVAL, "top_logprobs = %d: 0 to %d", r->top_logprobs, DSI_MAX_TOP_LOGPROBS);
   if (!finite_nonneg(p->temperature) || !finite_nonneg(p->top_p) || p->top_p > 1 || p->top_k < 0 ||
@@ -239,6 +251,7 @@ static request *request_new(dsi_sched *s, const dsi_request *r, dsi_err *err) {
   q->r.sampling.bias_ids = q->bias_ids;
   q->r.sampling.bias = q->bias;
   q->n_left = n;
+  q->lp_done = r->prompt_logprobs ? 1 : r->n_prompt;
   return q;
 }
 
@@ -371,7 +384,9 @@ static int open_seq(dsi_sched *s, completion *c) {
   }
   q->blocks = blocks;
   q->cap = cap;
-  c->computed = s->o.no_prefix_cache ? 0 : dsi_kv_match(&e->kv, q, c->toks, c->n_tok - 1);
+  /* prompt logprobs still owed: their positions are computed, not taken from the cache */
+  int upto = DSI_MIN(c->n_tok - 1, c->req->lp_done - 1);
+  c->computed = s->o.no_prefix_cache ? 0 : dsi_kv_match(&e->kv, q, c->toks, upto);
   if (!c->admitted) c->cached = DSI_MIN(c->computed, c->req->r.n_prompt);
   return DSI_OK;
 }
@@ -606,8 +621,23 @@ static int chunk_cap(const dsi_sched *s, int decoding, int budget) {
   return DSI_MAX(16, DSI_MIN(cap, budget));
 }
 
+/* the first position from which c's tokens would give prompt logprobs still
+ * owed, and how many of its next take tokens do */
+static int plp_span(const completion *c, int take, int *p0) {
+  const request *q = c->req;
+  *p0 = DSI_MAX(c->computed, q->lp_done - 1);
+  return DSI_MAX(0, DSI_MIN(c->computed + take, q->r.n_prompt - 1) - *p0);
+}
+
+/* c's next tokens in a step with plp_left prompt logprob rows left: at
+ * most want, cut where those rows run out */
+static int plp_cut(const completion *c, int want, int plp_left) {
+  int p0, n = plp_span(c, want, &p0);
+  return n > plp_left ? p0 + plp_left - c->computed : want;
+}
+
 /* put c's next take tokens into the batch */
-static void add_seg(dsi_sched *s, int *n_seg, int *T, completion *c, int take) {
+static void add_seg(dsi_sched *s, int *n_seg, int *T, completion *c, int take, int *plp_left) {
   seg *g = &s->segs[(*n_seg)++];
   g->c = c;
   g->t0 = *T;
@@ -617,6 +647,9 @@ static void add_seg(dsi_sched *s, int *n_seg, int *T, completion *c, int take) {
     s->b_seq[*T + i] = c->seq;
     s->b_want[*T + i] = 0;
   }
+  g->n_plp = plp_span(c, take, &g->p0);
+  for (int i = 0; i < g->n_plp; i++) s->b_want[*T + g->p0 - c->computed + i] = 1;
+  *plp_left -= g->n_plp;
   g->logits = c->computed + take == c->n_tok ? 1 : -1;
   if (g->logits >= 0) s->b_want[*T + take - 1] = 1;
   *T += take;
@@ -628,6 +661,7 @@ static void add_seg(dsi_sched *s, int *n_seg, int *T, completion *c, int take) {
 static int plan_step(dsi_sched *s, int *n_tokens, int *n_decode) {
   int budget = s->o.max_batched_tokens, T = 0, n_seg = 0, decoding = 0;
   int planned = 0; /* blocks the step's segments will take when the engine reserves them */
+  int plp_left = DSI_PROMPT_LOGPROB_ROWS;
   const dsi_kv *kv = &s->e->kv;
   for (int i = 0; i < s->n_run; i++) decoding += s->run[i]->n_tok - s->run[i]->computed == 1;
   int prefill = chunk_cap(s, decoding, budget); /* prompt tokens left to the step */
@@ -635,7 +669,8 @@ static int plan_step(dsi_sched *s, int *n_tokens, int *n_decode) {
   for (int i = 0; i < s->n_run && T < budget;) {
     completion *c = s->run[i];
     int need = c->n_tok - c->computed, take = need == 1 ? 1 : DSI_MIN(need, DSI_MIN(prefill, budget - T));
-    if (!take) { /* the step's prompt tokens are spent */
+    take = plp_cut(c, take, plp_left);
+    if (!take) { /* the step's prompt tokens (or prompt logprob rows) are spent */
       i++;
       continue;
     }
@@ -647,7 +682,7 @@ static int plan_step(dsi_sched *s, int *n_tokens, int *n_decode) {
     }
     if (c->state != C_RUNNING) continue; /* c was the newest: preempted; run[i] is the next */
     planned += blocks_short(s, c, c->computed + take);
-    add_seg(s, &n_seg, &T, c, take);
+    add_seg(s, &n_seg, &T, c, take, &plp_left);
     *n_decode += need == 1;
     if (need > 1) prefill -= take;
     i++;
@@ -666,7 +701,8 @@ static int plan_step(dsi_sched *s, int *n_tokens, int *n_decode) {
       continue;
     }
     int need = c->n_tok - c->computed, take = need == 1 ? 1 : DSI_MIN(need, DSI_MIN(prefill, budget - T));
-    if (blocks_short(s, c, c->computed + take) > dsi_kv_available(kv) - planned) {
+    take = plp_cut(c, take, plp_left);
+    if (!take || blocks_short(s, c, c->computed + take) > dsi_kv_available(kv) - planned) {
       release_kv(s, c, 1);
       break; /* first come, first served: no one overtakes it */
     }
@@ -678,14 +714,18 @@ static int plan_step(dsi_sched *s, int *n_tokens, int *n_decode) {
       c->t_admit = now();
       s->acc.prompt_tokens += c->req->r.n_prompt;
     }
-    add_seg(s, &n_seg, &T, c, take);
+    add_seg(s, &n_seg, &T, c, take, &plp_left);
     *n_decode += need == 1;
     if (need > 1) prefill -= take;
   }
-  /* logits rows in batch order */
+  /* logits rows in batch order: a segment's prompt logprob rows, then the one it samples */
   int row = 0;
-  for (int i = 0; i < n_seg; i++)
-    if (s->segs[i].logits >= 0) s->segs[i].logits = row++;
+  for (int i = 0; i < n_seg; i++) {
+    seg *g = &s->segs[i];
+    g->plp_row = row;
+    row += g->n_plp;
+    if (g->logits >= 0) g->logits = row++;
+  }
   *n_tokens = T;
   return n_seg;
 }
@@ -772,18 +812,28 @@ static void retry_alone(dsi_sched *s, int n_seg, float *one) {
       g->c = NULL;
       continue;
     }
-    if (g->logits >= 0) memcpy(s->logits + (size_t)g->logits * s->vocab, one, (size_t)s->vocab * sizeof(float));
+    /* its rows follow one another: prompt logprobs, then the one sampled */
+    size_t rows = (size_t)g->n_plp + (g->logits >= 0);
+    memcpy(s->logits + (size_t)g->plp_row * s->vocab, one, rows * s->vocab * sizeof(float));
   }
 }
 
-/* the rows of a step to sample, split over the pool's first n_ws threads
- * (each row reads its own completion's history and random stream, so who
- * samples it changes nothing) */
+/* the rows of a step to sample (or to take prompt logprobs from), split
+ * over the pool's first n_ws threads (each row reads its own completion's
+ * history and random stream, so who samples it changes nothing) */
 #define SAMPLE_WS 16
 typedef struct {
   dsi_sched *s;
   int n;
 } sample_job;
+
+static void plp_rows(void *ctx, int ith, int nth) {
+  (void)nth;
+  const sample_job *j = ctx;
+  dsi_sched *s = j->s;
+  for (int k = ith; ith < s->n_ws && k < j->n; k += s->n_ws)
+    dsi_logprob_of(s->logits + (size_t)s->plp_at[k] * s->vocab, s->n_valid, s->plp_tok[k], &s->plp[k]);
+}
 
 static void sample_rows(void *ctx, int ith, int nth) {
   (void)nth;
@@ -801,6 +851,38 @@ static void sample_rows(void *ctx, int ith, int nth) {
   }
 }
 
+/* the step's prompt logprob rows: each position's once, in order, as an
+ * event of its request (a position another completion of the request gave
+ * already, as when completions prefill side by side, is passed over) */
+static void prompt_logprobs(dsi_sched *s, int n_seg) {
+  sample_job j = {s, 0};
+  for (int i = 0; i < n_seg; i++) {
+    const seg *g = &s->segs[i];
+    for (int k = 0; g->c && k < g->n_plp; k++) {
+      s->plp[j.n] = (dsi_sample_out){.n_top = g->c->req->r.top_logprobs};
+      s->plp_tok[j.n] = g->c->toks[g->p0 + k + 1];
+      s->plp_at[j.n++] = g->plp_row + k;
+    }
+  }
+  if (!j.n) return;
+  if (j.n > 1 && s->n_ws > 1) dsi_pool_run(s->e->pool, plp_rows, &j);
+  else plp_rows(&j, 0, 1);
+  int k = 0;
+  for (int i = 0; i < n_seg; i++) {
+    const seg *g = &s->segs[i];
+    for (int r = 0; g->c && r < g->n_plp; r++, k++) {
+      request *q = g->c->req;
+      int pos = g->p0 + r + 1;
+      if (pos != q->lp_done) continue;
+      q->lp_done++;
+      dsi_request_event ev = {.id = q->id, .index = g->c->index, .token = s->plp_tok[k], .stop_token = -1,
+                              .prompt_pos = pos, .logprob = s->plp[k].logprob, .top = s->plp[k].top,
+                              .n_top = s->plp[k].n_top};
+      if (q->r.on_event) q->r.on_event(q->r.user, &ev);
+    }
+  }
+}
+
 /* one step; 0 when there was nothing to run */
 static int step(dsi_sched *s) {
   double t_plan = now();
@@ -808,7 +890,8 @@ static int step(dsi_sched *s) {
   if (!T) return 0;
   double t0 = now();
   dsi_batch b = {.n_tokens = T, .tokens = s->b_tok, .seq = s->b_seq, .want_logits = s->b_want};
-  if (dsi_engine_forward(s->e, &b, s->logits)) retry_alone(s, n_seg, s->logits + (size_t)s->o.max_seqs * s->vocab);
+  if (dsi_engine_forward(s->e, &b, s->logits))
+    retry_alone(s, n_seg, s->logits + ((size_t)s->o.max_seqs + DSI_PROMPT_LOGPROB_ROWS) * s->vocab);
   double dt = now() - t0;
   fit_add(s, n_decode, T - n_decode, dt);
   s->acc.forward_seconds += dt;
@@ -824,6 +907,7 @@ static int step(dsi_sched *s) {
     dsi_kv_commit(&s->e->kv, &s->e->seqs[c->seq], c->toks);
     if (g->logits >= 0) s->todo[j.n++] = i;
   }
+  prompt_logprobs(s, n_seg);
   if (j.n > 1 && s->n_ws > 1) dsi_pool_run(s->e->pool, sample_rows, &j);
   else sample_rows(&j, 0, 1);
   for (int k = 0; k < j.n; k++) deliver(s, s->segs[s->todo[k]].c, s->drawn[k], &s->outs[k]);
@@ -904,7 +988,8 @@ int dsi_sched_open(dsi_sched **out, dsi_engine *e, const dsi_tok *tok, const dsi
   s->b_tok = malloc((size_t)mt * sizeof(int32_t));
   s->b_seq = malloc((size_t)mt * sizeof(int32_t));
   s->b_want = malloc((size_t)mt);
-  s->logits = malloc(((size_t)ms + 1) * s->vocab * sizeof(float)); /* and a row for retries */
+  size_t rows = (size_t)ms + DSI_PROMPT_LOGPROB_ROWS + (DSI_PROMPT_LOGPROB_ROWS + 1); /* and a retry's */
+  s->logits = malloc(rows * s->vocab * sizeof(float));
   s->n_ws = DSI_MAX(1, DSI_MIN(DSI_MIN(dsi_pool_size(e->pool), ms), SAMPLE_WS));
   s->ws = calloc((size_t)s->n_ws, sizeof *s->ws);
   s->todo = malloc((size_t)ms * sizeof *s->todo);

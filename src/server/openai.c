@@ -184,7 +184,8 @@ static int get_params(dsi_server *srv, in *j, params *p, int chat) {
     bad(j, "best_of", "'%s' must equal n%s", " (the server returns every completion it makes)");
   if (chat && get_int(j, "max_completion_tokens", 1, 1 << 30, &p->max_tokens) == 0)
     get_int(j, "max_tokens", 1, 1 << 30, &p->max_tokens);
-  if (!chat) get_int(j, "max_tokens", 1, 1 << 30, &p->max_tokens);
+  if (!chat && get_int(j, "max_tokens", 0, 1 << 30, &p->max_tokens) == 1 && !p->max_tokens)
+    p->prompt_only = 1, p->max_tokens = 1; /* with echo (checked there): the prompt alone */
   get_bool(j, "ignore_eos", &p->r.ignore_eos);
   get_bool(j, "stream", &p->stream);
   const cJSON *so = field(j, "stream_options");
@@ -369,39 +370,83 @@ static void chat_logprobs(dsi_server *srv, const scomp *c, int n_top, int a, int
   SB_LIT(b, "]}");
 }
 
-/* completions' logprobs of tokens [a, e): tokens, their logprobs, the top
- * ones as {text: logprob}, the text offsets (from at); returns the offset
- * past the last token */
-static size_t text_logprobs(dsi_server *srv, const scomp *c, int n_top, int a, int e, size_t at, sbuf *b) {
-  sbuf toks = {0}, lps = {0}, tops = {0}, offs = {0};
+/* completions' logprobs object, built column by column: the tokens, their
+ * logprobs, the top ones as {text: logprob}, the text offsets */
+typedef struct lp_cols {
+  sbuf toks, lps, tops, offs;
+  int n;
+} lp_cols;
+
+/* tokens [a, e) of tok (logprobs lp, top [n_top] each) from text offset
+ * at (one before the text's start is said as 0); with null_first the first
+ * has none (a prompt's first token); returns the offset past the last (out
+ * of memory: b failed) */
+static long long lp_add(dsi_server *srv, lp_cols *L, const int32_t *tok, const float *lp, const dsi_token_logprob *top,
+                        int n_top, int a, int e, int null_first, long long at, sbuf *b) {
   for (int k = a; k < e; k++) {
     sbuf t = {0};
-    token_text(srv, c->tok[k], &t);
-    if (k > a) SB_LIT(&toks, ","), SB_LIT(&lps, ","), SB_LIT(&tops, ","), SB_LIT(&offs, ",");
-    jstr(&toks, t.p ? t.p : "", t.n);
-    jnum(&lps, c->lp[k]);
-    sb_printf(&offs, "%zu", at);
-    at += t.n;
+    token_text(srv, tok[k], &t);
+    if (L->n++) SB_LIT(&L->toks, ","), SB_LIT(&L->lps, ","), SB_LIT(&L->tops, ","), SB_LIT(&L->offs, ",");
+    jstr(&L->toks, t.p ? t.p : "", t.n);
+    sb_printf(&L->offs, "%lld", at < 0 ? 0 : at);
+    at += (long long)t.n;
     sb_merge_oom(b, &t);
     free(t.p);
-    SB_LIT(&tops, "{");
-    for (int x = 0; x < n_top && c->top[(size_t)k * n_top + x].id >= 0; x++) {
-      const dsi_token_logprob *tl = &c->top[(size_t)k * n_top + x];
+    if (null_first && k == 0) {
+      SB_LIT(&L->lps, "null");
+      SB_LIT(&L->tops, "null");
+      continue;
+    }
+    jnum(&L->lps, lp[k]);
+    SB_LIT(&L->tops, "{");
+    for (int x = 0; x < n_top && top[(size_t)k * n_top + x].id >= 0; x++) {
+      const dsi_token_logprob *tl = &top[(size_t)k * n_top + x];
       sbuf tt = {0};
       token_text(srv, tl->id, &tt);
-      if (x) SB_LIT(&tops, ",");
-      jstr(&tops, tt.p ? tt.p : "", tt.n);
-      SB_LIT(&tops, ":");
-      jnum(&tops, tl->logprob);
+      if (x) SB_LIT(&L->tops, ",");
+      jstr(&L->tops, tt.p ? tt.p : "", tt.n);
+      SB_LIT(&L->tops, ":");
+      jnum(&L->tops, tl->logprob);
       sb_merge_oom(b, &tt);
       free(tt.p);
     }
-    SB_LIT(&tops, "}");
+    SB_LIT(&L->tops, "}");
   }
+  return at;
+}
+
+/* the object into b; L emptied */
+static void lp_close(lp_cols *L, sbuf *b) {
   sb_printf(b, "{\"tokens\":[%s],\"token_logprobs\":[%s],\"top_logprobs\":[%s],\"text_offset\":[%s]}",
-            toks.p ? toks.p : "", lps.p ? lps.p : "", tops.p ? tops.p : "", offs.p ? offs.p : "");
-  b->oom |= toks.oom | lps.oom | tops.oom | offs.oom;
-  free(toks.p), free(lps.p), free(tops.p), free(offs.p);
+            L->toks.p ? L->toks.p : "", L->lps.p ? L->lps.p : "", L->tops.p ? L->tops.p : "",
+            L->offs.p ? L->offs.p : "");
+  b->oom |= L->toks.oom | L->lps.oom | L->tops.oom | L->offs.oom;
+  free(L->toks.p), free(L->lps.p), free(L->tops.p), free(L->offs.p);
+  memset(L, 0, sizeof *L);
+}
+
+/* the prompt's tokens with their logprobs (echo with logprobs), placed so
+ * that the last ends where the echoed text does (a leading special token
+ * the text lacks, as BOS, at 0) */
+static void prompt_lp_add(dsi_server *srv, lp_cols *L, const sreq *q, const char *echo, sbuf *b) {
+  if (!q->plp) return;
+  long long total = 0, len = (long long)strlen(echo);
+  for (int k = 0; k < q->n_plp; k++) {
+    sbuf t = {0};
+    token_text(srv, q->ptok[k], &t);
+    total += (long long)t.n;
+    sb_merge_oom(b, &t);
+    free(t.p);
+  }
+  lp_add(srv, L, q->ptok, q->plp, q->ptop, q->n_top, 0, q->n_plp, 1, len - total, b);
+}
+
+/* completions' logprobs of tokens [a, e) of c from text offset at; returns
+ * the offset past the last token */
+static size_t text_logprobs(dsi_server *srv, const scomp *c, int n_top, int a, int e, size_t at, sbuf *b) {
+  lp_cols L = {0};
+  at = (size_t)lp_add(srv, &L, c->tok, c->lp, c->top, n_top, a, e, 0, (long long)at, b);
+  lp_close(&L, b);
   return at;
 }
 
@@ -457,8 +502,9 @@ typedef struct stream {
   int n_req, n_choice;
   sreq **reqs;
   choice *ch;
-  int include_usage, logprobs, n_top;
-  char **echoes;    /* completions with echo: [n_req] prompt texts, sent first */
+  int include_usage, logprobs, n_top, prompt_only;
+  char **echoes;    /* completions with echo: [n_req] prompt texts, sent first (with logprobs: once the
+                       prompt's logprobs are in, which is before the first token) */
   char id[48];
   long created;
   sbuf out;
@@ -477,9 +523,10 @@ static void chunk_head(stream *st, sbuf *b) {
   SB_LIT(b, ",\"choices\":[");
 }
 
-/* one chunk of choice ch: delta (chat) or text, logprobs of tokens [a, e) */
-static void emit(stream *st, choice *ch, const char *delta_or_text, size_t len, const char *finish, int a, int e,
-                 const scomp *c) {
+/* one chunk of choice ch: delta (chat) or text, logprobs of tokens [a, e),
+ * or (echo) the echoed prompt with its logprobs */
+static void emit_lp(stream *st, choice *ch, const char *delta_or_text, size_t len, const char *finish, int a, int e,
+                    const scomp *c, const char *echo) {
   sbuf *b = &st->out;
   chunk_head(st, b);
   sb_printf(b, "{\"index\":%d,", ch->index);
@@ -491,7 +538,11 @@ static void emit(stream *st, choice *ch, const char *delta_or_text, size_t len, 
     jstr(b, delta_or_text, len);
   }
   SB_LIT(b, ",\"logprobs\":");
-  if (st->logprobs && e > a) {
+  if (st->logprobs && echo) {
+    lp_cols L = {0};
+    prompt_lp_add(st->srv, &L, ch->q, echo, b);
+    lp_close(&L, b);
+  } else if (st->logprobs && e > a) {
     if (st->chat) chat_logprobs(st->srv, c, st->n_top, a, e, b);
     else {
       ch->text_at = text_logprobs(st->srv, c, st->n_top, a, e, ch->text_at, b);
@@ -503,6 +554,11 @@ static void emit(stream *st, choice *ch, const char *delta_or_text, size_t len, 
   if (finish) jcstr(b, finish);
   else SB_LIT(b, "null");
   SB_LIT(b, "}]}\n\n");
+}
+
+static void emit(stream *st, choice *ch, const char *delta_or_text, size_t len, const char *finish, int a, int e,
+                 const scomp *c) {
+  emit_lp(st, ch, delta_or_text, len, finish, a, e, c, NULL);
 }
 
 /* the chat deltas of a piece of text (and of the parser's end when fin) */
@@ -542,7 +598,13 @@ static void chat_deltas(stream *st, choice *ch, const dsi_chat_out_delta *d, int
 /* take what choice ch's completion made since last time into chunks */
 static void take(stream *st, choice *ch, const char *text, size_t len, int a, int e, const scomp *c, int ended) {
   if (!ch->started) {
+    if (st->echoes && st->logprobs && !e && !ended) return; /* the prompt's logprobs are not all in */
     ch->started = 1;
+    if (st->echoes) { /* completions with echo: the prompt first */
+      const char *echo = st->echoes[ch->index / ch->q->n];
+      emit_lp(st, ch, echo, strlen(echo), NULL, 0, 0, c, echo);
+      ch->text_at = strlen(echo);
+    }
     if (st->chat) {
       static const char role[] = "{\"role\":\"assistant\",\"content\":\"\"}";
       emit(st, ch, role, sizeof role - 1, NULL, 0, 0, c);
@@ -569,7 +631,7 @@ static void take(stream *st, choice *ch, const char *text, size_t len, int a, in
     SB_LIT(&st->out, ",\"type\":\"server_error\",\"param\":null,\"code\":null}}\n\n");
     return;
   }
-  const char *fin = finish_str(c->finish, ch->n_calls > 0);
+  const char *fin = st->prompt_only ? "length" : finish_str(c->finish, ch->n_calls > 0);
   if (st->chat) emit(st, ch, "{}", 2, fin, 0, 0, c);
   else emit(st, ch, "", 0, fin, 0, 0, c);
 }
@@ -584,7 +646,7 @@ static void finish_stream(stream *st) {
     }
     for (int k = 0; k < st->n_choice; k++) {
       const scomp *c = &st->ch[k].q->c[st->ch[k].i];
-      completion += c->completion_tokens;
+      completion += st->prompt_only ? 0 : c->completion_tokens;
       if (st->chat) reasoning += reasoning_tokens(st->srv, c, st->in_reasoning);
     }
     chunk_head(st, &st->out);
@@ -637,6 +699,7 @@ static int stream_round(stream *st) {
     ch->seen_text = c->text.n;
     ch->seen_tok = e;
     pthread_mutex_unlock(&q->mu);
+    if (st->prompt_only) e = a, len = 0; /* the token drawn is not said */
     /* the scomp's tokens up to e and its end fields are not written again
      * once read (the loop only appends) */
     take(st, ch, text, len, a, e, c, ended);
@@ -724,6 +787,7 @@ static void reply_stream(dsi_server *srv, reply *rp, int chat, sreq **reqs, int 
   st->include_usage = p->include_usage;
   st->logprobs = p->logprobs;
   st->n_top = p->r.top_logprobs;
+  st->prompt_only = p->prompt_only;
   st->in_reasoning = in_reasoning;
   st->created = (long)time(NULL);
   st->rid = reqs[0]->id;
@@ -740,15 +804,6 @@ static void reply_stream(dsi_server *srv, reply *rp, int chat, sreq **reqs, int 
       ch->i = i;
       ch->index = r * n + i;
       if (chat && dsi_chat_out_open(&ch->out, in_reasoning, NULL)) st->out.oom = 1; /* the first read says so */
-    }
-  /* completions with echo: each choice's first chunk is its prompt */
-  if (echoes)
-    for (int k = 0; k < st->n_choice; k++) {
-      choice *ch = &st->ch[k];
-      ch->started = 1;
-      const char *e = echoes[k / n];
-      emit(st, ch, e, strlen(e), NULL, 0, 0, &ch->q->c[ch->i]);
-      ch->text_at = strlen(e);
     }
   rp->status = 200;
   rp->resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, api_stream_read, st, stream_free);
@@ -1177,8 +1232,9 @@ int api_completions_parse(dsi_server *srv, const char *body, size_t len, compl_r
   if (!check_model(srv, &j) && !get_params(srv, &j, p, 0) && !get_prompts(srv, &j, ps)) {
     get_bool(&j, "echo", &p->echo);
     if (field(&j, "suffix")) bad(&j, "suffix", "'%s' is not supported by this model%s", "");
-    if (p->echo && p->logprobs)
-      bad(&j, "echo", "'%s' with logprobs is not supported%s", " (the prompt's logprobs are not computed)");
+    p->r.prompt_logprobs = p->echo && p->logprobs;
+    if (p->prompt_only && !p->echo)
+      bad(&j, "max_tokens", "'%s' must be at least 1%s", " (0 only with echo, for the prompt alone)");
     if (!j.bad && ps->n * (p->r.n ? p->r.n : 1) > MAX_N) bad(&j, "n", "'%s' times the prompts must be at most 16%s", "");
     for (int i = 0; i < ps->n && !j.bad; i++) {
       params pi = *p;
@@ -1265,17 +1321,24 @@ void api_completions(dsi_server *srv, const char *body, size_t len, int fd, repl
       sb_printf(&b, "%s{\"index\":%d,\"text\":", r || i ? "," : "", r * q->n + i);
       sbuf t = {0};
       if (echoes[r]) sb_put(&t, echoes[r], strlen(echoes[r]));
-      if (c->text.n) sb_put(&t, c->text.p, c->text.n);
+      if (c->text.n && !p.prompt_only) sb_put(&t, c->text.p, c->text.n);
       jstr(&b, t.p ? t.p : "", t.n);
       sb_merge_oom(&b, &t);
       free(t.p);
       SB_LIT(&b, ",\"logprobs\":");
-      if (p.logprobs) text_logprobs(srv, c, q->n_top, 0, c->n_tok, 0, &b);
-      else SB_LIT(&b, "null");
+      if (p.logprobs) { /* with echo: the prompt's tokens first */
+        lp_cols L = {0};
+        if (echoes[r]) prompt_lp_add(srv, &L, q, echoes[r], &b);
+        lp_add(srv, &L, c->tok, c->lp, c->top, q->n_top, 0, p.prompt_only ? 0 : c->n_tok, 0,
+               echoes[r] ? (long long)strlen(echoes[r]) : 0, &b);
+        lp_close(&L, &b);
+      } else {
+        SB_LIT(&b, "null");
+      }
       SB_LIT(&b, ",\"finish_reason\":");
-      jcstr(&b, finish_str(c->finish, 0));
+      jcstr(&b, p.prompt_only ? "length" : finish_str(c->finish, 0));
       SB_LIT(&b, "}");
-      completion += c->completion_tokens;
+      completion += p.prompt_only ? 0 : c->completion_tokens;
     }
   }
   SB_LIT(&b, "],\"usage\":");

@@ -31,6 +31,7 @@ static void sreq_free(sreq *q) {
     scomp *c = &q->c[i];
     free(c->text.p), free(c->tok), free(c->lp), free(c->top), free(c->stop), free(c->error);
   }
+  free(q->ptok), free(q->plp), free(q->ptop);
   pthread_mutex_destroy(&q->mu);
   pthread_cond_destroy(&q->cv);
   free(q);
@@ -75,6 +76,16 @@ static void on_event(void *user, const dsi_request_event *ev) {
   dsi_server *srv = q->srv;
   double t = now_s();
   pthread_mutex_lock(&q->mu);
+  if (ev->prompt_pos > 0) { /* a prompt token's logprob: positions come in order, once */
+    if (q->plp && ev->prompt_pos == q->n_plp && ev->prompt_pos < q->n_prompt) {
+      q->plp[ev->prompt_pos] = ev->logprob;
+      for (int k = 0; k < q->n_top; k++)
+        q->ptop[(size_t)ev->prompt_pos * q->n_top + k] = k < ev->n_top ? ev->top[k] : (dsi_token_logprob){-1, 0};
+      q->n_plp++;
+    }
+    pthread_mutex_unlock(&q->mu);
+    return;
+  }
   scomp *c = &q->c[ev->index];
   if (ev->text_len) sb_put(&c->text, ev->text, ev->text_len);
   if (ev->token >= 0 && !c->oom && tok_room(q, c)) c->oom = 1;
@@ -122,6 +133,18 @@ sreq *sreq_submit(dsi_server *srv, dsi_request *r, int n_top, dsi_err *err) {
   q->n_top = n_top;
   q->refs = 2; /* the HTTP side, the loop */
   q->t_submit = now_s();
+  if (r->prompt_logprobs) { /* the prompt's first token has no logprob */
+    q->n_prompt = r->n_prompt;
+    q->n_plp = 1;
+    q->ptok = malloc((size_t)r->n_prompt * sizeof *q->ptok);
+    q->plp = malloc((size_t)r->n_prompt * sizeof *q->plp);
+    q->ptop = n_top ? malloc((size_t)r->n_prompt * n_top * sizeof *q->ptop) : NULL;
+    if (!q->ptok || !q->plp || (n_top && !q->ptop)) { /* not in the live list yet */
+      sreq_free(q);
+      return dsi_errf(err, DSI_E_NOMEM, "out of memory for the prompt's %d logprobs", r->n_prompt), NULL;
+    }
+    memcpy(q->ptok, r->prompt, (size_t)r->n_prompt * sizeof *q->ptok);
+  }
   r->on_event = on_event;
   r->user = q;
   /* in the live list before the first event can come */

@@ -60,6 +60,12 @@ typedef struct sreq {
   int n, n_done;          /* completions, ended */
   int n_top;              /* top logprobs a token carries */
   double t_submit;
+  /* the prompt's logprobs (prompt_logprobs): [n_prompt] its tokens, and for
+   * positions 1 .. n_plp - 1 their logprobs and [n_top] top */
+  int32_t *ptok;
+  float *plp;
+  dsi_token_logprob *ptop;
+  int n_prompt, n_plp;
   struct sreq *prev, *next; /* the server's requests in flight */
   scomp c[];
 } sreq;
@@ -133,6 +139,7 @@ typedef struct params {
   int32_t bias_ids[MAX_BIAS];
   float bias[MAX_BIAS];
   int stream, include_usage, logprobs, echo;
+  int prompt_only;      /* completions with echo and max_tokens 0: the prompt alone (one token drawn, unsaid) */
   long long max_tokens; /* 0: to the end of the context */
 } params;
 

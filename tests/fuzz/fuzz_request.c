@@ -44,6 +44,10 @@ static void check_request(const params *p) {
   DSI_ASSERT(s->temperature >= 0 && s->top_p > 0 && s->top_p <= 1 && s->top_k >= 0 && s->min_p >= 0 && s->min_p <= 1);
   for (int i = 0; i < s->n_bias; i++) DSI_ASSERT(s->bias_ids[i] >= 0 && s->bias_ids[i] < g_srv.n_valid);
   DSI_ASSERT(r->top_logprobs >= 0 && r->top_logprobs <= DSI_MAX_TOP_LOGPROBS);
+  /* the prompt's logprobs only for completions' echo with logprobs; its
+   * max_tokens 0 only with echo, as one token unsaid */
+  DSI_ASSERT(r->prompt_logprobs == (p->echo && p->logprobs));
+  DSI_ASSERT(!p->prompt_only || (p->echo && p->max_tokens == 1));
 }
 
 static void check_refusal(reply *rp) {

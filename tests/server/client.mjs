@@ -120,6 +120,41 @@ for (const p of prompts) {
   const e = await client.completions.create({ model, prompt: "Once upon a time", max_tokens: 12, temperature: 0,
     echo: true });
   check(e.choices[0].text === "Once upon a time" + text, "completions with echo");
+  // echo with logprobs: the prompt's tokens too, the first without one
+  // (how lm-evaluation-harness scores a continuation), the same logprobs
+  // whether the prompt comes alone (max_tokens 0) or before a completion
+  const el = await client.completions.create({ model, prompt: "Once upon a time", max_tokens: 12, temperature: 0,
+    echo: true, logprobs: 2 });
+  const lp = el.choices[0].logprobs, np = el.usage.prompt_tokens;
+  const plain = await client.completions.create({ model, prompt: "Once upon a time", max_tokens: 12, temperature: 0,
+    logprobs: 2 });
+  check(el.choices[0].text === "Once upon a time" + text && lp.tokens.length === np + el.usage.completion_tokens &&
+    lp.token_logprobs[0] === null && lp.top_logprobs[0] === null &&
+    // (tokens of the same text share one key of a top_logprobs object)
+    lp.token_logprobs.slice(1).every((x, k) => x <= 0 && (Object.keys(lp.top_logprobs[k + 1]).length < 2 ||
+      x <= Math.max(...Object.values(lp.top_logprobs[k + 1])) + 1e-6)) &&
+    lp.text_offset.every((o, k) => k === 0 || o >= lp.text_offset[k - 1]),
+  `echo with logprobs: ${lp.tokens.length} tokens, the prompt's ${np} first (the first null)`);
+  const gen = lp.token_logprobs.slice(np), pgen = plain.choices[0].logprobs.token_logprobs;
+  check(gen.length === pgen.length && gen.every((x, k) => Math.abs(x - pgen[k]) < 1e-5),
+    "echo with logprobs: the completion's logprobs as without echo");
+  const po = await client.completions.create({ model, prompt: "Once upon a time", max_tokens: 0, echo: true,
+    logprobs: 1 });
+  const pl = po.choices[0].logprobs.token_logprobs;
+  check(po.choices[0].text === "Once upon a time" && po.usage.completion_tokens === 0 && pl.length === np &&
+    po.choices[0].finish_reason === "length" && pl.every((x, k) => k === 0 ? x === null : Math.abs(x - lp.token_logprobs[k]) < 1e-4),
+  "max_tokens 0 with echo: the prompt alone, its logprobs as before");
+  const ps = await client.completions.create({ model, prompt: "Once upon a time", max_tokens: 12, temperature: 0,
+    echo: true, logprobs: 2, stream: true });
+  let stext = "", stoks = [], slps = [];
+  for await (const c of ps) {
+    const ch = c.choices[0];
+    if (!ch) continue;
+    stext += ch.text;
+    if (ch.logprobs) stoks.push(...ch.logprobs.tokens), slps.push(...ch.logprobs.token_logprobs);
+  }
+  check(stext === el.choices[0].text && stoks.join("\u0001") === lp.tokens.join("\u0001") &&
+    slps.every((x, k) => x === lp.token_logprobs[k]), "echo with logprobs, streamed: the same tokens and logprobs");
   const ids = await client.completions.create({ model, prompt: [5, 6, 7, 8], max_tokens: 4, temperature: 0 });
   check(ids.usage.prompt_tokens === 4 && ids.choices[0].text.length > 0, "completions from token ids");
 }

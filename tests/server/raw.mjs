@@ -97,7 +97,7 @@ const badc = [
   ["ids past the vocabulary", JSON.stringify({ prompt: [1, 2, 99999999] })],
   ["an empty prompt list", JSON.stringify({ prompt: [] })],
   ["suffix", JSON.stringify({ prompt: "x", suffix: "y" })],
-  ["echo with logprobs", JSON.stringify({ prompt: "x", echo: true, logprobs: 1 })],
+  ["max_tokens 0 without echo", JSON.stringify({ prompt: "x", max_tokens: 0 })],
   ["best_of above n", JSON.stringify({ prompt: "x", best_of: 3 })],
 ];
 for (const [what, body] of badc) {

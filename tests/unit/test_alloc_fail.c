@@ -20,8 +20,9 @@
  *            requests (one of two completions with logprobs and a stop
  *            string), the server's endpoints called directly (chat and
  *            completions whole and streamed — the stream read as MHD reads
- *            it — with logprobs and echo, tokenize, detokenize, models,
- *            metrics) and the profiler's trace.
+ *            it — with logprobs and echo (the prompt's logprobs, and the
+ *            prompt alone), tokenize, detokenize, models, metrics) and the
+ *            profiler's trace.
  *   mkmodel: writing a sharded FP8 checkpoint with a trained tokenizer.
  *   commands: a chat of three turns and a /reset, and detokenize
  *            --stream, as the dsinfer command runs them: a failure must
@@ -250,8 +251,10 @@ static int check_reply(reply *rp, const char *what) {
   "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":3,\"stream\":true,\"seed\":2," \
   "\"logprobs\":true,\"top_logprobs\":1,\"stream_options\":{\"include_usage\":true}}"
 #define ECHO_STREAM_BODY \
-  "{\"prompt\":[\"Time is\",[5,6]],\"max_tokens\":2,\"echo\":true,\"stream\":true,\"temperature\":0}"
-#define ECHO_BODY "{\"prompt\":[\"The model reads\",[5,6,7]],\"max_tokens\":3,\"echo\":true,\"temperature\":0}"
+  "{\"prompt\":[\"Time is\",[5,6]],\"max_tokens\":2,\"echo\":true,\"logprobs\":1,\"stream\":true,\"temperature\":0}"
+#define ECHO_BODY \
+  "{\"prompt\":[\"The model reads\",[5,6,7]],\"max_tokens\":3,\"echo\":true,\"logprobs\":2,\"temperature\":0}"
+#define PROMPT_ONLY_BODY "{\"prompt\":\"The model reads\",\"max_tokens\":0,\"echo\":true,\"logprobs\":1}"
 #define LOGPROBS_BODY "{\"prompt\":\"Time is\",\"max_tokens\":3,\"logprobs\":2,\"stop\":\"zz\"}"
 #define TOKENIZE_BODY "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}"
 #define DETOKENIZE_BODY "{\"tokens\":[5,6,7,300]}"
@@ -303,6 +306,8 @@ static int serve_some(dsi_sched *s, const dsi_tok *tok, const dsi_chat_fmt *fmt,
   rc = worst(rc, check_reply(&rp, "completions stream"));
   api_completions(&srv, ECHO_BODY, strlen(ECHO_BODY), -1, &rp);
   rc = worst(rc, check_reply(&rp, "completions with echo"));
+  api_completions(&srv, PROMPT_ONLY_BODY, strlen(PROMPT_ONLY_BODY), -1, &rp);
+  rc = worst(rc, check_reply(&rp, "completions, the prompt alone"));
   api_completions(&srv, LOGPROBS_BODY, strlen(LOGPROBS_BODY), -1, &rp);
   rc = worst(rc, check_reply(&rp, "completions with logprobs"));
   api_tokenize(&srv, TOKENIZE_BODY, strlen(TOKENIZE_BODY), &rp);

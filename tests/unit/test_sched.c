@@ -10,6 +10,7 @@
  * error while the others finish; a long request among a flood of short
  * ones is not starved; logprobs. */
 #define _GNU_SOURCE
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -47,10 +48,17 @@ typedef struct {
   int n_top;
 } result;
 
+#define MAX_PLP 64
 typedef struct {
   result r[4];          /* per completion */
   atomic_int finished;  /* completions ended */
   int n;
+  /* prompt logprobs: positions 1.. in order, and events out of order or
+   * after the first drawn token */
+  int32_t plp_tok[MAX_PLP];
+  float plp[MAX_PLP];
+  dsi_token_logprob plp_top[MAX_PLP][3];
+  int n_plp, plp_bad;
 } record;
 
 static atomic_long g_events;
@@ -59,6 +67,18 @@ static void on_event(void *user, const dsi_request_event *ev) {
   record *rec = user;
   result *r = &rec->r[ev->index];
   atomic_fetch_add(&g_events, 1);
+  if (ev->prompt_pos > 0) {
+    int k = rec->n_plp + 1;
+    if (ev->prompt_pos != k || k >= MAX_PLP || r->n_out || r->finish || ev->text_len || ev->finish) {
+      rec->plp_bad++;
+      return;
+    }
+    rec->plp_tok[k] = ev->token;
+    rec->plp[k] = ev->logprob;
+    for (int i = 0; i < ev->n_top && i < 3; i++) rec->plp_top[k][i] = ev->top[i];
+    rec->n_plp = k;
+    return;
+  }
   if (r->finish) {
     r->after_finish++;
     return;
@@ -509,6 +529,96 @@ static void test_logprobs(void) {
   dsi_engine_free(e);
 }
 
+/* ---- prompt logprobs ----
+ * Against one forward pass over the whole prompt with every position's
+ * logits: in chunks of DSI_PROMPT_LOGPROB_ROWS, from the prefix cache's
+ * blocks (which a prompt_logprobs request does not take), beside others on
+ * a pool small enough to preempt, with n = 2 (one event per position). */
+#define PLP_N 45
+static void check_plp(const record *rec, const int32_t *p, const float *lg, const char *what) {
+  int nv = dsi_tok_vocab_size(g_tok) < g_vocab ? dsi_tok_vocab_size(g_tok) : g_vocab;
+  CHECKF(rec->n_plp == PLP_N - 1 && rec->plp_bad == 0, "%s: %d prompt logprobs (want %d), %d out of order", what,
+         rec->n_plp, PLP_N - 1, rec->plp_bad);
+  double worst = 0;
+  int top_ok = 1;
+  for (int k = 1; k <= rec->n_plp && k < PLP_N; k++) {
+    const float *x = lg + (size_t)(k - 1) * g_vocab;
+    double m = -1e30, sum = 0;
+    for (int i = 0; i < nv; i++) m = x[i] > m ? x[i] : m;
+    for (int i = 0; i < nv; i++) sum += exp((double)x[i] - m);
+    double lse = m + log(sum), want = x[p[k]] - lse;
+    worst = fmax(worst, fabs(rec->plp[k] - want));
+    top_ok &= rec->plp_tok[k] == p[k] && rec->plp_top[k][0].id == argmax(x, nv) &&
+              fabs(rec->plp_top[k][0].logprob - (m - lse)) < 1e-3 && rec->plp_top[k][1].logprob <= rec->plp_top[k][0].logprob;
+  }
+  CHECKF(worst < 1e-3 && top_ok, "%s: prompt logprobs within %g of the whole prompt's (top ok %d)", what, worst, top_ok);
+}
+
+static void test_prompt_logprobs(void) {
+  int32_t p[3][PLP_N];
+  dsi_rng rng;
+  dsi_rng_seed(&rng, 77);
+  for (int r = 0; r < 3; r++)
+    for (int i = 0; i < PLP_N; i++) p[r][i] = 2 + (int32_t)(dsi_rng_u64(&rng) % 200);
+  /* the oracle: one pass, every position's logits */
+  float *lg[3];
+  for (int r = 0; r < 3; r++) {
+    dsi_engine *e = open_engine(64, 128, 2);
+    lg[r] = malloc((size_t)PLP_N * g_vocab * sizeof(float));
+    int sq = dsi_seq_new(e);
+    int32_t seqv[PLP_N];
+    for (int i = 0; i < PLP_N; i++) seqv[i] = sq;
+    dsi_batch b = {.n_tokens = PLP_N, .tokens = p[r], .seq = seqv};
+    DSI_ASSERT(dsi_engine_forward(e, &b, lg[r]) == 0);
+    dsi_engine_free(e);
+  }
+  dsi_request t = {.ignore_eos = 1, .prompt_logprobs = 1, .logprobs = 1, .top_logprobs = 3};
+  {
+    dsi_engine *e = open_engine(64, 128, 2);
+    dsi_sched *s = open_sched(e, 4, 64, 0);
+    record a = {0}, b = {0}, c = {0};
+    t.n = 2;
+    submit(s, p[0], PLP_N, 3, &a, &t);
+    CHECK(dsi_sched_wait_idle(s, 60) == 0);
+    check_plp(&a, p[0], lg[0], "n = 2");
+    CHECK(a.r[0].n_out == 3 && a.r[1].n_out == 3);
+    /* the prompt's blocks are cached now: a plain request takes them, one
+     * with prompt_logprobs computes them again */
+    dsi_request plain = {.ignore_eos = 1};
+    submit(s, p[0], PLP_N, 2, &b, &plain);
+    CHECK(dsi_sched_wait_idle(s, 60) == 0);
+    CHECKF(b.r[0].cached > 0 && b.n_plp == 0, "a plain request after it: %d tokens cached", b.r[0].cached);
+    t.n = 1;
+    submit(s, p[0], PLP_N, 2, &c, &t);
+    CHECK(dsi_sched_wait_idle(s, 60) == 0);
+    check_plp(&c, p[0], lg[0], "a cached prompt");
+    CHECKF(c.r[0].cached == 0, "prompt_logprobs: %d tokens taken from the cache", c.r[0].cached);
+    dsi_sched_free(s);
+    int avail, total, bs;
+    dsi_engine_kv_blocks(e, &avail, &total, &bs);
+    CHECK(avail == total);
+    dsi_engine_free(e);
+  }
+  {
+    /* three at once on 20 blocks of 8 (each needs 8 at the end): preemptions */
+    dsi_engine *e = open_engine(20, 128, 2);
+    dsi_sched *s = open_sched(e, 4, 64, 16);
+    record r[3] = {0};
+    for (int i = 0; i < 3; i++) submit(s, p[i], PLP_N, 16, &r[i], &t);
+    CHECK(dsi_sched_wait_idle(s, 60) == 0);
+    for (int i = 0; i < 3; i++) {
+      check_plp(&r[i], p[i], lg[i], "three on a small pool");
+      CHECK(r[i].r[0].n_out == 16);
+    }
+    dsi_sched_stats st;
+    dsi_sched_get_stats(s, &st);
+    printf("prompt logprobs on a small pool: %ld preemptions\n", st.preemptions);
+    dsi_sched_free(s);
+    dsi_engine_free(e);
+  }
+  for (int r = 0; r < 3; r++) free(lg[r]);
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IONBF, 0);
   snprintf(g_dir, sizeof g_dir, "/tmp/test_sched_XXXXXX");
@@ -533,6 +643,7 @@ int main(void) {
   test_fault();
   test_fair();
   test_logprobs();
+  test_prompt_logprobs();
   dsi_tok_free(g_tok);
   dsi_model_free(g_m);
   char cmd[400];
