@@ -1222,6 +1222,53 @@ static int get_prompts(dsi_server *srv, in *j, prompts *ps) {
   return 0;
 }
 
+/* fill in the middle (suffix): each prompt becomes the checkpoint's FIM
+ * layout, [BOS] <｜fim▁begin｜> prompt <｜fim▁hole｜> suffix <｜fim▁end｜>, whose
+ * completion is the middle; a tokenizer without those tokens cannot */
+#define FIM_BEGIN "<｜fim▁begin｜>"
+#define FIM_HOLE "<｜fim▁hole｜>"
+#define FIM_END "<｜fim▁end｜>"
+static int fill_in_middle(dsi_server *srv, in *j, const cJSON *suffix, prompts *ps) {
+  if (!cJSON_IsString(suffix)) return bad(j, "suffix", "'%s' must be a string%s", "");
+  int32_t fim[3] = {dsi_tok_token_to_id(srv->tok, FIM_BEGIN), dsi_tok_token_to_id(srv->tok, FIM_HOLE),
+                    dsi_tok_token_to_id(srv->tok, FIM_END)};
+  if (fim[0] < 0 || fim[1] < 0 || fim[2] < 0 || fim[0] >= srv->n_valid || fim[1] >= srv->n_valid ||
+      fim[2] >= srv->n_valid)
+    return bad(j, "suffix", "'%s' is not supported by this model%s",
+               " (its tokenizer has no " FIM_BEGIN ", " FIM_HOLE " and " FIM_END " tokens)");
+  int32_t *sfx = NULL;
+  size_t ns = 0;
+  dsi_err err = {0};
+  const char *t = suffix->valuestring;
+  if (dsi_tok_encode(srv->tok, t, strlen(t), DSI_TOK_REPLACE_INVALID, &sfx, &ns, &err)) {
+    if (!j->bad) reply_failed(j->rp, "suffix", &err);
+    j->bad = 1;
+    return -1;
+  }
+  int32_t bos = dsi_tok_bos_id(srv->tok);
+  for (int i = 0; i < ps->n; i++) {
+    size_t np = ps->len[i], b = np && bos >= 0 && ps->ids[i][0] == bos, k = 0;
+    int32_t *ids = malloc((np + ns + 3) * sizeof *ids);
+    if (!ids) {
+      free(sfx);
+      return oom(j, "for the fill-in-the-middle prompt");
+    }
+    if (b) ids[k++] = bos;
+    ids[k++] = fim[0];
+    memcpy(ids + k, ps->ids[i] + b, (np - b) * sizeof *ids);
+    k += np - b;
+    ids[k++] = fim[1];
+    memcpy(ids + k, sfx, ns * sizeof *ids);
+    k += ns;
+    ids[k++] = fim[2];
+    free(ps->ids[i]);
+    ps->ids[i] = ids;
+    ps->len[i] = k;
+  }
+  free(sfx);
+  return 0;
+}
+
 int api_completions_parse(dsi_server *srv, const char *body, size_t len, compl_req *cr, reply *rp) {
   memset(cr, 0, sizeof *cr);
   cJSON *root = parse_body(body, len, rp);
@@ -1231,7 +1278,9 @@ int api_completions_parse(dsi_server *srv, const char *body, size_t len, compl_r
   prompts *ps = &cr->ps;
   if (!check_model(srv, &j) && !get_params(srv, &j, p, 0) && !get_prompts(srv, &j, ps)) {
     get_bool(&j, "echo", &p->echo);
-    if (field(&j, "suffix")) bad(&j, "suffix", "'%s' is not supported by this model%s", "");
+    const cJSON *suffix = field(&j, "suffix");
+    if (suffix && p->echo) bad(&j, "suffix", "'%s' cannot go with echo%s", "");
+    else if (suffix) fill_in_middle(srv, &j, suffix, ps);
     p->r.prompt_logprobs = p->echo && p->logprobs;
     if (p->prompt_only && !p->echo)
       bad(&j, "max_tokens", "'%s' must be at least 1%s", " (0 only with echo, for the prompt alone)");

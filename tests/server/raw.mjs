@@ -96,7 +96,7 @@ const badc = [
   ["a prompt number", JSON.stringify({ prompt: 5 })],
   ["ids past the vocabulary", JSON.stringify({ prompt: [1, 2, 99999999] })],
   ["an empty prompt list", JSON.stringify({ prompt: [] })],
-  ["suffix", JSON.stringify({ prompt: "x", suffix: "y" })],
+  ["suffix without FIM tokens in the tokenizer", JSON.stringify({ prompt: "x", suffix: "y" })],
   ["max_tokens 0 without echo", JSON.stringify({ prompt: "x", max_tokens: 0 })],
   ["best_of above n", JSON.stringify({ prompt: "x", best_of: 3 })],
 ];
