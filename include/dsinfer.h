@@ -292,10 +292,11 @@ typedef struct dsi_sched_opts {
   int prefill_chunk;      /* most prompt tokens in one step while completions decode in it
                              (0 = sized on the fly so a step costs at most about two decode steps) */
   int no_prefix_cache;    /* 1: every prompt prefilled in full */
+  int prompt_logprob_rows; /* most prompt positions a step scores for prompt_logprobs, each a logits row
+                              (0 = max_batched_tokens) */
 } dsi_sched_opts;
 
 #define DSI_MAX_TOP_LOGPROBS 20
-#define DSI_PROMPT_LOGPROB_ROWS 32 /* prompt positions' logits rows a step holds */
 typedef struct dsi_token_logprob {
   int32_t id;
   float logprob;
@@ -357,7 +358,7 @@ typedef struct dsi_request {
   int prompt_logprobs;      /* 1: the prompt's tokens' logprobs too (events with prompt_pos), each
                                under the raw logits of the positions before it, with top_logprobs;
                                those positions are computed even where the prefix cache holds them,
-                               at most DSI_PROMPT_LOGPROB_ROWS of them a step */
+                               at most prompt_logprob_rows of them a step */
   dsi_request_cb on_event;
   void *user;
 } dsi_request;

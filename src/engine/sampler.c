@@ -33,13 +33,44 @@ void dsi_sample_ws_free(dsi_sample_ws *w) {
   memset(w, 0, sizeof *w);
 }
 
+/* 2^x for x <= 0, to float precision (a degree-6 polynomial on the
+ * fraction, the exponent in the bits), in plain arithmetic the compiler
+ * vectorizes: the same bits on every ISA */
+static inline float exp2_neg(float x0) {
+  float x = x0 < -126.0f ? -126.0f : x0; /* selects, not branches: the loop vectorizes */
+  int xi = (int)x;
+  xi -= x < (float)xi; /* floor */
+  float f = x - (float)xi;
+  float p = 1.5353362e-4f;
+  p = p * f + 1.3398874e-3f;
+  p = p * f + 9.6181291e-3f;
+  p = p * f + 5.5504109e-2f;
+  p = p * f + 2.4022651e-1f;
+  p = p * f + 6.9314718e-1f;
+  p = p * f + 1.0f;
+  union {
+    uint32_t u;
+    float f;
+  } s = {.u = (uint32_t)(xi + 127) << 23};
+  return x0 < -126.0f ? 0.0f : p * s.f;
+}
+
 /* ---- logprobs of the raw logits ---- */
+/* log sum e^x: the terms by exp2_neg into 16 float sums a lane each (the
+ * loop vectorizes; the order is fixed, so the result is the same on every
+ * ISA), added up in double */
 static float log_sum_exp(const float *x, int n) {
   float m = -INFINITY;
   for (int i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
   if (m == -INFINITY) return m;
+  const float k = 1.4426950f; /* log2(e) */
+  float part[16] = {0};
+  int i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int u = 0; u < 16; u++) part[u] += exp2_neg((x[i + u] - m) * k);
   double s = 0;
-  for (int i = 0; i < n; i++) s += exp((double)x[i] - m);
+  for (; i < n; i++) s += exp2_neg((x[i] - m) * k);
+  for (int u = 0; u < 16; u++) s += part[u];
   return m + (float)log(s);
 }
 
@@ -201,28 +232,6 @@ static int cut(dsi_cand *c, int n, int k, double target, dsi_sample_ws *ws) {
     return k;
   }
   return at + select_mass(c + at, m, target - acc);
-}
-
-/* 2^x for x <= 0, to float precision (a degree-6 polynomial on the
- * fraction, the exponent in the bits), in plain arithmetic the compiler
- * vectorizes: the same bits on every ISA */
-static inline float exp2_neg(float x0) {
-  float x = x0 < -126.0f ? -126.0f : x0; /* selects, not branches: the loop vectorizes */
-  int xi = (int)x;
-  xi -= x < (float)xi; /* floor */
-  float f = x - (float)xi;
-  float p = 1.5353362e-4f;
-  p = p * f + 1.3398874e-3f;
-  p = p * f + 9.6181291e-3f;
-  p = p * f + 5.5504109e-2f;
-  p = p * f + 2.4022651e-1f;
-  p = p * f + 6.9314718e-1f;
-  p = p * f + 1.0f;
-  union {
-    uint32_t u;
-    float f;
-  } s = {.u = (uint32_t)(xi + 127) << 23};
-  return x0 < -126.0f ? 0.0f : p * s.f;
 }
 
 /* ---- the draw ---- */

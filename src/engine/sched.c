@@ -94,13 +94,12 @@ struct dsi_sched {
   seg *segs;            /* [max_seqs] */
   int32_t *b_tok, *b_seq;
   uint8_t *b_want;      /* [max_batched_tokens] */
-  float *logits;        /* [max_seqs + DSI_PROMPT_LOGPROB_ROWS, vocab] a step's rows, then those of a
-                           segment run alone (retries) */
-  /* a step's prompt logprobs: [DSI_PROMPT_LOGPROB_ROWS] each, the row's
+  float *logits;        /* [max_seqs + prompt_logprob_rows, vocab] a step's rows, by segment */
+  /* a step's prompt logprobs: [prompt_logprob_rows] each, the row's
    * result, the token it is for and the row */
-  dsi_sample_out plp[DSI_PROMPT_LOGPROB_ROWS];
-  int32_t plp_tok[DSI_PROMPT_LOGPROB_ROWS];
-  int plp_at[DSI_PROMPT_LOGPROB_ROWS];
+  dsi_sample_out *plp;
+  int32_t *plp_tok;
+  int *plp_at;
   /* sampling a step's rows on the engine's pool: a workspace per thread
    * (up to SAMPLE_WS), and per row its segment, token and extras */
   dsi_sample_ws *ws;
@@ -661,7 +660,7 @@ static void add_seg(dsi_sched *s, int *n_seg, int *T, completion *c, int take, i
 static int plan_step(dsi_sched *s, int *n_tokens, int *n_decode) {
   int budget = s->o.max_batched_tokens, T = 0, n_seg = 0, decoding = 0;
   int planned = 0; /* blocks the step's segments will take when the engine reserves them */
-  int plp_left = DSI_PROMPT_LOGPROB_ROWS;
+  int plp_left = s->o.prompt_logprob_rows;
   const dsi_kv *kv = &s->e->kv;
   for (int i = 0; i < s->n_run; i++) decoding += s->run[i]->n_tok - s->run[i]->computed == 1;
   int prefill = chunk_cap(s, decoding, budget); /* prompt tokens left to the step */
@@ -800,21 +799,19 @@ static void deliver(dsi_sched *s, completion *c, int32_t tok, const dsi_sample_o
 }
 
 /* the step's forward failed: nothing of it was kept. Each completion's
- * share again alone; one that fails alone ends with the engine's error */
-static void retry_alone(dsi_sched *s, int n_seg, float *one) {
+ * share again alone, its logits rows (prompt logprobs, then the one
+ * sampled: they follow one another) into their places; one that fails
+ * alone ends with the engine's error */
+static void retry_alone(dsi_sched *s, int n_seg) {
   for (int i = 0; i < n_seg; i++) {
     seg *g = &s->segs[i];
     dsi_batch b = {.n_tokens = g->n, .tokens = s->b_tok + g->t0, .seq = s->b_seq + g->t0, .want_logits = s->b_want + g->t0};
-    if (dsi_engine_forward(s->e, &b, one)) {
+    if (dsi_engine_forward(s->e, &b, s->logits + (size_t)g->plp_row * s->vocab)) {
       char msg[sizeof s->e->err.msg];
       snprintf(msg, sizeof msg, "%s", s->e->err.msg);
       finish(s, g->c, DSI_FINISH_ERROR, NULL, msg);
       g->c = NULL;
-      continue;
     }
-    /* its rows follow one another: prompt logprobs, then the one sampled */
-    size_t rows = (size_t)g->n_plp + (g->logits >= 0);
-    memcpy(s->logits + (size_t)g->plp_row * s->vocab, one, rows * s->vocab * sizeof(float));
   }
 }
 
@@ -890,8 +887,7 @@ static int step(dsi_sched *s) {
   if (!T) return 0;
   double t0 = now();
   dsi_batch b = {.n_tokens = T, .tokens = s->b_tok, .seq = s->b_seq, .want_logits = s->b_want};
-  if (dsi_engine_forward(s->e, &b, s->logits))
-    retry_alone(s, n_seg, s->logits + ((size_t)s->o.max_seqs + DSI_PROMPT_LOGPROB_ROWS) * s->vocab);
+  if (dsi_engine_forward(s->e, &b, s->logits)) retry_alone(s, n_seg);
   double dt = now() - t0;
   fit_add(s, n_decode, T - n_decode, dt);
   s->acc.forward_seconds += dt;
@@ -959,6 +955,7 @@ static void free_buffers(dsi_sched *s) {
   free(s->run), free(s->segs), free(s->b_tok), free(s->b_seq), free(s->b_want), free(s->logits);
   for (int i = 0; s->ws && i < s->n_ws; i++) dsi_sample_ws_free(&s->ws[i]);
   free(s->ws), free(s->todo), free(s->drawn), free(s->outs), free(s->script);
+  free(s->plp), free(s->plp_tok), free(s->plp_at);
 }
 
 int dsi_sched_open(dsi_sched **out, dsi_engine *e, const dsi_tok *tok, const dsi_sched_opts *o, dsi_err *err) {
@@ -988,14 +985,19 @@ int dsi_sched_open(dsi_sched **out, dsi_engine *e, const dsi_tok *tok, const dsi
   s->b_tok = malloc((size_t)mt * sizeof(int32_t));
   s->b_seq = malloc((size_t)mt * sizeof(int32_t));
   s->b_want = malloc((size_t)mt);
-  size_t rows = (size_t)ms + DSI_PROMPT_LOGPROB_ROWS + (DSI_PROMPT_LOGPROB_ROWS + 1); /* and a retry's */
-  s->logits = malloc(rows * s->vocab * sizeof(float));
+  if (s->o.prompt_logprob_rows <= 0 || s->o.prompt_logprob_rows > mt) s->o.prompt_logprob_rows = mt;
+  int pr = s->o.prompt_logprob_rows;
+  s->logits = malloc(((size_t)ms + pr) * s->vocab * sizeof(float)); /* touched only as far as used */
+  s->plp = malloc((size_t)pr * sizeof *s->plp);
+  s->plp_tok = malloc((size_t)pr * sizeof *s->plp_tok);
+  s->plp_at = malloc((size_t)pr * sizeof *s->plp_at);
   s->n_ws = DSI_MAX(1, DSI_MIN(DSI_MIN(dsi_pool_size(e->pool), ms), SAMPLE_WS));
   s->ws = calloc((size_t)s->n_ws, sizeof *s->ws);
   s->todo = malloc((size_t)ms * sizeof *s->todo);
   s->drawn = malloc((size_t)ms * sizeof *s->drawn);
   s->outs = malloc((size_t)ms * sizeof *s->outs);
-  int ok = s->run && s->segs && s->b_tok && s->b_seq && s->b_want && s->logits && s->ws && s->todo && s->drawn && s->outs;
+  int ok = s->run && s->segs && s->b_tok && s->b_seq && s->b_want && s->logits && s->ws && s->todo && s->drawn &&
+           s->outs && s->plp && s->plp_tok && s->plp_at;
   for (int i = 0; ok && i < s->n_ws; i++) ok = !dsi_sample_ws_init(&s->ws[i], s->vocab);
   if (ok) {
     pthread_mutex_init(&s->mu, NULL);

@@ -4,7 +4,9 @@
  * cache): at a fixed concurrency (closed loop: a request ends, the next is
  * submitted) or at a request rate (Poisson arrivals). Reports output
  * tokens/s, time to first token, inter-token latency and end-to-end
- * latency (p50, p99), the mean batch and the prefix cache's hit rate. */
+ * latency (p50, p99), the mean batch and the prefix cache's hit rate.
+ * With --prompt-logprobs every prompt is scored too (each position's
+ * logprob, as /v1/completions' echo with logprobs asks). */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -42,6 +44,7 @@ static void on_event(void *user, const dsi_request_event *ev) {
   load *ld = rc->ld;
   req_times *t = &ld->t[rc->i];
   double now = dsi_now();
+  if (ev->prompt_pos > 0) return; /* a prompt token's logprob: not an output token */
   if (ev->token >= 0) {
     if (!t->n_tok) t->first = now;
     else t->gaps[t->n_gaps++] = now - t->last;
@@ -68,6 +71,7 @@ static double pct(double *v, int n, double q) {
 int dsi_cmd_bench_serve(int argc, char **argv) {
   const char *cmd = "bench serve", *model = NULL;
   int requests = 64, conc = 0, L = 512, G = 64, P = 0, json = 0, max_seqs = 0, budget = 0, chunk = 0, act;
+  int plp = 0;
   float rate = 0;
   uint64_t seed = 1;
   run_opts ro = {0};
@@ -83,11 +87,12 @@ int dsi_cmd_bench_serve(int argc, char **argv) {
     {"--max-batched-tokens", NULL, OPT_INT, &budget, "tokens in one step (default 512)", 0, DSI_CLI_MAX_TOKENS},
     {"--prefill-chunk", NULL, OPT_INT, &chunk, "prompt tokens in one step while requests decode in it (default: sized on the fly)", 0, DSI_CLI_MAX_TOKENS},
     {"--seed", NULL, OPT_U64, &seed, "the prompts' random ids (default 1)"},
+    {"--prompt-logprobs", NULL, OPT_FLAG, &plp, "score every prompt too: each position's logprob (a logits row)"},
     {"--json", NULL, OPT_FLAG, &json, "print one JSON object"},
     RUN_OPTS(ro),
     {0}};
   int rc = dsi_cli_parse(cmd, "--model DIR [--requests N] [--concurrency C | --rate R] [--prompt-len L] [--gen-len G] "
-                              "[--shared-prefix P] [--threads T] [--json]", opts, argc, argv);
+                              "[--shared-prefix P] [--prompt-logprobs] [--threads T] [--json]", opts, argc, argv);
   if (rc) return rc == 1 ? 0 : 2;
   if (!model) return dsi_cli_usage_error(cmd, "--model is required");
   if (conc && rate > 0) return dsi_cli_usage_error(cmd, "--concurrency and --rate exclude each other");
@@ -188,7 +193,7 @@ int dsi_cmd_bench_serve(int argc, char **argv) {
     }
     int i = submitted++;
     dsi_request r = {.prompt = prompts + (size_t)i * L, .n_prompt = L, .max_tokens = G, .ignore_eos = 1,
-                     .on_event = on_event, .user = &ctxs[i]};
+                     .prompt_logprobs = plp, .on_event = on_event, .user = &ctxs[i]};
     ld.t[i].submit = dsi_now();
     if (dsi_sched_submit(s, &r, &ids[i], &err)) {
       fprintf(stderr, "dsinfer bench serve: request %d: %s\n", i, err.msg);
@@ -221,17 +226,18 @@ int dsi_cmd_bench_serve(int argc, char **argv) {
     printf("{\"model\":");
     dsi_json_put_str(stdout, model, strlen(model));
     printf(",\"requests\":%d,\"concurrency\":%d,\"rate\":%g,\"prompt_len\":%d,\"gen_len\":%d,"
-           "\"shared_prefix\":%d,\"threads\":%d,\"isa\":\"%s\",\"output_tokens_per_s\":%.3f,\"ttft_p50_s\":%.4f,"
+           "\"shared_prefix\":%d,\"prompt_logprobs\":%d,\"threads\":%d,\"isa\":\"%s\",\"output_tokens_per_s\":%.3f,\"ttft_p50_s\":%.4f,"
            "\"ttft_p99_s\":%.4f,\"itl_p50_s\":%.5f,\"itl_p99_s\":%.5f,\"e2e_p50_s\":%.4f,\"e2e_p99_s\":%.4f,"
            "\"mean_batch\":%.2f,\"mean_batch_tokens\":%.1f,\"prefix_hit_rate\":%.4f,\"preemptions\":%ld,"
            "\"step_s\":%.3f,\"forward_s\":%.3f,\"wall_s\":%.3f}\n",
-           submitted, conc, rate, L, G, P, ro.threads ? ro.threads : dsi_default_threads(), dsi_engine_isa(e), tps,
+           submitted, conc, rate, L, G, P, plp, ro.threads ? ro.threads : dsi_default_threads(), dsi_engine_isa(e), tps,
            pct(ttft, submitted, 0.5), pct(ttft, submitted, 0.99), pct(itl, (int)n_itl, 0.5), pct(itl, (int)n_itl, 0.99),
            pct(e2e, submitted, 0.5), pct(e2e, submitted, 0.99), mean_batch, steps ? (double)(st.batch_tokens_mean * st.steps - st0.batch_tokens_mean * st0.steps) / steps : 0,
            hit, st.preemptions - st0.preemptions, step_s, fwd_s, wall);
   } else {
-    printf("model %s, isa %s; %d requests, %s %g; prompts %d tokens (%d shared), %d generated each\n", model,
-           dsi_engine_isa(e), submitted, conc ? "concurrency" : "rate", conc ? (double)conc : rate, L, P, G);
+    printf("model %s, isa %s; %d requests, %s %g; prompts %d tokens (%d shared%s), %d generated each\n", model,
+           dsi_engine_isa(e), submitted, conc ? "concurrency" : "rate", conc ? (double)conc : rate, L, P,
+           plp ? ", scored" : "", G);
     printf("output: %.1f tokens/s over %.2f s; %ld steps, %.2f sequences a step\n", tps, wall, steps, mean_batch);
     printf("time to first token: p50 %.3f s, p99 %.3f s\n", pct(ttft, submitted, 0.5), pct(ttft, submitted, 0.99));
     printf("inter-token latency: p50 %.1f ms, p99 %.1f ms\n", pct(itl, (int)n_itl, 0.5) * 1e3,

@@ -230,6 +230,28 @@ static void test_logprobs_and_seeds(dsi_sample_ws *ws) {
     }
   }
   CHECK(!memcmp(s1, s2, sizeof s1) && memcmp(s1, s3, sizeof s1));
+  /* a prompt token's logprob (dsi_logprob_of) is the drawn one's */
+  dsi_sample_out po = {.n_top = 5};
+  dsi_logprob_of(l, V, t, &po);
+  CHECKF(po.logprob == out.logprob && !memcmp(po.top, out.top, sizeof out.top), "logprob_of %g, drawn %g", po.logprob,
+         out.logprob);
+  /* over V3's 129,280 ids (the sum's 16 lanes and its tail, ids past the
+   * last whole 16 included) against a double-precision log-softmax */
+  enum { BIG = 129280 + 7 };
+  float *lb = malloc(BIG * sizeof(float));
+  DSI_ASSERT(lb);
+  for (int i = 0; i < BIG; i++) lb[i] = 2 * dsi_rng_normal(&r0) + (i == BIG - 1 ? 20 : 0);
+  m = -INFINITY, z = 0;
+  for (int i = 0; i < BIG; i++) m = fmax(m, lb[i]);
+  for (int i = 0; i < BIG; i++) z += exp(lb[i] - m);
+  lse = m + log(z);
+  double worst = 0;
+  for (int32_t id = BIG - 3; id < BIG; id++) {
+    dsi_logprob_of(lb, BIG, id, &po);
+    worst = fmax(worst, fabs(po.logprob - (lb[id] - lse)));
+  }
+  CHECKF(worst < 1e-4 && po.top[0].id == BIG - 1, "logprobs over %d ids: %g from double precision's", BIG, worst);
+  free(lb);
 }
 
 /* the cost per token at DeepSeek-V3's vocabulary (printed, not asserted) */
@@ -262,6 +284,10 @@ static void cost_v3(void) {
     double per = (dsi_now() - t0) / N;
     printf("V3's 129280 ids, %-32s %.3f ms a token (the copy of the logits included)\n", cases[c].name, per * 1e3);
   }
+  dsi_sample_out po = {.n_top = 5};
+  double t0 = dsi_now();
+  for (int k = 0; k < N; k++) dsi_logprob_of(l, V, hist[k % 512], &po);
+  printf("V3's 129280 ids, %-32s %.3f ms a token\n", "a prompt token's logprob, top 5", (dsi_now() - t0) / N * 1e3);
   free(l);
   free(x);
   dsi_sample_ws_free(&ws);

@@ -124,15 +124,20 @@ static dsi_engine *open_engine(int kv_blocks, int max_context, int threads) {
   return e;
 }
 
-static dsi_sched *open_sched(dsi_engine *e, int max_seqs, int budget, int chunk) {
+static dsi_sched *open_sched_rows(dsi_engine *e, int max_seqs, int budget, int chunk, int plp_rows) {
   dsi_sched *s;
   dsi_err err = {0};
-  dsi_sched_opts o = {.max_seqs = max_seqs, .max_batched_tokens = budget, .prefill_chunk = chunk};
+  dsi_sched_opts o = {.max_seqs = max_seqs, .max_batched_tokens = budget, .prefill_chunk = chunk,
+                      .prompt_logprob_rows = plp_rows};
   if (dsi_sched_open(&s, e, g_tok, &o, &err)) {
     fprintf(stderr, "sched: %s\n", err.msg);
     abort();
   }
   return s;
+}
+
+static dsi_sched *open_sched(dsi_engine *e, int max_seqs, int budget, int chunk) {
+  return open_sched_rows(e, max_seqs, budget, chunk, 0);
 }
 
 static int argmax(const float *x, int n) {
@@ -531,7 +536,7 @@ static void test_logprobs(void) {
 
 /* ---- prompt logprobs ----
  * Against one forward pass over the whole prompt with every position's
- * logits: in chunks of DSI_PROMPT_LOGPROB_ROWS, from the prefix cache's
+ * logits: 16 rows a step, from the prefix cache's
  * blocks (which a prompt_logprobs request does not take), beside others on
  * a pool small enough to preempt, with n = 2 (one event per position). */
 #define PLP_N 45
@@ -575,7 +580,7 @@ static void test_prompt_logprobs(void) {
   dsi_request t = {.ignore_eos = 1, .prompt_logprobs = 1, .logprobs = 1, .top_logprobs = 3};
   {
     dsi_engine *e = open_engine(64, 128, 2);
-    dsi_sched *s = open_sched(e, 4, 64, 0);
+    dsi_sched *s = open_sched_rows(e, 4, 64, 0, 16);
     record a = {0}, b = {0}, c = {0};
     t.n = 2;
     submit(s, p[0], PLP_N, 3, &a, &t);
