@@ -503,6 +503,7 @@ typedef struct stream {
   sreq **reqs;
   choice *ch;
   int include_usage, logprobs, n_top, prompt_only;
+  char *forced;     /* chat: the answer's forced start, read by each choice's parser first */
   char **echoes;    /* completions with echo: [n_req] prompt texts, sent first (with logprobs: once the
                        prompt's logprobs are in, which is before the first token) */
   char id[48];
@@ -608,6 +609,9 @@ static void take(stream *st, choice *ch, const char *text, size_t len, int a, in
     if (st->chat) {
       static const char role[] = "{\"role\":\"assistant\",\"content\":\"\"}";
       emit(st, ch, role, sizeof role - 1, NULL, 0, 0, c);
+      dsi_chat_out_delta d;
+      if (st->forced && dsi_chat_out_feed(ch->out, st->forced, strlen(st->forced), &d, NULL)) st->out.oom = 1;
+      else if (st->forced) chat_deltas(st, ch, &d, 0, 0, c);
     }
   }
   if (st->chat) {
@@ -759,6 +763,7 @@ static void stream_free(void *cls) {
   free(st->reqs);
   free(st->ch);
   free(st->out.p);
+  free(st->forced);
   free(st);
 }
 
@@ -788,6 +793,7 @@ static void reply_stream(dsi_server *srv, reply *rp, int chat, sreq **reqs, int 
   st->logprobs = p->logprobs;
   st->n_top = p->r.top_logprobs;
   st->prompt_only = p->prompt_only;
+  if (p->forced && !(st->forced = strdup(p->forced))) st->out.oom = 1; /* the first read says so */
   st->in_reasoning = in_reasoning;
   st->created = (long)time(NULL);
   st->rid = reqs[0]->id;
@@ -990,6 +996,70 @@ static cJSON *chat_messages(in *j) {
   return out;
 }
 
+/* tool_choice "required" or {"type": "function", "function": {"name"}}:
+ * the answer is made to start with a tool call, as the chat template writes
+ * one (rendered from a call with marker name and arguments): its opening up
+ * to the name (required), or through the name to the arguments (named).
+ * With the prompt inside <think>, the reasoning is closed first. NULL with
+ * the error reply when the template writes no calls (or out of memory). */
+#define MARK_NAME "DSI_TOOL_NAME_MARK"
+#define MARK_ARGS "DSI_TOOL_ARGS_MARK"
+static char *forced_call(dsi_server *srv, in *j, const char *name, int in_reasoning) {
+  static const char msgs[] = "[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"assistant\",\"content\":null,"
+                             "\"tool_calls\":[{\"id\":\"c\",\"type\":\"function\",\"function\":{\"name\":\"" MARK_NAME
+                             "\",\"arguments\":\"" MARK_ARGS "\"}}]}]";
+  char *t = NULL;
+  dsi_err err = {0};
+  if (dsi_chat_fmt_render(srv->fmt, msgs, 0, "{}", &t, &err)) {
+    if (err.status == DSI_E_NOMEM) return oom(j, "for the tool call's opening"), NULL;
+    bad(j, "tool_choice", "'%s' other than auto or none needs a chat template that writes tool calls%s", "");
+    return NULL;
+  }
+  const char *b = strstr(t, "<｜tool▁calls▁begin｜>"), *nm = b ? strstr(b, MARK_NAME) : NULL;
+  const char *ar = nm ? strstr(nm, MARK_ARGS) : NULL;
+  if (!ar) {
+    free(t);
+    bad(j, "tool_choice", "'%s' other than auto or none needs a chat template that writes tool calls%s", "");
+    return NULL;
+  }
+  sbuf f = {0};
+  if (in_reasoning) SB_LIT(&f, "</think>\n\n");
+  sb_put(&f, b, (size_t)(nm - b));
+  if (name) {
+    sb_put(&f, name, strlen(name));
+    nm += strlen(MARK_NAME);
+    sb_put(&f, nm, (size_t)(ar - nm));
+  }
+  sb_put(&f, "", 1);
+  free(t);
+  if (f.oom) {
+    free(f.p);
+    return oom(j, "for the tool call's opening"), NULL;
+  }
+  return f.p;
+}
+
+/* the function tool_choice names ("" for required, NULL for auto or none),
+ * checked against the tools offered */
+static const char *tool_choice_name(in *j, const cJSON *tools, const cJSON *choice) {
+  if (!choice || (cJSON_IsString(choice) && strcmp(choice->valuestring, "required"))) return NULL;
+  int n_tools = tools && cJSON_IsArray(tools) ? cJSON_GetArraySize(tools) : 0;
+  if (!n_tools) return bad(j, "tool_choice", "'%s' required or a named function needs tools%s", ""), NULL;
+  if (cJSON_IsString(choice)) return "";
+  const cJSON *fn = cJSON_GetObjectItemCaseSensitive(choice, "function");
+  const cJSON *nm = cJSON_IsObject(fn) ? cJSON_GetObjectItemCaseSensitive(fn, "name") : NULL;
+  if (!cJSON_IsString(nm) || !*nm->valuestring)
+    return bad(j, "tool_choice", "'%s' must be none, auto, required or an object naming a function%s", ""), NULL;
+  const cJSON *t;
+  cJSON_ArrayForEach(t, tools) {
+    const cJSON *tf = cJSON_GetObjectItemCaseSensitive(t, "function");
+    const cJSON *tn = cJSON_IsObject(tf) ? cJSON_GetObjectItemCaseSensitive(tf, "name") : NULL;
+    if (cJSON_IsString(tn) && !strcmp(tn->valuestring, nm->valuestring)) return nm->valuestring;
+  }
+  bad(j, "tool_choice", "'%s' names a function that is not among the tools%s", "");
+  return NULL;
+}
+
 /* the template's other variables: tools (unless tool_choice is "none")
  * and chat_template_kwargs */
 static cJSON *chat_extra(in *j) {
@@ -1058,6 +1128,21 @@ int api_chat_parse(dsi_server *srv, const char *body, size_t len, chat_req *cr, 
     else reply_error(rp, 400, "invalid_request_error", "messages", NULL, "the chat template failed: %s", err.msg);
     goto out;
   }
+  cr->in_reasoning = dsi_chat_prompt_in_reasoning(cr->text);
+  /* tool_choice required or named: the answer starts with the call */
+  const char *fname = tool_choice_name(&j, field(&j, "tools"), field(&j, "tool_choice"));
+  if (j.bad) goto out;
+  if (fname) {
+    if (!(cr->forced = forced_call(srv, &j, *fname ? fname : NULL, cr->in_reasoning))) goto out;
+    size_t tl = strlen(cr->text), fl = strlen(cr->forced);
+    char *t2 = realloc(cr->text, tl + fl + 1);
+    if (!t2) {
+      oom(&j, "for the prompt");
+      goto out;
+    }
+    memcpy(t2 + tl, cr->forced, fl + 1);
+    cr->text = t2;
+  }
   if (dsi_tok_encode(srv->tok, cr->text, strlen(cr->text), DSI_TOK_REPLACE_INVALID, &cr->ids, &n, &err)) {
     reply_failed(rp, "messages", &err);
     goto out;
@@ -1065,7 +1150,7 @@ int api_chat_parse(dsi_server *srv, const char *body, size_t len, chat_req *cr, 
   if (check_length(srv, rp, n, &cr->p)) goto out;
   cr->p.r.prompt = cr->ids;
   cr->p.r.n_prompt = (int)n;
-  cr->in_reasoning = dsi_chat_prompt_in_reasoning(cr->text);
+  cr->p.forced = cr->forced;
   rc = 0;
 out:
   cJSON_Delete(msgs);
@@ -1078,7 +1163,7 @@ out:
 
 void chat_req_free(chat_req *cr) {
   params_free(&cr->p);
-  free(cr->ids), free(cr->text);
+  free(cr->ids), free(cr->text), free(cr->forced);
   memset(cr, 0, sizeof *cr);
 }
 
@@ -1121,7 +1206,8 @@ void api_chat(dsi_server *srv, const char *body, size_t len, int fd, reply *rp) 
       b.oom = 1;
       break;
     }
-    if (dsi_chat_out_feed(o, c->text.p ? c->text.p : "", c->text.n, &d, NULL) || dsi_chat_out_finish(o, &d, NULL)) {
+    if ((p.forced && dsi_chat_out_feed(o, p.forced, strlen(p.forced), &d, NULL)) ||
+        dsi_chat_out_feed(o, c->text.p ? c->text.p : "", c->text.n, &d, NULL) || dsi_chat_out_finish(o, &d, NULL)) {
       dsi_chat_out_free(o);
       b.oom = 1;
       break;

@@ -140,6 +140,7 @@ typedef struct params {
   float bias[MAX_BIAS];
   int stream, include_usage, logprobs, echo;
   int prompt_only;      /* completions with echo and max_tokens 0: the prompt alone (one token drawn, unsaid) */
+  const char *forced;   /* chat: the answer's forced start (chat_req's), which the output parser reads first */
   long long max_tokens; /* 0: to the end of the context */
 } params;
 
@@ -148,6 +149,8 @@ typedef struct chat_req {
   int32_t *ids;     /* the prompt (p.r.prompt) */
   char *text;       /* the rendered conversation */
   int in_reasoning; /* the prompt leaves the answer inside <think> */
+  char *forced;     /* tool_choice required or named: the answer's forced start (the prompt ends with
+                       it; the output parser reads it first), else NULL */
 } chat_req;
 /* body -> a chat request: 0, or -1 with the error reply set (nothing
  * submitted either way) */

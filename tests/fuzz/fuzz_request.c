@@ -61,6 +61,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   chat_req cr;
   if (api_chat_parse(&g_srv, (const char *)data, size, &cr, &rp) == 0) {
     DSI_ASSERT(!rp.resp && cr.text && cr.ids == cr.p.r.prompt);
+    /* a forced tool call's opening ends the prompt, and the parser reads it */
+    if (cr.forced)
+      DSI_ASSERT(cr.p.forced == cr.forced && strlen(cr.text) >= strlen(cr.forced) &&
+                 !strcmp(cr.text + strlen(cr.text) - strlen(cr.forced), cr.forced));
     check_request(&cr.p);
     chat_req_free(&cr);
   } else {

@@ -1,10 +1,13 @@
 // Reasoning and tool calls through the official OpenAI client, against a
 // server whose model answers every request with the same script (reasoning,
 // then a DeepSeek tool call: tests/unit/test_server.c starts it):
-// node tools.mjs BASE_URL API_KEY. Exits 1 on any failure.
+// node tools.mjs BASE_URL API_KEY [required | named]. With required (named),
+// the script is a call without its opening (without its opening and name),
+// which only tool_choice "required" (naming get_weather) makes a call.
+// Exits 1 on any failure.
 import OpenAI from "openai";
 
-const [base, key] = process.argv.slice(2);
+const [base, key, mode] = process.argv.slice(2);
 const client = new OpenAI({ baseURL: base + "/v1", apiKey: key, maxRetries: 0 });
 const model = "tiny";
 let failures = 0;
@@ -21,6 +24,60 @@ const tools = [{
   },
 }];
 const ask = [{ role: "user", content: "What is the weather in Paris?" }];
+
+// the tool calls a stream's deltas add up to, its content and finish_reason
+async function streamed(params) {
+  const stream = await client.chat.completions.create({ model, messages: ask, tools, temperature: 0, stream: true,
+    ...params });
+  let rs = "", content = "", finish = null, chunks = 0;
+  const calls = [];
+  for await (const chunk of stream) {
+    chunks++;
+    const c = chunk.choices[0];
+    if (!c) continue;
+    if (c.delta.reasoning_content) rs += c.delta.reasoning_content;
+    if (c.delta.content) content += c.delta.content;
+    for (const tc of c.delta.tool_calls || []) {
+      const k = tc.index;
+      calls[k] = calls[k] || { id: "", name: "", arguments: "" };
+      if (tc.id) calls[k].id = tc.id;
+      if (tc.function && tc.function.name) calls[k].name += tc.function.name;
+      if (tc.function && tc.function.arguments) calls[k].arguments += tc.function.arguments;
+    }
+    if (c.finish_reason) finish = c.finish_reason;
+  }
+  return { rs, content, finish, chunks, calls };
+}
+
+// ---- tool_choice required, or naming the function: the answer starts with the call ----
+if (mode) {
+  const tc = mode === "named" ? { type: "function", function: { name: "get_weather" } } : "required";
+  const r = await client.chat.completions.create({ model, messages: ask, tools, tool_choice: tc, temperature: 0 });
+  const m = r.choices[0].message, c = m.tool_calls && m.tool_calls[0];
+  let a = null;
+  try { a = JSON.parse(c.function.arguments); } catch (e) { /* checked below */ }
+  check(m.tool_calls && m.tool_calls.length === 1 && c.function.name === "get_weather" && a && a.city === "Paris" &&
+    m.content === null && r.choices[0].finish_reason === "tool_calls",
+  `tool_choice ${JSON.stringify(tc)}: the call made: ${JSON.stringify(m.tool_calls)}`);
+  const s = await streamed({ tool_choice: tc });
+  check(s.calls.length === 1 && s.calls[0].name === "get_weather" && s.calls[0].arguments === c.function.arguments &&
+    s.content === "" && s.finish === "tool_calls", `tool_choice ${mode}, streamed: the same call: ${JSON.stringify(s.calls)}`);
+  const auto = await client.chat.completions.create({ model, messages: ask, tools, temperature: 0 });
+  check(!auto.choices[0].message.tool_calls && auto.choices[0].message.content,
+    `tool_choice auto on the same output: no call, text (${JSON.stringify(auto.choices[0].message.content.slice(0, 40))})`);
+  const err = async (body, what) => {
+    const x = await fetch(base + "/v1/chat/completions", {
+      method: "POST", headers: { Authorization: "Bearer " + key, "Content-Type": "application/json" },
+      body: JSON.stringify({ messages: ask, ...body }),
+    });
+    const j = await x.json();
+    check(x.status === 400 && j.error && j.error.param === "tool_choice", `${what}: ${x.status} ${j.error && j.error.message}`);
+  };
+  await err({ tools, tool_choice: { type: "function", function: { name: "nope" } } }, "a named function not in tools");
+  await err({ tool_choice: "required" }, "tool_choice required without tools");
+  console.log(failures ? `${failures} failed` : "all passed");
+  process.exit(failures ? 1 : 0);
+}
 
 // ---- whole ----
 const r = await client.chat.completions.create({ model, messages: ask, tools, tool_choice: "auto", temperature: 0 });
@@ -41,24 +98,7 @@ check(r.usage.completion_tokens_details.reasoning_tokens > 0 &&
 
 // ---- streamed: the deltas add up to the whole ----
 {
-  const stream = await client.chat.completions.create({ model, messages: ask, tools, temperature: 0, stream: true });
-  let rs = "", content = "", finish = null, chunks = 0;
-  const calls = [];
-  for await (const chunk of stream) {
-    chunks++;
-    const c = chunk.choices[0];
-    if (!c) continue;
-    if (c.delta.reasoning_content) rs += c.delta.reasoning_content;
-    if (c.delta.content) content += c.delta.content;
-    for (const tc of c.delta.tool_calls || []) {
-      const k = tc.index;
-      calls[k] = calls[k] || { id: "", name: "", arguments: "" };
-      if (tc.id) calls[k].id = tc.id;
-      if (tc.function && tc.function.name) calls[k].name += tc.function.name;
-      if (tc.function && tc.function.arguments) calls[k].arguments += tc.function.arguments;
-    }
-    if (c.finish_reason) finish = c.finish_reason;
-  }
+  const { rs, content, finish, chunks, calls } = await streamed({});
   check(rs === reasoning && content === "", `streamed reasoning and answer equal the whole (${chunks} chunks)`);
   check(calls.length === 1 && calls[0].name === call.function.name && calls[0].arguments === call.function.arguments &&
     finish === "tool_calls", `streamed tool call equals the whole: ${JSON.stringify(calls)}`);

@@ -21,8 +21,8 @@
  *            string), the server's endpoints called directly (chat and
  *            completions whole and streamed — the stream read as MHD reads
  *            it — with logprobs and echo (the prompt's logprobs, and the
- *            prompt alone), tokenize, detokenize, models, metrics) and the
- *            profiler's trace.
+ *            prompt alone), tool_choice required and named, tokenize,
+ *            detokenize, models, metrics) and the profiler's trace.
  *   mkmodel: writing a sharded FP8 checkpoint with a trained tokenizer.
  *   commands: a chat of three turns and a /reset, and detokenize
  *            --stream, as the dsinfer command runs them: a failure must
@@ -256,6 +256,12 @@ static int check_reply(reply *rp, const char *what) {
   "{\"prompt\":[\"The model reads\",[5,6,7]],\"max_tokens\":3,\"echo\":true,\"logprobs\":2,\"temperature\":0}"
 #define PROMPT_ONLY_BODY "{\"prompt\":\"The model reads\",\"max_tokens\":0,\"echo\":true,\"logprobs\":1}"
 #define LOGPROBS_BODY "{\"prompt\":\"Time is\",\"max_tokens\":3,\"logprobs\":2,\"stop\":\"zz\"}"
+#define TOOLS "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{}}}]"
+#define NAMED_TOOL_BODY                                                                                       \
+  "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]," TOOLS ",\"tool_choice\":{\"type\":\"function\"," \
+  "\"function\":{\"name\":\"f\"}},\"max_tokens\":2}"
+#define REQUIRED_TOOL_STREAM_BODY \
+  "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]," TOOLS ",\"tool_choice\":\"required\",\"max_tokens\":2,\"stream\":true}"
 #define TOKENIZE_BODY "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}"
 #define DETOKENIZE_BODY "{\"tokens\":[5,6,7,300]}"
 
@@ -301,6 +307,11 @@ static int serve_some(dsi_sched *s, const dsi_tok *tok, const dsi_chat_fmt *fmt,
   api_chat(&srv, STREAM_BODY, strlen(STREAM_BODY), -1, &rp);
   rc = worst(rc, read_stream(&rp, "chat stream"));
   rc = worst(rc, check_reply(&rp, "chat stream"));
+  api_chat(&srv, NAMED_TOOL_BODY, strlen(NAMED_TOOL_BODY), -1, &rp);
+  rc = worst(rc, check_reply(&rp, "chat, a named tool"));
+  api_chat(&srv, REQUIRED_TOOL_STREAM_BODY, strlen(REQUIRED_TOOL_STREAM_BODY), -1, &rp);
+  rc = worst(rc, read_stream(&rp, "chat stream, a tool required"));
+  rc = worst(rc, check_reply(&rp, "chat stream, a tool required"));
   api_completions(&srv, ECHO_STREAM_BODY, strlen(ECHO_STREAM_BODY), -1, &rp);
   rc = worst(rc, read_stream(&rp, "completions stream"));
   rc = worst(rc, check_reply(&rp, "completions stream"));

@@ -4,7 +4,9 @@
  * a DeepSeek tool call, served in-process on a free port, and
  * tests/server/tools.mjs checks what the client sees — reasoning_content
  * apart from the answer, tool_calls with JSON arguments, the streamed
- * deltas adding up to the whole answer, a tool result sent back. */
+ * deltas adding up to the whole answer, a tool result sent back; then
+ * tool_choice required and a named function, the script a call without
+ * the opening the server forces. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +29,9 @@
   "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c><\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c>" \
   "function<\xef\xbd\x9ctool\xe2\x96\x81sep\xef\xbd\x9c>get_weather\n```json\n{\"city\": \"Paris\", \"unit\": \"celsius\"}\n```" \
   "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "end\xef\xbd\x9c><\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "end\xef\xbd\x9c>"
+
+#define CALL_END "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "end\xef\xbd\x9c>"
+#define CALLS_END "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "end\xef\xbd\x9c>"
 
 int main(void) {
   setvbuf(stdout, NULL, _IONBF, 0);
@@ -77,6 +82,20 @@ int main(void) {
   rc = system(cmd);
   if (WIFEXITED(rc) && WEXITSTATUS(rc) == 77 && !getenv("CI")) printf("page: skipped, no chromium\n");
   else CHECKF(rc == 0, "tests/server/page.mjs failed (its lines above)");
+  /* tool_choice required, then naming get_weather: the script is the call
+   * without the opening the server forces (without the name too) */
+  static const char *const forced[2][2] = {
+    {"required", "get_weather\n```json\n{\"city\": \"Paris\", \"unit\": \"celsius\"}\n```" CALL_END CALLS_END},
+    {"named", "{\"city\": \"Paris\", \"unit\": \"celsius\"}\n```" CALL_END CALLS_END},
+  };
+  for (int k = 0; k < 2; k++) {
+    DSI_ASSERT(dsi_tok_encode(tok, forced[k][1], strlen(forced[k][1]), 0, &ids, &n, &err) == 0);
+    DSI_ASSERT(dsi_sched_testing_script(s, ids, (int)n) == 0);
+    free(ids);
+    snprintf(cmd, sizeof cmd, "node server/tools.mjs http://127.0.0.1:%d k %s", dsi_server_port(srv), forced[k][0]);
+    rc = system(cmd);
+    CHECKF(rc == 0, "tests/server/tools.mjs %s failed (its lines above)", forced[k][0]);
+  }
   dsi_server_drain(srv, 5);
   dsi_server_free(srv);
   dsi_sched_free(s);
