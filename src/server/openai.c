@@ -1341,10 +1341,10 @@ static int fill_in_middle(dsi_server *srv, in *j, const cJSON *suffix, prompts *
     }
     if (b) ids[k++] = bos;
     ids[k++] = fim[0];
-    memcpy(ids + k, ps->ids[i] + b, (np - b) * sizeof *ids);
+    if (np > b) memcpy(ids + k, ps->ids[i] + b, (np - b) * sizeof *ids);
     k += np - b;
     ids[k++] = fim[1];
-    memcpy(ids + k, sfx, ns * sizeof *ids);
+    if (ns) memcpy(ids + k, sfx, ns * sizeof *ids); /* an empty suffix encodes to no ids (sfx may be NULL) */
     k += ns;
     ids[k++] = fim[2];
     free(ps->ids[i]);
