@@ -355,6 +355,9 @@ typedef struct dsi_request {
   int n;                    /* completions sharing the prompt (0 = 1) */
   int logprobs;             /* 1: each token's logprob */
   int top_logprobs;         /* 0..DSI_MAX_TOP_LOGPROBS most likely tokens per position */
+  int json;                 /* 1: each completion is one JSON object (needs a tokenizer): a token that cannot
+                               continue one is not drawn (the draw repeats over those that can), and the
+                               completion ends (stop) when the object closes */
   int prompt_logprobs;      /* 1: the prompt's tokens' logprobs too (events with prompt_pos), each
                                under the raw logits of the positions before it, with top_logprobs;
                                those positions are computed even where the prefix cache holds them,

@@ -8,7 +8,9 @@
 #define _GNU_SOURCE
 #include "engine/engine_impl.h"
 #include "engine/engine_testing.h"
+#include "engine/jsonc.h"
 #include "engine/sampler.h"
+#include "tokenizer/tokenizer.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -39,6 +41,7 @@ typedef struct completion {
   int cached;           /* prompt tokens the prefix cache gave its first admission */
   int admitted;         /* admitted once */
   dsi_rng rng;
+  dsi_jsonc js;         /* json: the object so far */
   dsi_detok *detok;
   char *pend;           /* text held back: it might start a stop string */
   size_t n_pend, cap_pend;
@@ -104,6 +107,7 @@ struct dsi_sched {
    * (up to SAMPLE_WS), and per row its segment, token and extras */
   dsi_sample_ws *ws;
   int n_ws;
+  float *json_saved;    /* [n_ws, vocab] a json row's logits before its draw (touched only by json) */
   int *todo;
   int32_t *drawn;
   dsi_sample_out *outs;
@@ -166,6 +170,8 @@ static int check_request(const dsi_sched *s, const dsi_request *r, dsi_err *err)
                     DSI_CEIL_DIV(r->n_prompt + 1, bs), bs, e->kv.n_blocks);
   if (r->max_tokens < 0) return dsi_errf(err, DSI_E_INVAL, "max_tokens %d is negative", r->max_tokens);
   if (r->n < 0 || r->n > MAX_N) return dsi_errf(err, DSI_E_INVAL, "n = %d completions: 1 to %d", r->n, MAX_N);
+  if (r->json != 0 && r->json != 1) return dsi_errf(err, DSI_E_INVAL, "json = %d: 0 or 1", r->json);
+  if (r->json && !s->tok) return dsi_errf(err, DSI_E_INVAL, "json output needs the scheduler to have a tokenizer");
   if (r->prompt_logprobs != 0 && r->prompt_logprobs != 1)
     return dsi_errf(err, DSI_E_INVAL, "prompt_logprobs = %d: 0 or 1", r->prompt_logprobs);
   if (r->top_logprobs < 0 || r->top_logprobs > DSI_MAX_TOP_LOGPROBS)
@@ -227,6 +233,7 @@ static request *request_new(dsi_sched *s, const dsi_request *r, dsi_err *err) {
     if (ok) memcpy(c->toks, r->prompt, (size_t)r->n_prompt * sizeof(int32_t));
     c->n_tok = r->n_prompt;
     dsi_rng_seed(&c->rng, r->sampling.seed + (uint64_t)i);
+    dsi_jsonc_init(&c->js);
     if (s->tok) {
       dsi_err e2 = {0};
       ok &= dsi_detok_open(&c->detok, s->tok, DSI_TOK_SKIP_UNKNOWN, &e2) == DSI_OK;
@@ -760,7 +767,13 @@ static void deliver(dsi_sched *s, completion *c, int32_t tok, const dsi_sample_o
   s->acc.generation_tokens++;
   dsi_request_event ev = {.token = tok, .stop_token = -1, .logprob = so->logprob, .top = so->top, .n_top = so->n_top};
   text_out t = {NULL, 0, NULL, 0};
-  int at_end = (r->max_tokens > 0 && c->n_out >= r->max_tokens) || c->n_tok > s->e->max_context;
+  int json_done = 0;
+  if (r->json) { /* drawn among the tokens that continue the object */
+    size_t nb = 0;
+    const char *b = dsi_tok_id_bytes(s->tok, tok, &nb);
+    json_done = b && !dsi_jsonc_feed(&c->js, b, nb) && dsi_jsonc_done(&c->js);
+  }
+  int at_end = json_done || (r->max_tokens > 0 && c->n_out >= r->max_tokens) || c->n_tok > s->e->max_context;
   if (c->detok) {
     const char *piece = NULL;
     size_t len = 0;
@@ -786,6 +799,8 @@ static void deliver(dsi_sched *s, completion *c, int32_t tok, const dsi_sample_o
   }
   if (t.stop) {
     ev.stop = t.stop;
+    finish(s, c, DSI_FINISH_STOP, &ev, NULL);
+  } else if (json_done) {
     finish(s, c, DSI_FINISH_STOP, &ev, NULL);
   } else if (at_end) {
     ev.context_full = !(r->max_tokens > 0 && c->n_out >= r->max_tokens);
@@ -832,6 +847,34 @@ static void plp_rows(void *ctx, int ith, int nth) {
     dsi_logprob_of(s->logits + (size_t)s->plp_at[k] * s->vocab, s->n_valid, s->plp_tok[k], &s->plp[k]);
 }
 
+/* tok can continue the JSON object js: its bytes keep it one (an added or
+ * special token never does) */
+static int json_allows(const dsi_sched *s, const dsi_jsonc *js, int32_t tok) {
+  size_t n = 0;
+  const char *b = dsi_tok_is_added(s->tok, tok) ? NULL : dsi_tok_id_bytes(s->tok, tok, &n);
+  dsi_jsonc t = *js;
+  return b && n && !dsi_jsonc_feed(&t, b, n);
+}
+
+/* a json row whose draw cannot continue the object: the draw again, from
+ * the same stream, over the tokens that can (the logits restored from
+ * saved, the others at -inf: the distribution renormalized over them),
+ * logprobs still under the raw logits; -1 when no token can */
+static int32_t json_redraw(dsi_sched *s, completion *c, const float *saved, float *lg, dsi_sample_ws *ws,
+                           dsi_sample_out *out) {
+  const request *q = c->req;
+  int any = 0;
+  for (int v = 0; v < s->n_valid; v++) {
+    int ok = json_allows(s, &c->js, v);
+    lg[v] = ok ? saved[v] : -INFINITY;
+    any |= ok;
+  }
+  if (!any) return -1;
+  int32_t tok = dsi_sample(&q->r.sampling, &c->rng, lg, s->n_valid, c->toks, c->n_tok, q->r.n_prompt, ws, NULL);
+  if (out->want_logprob || out->n_top) dsi_logprob_of(saved, s->n_valid, tok, out);
+  return tok;
+}
+
 static void sample_rows(void *ctx, int ith, int nth) {
   (void)nth;
   const sample_job *j = ctx;
@@ -842,8 +885,12 @@ static void sample_rows(void *ctx, int ith, int nth) {
     const request *q = c->req;
     s->outs[k] = (dsi_sample_out){.want_logprob = q->r.logprobs, .n_top = q->r.top_logprobs};
     float *lg = s->logits + (size_t)g->logits * s->vocab;
+    float *saved = q->r.json ? s->json_saved + (size_t)ith * s->vocab : NULL;
+    if (saved) memcpy(saved, lg, (size_t)s->n_valid * sizeof(float));
     s->drawn[k] = dsi_sample(&q->r.sampling, &c->rng, lg, s->n_valid, c->toks, c->n_tok, q->r.n_prompt, &s->ws[ith],
                              &s->outs[k]);
+    if (saved && !json_allows(s, &c->js, s->drawn[k]))
+      s->drawn[k] = json_redraw(s, c, saved, lg, &s->ws[ith], &s->outs[k]);
     if (s->script) s->drawn[k] = c->n_out < s->n_script ? s->script[c->n_out] : s->eos[0];
   }
 }
@@ -906,7 +953,11 @@ static int step(dsi_sched *s) {
   prompt_logprobs(s, n_seg);
   if (j.n > 1 && s->n_ws > 1) dsi_pool_run(s->e->pool, sample_rows, &j);
   else sample_rows(&j, 0, 1);
-  for (int k = 0; k < j.n; k++) deliver(s, s->segs[s->todo[k]].c, s->drawn[k], &s->outs[k]);
+  for (int k = 0; k < j.n; k++) {
+    completion *c = s->segs[s->todo[k]].c;
+    if (s->drawn[k] >= 0) deliver(s, c, s->drawn[k], &s->outs[k]);
+    else finish(s, c, DSI_FINISH_ERROR, NULL, "no token of the vocabulary can continue the JSON object");
+  }
   s->acc.step_seconds += now() - t_plan;
   return 1;
 }
@@ -955,7 +1006,7 @@ static void free_buffers(dsi_sched *s) {
   free(s->run), free(s->segs), free(s->b_tok), free(s->b_seq), free(s->b_want), free(s->logits);
   for (int i = 0; s->ws && i < s->n_ws; i++) dsi_sample_ws_free(&s->ws[i]);
   free(s->ws), free(s->todo), free(s->drawn), free(s->outs), free(s->script);
-  free(s->plp), free(s->plp_tok), free(s->plp_at);
+  free(s->plp), free(s->plp_tok), free(s->plp_at), free(s->json_saved);
 }
 
 int dsi_sched_open(dsi_sched **out, dsi_engine *e, const dsi_tok *tok, const dsi_sched_opts *o, dsi_err *err) {
@@ -993,11 +1044,12 @@ int dsi_sched_open(dsi_sched **out, dsi_engine *e, const dsi_tok *tok, const dsi
   s->plp_at = malloc((size_t)pr * sizeof *s->plp_at);
   s->n_ws = DSI_MAX(1, DSI_MIN(DSI_MIN(dsi_pool_size(e->pool), ms), SAMPLE_WS));
   s->ws = calloc((size_t)s->n_ws, sizeof *s->ws);
+  s->json_saved = malloc((size_t)s->n_ws * s->vocab * sizeof(float)); /* touched only by json requests */
   s->todo = malloc((size_t)ms * sizeof *s->todo);
   s->drawn = malloc((size_t)ms * sizeof *s->drawn);
   s->outs = malloc((size_t)ms * sizeof *s->outs);
   int ok = s->run && s->segs && s->b_tok && s->b_seq && s->b_want && s->logits && s->ws && s->todo && s->drawn &&
-           s->outs && s->plp && s->plp_tok && s->plp_at;
+           s->outs && s->plp && s->plp_tok && s->plp_at && s->json_saved;
   for (int i = 0; ok && i < s->n_ws; i++) ok = !dsi_sample_ws_init(&s->ws[i], s->vocab);
   if (ok) {
     pthread_mutex_init(&s->mu, NULL);

@@ -253,6 +253,19 @@ static int get_params(dsi_server *srv, in *j, params *p, int chat) {
     sp->bias = p->bias;
     sp->n_bias = n;
   }
+  /* response_format: json_object makes each completion one JSON object */
+  const cJSON *rf = field(j, "response_format");
+  if (rf) {
+    const cJSON *ty = cJSON_IsObject(rf) ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
+    if (!cJSON_IsString(ty))
+      return bad(j, "response_format", "'%s' must be an object with a type: text or json_object%s", "");
+    if (!strcmp(ty->valuestring, "json_object")) p->r.json = 1;
+    else if (!strcmp(ty->valuestring, "json_schema"))
+      return bad(j, "response_format", "'%s' json_schema is not supported%s",
+                 " (json_object is: one JSON object, its shape not constrained)");
+    else if (strcmp(ty->valuestring, "text"))
+      return bad(j, "response_format", "'%s' must be an object with a type: text or json_object%s", "");
+  }
   /* logprobs: chat's a flag with top_logprobs beside; completions' a count */
   if (chat) {
     get_bool(j, "logprobs", &p->logprobs);
@@ -1132,8 +1145,17 @@ int api_chat_parse(dsi_server *srv, const char *body, size_t len, chat_req *cr, 
   /* tool_choice required or named: the answer starts with the call */
   const char *fname = tool_choice_name(&j, field(&j, "tools"), field(&j, "tool_choice"));
   if (j.bad) goto out;
-  if (fname) {
-    if (!(cr->forced = forced_call(srv, &j, *fname ? fname : NULL, cr->in_reasoning))) goto out;
+  if (fname && cr->p.r.json) {
+    bad(&j, "response_format", "'%s' json_object cannot go with a tool_choice that requires a call%s", "");
+    goto out;
+  }
+  /* json with the prompt inside <think>: the reasoning closed, the object next */
+  if (cr->p.r.json && cr->in_reasoning && !(cr->forced = strdup("</think>\n\n"))) {
+    oom(&j, "for the prompt");
+    goto out;
+  }
+  if (fname || cr->forced) {
+    if (fname && !(cr->forced = forced_call(srv, &j, *fname ? fname : NULL, cr->in_reasoning))) goto out;
     size_t tl = strlen(cr->text), fl = strlen(cr->forced);
     char *t2 = realloc(cr->text, tl + fl + 1);
     if (!t2) {

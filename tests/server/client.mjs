@@ -100,6 +100,28 @@ for (const p of prompts) {
   check(s.lp === s.usage.completion_tokens, `streamed logprobs: one a token (${s.lp})`);
 }
 
+// ---- response_format json_object: each completion one JSON object, or its start when cut ----
+{
+  const r = await chat(prompts[0], { response_format: { type: "json_object" }, temperature: 1.0, seed: 100, n: 4,
+    max_tokens: 48 });
+  let closed = 0, ok = true;
+  for (const c of r.choices) {
+    const t = c.message.content;
+    if (c.finish_reason === "stop") {
+      let o = null;
+      try { o = JSON.parse(t); } catch (e) { /* checked below */ }
+      ok &&= o !== null && typeof o === "object" && !Array.isArray(o);
+      closed++;
+    } else {
+      ok &&= c.finish_reason === "length" && /^\s*\{/.test(t);
+    }
+  }
+  check(ok && closed > 0, `response_format json_object: ${closed} of 4 objects closed (stop) and parse, the rest cut`);
+  const s = await chatStream(prompts[0], { response_format: { type: "json_object" }, temperature: 1.0, seed: 100,
+    max_tokens: 48 });
+  check(s.content === r.choices[0].message.content, "response_format json_object, streamed: the same text");
+}
+
 // ---- sampling: a seed repeats, n completions ----
 {
   const a = await chat(prompts[1], { temperature: 1.0, seed: 7, n: 3 });

@@ -21,7 +21,7 @@
  *            string), the server's endpoints called directly (chat and
  *            completions whole and streamed — the stream read as MHD reads
  *            it — with logprobs and echo (the prompt's logprobs, and the
- *            prompt alone), tool_choice required and named, tokenize,
+ *            prompt alone), tool_choice required and named, json_object, tokenize,
  *            detokenize, models, metrics) and the profiler's trace.
  *   mkmodel: writing a sharded FP8 checkpoint with a trained tokenizer.
  *   commands: a chat of three turns and a /reset, and detokenize
@@ -262,6 +262,8 @@ static int check_reply(reply *rp, const char *what) {
   "\"function\":{\"name\":\"f\"}},\"max_tokens\":2}"
 #define REQUIRED_TOOL_STREAM_BODY \
   "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]," TOOLS ",\"tool_choice\":\"required\",\"max_tokens\":2,\"stream\":true}"
+#define JSON_BODY \
+  "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"response_format\":{\"type\":\"json_object\"},\"max_tokens\":3}"
 #define TOKENIZE_BODY "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}"
 #define DETOKENIZE_BODY "{\"tokens\":[5,6,7,300]}"
 
@@ -307,6 +309,8 @@ static int serve_some(dsi_sched *s, const dsi_tok *tok, const dsi_chat_fmt *fmt,
   api_chat(&srv, STREAM_BODY, strlen(STREAM_BODY), -1, &rp);
   rc = worst(rc, read_stream(&rp, "chat stream"));
   rc = worst(rc, check_reply(&rp, "chat stream"));
+  api_chat(&srv, JSON_BODY, strlen(JSON_BODY), -1, &rp);
+  rc = worst(rc, check_reply(&rp, "chat, json_object"));
   api_chat(&srv, NAMED_TOOL_BODY, strlen(NAMED_TOOL_BODY), -1, &rp);
   rc = worst(rc, check_reply(&rp, "chat, a named tool"));
   api_chat(&srv, REQUIRED_TOOL_STREAM_BODY, strlen(REQUIRED_TOOL_STREAM_BODY), -1, &rp);

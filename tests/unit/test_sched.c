@@ -10,6 +10,7 @@
  * error while the others finish; a long request among a flood of short
  * ones is not starved; logprobs. */
 #define _GNU_SOURCE
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -23,7 +24,9 @@
 #include "check.h"
 #include "dsinfer.h"
 #include "engine/engine_testing.h"
+#include "engine/jsonc.h"
 #include "test_isa.h"
+#include "tokenizer/tokenizer.h"
 #include "tools/internal.h"
 
 #define MAX_OUT 48
@@ -624,6 +627,73 @@ static void test_prompt_logprobs(void) {
   for (int r = 0; r < 3; r++) free(lg[r]);
 }
 
+/* ---- json: every completion a JSON object, or the start of one ----
+ * Eight sampled requests at once on the tiny random model: each output's
+ * bytes are a prefix of a JSON object, one that ended by stopping is a
+ * whole object cJSON parses, and every third equals the request run alone. */
+#define N_JSON 8
+static int json_bytes(const result *x, char *buf, size_t cap) {
+  size_t k = 0;
+  for (int i = 0; i < x->n_out; i++) {
+    size_t n = 0;
+    const char *b = dsi_tok_id_bytes(g_tok, x->out[i], &n);
+    if (!b || k + n >= cap) return -1;
+    memcpy(buf + k, b, n);
+    k += n;
+  }
+  buf[k] = 0;
+  return (int)k;
+}
+
+static void test_json(void) {
+  int32_t p[6] = {3, 4, 5, 6, 7, 8};
+  dsi_request t = {.ignore_eos = 1, .json = 1, .sampling = {.temperature = 1.0f}};
+  record all[N_JSON] = {0};
+  dsi_engine *e = open_engine(64, 128, 2);
+  dsi_sched *s = open_sched(e, N_JSON, 64, 0);
+  for (int i = 0; i < N_JSON; i++) {
+    t.sampling.seed = 100 + (uint64_t)i;
+    submit(s, p, 6, MAX_OUT, &all[i], &t);
+  }
+  CHECK(dsi_sched_wait_idle(s, 60) == 0);
+  dsi_sched_free(s);
+  int whole = 0, prefixes = 0, same = 0;
+  for (int i = 0; i < N_JSON; i++) {
+    const result *x = &all[i].r[0];
+    char buf[4096];
+    dsi_jsonc js;
+    dsi_jsonc_init(&js);
+    int n = json_bytes(x, buf, sizeof buf);
+    int ok = n >= 0 && !dsi_jsonc_feed(&js, buf, (size_t)n);
+    prefixes += ok;
+    if (x->finish == DSI_FINISH_STOP) {
+      cJSON *o = cJSON_Parse(buf);
+      whole += ok && dsi_jsonc_done(&js) && cJSON_IsObject(o);
+      cJSON_Delete(o);
+    } else {
+      whole += ok && x->finish == DSI_FINISH_LENGTH && x->n_out == MAX_OUT && !dsi_jsonc_done(&js);
+    }
+    /* alone: every third */
+    if (i % 3) continue;
+    record one = {0};
+    s = open_sched(e, N_JSON, 64, 0);
+    t.sampling.seed = 100 + (uint64_t)i;
+    submit(s, p, 6, MAX_OUT, &one, &t);
+    CHECK(dsi_sched_wait_idle(s, 60) == 0);
+    dsi_sched_free(s);
+    same += one.r[0].n_out == x->n_out && !memcmp(one.r[0].out, x->out, (size_t)x->n_out * sizeof(int32_t));
+  }
+  int stopped = 0;
+  for (int i = 0; i < N_JSON; i++) stopped += all[i].r[0].finish == DSI_FINISH_STOP;
+  CHECKF(prefixes == N_JSON && whole == N_JSON && stopped > 0,
+         "json: %d of %d outputs JSON, %d closed their object (stop), the rest cut at max_tokens", prefixes, N_JSON,
+         stopped);
+  CHECKF(same == (N_JSON + 2) / 3, "json: %d of %d equal the request alone", same, (N_JSON + 2) / 3);
+  printf("json: %d of %d objects closed within %d tokens, every output an object or its start\n", stopped, N_JSON,
+         MAX_OUT);
+  dsi_engine_free(e);
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IONBF, 0);
   snprintf(g_dir, sizeof g_dir, "/tmp/test_sched_XXXXXX");
@@ -649,6 +719,7 @@ int main(void) {
   test_fair();
   test_logprobs();
   test_prompt_logprobs();
+  test_json();
   dsi_tok_free(g_tok);
   dsi_model_free(g_m);
   char cmd[400];
