@@ -355,9 +355,12 @@ typedef struct dsi_request {
   int n;                    /* completions sharing the prompt (0 = 1) */
   int logprobs;             /* 1: each token's logprob */
   int top_logprobs;         /* 0..DSI_MAX_TOP_LOGPROBS most likely tokens per position */
-  int json;                 /* 1: each completion is one JSON object (needs a tokenizer): a token that cannot
-                               continue one is not drawn (the draw repeats over those that can), and the
-                               completion ends (stop) when the object closes */
+  int json;                 /* 1: each completion is one JSON value (needs a tokenizer), an object unless
+                               json_schema says otherwise: a token that cannot continue one is not drawn
+                               (the draw repeats over those that can), and the completion ends (stop)
+                               when the value closes */
+  const char *json_schema;  /* with json: a JSON Schema the value is held to (its text, compiled at submit:
+                               DSI_E_INVAL names a keyword not enforced); NULL: any object */
   int prompt_logprobs;      /* 1: the prompt's tokens' logprobs too (events with prompt_pos), each
                                under the raw logits of the positions before it, with top_logprobs;
                                those positions are computed even where the prefix cache holds them,
@@ -372,6 +375,11 @@ int dsi_sched_open(dsi_sched **out, dsi_engine *e, const dsi_tok *tok, const dsi
 /* Stop: every request still in flight ends FINISH_CANCELLED (its callback
  * told), the loop joined. The engine is the caller's again. */
 void dsi_sched_free(dsi_sched *s);
+/* Check that a JSON Schema compiles for dsi_request.json_schema: DSI_E_INVAL
+ * with the keyword and its place named when it does not (a keyword the
+ * output could not be held to is refused, never ignored). */
+int dsi_json_schema_check(const char *schema, size_t n, dsi_err *err);
+
 /* Queue a request; *id names it. DSI_E_INVAL for a bad request (empty or
  * over-long prompt, an id outside the vocabulary, bad parameters),
  * DSI_E_CAPACITY when the prompt could never fit the KV pool. */

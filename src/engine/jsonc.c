@@ -1,145 +1,1055 @@
-/* engine: the JSON object recognizer (jsonc.h) — one state machine over
- * bytes with a stack of the open containers, a bit each. */
+/* engine: JSON held to a JSON Schema, byte by byte (jsonc.h).
+ *
+ * The schema compiles to nodes: a node is the types a value may take, or
+ * an enum of literal values (each kept as its compact text), or an anyOf
+ * of other nodes, with an object's properties / required / additional
+ * members, an array's prefix items / items / minItems / maxItems, and a
+ * string's minLength / maxLength. $ref (local: "#", "#/$defs/...", any
+ * JSON pointer into the schema) compiles to the node it points at, so a
+ * recursive schema is a cycle of nodes. Annotations and unknown keywords
+ * are passed over (format is an annotation, as JSON Schema 2020-12 has
+ * it). Validation keywords the recognizer cannot hold a value to (pattern,
+ * minimum, uniqueItems, ...) are refused at compile time, never ignored.
+ *
+ * A reading is a stack of frames, one per open value, each in a state of
+ * that value's grammar. An anyOf is chosen when its value's first byte
+ * comes: the reading forks into one per alternative (at most
+ * DSI_JSONC_MAX_READ in all), and a reading the byte does not fit dies.
+ * Every state a reading reaches can be completed (an object's ',' needs a
+ * name still to give, '}' needs the required ones given, a string at its
+ * maxLength takes only its closing quote), so masking tokens by it never
+ * leaves a completion with no token to draw. */
 #include "engine/jsonc.h"
 
-enum {
-  J_START,     /* before the object: white space or '{' */
-  J_VALUE,     /* a value: after ':' or an array's ',' */
-  J_ARR_FIRST, /* after '[': a value or ']' */
-  J_OBJ_FIRST, /* after '{': a name or '}' */
-  J_NAME,      /* after an object's ',': a name */
-  J_COLON,     /* after a name */
-  J_AFTER,     /* after a value: ',' or the container's end */
-  J_STR,       /* in a string */
-  J_ESC,       /* after '\' in a string */
-  J_HEX,       /* in \uXXXX: aux digits left */
-  J_LIT,       /* in true / false / null: aux characters read */
-  J_N_MINUS,   /* a number: after '-' */
-  J_N_ZERO,    /* its integer part is 0 */
-  J_N_INT,     /* in its integer part */
-  J_N_DOT,     /* after '.' */
-  J_N_FRAC,    /* in its fraction */
-  J_N_E,       /* after 'e' or 'E' */
-  J_N_ESIGN,   /* after the exponent's sign */
-  J_N_EXP,     /* in the exponent */
-  J_DONE,      /* the object is complete */
+#include "tokenizer/tokenizer.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the compiled schema ---- */
+
+enum { T_NULL = 1, T_BOOL = 2, T_INT = 4, T_NUM = 8, T_STR = 16, T_ARR = 32, T_OBJ = 64, T_ALL = 127 };
+
+typedef struct jnode {
+  uint8_t types;
+  int32_t n_alt, alt;         /* anyOf: node ids at ids[alt..] (the rest unused) */
+  int32_t n_enum, en;         /* enum: literal ids at ids[en..] (types unused) */
+  int32_t n_props, props;     /* object: props[props..] */
+  uint64_t required;          /* bit i: props[props + i] must be given */
+  int32_t addl;               /* members beyond the properties: their node, -1 none */
+  int32_t n_prefix, prefix;   /* array: the first items' nodes at ids[prefix..] */
+  int32_t items;              /* the later items' node, -1 none */
+  int32_t min_items, max_items; /* max -1: no bound */
+  int32_t min_len, max_len;   /* a string's characters; max -1: no bound */
+  uint8_t sat;                /* some value satisfies it (satisfy()) */
+  uint64_t dead;              /* properties no value satisfies: never given */
+} jnode;
+
+typedef struct {
+  char *s; /* a property's name as a JSON string's body, or a literal's compact text */
+  uint32_t n;
+} jbytes;
+
+typedef struct {
+  jbytes name;
+  int32_t node;
+} jprop;
+
+struct dsi_jschema {
+  jnode *nodes;
+  int n_nodes, cap_nodes;
+  int32_t *ids;
+  int n_ids, cap_ids;
+  jprop *props;
+  int n_props, cap_props;
+  jbytes *lits;
+  int n_lits, cap_lits;
+  int32_t root;
 };
 
+enum { NODE_ANY = 0, NODE_NEVER = 1 };
+
+static int grow(void **p, int *cap, int want, size_t each) {
+  if (want <= *cap) return 0;
+  int c = *cap ? *cap : 16;
+  while (c < want) c *= 2;
+  void *q = realloc(*p, (size_t)c * each);
+  if (!q) return -1;
+  *p = q;
+  *cap = c;
+  return 0;
+}
+
+static int32_t new_node(dsi_jschema *sc, uint8_t types) {
+  if (sc->n_nodes >= UINT16_MAX || grow((void **)&sc->nodes, &sc->cap_nodes, sc->n_nodes + 1, sizeof(jnode)))
+    return -1;
+  sc->nodes[sc->n_nodes] = (jnode){.types = types, .addl = -1, .items = -1, .max_items = -1, .max_len = -1};
+  return sc->n_nodes++;
+}
+
+/* k slots of ids, their index (-1 out of memory) */
+static int32_t new_ids(dsi_jschema *sc, int k) {
+  if (grow((void **)&sc->ids, &sc->cap_ids, sc->n_ids + k, sizeof(int32_t))) return -1;
+  int32_t at = sc->n_ids;
+  sc->n_ids += k;
+  return at;
+}
+
+void dsi_jschema_free(dsi_jschema *sc) {
+  if (!sc) return;
+  for (int i = 0; i < sc->n_props; i++) free(sc->props[i].name.s);
+  for (int i = 0; i < sc->n_lits; i++) free(sc->lits[i].s);
+  free(sc->nodes), free(sc->ids), free(sc->props), free(sc->lits), free(sc);
+}
+
+typedef struct {
+  dsi_jschema *sc;
+  const cJSON *doc;
+  struct memo {
+    const cJSON *s;
+    int32_t node;
+  } *memo;
+  int n_memo, cap_memo;
+  int32_t *slot; /* a hash of memo by schema: index + 1, 0 empty */
+  int cap_slot;
+  dsi_err *err;
+  char path[512];
+  int depth;
+} cctx;
+
+static int fail(cctx *x, const char *fmt, const char *a) {
+  char msg[256];
+  snprintf(msg, sizeof msg, fmt, a);
+  return dsi_errf(x->err, DSI_E_INVAL, "json_schema at %s: %s", *x->path ? x->path : "/", msg), -1;
+}
+
+static int oom(cctx *x) {
+  if (x->sc->n_nodes >= UINT16_MAX) return fail(x, "a schema of more than 65,534 parts is not supported%s", "");
+  return dsi_errf(x->err, DSI_E_NOMEM, "out of memory compiling a json_schema"), -1;
+}
+
+/* keywords that constrain a value in ways the recognizer does not hold */
+static const char *const k_refused[] = {
+  "pattern", "patternProperties", "propertyNames", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+  "multipleOf", "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies", "uniqueItems",
+  "contains", "minContains", "maxContains", "minProperties", "maxProperties", "unevaluatedProperties",
+  "unevaluatedItems", "$dynamicRef", "$recursiveRef",
+};
+/* keywords that constrain a value directly (beside a combinator: refused) */
+static const char *const k_direct[] = {
+  "type", "enum", "const", "properties", "required", "additionalProperties", "items", "prefixItems",
+  "additionalItems", "minItems", "maxItems", "minLength", "maxLength",
+};
+
+static int in_list(const char *k, const char *const *l, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!strcmp(k, l[i])) return 1;
+  return 0;
+}
+
+static int32_t compile(cctx *x, const cJSON *s);
+
+/* compile s as the child at path segment seg */
+static int32_t child(cctx *x, const cJSON *s, const char *seg) {
+  size_t n = strlen(x->path);
+  snprintf(x->path + n, sizeof x->path - n, "/%s", seg);
+  int32_t id = compile(x, s);
+  x->path[n] = 0;
+  return id;
+}
+
+/* a JSON pointer's token ("~1" '/', "~0" '~') into out */
+static const cJSON *pointer(const cJSON *doc, const char *p) {
+  if (*p++ != '#') return NULL;
+  const cJSON *at = doc;
+  while (*p == '/') {
+    char tok[256];
+    size_t k = 0;
+    for (p++; *p && *p != '/'; p++) {
+      char ch = *p;
+      if (ch == '~' && (p[1] == '0' || p[1] == '1')) ch = *++p == '0' ? '~' : '/';
+      if (k + 1 >= sizeof tok) return NULL;
+      tok[k++] = ch;
+    }
+    tok[k] = 0;
+    if (cJSON_IsObject(at)) at = cJSON_GetObjectItemCaseSensitive(at, tok);
+    else if (cJSON_IsArray(at)) {
+      char *end;
+      long i = strtol(tok, &end, 10);
+      at = *end || end == tok || i < 0 ? NULL : cJSON_GetArrayItem(at, (int)i);
+    } else at = NULL;
+    if (!at) return NULL;
+  }
+  return *p ? NULL : at;
+}
+
+static uint32_t slot_of(const cJSON *s, int cap) {
+  uint64_t h = (uint64_t)(uintptr_t)s * 0x9e3779b97f4a7c15ull;
+  return (uint32_t)(h >> 32) & (uint32_t)(cap - 1);
+}
+
+static int memo_find(const cctx *x, const cJSON *s) {
+  for (uint32_t i = x->cap_slot ? slot_of(s, x->cap_slot) : 0; x->cap_slot && x->slot[i];
+       i = (i + 1) & (uint32_t)(x->cap_slot - 1))
+    if (x->memo[x->slot[i] - 1].s == s) return x->memo[x->slot[i] - 1].node;
+  return -1;
+}
+
+/* s stands for a node to come: its memo entry, or -1 out of memory */
+static int memo_add(cctx *x, const cJSON *s) {
+  if (grow((void **)&x->memo, &x->cap_memo, x->n_memo + 1, sizeof *x->memo)) return -1;
+  if (2 * (x->n_memo + 1) > x->cap_slot) { /* rehashed at half full */
+    int cap = x->cap_slot ? 2 * x->cap_slot : 64;
+    int32_t *slot = calloc((size_t)cap, sizeof *slot);
+    if (!slot) return -1;
+    free(x->slot);
+    x->slot = slot, x->cap_slot = cap;
+    for (int m = 0; m < x->n_memo; m++) {
+      uint32_t i = slot_of(x->memo[m].s, cap);
+      while (slot[i]) i = (i + 1) & (uint32_t)(cap - 1);
+      slot[i] = m + 1;
+    }
+  }
+  int me = x->n_memo++;
+  x->memo[me] = (struct memo){s, -1};
+  uint32_t i = slot_of(s, x->cap_slot);
+  while (x->slot[i]) i = (i + 1) & (uint32_t)(x->cap_slot - 1);
+  x->slot[i] = me + 1;
+  return me;
+}
+
+static int get_count(cctx *x, const cJSON *s, const char *k, int32_t *v) {
+  const cJSON *e = cJSON_GetObjectItemCaseSensitive(s, k);
+  if (!e) return 0;
+  if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble > 1e9 || e->valuedouble != (double)(int64_t)e->valuedouble)
+    return fail(x, "'%s' must be a non-negative integer", k);
+  *v = (int32_t)e->valuedouble;
+  return 1;
+}
+
+static uint8_t type_bit(const char *t) {
+  static const char *const names[] = {"null", "boolean", "integer", "number", "string", "array", "object"};
+  for (int i = 0; i < 7; i++)
+    if (!strcmp(t, names[i])) return (uint8_t)(1u << i);
+  return 0;
+}
+
+static uint8_t type_of(const cJSON *v) {
+  if (cJSON_IsNull(v)) return T_NULL;
+  if (cJSON_IsBool(v)) return T_BOOL;
+  if (cJSON_IsNumber(v)) return floor(v->valuedouble) == v->valuedouble ? T_INT | T_NUM : T_NUM;
+  if (cJSON_IsString(v)) return T_STR;
+  if (cJSON_IsArray(v)) return T_ARR;
+  return T_OBJ;
+}
+
+/* the schemas of array l (at path segment key) into k ids: their index,
+ * -1 on failure */
+static int32_t schema_list(cctx *x, const cJSON *l, const char *key, int k) {
+  int32_t at = new_ids(x->sc, k);
+  if (at < 0) return oom(x);
+  int i = 0;
+  const cJSON *e;
+  cJSON_ArrayForEach(e, l) {
+    char seg[48];
+    snprintf(seg, sizeof seg, "%s/%d", key, i);
+    int32_t c = child(x, e, seg);
+    if (c < 0) return -1;
+    x->sc->ids[at + i++] = c;
+  }
+  return at;
+}
+
+/* the anyOf / oneOf / allOf / $ref of s: its node, -2 when s has none */
+static int32_t combinator(cctx *x, const cJSON *s, int me) {
+  const cJSON *any = cJSON_GetObjectItemCaseSensitive(s, "anyOf"), *one = cJSON_GetObjectItemCaseSensitive(s, "oneOf");
+  const cJSON *all = cJSON_GetObjectItemCaseSensitive(s, "allOf"), *ref = cJSON_GetObjectItemCaseSensitive(s, "$ref");
+  int n = !!any + !!one + !!all + !!ref;
+  if (!n) return -2;
+  const char *which = any ? "anyOf" : one ? "oneOf" : all ? "allOf" : "$ref";
+  if (n > 1) return fail(x, "'%s' beside another of anyOf, oneOf, allOf and $ref is not supported", which);
+  const cJSON *e;
+  cJSON_ArrayForEach(e, s) if (e->string && in_list(e->string, k_direct, DSI_ARRAY_LEN(k_direct)))
+    return fail(x, "keywords beside a combinator are not supported (here '%s')", e->string);
+  if (ref) {
+    const cJSON *t = cJSON_IsString(ref) ? pointer(x->doc, ref->valuestring) : NULL;
+    if (!t) return fail(x, "'$ref' %s: only pointers into this schema (\"#...\") are resolved", cJSON_IsString(ref) ? ref->valuestring : "");
+    return child(x, t, "$ref");
+  }
+  const cJSON *l = any ? any : one ? one : all;
+  int k = cJSON_GetArraySize(l);
+  if (!cJSON_IsArray(l) || k == 0) return fail(x, "'%s' must be a non-empty array of schemas", which);
+  if (all) {
+    if (k != 1) return fail(x, "'%s' of more than one schema is not supported", which);
+    return child(x, cJSON_GetArrayItem(l, 0), "allOf/0");
+  }
+  int32_t id = new_node(x->sc, 0);
+  if (id < 0) return oom(x);
+  x->memo[me].node = id;
+  int32_t at = schema_list(x, l, which, k);
+  if (at < 0) return -1;
+  x->sc->nodes[id].n_alt = k;
+  x->sc->nodes[id].alt = at;
+  return id;
+}
+
+static int32_t compile_enum(cctx *x, const cJSON *s, jnode *base, int typed) {
+  const cJSON *en = cJSON_GetObjectItemCaseSensitive(s, "enum"), *cn = cJSON_GetObjectItemCaseSensitive(s, "const");
+  if (en && cn) return fail(x, "'%s' beside enum is not supported", "const");
+  if (en && (!cJSON_IsArray(en) || !cJSON_GetArraySize(en))) return fail(x, "'%s' must be a non-empty array", "enum");
+  int k = 0;
+  int32_t vals[DSI_JSONC_MAX_PROPS];
+  const cJSON *e;
+  cJSON *one = NULL;
+  if (cn) { /* one value: an array of it */
+    if (!(one = cJSON_CreateArray()) || !cJSON_AddItemReferenceToArray(one, (cJSON *)cn)) return cJSON_Delete(one), oom(x);
+    en = one;
+  }
+  int32_t rc = 0;
+  cJSON_ArrayForEach(e, en) {
+    if (typed && !(type_of(e) & base->types)) continue; /* the type refuses it */
+    if (k == DSI_JSONC_MAX_PROPS) {
+      rc = fail(x, "'%s' of more than 64 values is not supported", "enum");
+      break;
+    }
+    char *t = cJSON_PrintUnformatted(e);
+    if (!t || grow((void **)&x->sc->lits, &x->sc->cap_lits, x->sc->n_lits + 1, sizeof(jbytes))) {
+      free(t);
+      rc = oom(x);
+      break;
+    }
+    size_t n = strlen(t);
+    if (n >= UINT16_MAX) {
+      free(t);
+      rc = fail(x, "an %s value longer than 65,534 bytes", "enum");
+      break;
+    }
+    x->sc->lits[x->sc->n_lits] = (jbytes){t, (uint32_t)n};
+    vals[k++] = x->sc->n_lits++;
+  }
+  cJSON_Delete(one);
+  if (rc < 0) return -1;
+  if (!k) return NODE_NEVER;
+  int32_t id = new_node(x->sc, 0), at = id < 0 ? -1 : new_ids(x->sc, k);
+  if (at < 0) return oom(x);
+  memcpy(x->sc->ids + at, vals, (size_t)k * sizeof(int32_t));
+  x->sc->nodes[id].n_enum = k;
+  x->sc->nodes[id].en = at;
+  return id;
+}
+
+static int32_t compile(cctx *x, const cJSON *s) {
+  if (cJSON_IsBool(s)) return cJSON_IsTrue(s) ? NODE_ANY : NODE_NEVER;
+  if (!cJSON_IsObject(s)) return fail(x, "a schema must be an object or a boolean%s", "");
+  int32_t m = memo_find(x, s);
+  if (m >= 0) return m;
+  if (++x->depth > 64) return fail(x, "schemas nested (or $refs chained) more than 64 deep%s", "");
+  const cJSON *e;
+  cJSON_ArrayForEach(e, s) if (e->string && in_list(e->string, k_refused, DSI_ARRAY_LEN(k_refused)))
+    return fail(x, "'%s' is not enforced, so it is refused", e->string);
+  /* s stands for the node made for it, so that a $ref back to it closes a cycle */
+  int me = memo_add(x, s);
+  if (me < 0) return oom(x);
+  int32_t id = combinator(x, s, me);
+  if (id == -2) {
+    jnode b = {.types = T_ALL};
+    const cJSON *ty = cJSON_GetObjectItemCaseSensitive(s, "type");
+    if (ty) {
+      b.types = 0;
+      if (cJSON_IsString(ty)) b.types = type_bit(ty->valuestring);
+      else if (cJSON_IsArray(ty)) {
+        cJSON_ArrayForEach(e, ty) {
+          uint8_t t = cJSON_IsString(e) ? type_bit(e->valuestring) : 0;
+          if (!t) {
+            b.types = 0;
+            break;
+          }
+          b.types |= t;
+        }
+      }
+      if (!b.types) return fail(x, "'%s' must name JSON types (null, boolean, integer, number, string, array, object)", "type");
+    } else {
+      /* no type: the types its keywords are about, else any */
+      static const char *const obj_k[] = {"properties", "required", "additionalProperties"};
+      static const char *const arr_k[] = {"items", "prefixItems", "additionalItems", "minItems", "maxItems"};
+      static const char *const str_k[] = {"minLength", "maxLength"};
+      uint8_t t = 0;
+      cJSON_ArrayForEach(e, s) if (e->string) {
+        if (in_list(e->string, obj_k, 3)) t |= T_OBJ;
+        if (in_list(e->string, arr_k, 5)) t |= T_ARR;
+        if (in_list(e->string, str_k, 2)) t |= T_STR;
+      }
+      if (t) b.types = t;
+    }
+    if (cJSON_GetObjectItemCaseSensitive(s, "enum") || cJSON_GetObjectItemCaseSensitive(s, "const")) {
+      cJSON_ArrayForEach(e, s) if (e->string && in_list(e->string, k_direct, DSI_ARRAY_LEN(k_direct)) &&
+                                   strcmp(e->string, "type") && strcmp(e->string, "enum") && strcmp(e->string, "const"))
+        return fail(x, "'%s' beside enum or const is not supported", e->string);
+      id = compile_enum(x, s, &b, ty != NULL);
+    } else if ((id = new_node(x->sc, b.types)) < 0) {
+      return oom(x);
+    } else {
+      x->memo[me].node = id;
+      jnode n = x->sc->nodes[id];
+      /* object */
+      const cJSON *props = cJSON_GetObjectItemCaseSensitive(s, "properties");
+      if (props) {
+        if (!cJSON_IsObject(props)) return fail(x, "'%s' must be an object of schemas", "properties");
+        int k = cJSON_GetArraySize(props);
+        if (k > DSI_JSONC_MAX_PROPS) return fail(x, "'%s' of more than 64 names is not supported", "properties");
+        if (grow((void **)&x->sc->props, &x->sc->cap_props, x->sc->n_props + k, sizeof(jprop))) return oom(x);
+        n.n_props = k;
+        n.props = x->sc->n_props;
+        x->sc->n_props += k;
+        for (int i = 0; i < k; i++) x->sc->props[n.props + i] = (jprop){{NULL, 0}, NODE_ANY};
+        int i = 0;
+        cJSON_ArrayForEach(e, props) {
+          for (int q = 0; q < i; q++) /* cJSON keeps a name given twice twice */
+            if (!strcmp(cJSON_GetArrayItem(props, q)->string, e->string))
+              return fail(x, "property '%s' is named twice", e->string);
+          cJSON *str = cJSON_CreateString(e->string);
+          char *t = str ? cJSON_PrintUnformatted(str) : NULL;
+          cJSON_Delete(str);
+          if (!t) return oom(x);
+          size_t len = strlen(t) - 2; /* the body, without its quotes */
+          memmove(t, t + 1, len);
+          t[len] = 0;
+          x->sc->props[n.props + i].name = (jbytes){t, (uint32_t)len};
+          if (len >= UINT16_MAX) return fail(x, "property names are at most 65,534 bytes%s", "");
+          char seg[300];
+          snprintf(seg, sizeof seg, "properties/%.256s", e->string);
+          int32_t c = child(x, e, seg);
+          if (c < 0) return -1;
+          x->sc->props[n.props + i++].node = c;
+        }
+      }
+      const cJSON *req = cJSON_GetObjectItemCaseSensitive(s, "required");
+      if (req) {
+        if (!cJSON_IsArray(req)) return fail(x, "'%s' must be an array of property names", "required");
+        if (cJSON_GetArraySize(req) > DSI_JSONC_MAX_PROPS)
+          return fail(x, "'%s' of more than 64 names is not supported", "required");
+        cJSON_ArrayForEach(e, req) {
+          int found = -1;
+          int i = 0;
+          const cJSON *pp;
+          cJSON_ArrayForEach(pp, props) {
+            if (cJSON_IsString(e) && !strcmp(pp->string, e->valuestring)) found = i;
+            i++;
+          }
+          if (found < 0)
+            return fail(x, "required '%s' is not among the properties", cJSON_IsString(e) ? e->valuestring : "?");
+          n.required |= 1ull << found;
+        }
+      }
+      const cJSON *ad = cJSON_GetObjectItemCaseSensitive(s, "additionalProperties");
+      n.addl = props ? -1 : NODE_ANY; /* absent: none beside properties, any members without them */
+      if (ad && (n.addl = child(x, ad, "additionalProperties")) < 0) return -1;
+      if (n.addl == NODE_NEVER) n.addl = -1;
+      /* array */
+      const cJSON *pre = cJSON_GetObjectItemCaseSensitive(s, "prefixItems"),
+                  *it = cJSON_GetObjectItemCaseSensitive(s, "items"),
+                  *ai = cJSON_GetObjectItemCaseSensitive(s, "additionalItems");
+      const char *pre_k = "prefixItems";
+      if (cJSON_IsArray(it)) { /* the tuple form of drafts 4-2019 */
+        if (pre) return fail(x, "'%s' beside an items array is not supported", "prefixItems");
+        pre = it, pre_k = "items", it = ai;
+      } else if (ai) {
+        return fail(x, "'%s' goes with an items array", "additionalItems");
+      }
+      n.items = NODE_ANY;
+      if (pre) {
+        if (!cJSON_IsArray(pre)) return fail(x, "'%s' must be an array of schemas", pre_k);
+        n.n_prefix = cJSON_GetArraySize(pre);
+        if ((n.prefix = schema_list(x, pre, pre_k, n.n_prefix)) < 0) return -1;
+      }
+      if (it && (n.items = child(x, it, "items")) < 0) return -1;
+      if (n.items == NODE_NEVER) n.items = -1;
+      if (get_count(x, s, "minItems", &n.min_items) < 0 || get_count(x, s, "maxItems", &n.max_items) < 0 ||
+          get_count(x, s, "minLength", &n.min_len) < 0 || get_count(x, s, "maxLength", &n.max_len) < 0)
+        return -1;
+      if (n.max_items >= 0 && n.min_items > n.max_items) return fail(x, "minItems above maxItems%s", "");
+      if (n.max_len >= 0 && n.min_len > n.max_len) return fail(x, "minLength above maxLength%s", "");
+      if (n.items < 0 && n.min_items > n.n_prefix && (n.types & T_ARR))
+        return fail(x, "minItems above the items the array may hold%s", "");
+      x->sc->nodes[id] = n;
+    }
+  }
+  if (id >= 0) x->memo[me].node = id;
+  x->depth--;
+  return id;
+}
+
+/* Which nodes some value satisfies, as the least fixpoint (so a schema
+ * that asks for endless nesting is unsatisfiable), and then the parts no
+ * value satisfies cut away: properties never given, alternatives never
+ * chosen, items never added. The recognizer then never enters a state it
+ * cannot complete. */
+static int node_sat(const dsi_jschema *sc, const jnode *nd) {
+  if (nd->n_enum) return 1;
+  for (int i = 0; i < nd->n_alt; i++)
+    if (sc->nodes[sc->ids[nd->alt + i]].sat) return 1;
+  if (nd->n_alt) return 0;
+  if (nd->types & (T_NULL | T_BOOL | T_INT | T_NUM | T_STR)) return 1;
+  int ok = 0;
+  if (nd->types & T_OBJ) {
+    ok = 1;
+    for (int i = 0; i < nd->n_props; i++)
+      if ((nd->required >> i & 1) && !sc->nodes[sc->props[nd->props + i].node].sat) ok = 0;
+  }
+  if (!ok && (nd->types & T_ARR)) {
+    ok = 1;
+    for (int k = 0; k < nd->min_items && ok; k++) {
+      int32_t it = k < nd->n_prefix ? sc->ids[nd->prefix + k] : nd->items;
+      ok = it >= 0 && sc->nodes[it].sat;
+      if (k >= nd->n_prefix) break; /* the rest are the same node */
+    }
+  }
+  return ok;
+}
+
+static void satisfy(dsi_jschema *sc) {
+  for (int changed = 1; changed;) {
+    changed = 0;
+    for (int i = sc->n_nodes - 1; i >= 0; i--) /* children are made after their parents: most in one pass */
+      if (!sc->nodes[i].sat && node_sat(sc, &sc->nodes[i])) sc->nodes[i].sat = 1, changed = 1;
+  }
+  for (int i = 0; i < sc->n_nodes; i++) {
+    jnode *nd = &sc->nodes[i];
+    for (int k = 0; k < nd->n_props; k++)
+      if (!sc->nodes[sc->props[nd->props + k].node].sat) nd->dead |= 1ull << k;
+    int k_alt = 0; /* the alternatives some value satisfies, in order */
+    for (int k = 0; k < nd->n_alt; k++)
+      if (sc->nodes[sc->ids[nd->alt + k]].sat) sc->ids[nd->alt + k_alt++] = sc->ids[nd->alt + k];
+    nd->n_alt = nd->n_alt ? k_alt : 0;
+    if (nd->addl >= 0 && !sc->nodes[nd->addl].sat) nd->addl = -1;
+    if (nd->items >= 0 && !sc->nodes[nd->items].sat) nd->items = -1;
+    for (int k = 0; k < nd->n_prefix; k++) /* the items from an unsatisfiable one on are never given */
+      if (!sc->nodes[sc->ids[nd->prefix + k]].sat) {
+        nd->n_prefix = k, nd->items = -1;
+        break;
+      }
+  }
+}
+
+/* the value at node may begin with a number */
+static int starts_number(const dsi_jschema *sc, int32_t node, int depth) {
+  const jnode *nd = &sc->nodes[node];
+  if (depth > 64) return 0;
+  for (int i = 0; i < nd->n_alt; i++)
+    if (starts_number(sc, sc->ids[nd->alt + i], depth + 1)) return 1;
+  for (int i = 0; i < nd->n_enum; i++) {
+    char c = sc->lits[sc->ids[nd->en + i]].s[0];
+    if (c == '-' || (c >= '0' && c <= '9')) return 1;
+  }
+  return !nd->n_alt && !nd->n_enum && (nd->types & (T_INT | T_NUM));
+}
+
+static int is_json(const char *s, size_t n);
+
+int dsi_jschema_compile(dsi_jschema **out, const char *schema, size_t n, dsi_err *err) {
+  *out = NULL;
+  static const char any_object[] = "{\"type\":\"object\"}";
+  if (!schema) schema = any_object, n = sizeof any_object - 1;
+  cJSON *doc = cJSON_ParseWithLength(schema, n);
+  if (!doc) return is_json(schema, n) ? dsi_errf(err, DSI_E_NOMEM, "out of memory reading a json_schema")
+                                      : dsi_errf(err, DSI_E_INVAL, "json_schema is not valid JSON");
+  dsi_jschema *sc = calloc(1, sizeof *sc);
+  cctx x = {.sc = sc, .doc = doc, .err = err};
+  int rc = DSI_OK;
+  if (!sc || new_node(sc, T_ALL) != NODE_ANY || new_node(sc, 0) != NODE_NEVER) {
+    rc = dsi_errf(err, DSI_E_NOMEM, "out of memory compiling a json_schema");
+  } else {
+    sc->nodes[NODE_ANY].addl = NODE_ANY, sc->nodes[NODE_ANY].items = NODE_ANY;
+    sc->root = compile(&x, doc);
+    if (sc->root >= 0) satisfy(sc);
+    if (sc->root < 0) rc = err && err->status ? err->status : DSI_E_INVAL;
+    else if (starts_number(sc, sc->root, 0))
+      rc = dsi_errf(err, DSI_E_INVAL, "json_schema: the value may be a bare number at the top, whose end could not be told "
+                                      "(give an object, an array or a string)");
+    else if (!sc->nodes[sc->root].sat) rc = dsi_errf(err, DSI_E_INVAL, "json_schema: no value satisfies it");
+  }
+  free(x.memo), free(x.slot);
+  cJSON_Delete(doc);
+  if (rc) {
+    dsi_jschema_free(sc);
+    return rc;
+  }
+  *out = sc;
+  return DSI_OK;
+}
+
+/* s is one JSON value (told apart from cJSON running out of memory), by the
+ * recognizer over a schema of any value that needs no allocation */
+static int is_json(const char *s, size_t n) {
+  static const jnode any = {.types = T_ALL, .addl = NODE_ANY, .items = NODE_ANY, .max_items = -1, .max_len = -1, .sat = 1};
+  static const dsi_jschema sc = {.nodes = (jnode *)&any, .n_nodes = 1, .root = NODE_ANY};
+  dsi_jsonc j;
+  dsi_jsonc_init(&j, &sc);
+  while (n && (s[n - 1] == ' ' || s[n - 1] == '\n' || s[n - 1] == '\t' || s[n - 1] == '\r')) n--; /* trailing white space */
+  return !dsi_jsonc_feed(&j, s, n) && dsi_jsonc_done(&j);
+}
+
+int dsi_json_schema_check(const char *schema, size_t n, dsi_err *err) {
+  dsi_jschema *sc;
+  int rc = dsi_jschema_compile(&sc, schema, n, err);
+  dsi_jschema_free(sc);
+  return rc;
+}
+
+/* ---- the recognizer ---- */
+
+enum {
+  S_VALUE,                    /* a value's first byte */
+  O_FIRST,                    /* after '{': a name or '}' */
+  O_NAME,                     /* after an object's ',': a name */
+  O_COLON,                    /* after a name */
+  O_AFTER,                    /* after a member's value: ',' or '}' */
+  A_FIRST,                    /* after '[': an item or ']' */
+  A_AFTER,                    /* after an item: ',' or ']' (white space may precede all the above) */
+  O_KEY, O_KEY_ESC, O_KEY_HEX, /* in a name; after its '\'; in its \uXXXX */
+  S_STR, S_ESC, S_HEX,         /* the same in a string value */
+  S_LIT,                       /* in true / false / null */
+  S_ENUM,                      /* in one of an enum's literals */
+  N_MINUS, N_ZERO, N_INT, N_DOT, N_FRAC, N_E, N_ESIGN, N_EXP, /* a number, as RFC 8259's grammar */
+};
+
+enum { AGAIN = 1, NO_PROP = UINT16_MAX };
+
 static const char *const k_lits[3] = {"true", "false", "null"};
-
-void dsi_jsonc_init(dsi_jsonc *j) { *j = (dsi_jsonc){.st = J_START}; }
-
-int dsi_jsonc_done(const dsi_jsonc *j) { return j->st == J_DONE; }
 
 static int is_ws(uint8_t c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 static int is_digit(uint8_t c) { return c >= '0' && c <= '9'; }
 static int is_hex(uint8_t c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
 
-static int open_c(dsi_jsonc *j, int object) {
-  if (j->depth >= DSI_JSONC_MAX_DEPTH) return -1;
-  if (object) j->stack |= 1ull << j->depth;
-  else j->stack &= ~(1ull << j->depth);
-  j->depth++;
-  j->st = object ? J_OBJ_FIRST : J_ARR_FIRST;
-  return 0;
-}
-
-static int top_is_object(const dsi_jsonc *j) { return (int)((j->stack >> (j->depth - 1)) & 1); }
-
-static int close_c(dsi_jsonc *j, int object) {
-  if (!j->depth || top_is_object(j) != object) return -1;
-  j->depth--;
-  j->st = j->depth ? J_AFTER : J_DONE;
-  return 0;
-}
-
-/* the first byte of a value */
-static int value(dsi_jsonc *j, uint8_t c) {
-  switch (c) {
-  case '{': return open_c(j, 1);
-  case '[': return open_c(j, 0);
-  case '"': j->st = J_STR, j->key = 0; return 0;
-  case '-': j->st = J_N_MINUS; return 0;
-  case '0': j->st = J_N_ZERO; return 0;
-  case 't': case 'f': case 'n':
-    j->st = J_LIT, j->lit = c == 't' ? 0 : c == 'f' ? 1 : 2, j->aux = 1;
+/* UTF-8 in a string or name (RFC 3629: no overlong forms, no surrogates,
+ * nothing past U+10FFFF): a byte >= 0x80, with the frame's aux the
+ * continuation bytes still due and flags the range the next one must be
+ * in. 1: the byte begins a character, 0: it continues one, -1: invalid. */
+static int utf8_byte(dsi_jsonc_frame *f, uint8_t c) {
+  static const uint8_t lo[5] = {0x80, 0xA0, 0x80, 0x90, 0x80}, hi[5] = {0xBF, 0xBF, 0x9F, 0xBF, 0x8F};
+  if (f->aux) {
+    if (c < lo[f->flags] || c > hi[f->flags]) return -1;
+    f->aux--, f->flags = 0;
     return 0;
-  default:
-    if (is_digit(c)) return j->st = J_N_INT, 0;
-    return -1;
+  }
+  if (c < 0xC2 || c > 0xF4) return -1;
+  f->aux = c < 0xE0 ? 1 : c < 0xF0 ? 2 : 3;
+  f->flags = c == 0xE0 ? 1 : c == 0xED ? 2 : c == 0xF0 ? 3 : c == 0xF4 ? 4 : 0;
+  return 1;
+}
+
+void dsi_jsonc_init(dsi_jsonc *j, const dsi_jschema *sc) {
+  j->sc = sc;
+  j->n = 1;
+  memset(&j->r[0], 0, offsetof(dsi_jsonc_reading, f) + sizeof(dsi_jsonc_frame));
+  j->r[0].depth = 1;
+  j->r[0].f[0].node = (uint16_t)sc->root;
+}
+
+static size_t live(const dsi_jsonc_reading *r) { return offsetof(dsi_jsonc_reading, f) + r->depth * sizeof(dsi_jsonc_frame); }
+
+void dsi_jsonc_copy(dsi_jsonc *dst, const dsi_jsonc *j) {
+  dst->sc = j->sc;
+  dst->n = j->n;
+  for (int i = 0; i < j->n; i++) {
+    const dsi_jsonc_reading *r = &j->r[i];
+    memcpy(&dst->r[i], r, offsetof(dsi_jsonc_reading, f));
+    for (int d = 0; d < r->depth; d++) dst->r[i].f[d] = r->f[d];
   }
 }
 
-static int step(dsi_jsonc *j, uint8_t c) {
-  /* white space between tokens, a few bytes in a row at most */
-  int between = j->st <= J_AFTER;
-  if (between && is_ws(c)) return ++j->ws > DSI_JSONC_MAX_WS ? -1 : 0;
-  if (between) j->ws = 0;
-  for (;;) {
-    switch (j->st) {
-    case J_START: return c == '{' ? open_c(j, 1) : -1;
-    case J_ARR_FIRST:
-      if (c == ']') return close_c(j, 0);
-      return value(j, c);
-    case J_VALUE: return value(j, c);
-    case J_OBJ_FIRST:
-      if (c == '}') return close_c(j, 1);
-      /* fall through */
-    case J_NAME:
-      if (c != '"') return -1;
-      j->st = J_STR, j->key = 1;
+int dsi_jsonc_done(const dsi_jsonc *j) {
+  for (int i = 0; i < j->n; i++)
+    if (!j->r[i].depth) return 1;
+  return 0;
+}
+
+static int push(dsi_jsonc_reading *r, int32_t node) {
+  if (r->depth >= DSI_JSONC_MAX_DEPTH) return -1;
+  r->f[r->depth++] = (dsi_jsonc_frame){.node = (uint16_t)node, .st = S_VALUE};
+  return 0;
+}
+
+/* the properties not yet given */
+static uint64_t unseen(const jnode *nd, const dsi_jsonc_frame *f) {
+  uint64_t all = nd->n_props == 64 ? ~0ull : (1ull << nd->n_props) - 1;
+  return all & ~f->seen & ~nd->dead;
+}
+
+/* item k of an array can be given: its node, or -1 */
+static int32_t item(const dsi_jschema *sc, const jnode *nd, uint32_t k) {
+  if (nd->max_items >= 0 && k >= (uint32_t)nd->max_items) return -1;
+  return k < (uint32_t)nd->n_prefix ? sc->ids[nd->prefix + k] : nd->items; /* satisfiable (satisfy()) */
+}
+
+/* an enum's literals that are whole: the value ends with the last if it
+ * closes itself (a number's end is told by the byte after it) */
+static int enum_whole(const dsi_jschema *sc, dsi_jsonc_reading *r, dsi_jsonc_frame *f, const jnode *nd) {
+  for (int i = 0; i < nd->n_enum; i++) {
+    const jbytes *l = &sc->lits[sc->ids[nd->en + i]];
+    if ((f->cand >> i & 1) && l->n == f->off && l->s[0] != '-' && !is_digit((uint8_t)l->s[0])) {
+      r->depth--;
       return 0;
-    case J_COLON:
-      if (c != ':') return -1;
-      j->st = J_VALUE;
-      return 0;
-    case J_AFTER:
-      if (c == ',') return j->st = top_is_object(j) ? J_NAME : J_VALUE, 0;
-      if (c == '}' || c == ']') return close_c(j, c == '}');
-      return -1;
-    case J_STR:
-      if (c == '"') return j->st = j->key ? J_COLON : J_AFTER, 0;
-      if (c == '\\') return j->st = J_ESC, 0;
-      return c < 0x20 ? -1 : 0;
-    case J_ESC:
-      if (c == 'u') return j->st = J_HEX, j->aux = 4, 0;
-      if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' || c == 'r' || c == 't')
-        return j->st = J_STR, 0;
-      return -1;
-    case J_HEX:
-      if (!is_hex(c)) return -1;
-      if (!--j->aux) j->st = J_STR;
-      return 0;
-    case J_LIT:
-      if (c != (uint8_t)k_lits[j->lit][j->aux]) return -1;
-      if (!k_lits[j->lit][++j->aux]) j->st = J_AFTER;
-      return 0;
-    case J_N_MINUS:
-      if (c == '0') return j->st = J_N_ZERO, 0;
-      return is_digit(c) ? (j->st = J_N_INT, 0) : -1;
-    case J_N_DOT: return is_digit(c) ? (j->st = J_N_FRAC, 0) : -1;
-    case J_N_E:
-      if (c == '+' || c == '-') return j->st = J_N_ESIGN, 0;
-      /* fall through */
-    case J_N_ESIGN: return is_digit(c) ? (j->st = J_N_EXP, 0) : -1;
-    case J_N_ZERO:
-    case J_N_INT:
-    case J_N_FRAC:
-    case J_N_EXP:
-      if (is_digit(c) && j->st != J_N_ZERO) return 0;
-      if (c == '.' && j->st <= J_N_INT) return j->st = J_N_DOT, 0;
-      if ((c == 'e' || c == 'E') && j->st != J_N_EXP) return j->st = J_N_E, 0;
-      /* the number ended: the byte is what follows it */
-      j->st = J_AFTER;
-      if (is_ws(c)) return ++j->ws > DSI_JSONC_MAX_WS ? -1 : 0;
-      continue;
-    default: return -1; /* J_DONE: nothing follows the object */
     }
   }
+  return 0;
+}
+
+/* a value's first byte */
+static int value(const dsi_jschema *sc, dsi_jsonc_reading *r, dsi_jsonc_frame *f, const jnode *nd, uint8_t c) {
+  if (nd->n_enum) {
+    uint64_t cand = 0;
+    for (int i = 0; i < nd->n_enum; i++)
+      if ((uint8_t)sc->lits[sc->ids[nd->en + i]].s[0] == c) cand |= 1ull << i;
+    if (!cand) return -1;
+    f->st = S_ENUM, f->cand = cand, f->off = 1;
+    return enum_whole(sc, r, f, nd);
+  }
+  if (nd->n_alt) return -1; /* chosen before (feed_byte) */
+  switch (c) {
+  case '{': return nd->types & T_OBJ ? (f->st = O_FIRST, 0) : -1;
+  case '[': return nd->types & T_ARR ? (f->st = A_FIRST, 0) : -1;
+  case '"': return nd->types & T_STR ? (f->st = S_STR, 0) : -1;
+  case 't': case 'f': case 'n':
+    if (!(nd->types & (c == 'n' ? T_NULL : T_BOOL))) return -1;
+    f->st = S_LIT, f->cur = c == 't' ? 0 : c == 'f' ? 1 : 2, f->off = 1;
+    return 0;
+  default:
+    if (!(nd->types & (T_INT | T_NUM))) return -1;
+    if (c == '-') return f->st = N_MINUS, 0;
+    if (c == '0') return f->st = N_ZERO, 0;
+    return is_digit(c) ? (f->st = N_INT, 0) : -1;
+  }
+}
+
+/* a byte of an object's member name (c not its closing quote) */
+static int name_byte(const dsi_jschema *sc, dsi_jsonc_frame *f, const jnode *nd, uint8_t c) {
+  switch (f->st) {
+  case O_KEY:
+    if (c < 0x20 || (f->aux && c < 0x80)) return -1;
+    if (c >= 0x80 && utf8_byte(f, c) < 0) return -1;
+    if (c == '\\') f->st = O_KEY_ESC;
+    break;
+  case O_KEY_ESC:
+    if (c == 'u') f->st = O_KEY_HEX, f->aux = 4;
+    else if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' || c == 'r' || c == 't') f->st = O_KEY;
+    else return -1;
+    break;
+  default: /* O_KEY_HEX */
+    if (!is_hex(c)) return -1;
+    if (!--f->aux) f->st = O_KEY;
+  }
+  uint64_t next = 0;
+  for (int i = 0; i < nd->n_props; i++) {
+    const jbytes *nm = &sc->props[nd->props + i].name;
+    if ((f->cand >> i & 1) && f->off < nm->n && (uint8_t)nm->s[f->off] == c) next |= 1ull << i;
+  }
+  f->cand = next;
+  if (!(next & ~f->seen) && nd->addl < 0) return -1; /* no name it could still become */
+  if (f->off < UINT16_MAX) f->off++;
+  return 0;
+}
+
+/* an object's member name closed: which property it is */
+static int name_end(const dsi_jschema *sc, dsi_jsonc_frame *f, const jnode *nd) {
+  f->cur = NO_PROP;
+  for (int i = 0; i < nd->n_props; i++)
+    if ((f->cand >> i & 1) && sc->props[nd->props + i].name.n == f->off) f->cur = (uint16_t)i;
+  if (f->cur != NO_PROP && (f->seen >> f->cur & 1)) return -1; /* given already */
+  if (f->cur == NO_PROP && nd->addl < 0) return -1;
+  f->st = O_COLON;
+  return 0;
+}
+
+static int step(const dsi_jschema *sc, dsi_jsonc_reading *r, uint8_t c) {
+  if (!r->depth) return -1; /* nothing follows the value */
+  dsi_jsonc_frame *f = &r->f[r->depth - 1];
+  const jnode *nd = &sc->nodes[f->node];
+  /* white space between tokens, a few bytes in a row at most */
+  if (f->st <= A_AFTER) {
+    if (is_ws(c)) return ++r->ws > DSI_JSONC_MAX_WS ? -1 : 0;
+    r->ws = 0;
+  }
+  switch (f->st) {
+  case S_VALUE: return value(sc, r, f, nd, c);
+  case O_FIRST:
+  case O_AFTER:
+    if (c == '}') {
+      if (nd->required & ~f->seen) return -1;
+      r->depth--;
+      return 0;
+    }
+    if (f->st == O_AFTER) {
+      if (c != ',' || (!unseen(nd, f) && nd->addl < 0)) return -1;
+      f->st = O_NAME;
+      return 0;
+    }
+    /* fall through */
+  case O_NAME:
+    if (c != '"' || (!unseen(nd, f) && nd->addl < 0)) return -1;
+    f->st = O_KEY, f->off = 0;
+    f->cand = (nd->n_props == 64 ? ~0ull : (1ull << nd->n_props) - 1) & ~nd->dead;
+    return 0;
+  case O_KEY:
+    if (c == '"' && !f->aux) return name_end(sc, f, nd);
+    /* fall through */
+  case O_KEY_ESC:
+  case O_KEY_HEX: return name_byte(sc, f, nd, c);
+  case O_COLON: {
+    if (c != ':') return -1;
+    int32_t node = f->cur == NO_PROP ? nd->addl : sc->props[nd->props + f->cur].node;
+    if (f->cur != NO_PROP) f->seen |= 1ull << f->cur;
+    f->count++;
+    f->st = O_AFTER;
+    return push(r, node);
+  }
+  case A_FIRST:
+  case A_AFTER: {
+    if (c == ']') {
+      if (f->count < (uint32_t)nd->min_items) return -1;
+      r->depth--;
+      return 0;
+    }
+    if (f->st == A_AFTER && c != ',') return -1;
+    int32_t node = item(sc, nd, f->count);
+    if (node < 0) return -1;
+    f->count++;
+    int first = f->st == A_FIRST;
+    f->st = A_AFTER;
+    if (push(r, node)) return -1;
+    return first ? AGAIN : 0; /* after '[' the byte begins the item */
+  }
+  case S_STR: {
+    if (c < 0x80 && f->aux) return -1; /* a character's continuation due */
+    if (c == '"') {
+      if (f->count < (uint32_t)nd->min_len) return -1;
+      r->depth--;
+      return 0;
+    }
+    if (c < 0x20) return -1;
+    int begins = c < 0x80 ? 1 : utf8_byte(f, c);
+    if (begins < 0) return -1;
+    if (begins) { /* a character begins (an escape is one) */
+      if (nd->max_len >= 0 && f->count >= (uint32_t)nd->max_len) return -1;
+      f->count++;
+    }
+    if (c == '\\') f->st = S_ESC;
+    return 0;
+  }
+  case S_ESC:
+    if (c == 'u') return f->st = S_HEX, f->aux = 4, 0;
+    if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' || c == 'r' || c == 't')
+      return f->st = S_STR, 0;
+    return -1;
+  case S_HEX:
+    if (!is_hex(c)) return -1;
+    if (!--f->aux) f->st = S_STR;
+    return 0;
+  case S_LIT:
+    if (c != (uint8_t)k_lits[f->cur][f->off]) return -1;
+    if (!k_lits[f->cur][++f->off]) r->depth--;
+    return 0;
+  case S_ENUM: {
+    uint64_t next = 0, whole = 0;
+    for (int i = 0; i < nd->n_enum; i++) {
+      const jbytes *l = &sc->lits[sc->ids[nd->en + i]];
+      if (!(f->cand >> i & 1)) continue;
+      if (f->off < l->n && (uint8_t)l->s[f->off] == c) next |= 1ull << i;
+      else if (f->off == l->n) whole = 1; /* a number, ended by this byte */
+    }
+    if (next) {
+      f->cand = next, f->off++;
+      return enum_whole(sc, r, f, nd);
+    }
+    if (!whole) return -1;
+    r->depth--;
+    return AGAIN;
+  }
+  case N_MINUS:
+    if (c == '0') return f->st = N_ZERO, 0;
+    return is_digit(c) ? (f->st = N_INT, 0) : -1;
+  case N_DOT: return is_digit(c) ? (f->st = N_FRAC, 0) : -1;
+  case N_E:
+    if (c == '+' || c == '-') return f->st = N_ESIGN, 0;
+    /* fall through */
+  case N_ESIGN: return is_digit(c) ? (f->st = N_EXP, 0) : -1;
+  default: /* N_ZERO, N_INT, N_FRAC, N_EXP: a number that may end here */
+    if (is_digit(c) && f->st != N_ZERO) return 0;
+    if (nd->types & T_NUM) {
+      if (c == '.' && f->st <= N_INT) return f->st = N_DOT, 0;
+      if ((c == 'e' || c == 'E') && f->st != N_EXP) return f->st = N_E, 0;
+    }
+    r->depth--; /* the number ended: the byte is what follows it */
+    return r->depth ? AGAIN : -1;
+  }
+}
+
+/* a reading at an anyOf's first byte becomes one per alternative (the
+ * later ones copies at the end of j, stepped after it) */
+static int choose(dsi_jsonc *j, int i) {
+  const dsi_jschema *sc = j->sc;
+  for (int guard = 0;; guard++) {
+    dsi_jsonc_reading *r = &j->r[i];
+    dsi_jsonc_frame *f = &r->f[r->depth - 1];
+    const jnode *nd = &sc->nodes[f->node];
+    if (!nd->n_alt) return 0;
+    if (guard == 64) return -1; /* anyOf chained in a cycle: the forks go on, this reading ends */
+    for (int a = 1; a < nd->n_alt && j->n < DSI_JSONC_MAX_READ; a++) {
+      dsi_jsonc_reading *d = &j->r[j->n++];
+      memcpy(d, r, live(r));
+      d->f[d->depth - 1].node = (uint16_t)sc->ids[nd->alt + a];
+    }
+    f->node = (uint16_t)sc->ids[nd->alt];
+  }
+}
+
+static int feed_byte(dsi_jsonc *j, uint8_t c) {
+  int alive = 0;
+  for (int i = 0; i < j->n; i++) {
+    dsi_jsonc_reading *r = &j->r[i];
+    int rc, low = r->depth;
+    do {
+      rc = -1;
+      if (r->depth && r->f[r->depth - 1].st == S_VALUE && !is_ws(c) && choose(j, i)) break;
+      rc = step(j->sc, r, c);
+      low = DSI_MIN(low, r->depth);
+    } while (rc == AGAIN);
+    if (rc) continue;
+    /* kept, unless the same as one kept before: readings part at the value
+     * an anyOf forked them at and can meet again only once it is closed,
+     * so only a reading that closed a value this byte is compared */
+    int dup = 0;
+    for (int k = 0; low < r->depth + 1 && k < alive && !dup; k++)
+      dup = j->r[k].depth == r->depth && j->r[k].ws == r->ws && !memcmp(j->r[k].f, r->f, r->depth * sizeof *r->f);
+    if (dup) continue;
+    if (alive != i) memcpy(&j->r[alive], r, live(r));
+    alive++;
+  }
+  j->n = alive;
+  return alive ? 0 : -1;
+}
+
+/* Plain characters of a string, s[0..n) up to the first quote, backslash,
+ * control or non-ASCII byte, for every reading at once when each is in a
+ * string between characters; its length (0: none to take), a reading past
+ * its maxLength ended. -1 when none is left. */
+static long str_run(dsi_jsonc *j, const uint8_t *s, size_t n) {
+  for (int i = 0; i < j->n; i++) {
+    const dsi_jsonc_reading *r = &j->r[i];
+    if (!r->depth || r->f[r->depth - 1].st != S_STR || r->f[r->depth - 1].aux) return 0;
+  }
+  size_t run = 0;
+  while (run < n && s[run] != '"' && s[run] != '\\' && s[run] >= 0x20 && s[run] < 0x80) run++;
+  if (!run) return 0;
+  int alive = 0;
+  for (int i = 0; i < j->n; i++) {
+    dsi_jsonc_reading *r = &j->r[i];
+    dsi_jsonc_frame *f = &r->f[r->depth - 1];
+    int32_t max = j->sc->nodes[f->node].max_len;
+    if (max >= 0 && f->count + run > (uint32_t)max) continue;
+    f->count += (uint32_t)run;
+    if (alive != i) memcpy(&j->r[alive], r, live(r));
+    alive++;
+  }
+  j->n = alive;
+  return alive ? (long)run : -1;
+}
+
+/* a lone reading's byte that goes straight to step(): not where an anyOf
+ * forks it */
+static int direct(const dsi_jsonc *j, uint8_t c) {
+  if (j->n != 1) return 0;
+  const dsi_jsonc_reading *r = &j->r[0];
+  if (!r->depth) return 1; /* refused */
+  const dsi_jsonc_frame *f = &r->f[r->depth - 1];
+  return f->st != S_VALUE || !j->sc->nodes[f->node].n_alt || is_ws(c);
 }
 
 int dsi_jsonc_feed(dsi_jsonc *j, const char *s, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    if (step(j, (uint8_t)s[i])) return -1;
+  const uint8_t *u = (const uint8_t *)s;
+  for (size_t i = 0; i < n;) {
+    long run = str_run(j, u + i, n - i);
+    if (run < 0) return -1;
+    if (run) {
+      i += (size_t)run;
+    } else if (direct(j, u[i])) {
+      int rc = step(j->sc, &j->r[0], u[i]);
+      if (rc < 0) return -1;
+      i += rc == 0; /* AGAIN: the byte once more, to the value below */
+    } else {
+      if (feed_byte(j, u[i])) return -1;
+      i++;
+    }
+  }
   return 0;
+}
+
+int dsi_jsonc_vocab_init(dsi_jsonc_vocab *v, const dsi_tok *tok, int n_ids) {
+  *v = (dsi_jsonc_vocab){.tok = tok, .n_ids = n_ids};
+  if (!(v->ids = malloc((size_t)(n_ids > 0 ? n_ids : 1) * sizeof(int32_t)))) return -1;
+  /* counted by first byte, then placed: ids ascending within a byte */
+  int32_t count[256] = {0};
+  for (int32_t id = 0; id < n_ids; id++) {
+    size_t n = 0;
+    const char *b = dsi_tok_is_added(tok, id) ? NULL : dsi_tok_id_bytes(tok, id, &n);
+    if (b && n) count[(uint8_t)b[0]]++;
+  }
+  for (int c = 0; c < 256; c++) v->start[c + 1] = v->start[c] + count[c];
+  int32_t at[256];
+  memcpy(at, v->start, sizeof at);
+  for (int32_t id = 0; id < n_ids; id++) {
+    size_t n = 0;
+    const char *b = dsi_tok_is_added(tok, id) ? NULL : dsi_tok_id_bytes(tok, id, &n);
+    if (b && n) v->ids[at[(uint8_t)b[0]]++] = id;
+  }
+  return 0;
+}
+
+void dsi_jsonc_vocab_free(dsi_jsonc_vocab *v) {
+  free(v->ids);
+  v->ids = NULL;
+}
+
+/* j into t for a test of n bytes: a byte closes at most two values (a
+ * number ended by the ']' after it), so only each reading's top 2n + 1
+ * frames are copied; those below stay what t held, are never reached,
+ * and at worst keep feed_byte from merging two readings the bytes leave
+ * alike (t is thrown away after the test). Deep readings are copied in
+ * full only for long tokens. */
+static void copy_top(dsi_jsonc *t, const dsi_jsonc *j, size_t n) {
+  t->sc = j->sc;
+  t->n = j->n;
+  size_t keep = 2 * n + 1;
+  for (int i = 0; i < j->n; i++) {
+    const dsi_jsonc_reading *r = &j->r[i];
+    memcpy(&t->r[i], r, offsetof(dsi_jsonc_reading, f));
+    for (int d = r->depth > keep ? (int)(r->depth - keep) : 0; d < r->depth; d++) t->r[i].f[d] = r->f[d];
+  }
+}
+
+int dsi_jsonc_allowed(const dsi_jsonc *j, const dsi_jsonc_vocab *v, uint8_t *ok, dsi_jsonc *t) {
+  memset(ok, 0, (size_t)v->n_ids);
+  int any = 0;
+  for (int c = 0; c < 256; c++) {
+    if (v->start[c] == v->start[c + 1]) continue;
+    /* a byte refused first refuses every token that starts with it */
+    char b0 = (char)c;
+    copy_top(t, j, 1);
+    if (dsi_jsonc_feed(t, &b0, 1)) continue;
+    for (int32_t k = v->start[c]; k < v->start[c + 1]; k++) {
+      int32_t id = v->ids[k];
+      size_t n = 0;
+      const char *b = dsi_tok_id_bytes(v->tok, id, &n);
+      if (n > 1) {
+        copy_top(t, j, n);
+        if (dsi_jsonc_feed(t, b, n)) continue;
+      }
+      ok[id] = 1;
+      any = 1;
+    }
+  }
+  return any;
 }

@@ -41,7 +41,7 @@ typedef struct completion {
   int cached;           /* prompt tokens the prefix cache gave its first admission */
   int admitted;         /* admitted once */
   dsi_rng rng;
-  dsi_jsonc js;         /* json: the object so far */
+  dsi_jsonc *js;        /* json: the value so far (NULL without json) */
   dsi_detok *detok;
   char *pend;           /* text held back: it might start a stop string */
   size_t n_pend, cap_pend;
@@ -53,6 +53,7 @@ struct request {
   uint64_t id;
   dsi_request r;        /* its arrays point at the copies below */
   int32_t *prompt, *stop_ids, *bias_ids;
+  dsi_jschema *schema;  /* json: the compiled schema (json_schema, or any object) */
   float *bias;
   char **stop;
   size_t stop_max;      /* longest stop string */
@@ -108,6 +109,9 @@ struct dsi_sched {
   dsi_sample_ws *ws;
   int n_ws;
   float *json_saved;    /* [n_ws, vocab] a json row's logits before its draw (touched only by json) */
+  dsi_jsonc *json_try;  /* [n_ws] a token's test of a json state */
+  uint8_t *json_ok;     /* [n_ws, vocab] the tokens a json redraw may take (touched only by json) */
+  dsi_jsonc_vocab json_vocab; /* the ids by first byte (with a tokenizer) */
   int *todo;
   int32_t *drawn;
   dsi_sample_out *outs;
@@ -141,6 +145,7 @@ static void request_free(request *q) {
     free(q->c[i].toks);
     free(q->c[i].pend);
     dsi_detok_free(q->c[i].detok);
+    free(q->c[i].js);
   }
   for (int i = 0; q->stop && i < q->r.n_stop; i++) free(q->stop[i]);
   free(q->stop);
@@ -149,6 +154,7 @@ static void request_free(request *q) {
   free(q->stop_ids);
   free(q->bias_ids);
   free(q->bias);
+  dsi_jschema_free(q->schema);
   free(q);
 }
 
@@ -209,6 +215,11 @@ static request *request_new(dsi_sched *s, const dsi_request *r, dsi_err *err) {
   if (!ok) return dsi_errf(err, DSI_E_NOMEM, "out of memory for a request"), NULL;
   q->r = *r;
   q->r.n = n;
+  q->r.json_schema = NULL; /* compiled, not kept */
+  if (r->json && dsi_jschema_compile(&q->schema, r->json_schema, r->json_schema ? strlen(r->json_schema) : 0, err)) {
+    free(q);
+    return NULL;
+  }
   q->prompt = malloc((size_t)r->n_prompt * sizeof(int32_t));
   q->c = calloc((size_t)n, sizeof *q->c);
   ok &= q->prompt && q->c;
@@ -233,7 +244,7 @@ static request *request_new(dsi_sched *s, const dsi_request *r, dsi_err *err) {
     if (ok) memcpy(c->toks, r->prompt, (size_t)r->n_prompt * sizeof(int32_t));
     c->n_tok = r->n_prompt;
     dsi_rng_seed(&c->rng, r->sampling.seed + (uint64_t)i);
-    dsi_jsonc_init(&c->js);
+    if (r->json && (ok &= (c->js = malloc(sizeof *c->js)) != NULL)) dsi_jsonc_init(c->js, q->schema);
     if (s->tok) {
       dsi_err e2 = {0};
       ok &= dsi_detok_open(&c->detok, s->tok, DSI_TOK_SKIP_UNKNOWN, &e2) == DSI_OK;
@@ -771,7 +782,7 @@ static void deliver(dsi_sched *s, completion *c, int32_t tok, const dsi_sample_o
   if (r->json) { /* drawn among the tokens that continue the object */
     size_t nb = 0;
     const char *b = dsi_tok_id_bytes(s->tok, tok, &nb);
-    json_done = b && !dsi_jsonc_feed(&c->js, b, nb) && dsi_jsonc_done(&c->js);
+    json_done = b && !dsi_jsonc_feed(c->js, b, nb) && dsi_jsonc_done(c->js);
   }
   int at_end = json_done || (r->max_tokens > 0 && c->n_out >= r->max_tokens) || c->n_tok > s->e->max_context;
   if (c->detok) {
@@ -849,11 +860,12 @@ static void plp_rows(void *ctx, int ith, int nth) {
 
 /* tok can continue the JSON object js: its bytes keep it one (an added or
  * special token never does) */
-static int json_allows(const dsi_sched *s, const dsi_jsonc *js, int32_t tok) {
+static int json_allows(const dsi_sched *s, const dsi_jsonc *js, int32_t tok, dsi_jsonc *t) {
   size_t n = 0;
   const char *b = dsi_tok_is_added(s->tok, tok) ? NULL : dsi_tok_id_bytes(s->tok, tok, &n);
-  dsi_jsonc t = *js;
-  return b && n && !dsi_jsonc_feed(&t, b, n);
+  if (!b || !n) return 0;
+  dsi_jsonc_copy(t, js);
+  return !dsi_jsonc_feed(t, b, n);
 }
 
 /* a json row whose draw cannot continue the object: the draw again, from
@@ -861,15 +873,10 @@ static int json_allows(const dsi_sched *s, const dsi_jsonc *js, int32_t tok) {
  * saved, the others at -inf: the distribution renormalized over them),
  * logprobs still under the raw logits; -1 when no token can */
 static int32_t json_redraw(dsi_sched *s, completion *c, const float *saved, float *lg, dsi_sample_ws *ws,
-                           dsi_sample_out *out) {
+                           dsi_sample_out *out, dsi_jsonc *t, uint8_t *ok) {
   const request *q = c->req;
-  int any = 0;
-  for (int v = 0; v < s->n_valid; v++) {
-    int ok = json_allows(s, &c->js, v);
-    lg[v] = ok ? saved[v] : -INFINITY;
-    any |= ok;
-  }
-  if (!any) return -1;
+  if (!dsi_jsonc_allowed(c->js, &s->json_vocab, ok, t)) return -1;
+  for (int v = 0; v < s->n_valid; v++) lg[v] = ok[v] ? saved[v] : -INFINITY;
   int32_t tok = dsi_sample(&q->r.sampling, &c->rng, lg, s->n_valid, c->toks, c->n_tok, q->r.n_prompt, ws, NULL);
   if (out->want_logprob || out->n_top) dsi_logprob_of(saved, s->n_valid, tok, out);
   return tok;
@@ -889,8 +896,9 @@ static void sample_rows(void *ctx, int ith, int nth) {
     if (saved) memcpy(saved, lg, (size_t)s->n_valid * sizeof(float));
     s->drawn[k] = dsi_sample(&q->r.sampling, &c->rng, lg, s->n_valid, c->toks, c->n_tok, q->r.n_prompt, &s->ws[ith],
                              &s->outs[k]);
-    if (saved && !json_allows(s, &c->js, s->drawn[k]))
-      s->drawn[k] = json_redraw(s, c, saved, lg, &s->ws[ith], &s->outs[k]);
+    if (saved && !json_allows(s, c->js, s->drawn[k], &s->json_try[ith]))
+      s->drawn[k] = json_redraw(s, c, saved, lg, &s->ws[ith], &s->outs[k], &s->json_try[ith],
+                                s->json_ok + (size_t)ith * s->vocab);
     if (s->script) s->drawn[k] = c->n_out < s->n_script ? s->script[c->n_out] : s->eos[0];
   }
 }
@@ -1006,7 +1014,8 @@ static void free_buffers(dsi_sched *s) {
   free(s->run), free(s->segs), free(s->b_tok), free(s->b_seq), free(s->b_want), free(s->logits);
   for (int i = 0; s->ws && i < s->n_ws; i++) dsi_sample_ws_free(&s->ws[i]);
   free(s->ws), free(s->todo), free(s->drawn), free(s->outs), free(s->script);
-  free(s->plp), free(s->plp_tok), free(s->plp_at), free(s->json_saved);
+  free(s->plp), free(s->plp_tok), free(s->plp_at), free(s->json_saved), free(s->json_try), free(s->json_ok);
+  dsi_jsonc_vocab_free(&s->json_vocab);
 }
 
 int dsi_sched_open(dsi_sched **out, dsi_engine *e, const dsi_tok *tok, const dsi_sched_opts *o, dsi_err *err) {
@@ -1045,11 +1054,14 @@ int dsi_sched_open(dsi_sched **out, dsi_engine *e, const dsi_tok *tok, const dsi
   s->n_ws = DSI_MAX(1, DSI_MIN(DSI_MIN(dsi_pool_size(e->pool), ms), SAMPLE_WS));
   s->ws = calloc((size_t)s->n_ws, sizeof *s->ws);
   s->json_saved = malloc((size_t)s->n_ws * s->vocab * sizeof(float)); /* touched only by json requests */
+  s->json_try = calloc((size_t)s->n_ws, sizeof *s->json_try); /* (a test reads frames it did not copy: defined) */
+  s->json_ok = malloc((size_t)s->n_ws * s->vocab);
   s->todo = malloc((size_t)ms * sizeof *s->todo);
   s->drawn = malloc((size_t)ms * sizeof *s->drawn);
   s->outs = malloc((size_t)ms * sizeof *s->outs);
   int ok = s->run && s->segs && s->b_tok && s->b_seq && s->b_want && s->logits && s->ws && s->todo && s->drawn &&
-           s->outs && s->plp && s->plp_tok && s->plp_at && s->json_saved;
+           s->outs && s->plp && s->plp_tok && s->plp_at && s->json_saved &&
+           s->json_try && s->json_ok && (!s->tok || !dsi_jsonc_vocab_init(&s->json_vocab, s->tok, s->n_valid));
   for (int i = 0; ok && i < s->n_ws; i++) ok = !dsi_sample_ws_init(&s->ws[i], s->vocab);
   if (ok) {
     pthread_mutex_init(&s->mu, NULL);

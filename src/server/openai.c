@@ -146,6 +146,26 @@ static int get_bool(in *j, const char *k, int *out) {
 
 static void params_free(params *p) {
   for (int i = 0; i < MAX_STOP; i++) free(p->stop_buf[i]);
+  free(p->schema);
+}
+
+/* a JSON Schema the output is held to: its text kept for the request,
+ * compiled here so that one the recognizer cannot enforce is a 400 naming
+ * the keyword (the scheduler compiles it again at submit) */
+static int take_schema(in *j, params *p, const char *param, const cJSON *schema) {
+  if (!cJSON_IsObject(schema) && !cJSON_IsBool(schema))
+    return bad(j, param, "'%s' must hold a JSON Schema (an object)%s", "");
+  if (!(p->schema = cJSON_PrintUnformatted(schema))) return oom(j, "for the schema");
+  dsi_err err = {0};
+  if (dsi_json_schema_check(p->schema, strlen(p->schema), &err)) {
+    if (err.status == DSI_E_NOMEM) return oom(j, "for the schema");
+    if (!j->bad) reply_error(j->rp, 400, "invalid_request_error", param, NULL, "'%s': %s", param, err.msg);
+    j->bad = 1;
+    return -1;
+  }
+  p->r.json = 1;
+  p->r.json_schema = p->schema;
+  return 0;
 }
 
 static uint64_t random_seed(dsi_server *srv) {
@@ -253,18 +273,31 @@ static int get_params(dsi_server *srv, in *j, params *p, int chat) {
     sp->bias = p->bias;
     sp->n_bias = n;
   }
-  /* response_format: json_object makes each completion one JSON object */
-  const cJSON *rf = field(j, "response_format");
+  /* response_format: json_object makes each completion one JSON object,
+   * json_schema one value of the schema; vLLM's guided_json the same */
+  const cJSON *rf = field(j, "response_format"), *gj = field(j, "guided_json");
   if (rf) {
     const cJSON *ty = cJSON_IsObject(rf) ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
     if (!cJSON_IsString(ty))
-      return bad(j, "response_format", "'%s' must be an object with a type: text or json_object%s", "");
-    if (!strcmp(ty->valuestring, "json_object")) p->r.json = 1;
-    else if (!strcmp(ty->valuestring, "json_schema"))
-      return bad(j, "response_format", "'%s' json_schema is not supported%s",
-                 " (json_object is: one JSON object, its shape not constrained)");
-    else if (strcmp(ty->valuestring, "text"))
-      return bad(j, "response_format", "'%s' must be an object with a type: text or json_object%s", "");
+      return bad(j, "response_format", "'%s' must be an object with a type: text, json_object or json_schema%s", "");
+    if (!strcmp(ty->valuestring, "json_object")) {
+      p->r.json = 1;
+    } else if (!strcmp(ty->valuestring, "json_schema")) {
+      const cJSON *js = cJSON_GetObjectItemCaseSensitive(rf, "json_schema");
+      const cJSON *sch = cJSON_IsObject(js) ? cJSON_GetObjectItemCaseSensitive(js, "schema") : NULL;
+      if (!sch) return bad(j, "response_format", "'%s' json_schema needs {\"json_schema\": {\"schema\": ...}}%s", "");
+      if (take_schema(j, p, "response_format", sch)) return -1;
+    } else if (strcmp(ty->valuestring, "text")) {
+      return bad(j, "response_format", "'%s' must be an object with a type: text, json_object or json_schema%s", "");
+    }
+  }
+  if (gj) {
+    if (p->r.json) return bad(j, "guided_json", "'%s' cannot go with a JSON response_format%s", "");
+    cJSON *parsed = cJSON_IsString(gj) ? cJSON_Parse(gj->valuestring) : NULL; /* a schema as text, too */
+    if (cJSON_IsString(gj) && !parsed) return bad(j, "guided_json", "'%s' is a string that is not JSON%s", "");
+    int rc = take_schema(j, p, "guided_json", parsed ? parsed : gj);
+    cJSON_Delete(parsed);
+    if (rc) return -1;
   }
   /* logprobs: chat's a flag with top_logprobs beside; completions' a count */
   if (chat) {
@@ -1146,7 +1179,7 @@ int api_chat_parse(dsi_server *srv, const char *body, size_t len, chat_req *cr, 
   const char *fname = tool_choice_name(&j, field(&j, "tools"), field(&j, "tool_choice"));
   if (j.bad) goto out;
   if (fname && cr->p.r.json) {
-    bad(&j, "response_format", "'%s' json_object cannot go with a tool_choice that requires a call%s", "");
+    bad(&j, "response_format", "'%s' JSON output cannot go with a tool_choice that requires a call%s", "");
     goto out;
   }
   /* json with the prompt inside <think>: the reasoning closed, the object next */

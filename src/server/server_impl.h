@@ -141,6 +141,7 @@ typedef struct params {
   int stream, include_usage, logprobs, echo;
   int prompt_only;      /* completions with echo and max_tokens 0: the prompt alone (one token drawn, unsaid) */
   const char *forced;   /* chat: the answer's forced start (chat_req's), which the output parser reads first */
+  char *schema;         /* response_format json_schema (or vLLM's guided_json): the schema's text (r.json_schema) */
   long long max_tokens; /* 0: to the end of the context */
 } params;
 

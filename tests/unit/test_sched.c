@@ -627,10 +627,11 @@ static void test_prompt_logprobs(void) {
   for (int r = 0; r < 3; r++) free(lg[r]);
 }
 
-/* ---- json: every completion a JSON object, or the start of one ----
+/* ---- json: every completion a JSON value, or the start of one ----
  * Eight sampled requests at once on the tiny random model: each output's
- * bytes are a prefix of a JSON object, one that ended by stopping is a
- * whole object cJSON parses, and every third equals the request run alone. */
+ * bytes are a prefix of a value the schema allows, one that ended by
+ * stopping is a whole value cJSON parses and shaped as the schema says,
+ * and every third equals the request run alone. */
 #define N_JSON 8
 static int json_bytes(const result *x, char *buf, size_t cap) {
   size_t k = 0;
@@ -645,9 +646,47 @@ static int json_bytes(const result *x, char *buf, size_t cap) {
   return (int)k;
 }
 
-static void test_json(void) {
+/* the shape test_json's schema asks: {"n": an integer, and optionally
+ * "name": a string of at most 4 characters, "tags": up to 2 of "a" / "b"} */
+static const char k_shape[] =
+  "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":4},"
+  "\"n\":{\"type\":\"integer\"},\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"b\"]},"
+  "\"maxItems\":2}},\"required\":[\"n\"]}";
+
+static int shaped(const cJSON *o) {
+  const cJSON *nm = cJSON_GetObjectItemCaseSensitive(o, "name"), *n = cJSON_GetObjectItemCaseSensitive(o, "n");
+  const cJSON *tags = cJSON_GetObjectItemCaseSensitive(o, "tags"), *e;
+  int members = cJSON_GetArraySize(o), ok = (!nm || cJSON_IsString(nm)) && cJSON_IsNumber(n);
+  ok &= n && floor(n->valuedouble) == n->valuedouble;
+  ok &= members == 1 + (nm != NULL) + (tags != NULL) && (!tags || (cJSON_IsArray(tags) && cJSON_GetArraySize(tags) <= 2));
+  if (cJSON_IsString(nm)) { /* characters, not bytes */
+    int chars = 0;
+    for (const char *c = nm->valuestring; *c; c++) chars += (*c & 0xC0) != 0x80;
+    ok &= chars <= 4;
+  }
+  cJSON_ArrayForEach(e, tags) ok &= cJSON_IsString(e) && (!strcmp(e->valuestring, "a") || !strcmp(e->valuestring, "b"));
+  return ok;
+}
+
+static void test_json(const char *schema) {
   int32_t p[6] = {3, 4, 5, 6, 7, 8};
-  dsi_request t = {.ignore_eos = 1, .json = 1, .sampling = {.temperature = 1.0f}};
+  dsi_request t = {.ignore_eos = 1, .json = 1, .json_schema = schema, .sampling = {.temperature = 1.0f}};
+  /* with a schema, white space biased away: the random model draws it so
+   * often that few values would close within MAX_OUT tokens */
+  static int32_t ws_ids[4096];
+  static float ws_bias[4096];
+  int n_ws = 0;
+  for (int32_t id = 0; schema && id < g_vocab && n_ws < 4096; id++) {
+    size_t n = 0;
+    const char *b = dsi_tok_id_bytes(g_tok, id, &n);
+    int blank = b && n;
+    for (size_t k = 0; blank && k < n; k++) blank = b[k] == ' ' || b[k] == '\t' || b[k] == '\n' || b[k] == '\r';
+    if (blank) ws_ids[n_ws] = id, ws_bias[n_ws++] = -100.0f;
+  }
+  t.sampling.bias_ids = ws_ids, t.sampling.bias = ws_bias, t.sampling.n_bias = n_ws;
+  dsi_jschema *sc;
+  dsi_err err = {0};
+  DSI_ASSERT(dsi_jschema_compile(&sc, schema, schema ? strlen(schema) : 0, &err) == 0);
   record all[N_JSON] = {0};
   dsi_engine *e = open_engine(64, 128, 2);
   dsi_sched *s = open_sched(e, N_JSON, 64, 0);
@@ -662,13 +701,14 @@ static void test_json(void) {
     const result *x = &all[i].r[0];
     char buf[4096];
     dsi_jsonc js;
-    dsi_jsonc_init(&js);
+    dsi_jsonc_init(&js, sc);
     int n = json_bytes(x, buf, sizeof buf);
     int ok = n >= 0 && !dsi_jsonc_feed(&js, buf, (size_t)n);
     prefixes += ok;
+    if (getenv("DSI_TEST_VERBOSE")) printf("  %s\n", buf);
     if (x->finish == DSI_FINISH_STOP) {
       cJSON *o = cJSON_Parse(buf);
-      whole += ok && dsi_jsonc_done(&js) && cJSON_IsObject(o);
+      whole += ok && dsi_jsonc_done(&js) && cJSON_IsObject(o) && (!schema || shaped(o));
       cJSON_Delete(o);
     } else {
       whole += ok && x->finish == DSI_FINISH_LENGTH && x->n_out == MAX_OUT && !dsi_jsonc_done(&js);
@@ -685,12 +725,24 @@ static void test_json(void) {
   }
   int stopped = 0;
   for (int i = 0; i < N_JSON; i++) stopped += all[i].r[0].finish == DSI_FINISH_STOP;
+  const char *what = schema ? "json_schema" : "json";
   CHECKF(prefixes == N_JSON && whole == N_JSON && stopped > 0,
-         "json: %d of %d outputs JSON, %d closed their object (stop), the rest cut at max_tokens", prefixes, N_JSON,
+         "%s: %d of %d outputs JSON, %d closed their value (stop), the rest cut at max_tokens", what, prefixes, N_JSON,
          stopped);
-  CHECKF(same == (N_JSON + 2) / 3, "json: %d of %d equal the request alone", same, (N_JSON + 2) / 3);
-  printf("json: %d of %d objects closed within %d tokens, every output an object or its start\n", stopped, N_JSON,
+  CHECKF(same == (N_JSON + 2) / 3, "%s: %d of %d equal the request alone", what, same, (N_JSON + 2) / 3);
+  printf("%s: %d of %d values closed within %d tokens, every output one or its start\n", what, stopped, N_JSON,
          MAX_OUT);
+  /* a schema with a keyword not enforced: the submit says which */
+  s = open_sched(e, N_JSON, 64, 0);
+  dsi_request bad = t;
+  bad.prompt = p, bad.n_prompt = 6;
+  bad.json_schema = "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\",\"minimum\":3}}}";
+  uint64_t id;
+  dsi_err e2 = {0};
+  CHECK(dsi_sched_submit(s, &bad, &id, &e2) == DSI_E_INVAL && strstr(e2.msg, "minimum") &&
+        strstr(e2.msg, "/properties/x"));
+  dsi_sched_free(s);
+  dsi_jschema_free(sc);
   dsi_engine_free(e);
 }
 
@@ -719,7 +771,8 @@ int main(void) {
   test_fair();
   test_logprobs();
   test_prompt_logprobs();
-  test_json();
+  test_json(NULL);
+  test_json(k_shape);
   dsi_tok_free(g_tok);
   dsi_model_free(g_m);
   char cmd[400];
