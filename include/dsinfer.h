@@ -328,6 +328,7 @@ typedef struct dsi_request_event {
   dsi_finish finish;        /* set on the completion's last event */
   const char *stop;         /* FINISH_STOP by a stop string: which; NULL otherwise */
   int32_t stop_token;       /* FINISH_STOP by a token: which; -1 otherwise */
+  int json_closed;          /* FINISH_STOP because the JSON value closed (json) */
   int context_full;         /* FINISH_LENGTH because the context is full */
   const char *error;        /* FINISH_ERROR: the cause */
   /* > 0: not a token drawn but the prompt's token at this position, with

@@ -44,6 +44,8 @@ typedef struct jnode {
   int32_t items;              /* the later items' node, -1 none */
   int32_t min_items, max_items; /* max -1: no bound */
   int32_t min_len, max_len;   /* a string's characters; max -1: no bound */
+  int32_t lead, then;         /* x-dsinfer-prefix: the literal lits[lead], then a value of node then (lead -1: none) */
+  uint8_t tight;              /* no white space before it: a prefix, or an anyOf of them */
   uint8_t sat;                /* some value satisfies it (satisfy()) */
   uint64_t dead;              /* properties no value satisfies: never given */
 } jnode;
@@ -86,7 +88,7 @@ static int grow(void **p, int *cap, int want, size_t each) {
 static int32_t new_node(dsi_jschema *sc, uint8_t types) {
   if (sc->n_nodes >= UINT16_MAX || grow((void **)&sc->nodes, &sc->cap_nodes, sc->n_nodes + 1, sizeof(jnode)))
     return -1;
-  sc->nodes[sc->n_nodes] = (jnode){.types = types, .addl = -1, .items = -1, .max_items = -1, .max_len = -1};
+  sc->nodes[sc->n_nodes] = (jnode){.types = types, .addl = -1, .items = -1, .max_items = -1, .max_len = -1, .lead = -1};
   return sc->n_nodes++;
 }
 
@@ -151,6 +153,7 @@ static int in_list(const char *k, const char *const *l, size_t n) {
 }
 
 static int32_t compile(cctx *x, const cJSON *s);
+static int32_t body(cctx *x, const cJSON *s, int me);
 
 /* compile s as the child at path segment seg */
 static int32_t child(cctx *x, const cJSON *s, const char *seg) {
@@ -288,12 +291,27 @@ static int32_t combinator(cctx *x, const cJSON *s, int me) {
   }
   int32_t id = new_node(x->sc, 0);
   if (id < 0) return oom(x);
-  x->memo[me].node = id;
+  if (me >= 0) x->memo[me].node = id;
   int32_t at = schema_list(x, l, which, k);
   if (at < 0) return -1;
   x->sc->nodes[id].n_alt = k;
   x->sc->nodes[id].alt = at;
   return id;
+}
+
+/* a literal's text (taken; NULL: out of memory) into lits: its id, or -1 */
+static int32_t add_lit(cctx *x, char *t, const char *what) {
+  if (!t || grow((void **)&x->sc->lits, &x->sc->cap_lits, x->sc->n_lits + 1, sizeof(jbytes))) {
+    free(t);
+    return oom(x);
+  }
+  size_t n = strlen(t);
+  if (n >= UINT16_MAX) {
+    free(t);
+    return fail(x, "%s longer than 65,534 bytes", what);
+  }
+  x->sc->lits[x->sc->n_lits] = (jbytes){t, (uint32_t)n};
+  return x->sc->n_lits++;
 }
 
 static int32_t compile_enum(cctx *x, const cJSON *s, jnode *base, int typed) {
@@ -315,20 +333,10 @@ static int32_t compile_enum(cctx *x, const cJSON *s, jnode *base, int typed) {
       rc = fail(x, "'%s' of more than 64 values is not supported", "enum");
       break;
     }
-    char *t = cJSON_PrintUnformatted(e);
-    if (!t || grow((void **)&x->sc->lits, &x->sc->cap_lits, x->sc->n_lits + 1, sizeof(jbytes))) {
-      free(t);
-      rc = oom(x);
+    if ((vals[k++] = add_lit(x, cJSON_PrintUnformatted(e), "an enum value")) < 0) {
+      rc = -1;
       break;
     }
-    size_t n = strlen(t);
-    if (n >= UINT16_MAX) {
-      free(t);
-      rc = fail(x, "an %s value longer than 65,534 bytes", "enum");
-      break;
-    }
-    x->sc->lits[x->sc->n_lits] = (jbytes){t, (uint32_t)n};
-    vals[k++] = x->sc->n_lits++;
   }
   cJSON_Delete(one);
   if (rc < 0) return -1;
@@ -353,6 +361,29 @@ static int32_t compile(cctx *x, const cJSON *s) {
   /* s stands for the node made for it, so that a $ref back to it closes a cycle */
   int me = memo_add(x, s);
   if (me < 0) return oom(x);
+  /* dsinfer's extension: a literal text, then the value the rest of s describes */
+  const cJSON *pre = cJSON_GetObjectItemCaseSensitive(s, "x-dsinfer-prefix");
+  int32_t id;
+  if (pre) {
+    if (!cJSON_IsString(pre) || !*pre->valuestring) return fail(x, "'%s' must be a non-empty string", "x-dsinfer-prefix");
+    int32_t lead = new_node(x->sc, 0), lit = lead < 0 ? oom(x) : add_lit(x, strdup(pre->valuestring), "a prefix");
+    if (lit < 0) return -1;
+    x->memo[me].node = lead;
+    int32_t then = body(x, s, -1);
+    if (then < 0) return -1;
+    x->sc->nodes[lead].lead = lit, x->sc->nodes[lead].then = then, x->sc->nodes[lead].tight = 1;
+    id = lead;
+  } else {
+    id = body(x, s, me);
+  }
+  if (id >= 0) x->memo[me].node = id;
+  x->depth--;
+  return id;
+}
+
+/* what s describes beside a prefix (me: s's memo entry, -1 none) */
+static int32_t body(cctx *x, const cJSON *s, int me) {
+  const cJSON *e;
   int32_t id = combinator(x, s, me);
   if (id == -2) {
     jnode b = {.types = T_ALL};
@@ -392,7 +423,7 @@ static int32_t compile(cctx *x, const cJSON *s) {
     } else if ((id = new_node(x->sc, b.types)) < 0) {
       return oom(x);
     } else {
-      x->memo[me].node = id;
+      if (me >= 0) x->memo[me].node = id;
       jnode n = x->sc->nodes[id];
       /* object */
       const cJSON *props = cJSON_GetObjectItemCaseSensitive(s, "properties");
@@ -477,8 +508,6 @@ static int32_t compile(cctx *x, const cJSON *s) {
       x->sc->nodes[id] = n;
     }
   }
-  if (id >= 0) x->memo[me].node = id;
-  x->depth--;
   return id;
 }
 
@@ -488,6 +517,7 @@ static int32_t compile(cctx *x, const cJSON *s) {
  * chosen, items never added. The recognizer then never enters a state it
  * cannot complete. */
 static int node_sat(const dsi_jschema *sc, const jnode *nd) {
+  if (nd->lead >= 0) return sc->nodes[nd->then].sat;
   if (nd->n_enum) return 1;
   for (int i = 0; i < nd->n_alt; i++)
     if (sc->nodes[sc->ids[nd->alt + i]].sat) return 1;
@@ -532,12 +562,22 @@ static void satisfy(dsi_jschema *sc) {
         break;
       }
   }
+  for (int changed = 1; changed;) { /* an anyOf of prefixes takes no white space before it either */
+    changed = 0;
+    for (int i = 0; i < sc->n_nodes; i++) {
+      jnode *nd = &sc->nodes[i];
+      int all = nd->n_alt > 0 && !nd->tight;
+      for (int k = 0; all && k < nd->n_alt; k++) all = sc->nodes[sc->ids[nd->alt + k]].tight;
+      if (all) nd->tight = 1, changed = 1;
+    }
+  }
 }
 
 /* the value at node may begin with a number */
 static int starts_number(const dsi_jschema *sc, int32_t node, int depth) {
   const jnode *nd = &sc->nodes[node];
   if (depth > 64) return 0;
+  if (nd->lead >= 0) return starts_number(sc, nd->then, depth + 1); /* a prefix, then a number: its end untold */
   for (int i = 0; i < nd->n_alt; i++)
     if (starts_number(sc, sc->ids[nd->alt + i], depth + 1)) return 1;
   for (int i = 0; i < nd->n_enum; i++) {
@@ -584,7 +624,8 @@ int dsi_jschema_compile(dsi_jschema **out, const char *schema, size_t n, dsi_err
 /* s is one JSON value (told apart from cJSON running out of memory), by the
  * recognizer over a schema of any value that needs no allocation */
 static int is_json(const char *s, size_t n) {
-  static const jnode any = {.types = T_ALL, .addl = NODE_ANY, .items = NODE_ANY, .max_items = -1, .max_len = -1, .sat = 1};
+  static const jnode any = {
+    .types = T_ALL, .addl = NODE_ANY, .items = NODE_ANY, .max_items = -1, .max_len = -1, .lead = -1, .sat = 1};
   static const dsi_jschema sc = {.nodes = (jnode *)&any, .n_nodes = 1, .root = NODE_ANY};
   dsi_jsonc j;
   dsi_jsonc_init(&j, &sc);
@@ -613,6 +654,7 @@ enum {
   S_STR, S_ESC, S_HEX,         /* the same in a string value */
   S_LIT,                       /* in true / false / null */
   S_ENUM,                      /* in one of an enum's literals */
+  S_LEAD,                      /* in a prefix (x-dsinfer-prefix) */
   N_MINUS, N_ZERO, N_INT, N_DOT, N_FRAC, N_E, N_ESIGN, N_EXP, /* a number, as RFC 8259's grammar */
 };
 
@@ -700,6 +742,10 @@ static int enum_whole(const dsi_jschema *sc, dsi_jsonc_reading *r, dsi_jsonc_fra
 
 /* a value's first byte */
 static int value(const dsi_jschema *sc, dsi_jsonc_reading *r, dsi_jsonc_frame *f, const jnode *nd, uint8_t c) {
+  if (nd->lead >= 0) {
+    f->st = S_LEAD, f->off = 0;
+    return AGAIN;
+  }
   if (nd->n_enum) {
     uint64_t cand = 0;
     for (int i = 0; i < nd->n_enum; i++)
@@ -769,7 +815,7 @@ static int step(const dsi_jschema *sc, dsi_jsonc_reading *r, uint8_t c) {
   dsi_jsonc_frame *f = &r->f[r->depth - 1];
   const jnode *nd = &sc->nodes[f->node];
   /* white space between tokens, a few bytes in a row at most */
-  if (f->st <= A_AFTER) {
+  if (f->st <= A_AFTER && !(f->st == S_VALUE && nd->tight)) {
     if (is_ws(c)) return ++r->ws > DSI_JSONC_MAX_WS ? -1 : 0;
     r->ws = 0;
   }
@@ -848,6 +894,12 @@ static int step(const dsi_jschema *sc, dsi_jsonc_reading *r, uint8_t c) {
     if (!is_hex(c)) return -1;
     if (!--f->aux) f->st = S_STR;
     return 0;
+  case S_LEAD: {
+    const jbytes *l = &sc->lits[nd->lead];
+    if (c != (uint8_t)l->s[f->off]) return -1;
+    if (++f->off == l->n) f->node = (uint16_t)nd->then, f->st = S_VALUE, f->off = 0; /* then the value */
+    return 0;
+  }
   case S_LIT:
     if (c != (uint8_t)k_lits[f->cur][f->off]) return -1;
     if (!k_lits[f->cur][++f->off]) r->depth--;

@@ -812,6 +812,7 @@ static void deliver(dsi_sched *s, completion *c, int32_t tok, const dsi_sample_o
     ev.stop = t.stop;
     finish(s, c, DSI_FINISH_STOP, &ev, NULL);
   } else if (json_done) {
+    ev.json_closed = 1;
     finish(s, c, DSI_FINISH_STOP, &ev, NULL);
   } else if (at_end) {
     ev.context_full = !(r->max_tokens > 0 && c->n_out >= r->max_tokens);

@@ -550,6 +550,7 @@ typedef struct stream {
   choice *ch;
   int include_usage, logprobs, n_top, prompt_only;
   char *forced;     /* chat: the answer's forced start, read by each choice's parser first */
+  char *trailer;    /* chat, a named tool: the call's end, read after arguments whose JSON closed */
   char **echoes;    /* completions with echo: [n_req] prompt texts, sent first (with logprobs: once the
                        prompt's logprobs are in, which is before the first token) */
   char id[48];
@@ -665,6 +666,10 @@ static void take(stream *st, choice *ch, const char *text, size_t len, int a, in
     if (len || e > a) { /* the parser fails only for want of memory */
       if (dsi_chat_out_feed(ch->out, text, len, &d, NULL)) st->out.oom = 1;
       else chat_deltas(st, ch, &d, a, e, c);
+    }
+    if (ended && c->json_closed && st->trailer) { /* a named tool's arguments closed: the call's end */
+      if (dsi_chat_out_feed(ch->out, st->trailer, strlen(st->trailer), &d, NULL)) st->out.oom = 1;
+      else chat_deltas(st, ch, &d, e, e, c);
     }
     if (ended && c->finish != DSI_FINISH_ERROR) {
       if (dsi_chat_out_finish(ch->out, &d, NULL)) st->out.oom = 1;
@@ -809,7 +814,7 @@ static void stream_free(void *cls) {
   free(st->reqs);
   free(st->ch);
   free(st->out.p);
-  free(st->forced);
+  free(st->forced), free(st->trailer);
   free(st);
 }
 
@@ -840,6 +845,7 @@ static void reply_stream(dsi_server *srv, reply *rp, int chat, sreq **reqs, int 
   st->n_top = p->r.top_logprobs;
   st->prompt_only = p->prompt_only;
   if (p->forced && !(st->forced = strdup(p->forced))) st->out.oom = 1; /* the first read says so */
+  if (p->trailer && !(st->trailer = strdup(p->trailer))) st->out.oom = 1;
   st->in_reasoning = in_reasoning;
   st->created = (long)time(NULL);
   st->rid = reqs[0]->id;
@@ -1046,11 +1052,14 @@ static cJSON *chat_messages(in *j) {
  * the answer is made to start with a tool call, as the chat template writes
  * one (rendered from a call with marker name and arguments): its opening up
  * to the name (required), or through the name to the arguments (named).
- * With the prompt inside <think>, the reasoning is closed first. NULL with
- * the error reply when the template writes no calls (or out of memory). */
+ * With the prompt inside <think>, the reasoning is closed first. *between
+ * (required): what the template writes from a name to the arguments;
+ * *trailer: from the arguments through the calls' end (NULL when the
+ * template writes no call end tag). NULL with the error reply when the
+ * template writes no calls (or out of memory). */
 #define MARK_NAME "DSI_TOOL_NAME_MARK"
 #define MARK_ARGS "DSI_TOOL_ARGS_MARK"
-static char *forced_call(dsi_server *srv, in *j, const char *name, int in_reasoning) {
+static char *forced_call(dsi_server *srv, in *j, const char *name, int in_reasoning, char **between, char **trailer) {
   static const char msgs[] = "[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"assistant\",\"content\":null,"
                              "\"tool_calls\":[{\"id\":\"c\",\"type\":\"function\",\"function\":{\"name\":\"" MARK_NAME
                              "\",\"arguments\":\"" MARK_ARGS "\"}}]}]";
@@ -1071,18 +1080,42 @@ static char *forced_call(dsi_server *srv, in *j, const char *name, int in_reason
   sbuf f = {0};
   if (in_reasoning) SB_LIT(&f, "</think>\n\n");
   sb_put(&f, b, (size_t)(nm - b));
+  nm += strlen(MARK_NAME);
   if (name) {
     sb_put(&f, name, strlen(name));
-    nm += strlen(MARK_NAME);
     sb_put(&f, nm, (size_t)(ar - nm));
+  } else if (!(*between = strndup(nm, (size_t)(ar - nm)))) {
+    f.oom = 1;
+  }
+  /* after the arguments: through the call's end tag, then the calls' end
+   * (which a template writes only once the calls are followed by more) */
+  static const char call_end[] = "<｜tool▁call▁end｜>", calls_end[] = "<｜tool▁calls▁end｜>";
+  const char *after = ar + strlen(MARK_ARGS), *e = strstr(after, call_end);
+  sbuf tr = {0};
+  if (e) {
+    sb_put(&tr, after, (size_t)(e - after) + strlen(call_end));
+    sb_put(&tr, calls_end, strlen(calls_end) + 1);
   }
   sb_put(&f, "", 1);
   free(t);
-  if (f.oom) {
-    free(f.p);
+  if (f.oom || tr.oom) {
+    free(f.p), free(tr.p), free(*between);
+    *between = NULL;
     return oom(j, "for the tool call's opening"), NULL;
   }
+  *trailer = tr.p;
   return f.p;
+}
+
+/* the function object of tools named name */
+static const cJSON *tool_fn(const cJSON *tools, const char *name) {
+  const cJSON *t;
+  cJSON_ArrayForEach(t, tools) {
+    const cJSON *tf = cJSON_GetObjectItemCaseSensitive(t, "function");
+    const cJSON *tn = cJSON_IsObject(tf) ? cJSON_GetObjectItemCaseSensitive(tf, "name") : NULL;
+    if (cJSON_IsString(tn) && !strcmp(tn->valuestring, name)) return tf;
+  }
+  return NULL;
 }
 
 /* the function tool_choice names ("" for required, NULL for auto or none),
@@ -1096,14 +1129,84 @@ static const char *tool_choice_name(in *j, const cJSON *tools, const cJSON *choi
   const cJSON *nm = cJSON_IsObject(fn) ? cJSON_GetObjectItemCaseSensitive(fn, "name") : NULL;
   if (!cJSON_IsString(nm) || !*nm->valuestring)
     return bad(j, "tool_choice", "'%s' must be none, auto, required or an object naming a function%s", ""), NULL;
-  const cJSON *t;
-  cJSON_ArrayForEach(t, tools) {
-    const cJSON *tf = cJSON_GetObjectItemCaseSensitive(t, "function");
-    const cJSON *tn = cJSON_IsObject(tf) ? cJSON_GetObjectItemCaseSensitive(tf, "name") : NULL;
-    if (cJSON_IsString(tn) && !strcmp(tn->valuestring, nm->valuestring)) return nm->valuestring;
-  }
+  if (tool_fn(tools, nm->valuestring)) return nm->valuestring;
   bad(j, "tool_choice", "'%s' names a function that is not among the tools%s", "");
   return NULL;
+}
+
+/* a function's parameters as the schema of its arguments (a copy): an
+ * object where they say nothing of the type, any object without them */
+static cJSON *args_schema(const cJSON *fn) {
+  const cJSON *par = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
+  static const char *const says[] = {"type", "anyOf", "oneOf", "allOf", "$ref", "enum", "const"};
+  int said = cJSON_IsBool(par) || (par && !cJSON_IsObject(par));
+  for (size_t k = 0; k < DSI_ARRAY_LEN(says) && !said && par; k++) said = cJSON_HasObjectItem(par, says[k]);
+  cJSON *a = par ? cJSON_Duplicate(par, 1) : cJSON_CreateObject();
+  if (a && !said && !cJSON_AddStringToObject(a, "type", "object")) cJSON_Delete(a), a = NULL;
+  return a;
+}
+
+static int has_ref(const cJSON *v) {
+  for (const cJSON *e = v ? v->child : NULL; e; e = e->next)
+    if ((e->string && !strcmp(e->string, "$ref")) || has_ref(e)) return 1;
+  return 0;
+}
+
+/* The arguments of a tool call held to the function's parameters: for
+ * named (fn), its own; for tool_choice required (fn NULL), one of the
+ * tools' names, between (what the template writes after a name), then
+ * that function's arguments — an anyOf of the functions, each its name as
+ * an x-dsinfer-prefix. Parameters the recognizer cannot hold them to
+ * leave the arguments free, as with tool_choice auto, unless a function
+ * is strict: then a 400. */
+static int tool_args(in *j, params *p, const cJSON *tools, const cJSON *fn, const char *between) {
+  int strict = 0, refs = 0;
+  cJSON *sch = NULL, *alts = NULL;
+  if (fn) {
+    strict = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(fn, "strict"));
+    sch = args_schema(fn);
+  } else if ((sch = cJSON_CreateObject()) && (alts = cJSON_AddArrayToObject(sch, "anyOf"))) {
+    const cJSON *t;
+    cJSON_ArrayForEach(t, tools) {
+      const cJSON *f = cJSON_GetObjectItemCaseSensitive(t, "function");
+      const cJSON *nm = cJSON_GetObjectItemCaseSensitive(f, "name");
+      if (!cJSON_IsString(nm)) continue;
+      strict |= cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(f, "strict"));
+      cJSON *a = args_schema(f);
+      sbuf pre = {0};
+      sb_put(&pre, nm->valuestring, strlen(nm->valuestring));
+      sb_put(&pre, between, strlen(between) + 1);
+      int ok = a && !pre.oom && cJSON_AddStringToObject(a, "x-dsinfer-prefix", pre.p) && cJSON_AddItemToArray(alts, a);
+      free(pre.p);
+      if (!ok) {
+        cJSON_Delete(a);
+        cJSON_Delete(sch);
+        return oom(j, "for the schema");
+      }
+      refs |= has_ref(a);
+    }
+  }
+  if (!sch || (!fn && !alts)) return cJSON_Delete(sch), oom(j, "for the schema");
+  p->schema = cJSON_PrintUnformatted(sch);
+  cJSON_Delete(sch);
+  if (!p->schema) return oom(j, "for the schema");
+  dsi_err err = {0};
+  if (refs) /* a $ref points into its own function's parameters, not into the tools' union */
+    dsi_errf(&err, DSI_E_INVAL, "a $ref in the parameters, with tool_choice required");
+  else if (dsi_json_schema_check(p->schema, strlen(p->schema), &err) == DSI_OK) {
+    p->r.json = 1;
+    p->r.json_schema = p->schema;
+    return 0;
+  }
+  if (err.status == DSI_E_NOMEM) return oom(j, "for the schema");
+  free(p->schema);
+  p->schema = NULL;
+  if (!strict) return 0;
+  if (!j->bad)
+    reply_error(j->rp, 400, "invalid_request_error", "tools", NULL,
+                "'tools': a strict function's arguments cannot be held to its parameters: %s", err.msg);
+  j->bad = 1;
+  return -1;
 }
 
 /* the template's other variables: tools (unless tool_choice is "none")
@@ -1188,7 +1291,16 @@ int api_chat_parse(dsi_server *srv, const char *body, size_t len, chat_req *cr, 
     goto out;
   }
   if (fname || cr->forced) {
-    if (fname && !(cr->forced = forced_call(srv, &j, *fname ? fname : NULL, cr->in_reasoning))) goto out;
+    char *between = NULL;
+    if (fname && !(cr->forced = forced_call(srv, &j, *fname ? fname : NULL, cr->in_reasoning, &between, &cr->trailer)))
+      goto out;
+    /* the arguments held to the function's parameters (required: the name
+     * one of the tools' first), the call's end read back once they close */
+    const cJSON *tools = field(&j, "tools");
+    int held = fname && cr->trailer && tool_args(&j, &cr->p, tools, *fname ? tool_fn(tools, fname) : NULL, between);
+    free(between);
+    if (held) goto out;
+    cr->p.trailer = cr->p.r.json ? cr->trailer : NULL;
     size_t tl = strlen(cr->text), fl = strlen(cr->forced);
     char *t2 = realloc(cr->text, tl + fl + 1);
     if (!t2) {
@@ -1218,7 +1330,7 @@ out:
 
 void chat_req_free(chat_req *cr) {
   params_free(&cr->p);
-  free(cr->ids), free(cr->text), free(cr->forced);
+  free(cr->ids), free(cr->text), free(cr->forced), free(cr->trailer);
   memset(cr, 0, sizeof *cr);
 }
 
@@ -1262,7 +1374,9 @@ void api_chat(dsi_server *srv, const char *body, size_t len, int fd, reply *rp) 
       break;
     }
     if ((p.forced && dsi_chat_out_feed(o, p.forced, strlen(p.forced), &d, NULL)) ||
-        dsi_chat_out_feed(o, c->text.p ? c->text.p : "", c->text.n, &d, NULL) || dsi_chat_out_finish(o, &d, NULL)) {
+        dsi_chat_out_feed(o, c->text.p ? c->text.p : "", c->text.n, &d, NULL) ||
+        (p.trailer && c->json_closed && dsi_chat_out_feed(o, p.trailer, strlen(p.trailer), &d, NULL)) ||
+        dsi_chat_out_finish(o, &d, NULL)) {
       dsi_chat_out_free(o);
       b.oom = 1;
       break;

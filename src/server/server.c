@@ -105,6 +105,7 @@ static void on_event(void *user, const dsi_request_event *ev) {
   if (ev->finish) {
     c->finish = ev->finish;
     c->stop_token = ev->stop_token;
+    c->json_closed = ev->json_closed;
     if ((ev->stop && !(c->stop = strdup(ev->stop))) || (ev->error && !(c->error = strdup(ev->error)))) c->oom = 1;
     c->context_full = ev->context_full;
     c->prompt_tokens = ev->prompt_tokens;

@@ -45,6 +45,7 @@ typedef struct scomp {
   /* its end */
   dsi_finish finish;
   int32_t stop_token;
+  int json_closed;        /* it stopped as its JSON value closed */
   char *stop, *error;
   int oom;                /* what it made could not be held: it was cancelled, and answers 503 */
   int context_full, prompt_tokens, cached_tokens, completion_tokens;
@@ -141,7 +142,10 @@ typedef struct params {
   int stream, include_usage, logprobs, echo;
   int prompt_only;      /* completions with echo and max_tokens 0: the prompt alone (one token drawn, unsaid) */
   const char *forced;   /* chat: the answer's forced start (chat_req's), which the output parser reads first */
-  char *schema;         /* response_format json_schema (or vLLM's guided_json): the schema's text (r.json_schema) */
+  char *schema;         /* response_format json_schema (or vLLM's guided_json), or a named tool's parameters:
+                           the schema's text (r.json_schema) */
+  const char *trailer;  /* chat, a named tool: the call's end (chat_req's), read by the output parser after
+                           the arguments once their JSON closed */
   long long max_tokens; /* 0: to the end of the context */
 } params;
 
@@ -152,6 +156,7 @@ typedef struct chat_req {
   int in_reasoning; /* the prompt leaves the answer inside <think> */
   char *forced;     /* tool_choice required or named: the answer's forced start (the prompt ends with
                        it; the output parser reads it first), else NULL */
+  char *trailer;    /* a named tool: what the template writes after a call's arguments, else NULL */
 } chat_req;
 /* body -> a chat request: 0, or -1 with the error reply set (nothing
  * submitted either way) */

@@ -3,8 +3,9 @@
  * schema, a NUL, then text. A schema is compiled or refused with a message
  * that says json_schema; a compiled one's recognizer is fed the text byte
  * by byte and whole, which must agree. A value it accepts whole is JSON
- * (cJSON parses it), nothing may follow it, and every prefix of what was
- * accepted was accepted. */
+ * (cJSON parses it) unless the schema has an x-dsinfer-prefix, nothing may
+ * follow it, and every prefix of what was accepted was accepted. */
+#define _GNU_SOURCE
 #include <cjson/cJSON.h>
 #include <string.h>
 
@@ -42,7 +43,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   int whole = !dsi_jsonc_feed(&g_b, text, nt);
   DSI_ASSERT(whole == (ok == nt));
   if (whole) DSI_ASSERT(dsi_jsonc_done(&g_b) == done);
-  if (whole && done) {
+  if (whole && done && !memmem(data, ns, "x-dsinfer-prefix", 16)) { /* (a prefix is text before the JSON) */
     cJSON *v = cJSON_ParseWithLength(text, nt);
     DSI_ASSERT(v);
     cJSON_Delete(v);

@@ -47,7 +47,9 @@ static void check_request(const params *p) {
   /* the prompt's logprobs only for completions' echo with logprobs; its
    * max_tokens 0 only with echo, as one token unsaid */
   DSI_ASSERT(r->prompt_logprobs == (p->echo && p->logprobs));
-  DSI_ASSERT(r->json == 0 || (r->json == 1 && !(p->forced && strstr(p->forced, "<｜tool"))));
+  /* JSON output with a forced call only for a named function's arguments, whose call's end follows them */
+  DSI_ASSERT(r->json == 0 || (r->json == 1 && (!(p->forced && strstr(p->forced, "<｜tool")) || p->trailer)));
+  DSI_ASSERT(!p->trailer || r->json);
   DSI_ASSERT(!p->prompt_only || (p->echo && p->max_tokens == 1));
 }
 

@@ -144,6 +144,36 @@ function judgeJson(choices, shape) {
   }), "guided_json: 4 arrays of at most 2 booleans, each closed");
 }
 
+// ---- tool_choice naming a function, or required: the arguments sampled under the function's parameters, the
+// call closed by the server ----
+{
+  const tools = [{ type: "function", function: { name: "pick", parameters: { type: "object",
+    properties: { color: { enum: ["red", "green"] }, n: { type: "integer" } }, required: ["color"],
+    additionalProperties: false } } },
+  { type: "function", function: { name: "halt", parameters: { type: "object", properties: { why: { type: "string",
+    maxLength: 3 } }, required: ["why"], additionalProperties: false } } }];
+  const valid = { pick: (a) => ["red", "green"].includes(a.color) && (a.n === undefined || Number.isInteger(a.n)) &&
+    Object.keys(a).every((k) => k === "color" || k === "n"),
+  halt: (a) => typeof a.why === "string" && [...a.why].length <= 3 && Object.keys(a).length === 1 };
+  for (const [tc, what] of [[{ type: "function", function: { name: "pick" } }, "naming pick"], ["required", "required"]]) {
+    const r = await chat(prompts[0], { tools, tool_choice: tc, temperature: 1.0, seed: 3, n: 4, max_tokens: 48 });
+    let calls = 0, ok = true;
+    const names = new Set();
+    for (const c of r.choices) {
+      if (c.finish_reason !== "tool_calls") continue; /* cut at max_tokens: no call */
+      calls++;
+      const t = c.message.tool_calls;
+      let a = null;
+      try { a = JSON.parse(t[0].function.arguments); } catch (e) { /* checked below */ }
+      const f = t[0].function.name;
+      names.add(f);
+      ok &&= t.length === 1 && (what === "required" || f === "pick") && valid[f] !== undefined && a !== null && valid[f](a);
+    }
+    check(ok && calls > 0, `tool_choice ${what}: ${calls} of 4 sampled calls closed (${[...names]}), each's arguments ` +
+      "of its function's parameters");
+  }
+}
+
 // ---- sampling: a seed repeats, n completions ----
 {
   const a = await chat(prompts[1], { temperature: 1.0, seed: 7, n: 3 });

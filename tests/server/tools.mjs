@@ -75,6 +75,22 @@ if (mode) {
   };
   await err({ tools, tool_choice: { type: "function", function: { name: "nope" } } }, "a named function not in tools");
   await err({ tool_choice: "required" }, "tool_choice required without tools");
+  {
+    // parameters the arguments cannot be held to: a 400 for a strict function, free arguments otherwise
+    const loose = [{ type: "function", function: { ...tools[0].function,
+      parameters: { type: "object", properties: { city: { type: "string", pattern: "^[A-Z]" } } } } }];
+    const x = await fetch(base + "/v1/chat/completions", {
+      method: "POST", headers: { Authorization: "Bearer " + key, "Content-Type": "application/json" },
+      body: JSON.stringify({ messages: ask, tool_choice: tc,
+        tools: [{ type: "function", function: { ...loose[0].function, strict: true } }] }),
+    });
+    const j = await x.json();
+    check(x.status === 400 && j.error.param === "tools" && /strict/.test(j.error.message) && /'pattern'/.test(j.error.message),
+      `a strict function whose parameters use pattern: ${x.status} ${j.error && j.error.message}`);
+    const l = await client.chat.completions.create({ model, messages: ask, tools: loose, tool_choice: tc, temperature: 0 });
+    check(l.choices[0].message.tool_calls && l.choices[0].message.tool_calls[0].function.name === "get_weather",
+      "the same function not strict: the call made, its arguments free");
+  }
   console.log(failures ? `${failures} failed` : "all passed");
   process.exit(failures ? 1 : 0);
 }

@@ -411,6 +411,19 @@ static void test_schemas(void) {
      "{\"v\":1,\"kids\":[{}", -2 - 16},
     /* a property no value satisfies is never given */
     {"{\"type\":\"object\",\"properties\":{\"a\":false,\"b\":{}}}", "{\"a\"", -2 - 2},
+    /* x-dsinfer-prefix: a literal, then the value (tool_choice required: a function's name, then its arguments) */
+#define CALLS                                                                                                   \
+  "{\"anyOf\":[{\"x-dsinfer-prefix\":\"get_weather\\n```json\\n\",\"type\":\"object\",\"properties\":{\"city\":" \
+  "{\"type\":\"string\"}},\"required\":[\"city\"]},{\"x-dsinfer-prefix\":\"get_time\\n```json\\n\",\"type\":"       \
+  "\"object\",\"properties\":{\"tz\":{\"type\":\"string\"}}}]}"
+    {CALLS, "get_weather\n```json\n{\"city\":\"x\"}", 1},
+    {CALLS, "get_weather\n```json\n {\"city\":\"x\"}", 1},
+    {CALLS, "get_time\n```json\n{}", 1},
+    {CALLS, "get_t", 0},
+    {CALLS, " get_time", -2 - 0},
+    {CALLS, "get_w\n", -2 - 5},
+    {CALLS, "get_time\n```json\n{\"city\":1}", -2 - 19},
+    {CALLS, "get_weather\n```json\n{}", -2 - 21},
     /* annotations pass */
     {"{\"title\":\"T\",\"description\":\"d\",\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"string\",\"format\":"
      "\"date-time\",\"default\":\"x\"}},\"$schema\":\"https://json-schema.org/draft/2020-12/schema\"}", "{\"d\":\"x\"}", 1},
@@ -435,6 +448,8 @@ static void test_schemas(void) {
     {"{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\",\"pattern\":\"^a\"}}}", "'pattern'"},
     {"{\"type\":\"array\",\"uniqueItems\":true}", "'uniqueItems'"},
     {"{\"type\":\"integer\"}", "bare number"},
+    {"{\"x-dsinfer-prefix\":\"n=\",\"type\":\"integer\"}", "bare number"},
+    {"{\"x-dsinfer-prefix\":\"\",\"type\":\"object\"}", "'x-dsinfer-prefix'"},
     {"{\"anyOf\":[{\"type\":\"object\"},{\"type\":\"number\"}]}", "bare number"},
     {"{\"enum\":[\"a\",3]}", "bare number"},
     {"{\"type\":\"object\",\"required\":[\"x\"]}", "required 'x'"},

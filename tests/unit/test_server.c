@@ -83,10 +83,13 @@ int main(void) {
   if (WIFEXITED(rc) && WEXITSTATUS(rc) == 77 && !getenv("CI")) printf("page: skipped, no chromium\n");
   else CHECKF(rc == 0, "tests/server/page.mjs failed (its lines above)");
   /* tool_choice required, then naming get_weather: the script is the call
-   * without the opening the server forces (without the name too) */
+   * without the opening the server forces (without the name too). The
+   * arguments are held to the function's parameters and end the completion
+   * as their object closes, the server reading the call's end after them:
+   * the script stops there. */
   static const char *const forced[2][2] = {
-    {"required", "get_weather\n```json\n{\"city\": \"Paris\", \"unit\": \"celsius\"}\n```" CALL_END CALLS_END},
-    {"named", "{\"city\": \"Paris\", \"unit\": \"celsius\"}\n```" CALL_END CALLS_END},
+    {"required", "get_weather\n```json\n{\"city\": \"Paris\", \"unit\": \"celsius\"}"},
+    {"named", "{\"city\": \"Paris\", \"unit\": \"celsius\"}"},
   };
   for (int k = 0; k < 2; k++) {
     DSI_ASSERT(dsi_tok_encode(tok, forced[k][1], strlen(forced[k][1]), 0, &ids, &n, &err) == 0);
