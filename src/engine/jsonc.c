@@ -980,7 +980,12 @@ static int feed_byte(dsi_jsonc *j, uint8_t c) {
     if (alive != i) memcpy(&j->r[alive], r, live(r));
     alive++;
   }
-  j->n = alive;
+  /* the first readings, up to DSI_JSONC_MAX_OPEN values open among them
+   * (each one can be completed on its own: fewer only narrow the choice),
+   * which bounds what a token's test costs however the schema forks */
+  int open = 0, keep = 0;
+  while (keep < alive && (!keep || open + j->r[keep].depth <= DSI_JSONC_MAX_OPEN)) open += j->r[keep++].depth;
+  j->n = keep;
   return alive ? 0 : -1;
 }
 

@@ -18,6 +18,7 @@
 #define DSI_JSONC_MAX_DEPTH 64 /* values nested */
 #define DSI_JSONC_MAX_WS 16    /* white-space bytes in a row outside strings */
 #define DSI_JSONC_MAX_READ 8   /* readings alive at once; an anyOf's later alternatives beyond are not followed */
+#define DSI_JSONC_MAX_OPEN 128 /* values open in all readings together; the later readings beyond are not followed */
 #define DSI_JSONC_MAX_PROPS 64 /* properties of one object schema, values of one enum */
 
 typedef struct dsi_jschema dsi_jschema;

@@ -589,7 +589,7 @@ static void test_schemas(void) {
            mut_whole);
     if (i == 0) mask_cost(sc, "{\"name\": \"Ada\", \"age\": 3", "inside a schema's integer");
     if (i == 2) mask_cost(sc, "{\"shape\": {\"kind\": \"", "at a union's discriminator");
-    if (i == 2) { /* the most a state can hold: 8 readings 60 deep, a string open */
+    if (i == 2) { /* the most a state can hold: readings 60 deep, a string open (two fit DSI_JSONC_MAX_OPEN) */
       char sch[1024], st[64];
       size_t k = (size_t)snprintf(sch, sizeof sch, "{\"anyOf\":[");
       for (int q = 0; q < 8; q++)
@@ -599,9 +599,13 @@ static void test_schemas(void) {
       st[60] = '"', st[61] = 0;
       dsi_jschema *w = comp(sch, &err);
       DSI_ASSERT(w);
-      mask_cost(w, st, "with 8 readings 60 deep, in a string");
+      dsi_jsonc deep;
+      dsi_jsonc_init(&deep, w);
+      CHECK(!dsi_jsonc_feed(&deep, st, 5) && deep.n == 8); /* eight alternatives alive, 5 values open each */
+      CHECK(!dsi_jsonc_feed(&deep, st + 5, strlen(st) - 5) && deep.n == 2); /* 61 open each: two fit */
+      mask_cost(w, st, "with readings 60 deep (two), in a string");
       st[60] = 0;
-      mask_cost(w, st, "with 8 readings 60 deep, after '['");
+      mask_cost(w, st, "with readings 60 deep (two), after '['");
       dsi_jschema_free(w);
     }
     cJSON_Delete(doc);
