@@ -666,6 +666,35 @@ static int is_ws(uint8_t c) { return c == ' ' || c == '\t' || c == '\n' || c == 
 static int is_digit(uint8_t c) { return c >= '0' && c <= '9'; }
 static int is_hex(uint8_t c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
 
+/* \u escapes in a string or name: a high surrogate's must be followed by
+ * a low one's (a lone surrogate is no character; cJSON and others refuse
+ * it). The frame's aux holds the digits left and, above them, the value so
+ * far; flags LOW_DUE says a low surrogate's escape must come next. */
+#define LOW_DUE 0x80
+
+static int esc_byte(dsi_jsonc_frame *f, uint8_t c, uint8_t str_st, uint8_t hex_st) {
+  if (c == 'u') return f->st = hex_st, f->aux = 4, 0;
+  if (f->flags & LOW_DUE) return -1;
+  if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' || c == 'r' || c == 't')
+    return f->st = str_st, 0;
+  return -1;
+}
+
+static int hex_byte(dsi_jsonc_frame *f, uint8_t c, uint8_t str_st) {
+  if (!is_hex(c)) return -1;
+  uint32_t d = c <= '9' ? (uint32_t)(c - '0') : (uint32_t)((c | 0x20) - 'a' + 10);
+  uint32_t v = (f->aux >> 8) << 4 | d, left = (f->aux & 0xFF) - 1;
+  f->aux = left | v << 8;
+  if (left) return 0;
+  f->st = str_st, f->aux = 0;
+  if (f->flags & LOW_DUE) {
+    f->flags = 0;
+    return v >= 0xDC00 && v <= 0xDFFF ? 0 : -1;
+  }
+  if (v >= 0xD800 && v <= 0xDBFF) f->flags = LOW_DUE;
+  return v >= 0xDC00 && v <= 0xDFFF ? -1 : 0;
+}
+
 /* UTF-8 in a string or name (RFC 3629: no overlong forms, no surrogates,
  * nothing past U+10FFFF): a byte >= 0x80, with the frame's aux the
  * continuation bytes still due and flags the range the next one must be
@@ -775,18 +804,15 @@ static int value(const dsi_jschema *sc, dsi_jsonc_reading *r, dsi_jsonc_frame *f
 static int name_byte(const dsi_jschema *sc, dsi_jsonc_frame *f, const jnode *nd, uint8_t c) {
   switch (f->st) {
   case O_KEY:
-    if (c < 0x20 || (f->aux && c < 0x80)) return -1;
+    if (c < 0x20 || (f->aux && c < 0x80) || ((f->flags & LOW_DUE) && c != '\\')) return -1;
     if (c >= 0x80 && utf8_byte(f, c) < 0) return -1;
     if (c == '\\') f->st = O_KEY_ESC;
     break;
   case O_KEY_ESC:
-    if (c == 'u') f->st = O_KEY_HEX, f->aux = 4;
-    else if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' || c == 'r' || c == 't') f->st = O_KEY;
-    else return -1;
+    if (esc_byte(f, c, O_KEY, O_KEY_HEX)) return -1;
     break;
   default: /* O_KEY_HEX */
-    if (!is_hex(c)) return -1;
-    if (!--f->aux) f->st = O_KEY;
+    if (hex_byte(f, c, O_KEY)) return -1;
   }
   uint64_t next = 0;
   for (int i = 0; i < nd->n_props; i++) {
@@ -840,7 +866,7 @@ static int step(const dsi_jschema *sc, dsi_jsonc_reading *r, uint8_t c) {
     f->cand = (nd->n_props == 64 ? ~0ull : (1ull << nd->n_props) - 1) & ~nd->dead;
     return 0;
   case O_KEY:
-    if (c == '"' && !f->aux) return name_end(sc, f, nd);
+    if (c == '"' && !f->aux && !(f->flags & LOW_DUE)) return name_end(sc, f, nd);
     /* fall through */
   case O_KEY_ESC:
   case O_KEY_HEX: return name_byte(sc, f, nd, c);
@@ -870,13 +896,14 @@ static int step(const dsi_jschema *sc, dsi_jsonc_reading *r, uint8_t c) {
   }
   case S_STR: {
     if (c < 0x80 && f->aux) return -1; /* a character's continuation due */
+    if ((f->flags & LOW_DUE) && c != '\\') return -1; /* a low surrogate's escape due */
     if (c == '"') {
       if (f->count < (uint32_t)nd->min_len) return -1;
       r->depth--;
       return 0;
     }
     if (c < 0x20) return -1;
-    int begins = c < 0x80 ? 1 : utf8_byte(f, c);
+    int begins = c < 0x80 ? !(f->flags & LOW_DUE) : utf8_byte(f, c); /* a surrogate pair is one character */
     if (begins < 0) return -1;
     if (begins) { /* a character begins (an escape is one) */
       if (nd->max_len >= 0 && f->count >= (uint32_t)nd->max_len) return -1;
@@ -885,15 +912,8 @@ static int step(const dsi_jschema *sc, dsi_jsonc_reading *r, uint8_t c) {
     if (c == '\\') f->st = S_ESC;
     return 0;
   }
-  case S_ESC:
-    if (c == 'u') return f->st = S_HEX, f->aux = 4, 0;
-    if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' || c == 'r' || c == 't')
-      return f->st = S_STR, 0;
-    return -1;
-  case S_HEX:
-    if (!is_hex(c)) return -1;
-    if (!--f->aux) f->st = S_STR;
-    return 0;
+  case S_ESC: return esc_byte(f, c, S_STR, S_HEX);
+  case S_HEX: return hex_byte(f, c, S_STR);
   case S_LEAD: {
     const jbytes *l = &sc->lits[nd->lead];
     if (c != (uint8_t)l->s[f->off]) return -1;
@@ -996,7 +1016,8 @@ static int feed_byte(dsi_jsonc *j, uint8_t c) {
 static long str_run(dsi_jsonc *j, const uint8_t *s, size_t n) {
   for (int i = 0; i < j->n; i++) {
     const dsi_jsonc_reading *r = &j->r[i];
-    if (!r->depth || r->f[r->depth - 1].st != S_STR || r->f[r->depth - 1].aux) return 0;
+    const dsi_jsonc_frame *f = r->depth ? &r->f[r->depth - 1] : NULL;
+    if (!f || f->st != S_STR || f->aux || (f->flags & LOW_DUE)) return 0;
   }
   size_t run = 0;
   while (run < n && s[run] != '"' && s[run] != '\\' && s[run] >= 0x20 && s[run] < 0x80) run++;

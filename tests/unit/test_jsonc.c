@@ -372,6 +372,13 @@ static void test_schemas(void) {
     {"{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}", "\"\xc3\xa9z\"", 1},
     {"{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}", "\"a\"", -2 - 2},
     {"{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}", "\"a\\nbc", -2 - 5},
+    /* \u surrogates: a pair is one character, a lone one refused */
+    {"{\"type\":\"string\",\"maxLength\":1}", "\"\\uD83D\\ude00\"", 1},
+    {"{\"type\":\"string\",\"maxLength\":1}", "\"\\uD83D\\ude00x", -2 - 13},
+    {"{\"type\":\"string\"}", "\"\\udddd", -2 - 6},
+    {"{\"type\":\"string\"}", "\"\\uD83Dx", -2 - 7},
+    {"{\"type\":\"string\"}", "\"\\uD83D\\n", -2 - 8},
+    {"{\"type\":\"object\"}", "{\"\\uD83D\"", -2 - 8},
     {"{\"type\":\"array\",\"items\":{\"type\":\"boolean\"},\"minItems\":1,\"maxItems\":2}", "[true,false]", 1},
     {"{\"type\":\"array\",\"items\":{\"type\":\"boolean\"},\"minItems\":1,\"maxItems\":2}", "[]", -2 - 1},
     {"{\"type\":\"array\",\"items\":{\"type\":\"boolean\"},\"minItems\":1,\"maxItems\":2}", "[true,true,", -2 - 10},
