@@ -722,15 +722,18 @@ void dsi_jsonc_init(dsi_jsonc *j, const dsi_jschema *sc) {
 
 static size_t live(const dsi_jsonc_reading *r) { return offsetof(dsi_jsonc_reading, f) + r->depth * sizeof(dsi_jsonc_frame); }
 
-void dsi_jsonc_copy(dsi_jsonc *dst, const dsi_jsonc *j) {
-  dst->sc = j->sc;
-  dst->n = j->n;
+/* j into t, each reading's top keep frames (those below stay what t held) */
+static void copy_frames(dsi_jsonc *t, const dsi_jsonc *j, int keep) {
+  t->sc = j->sc;
+  t->n = j->n;
   for (int i = 0; i < j->n; i++) {
     const dsi_jsonc_reading *r = &j->r[i];
-    memcpy(&dst->r[i], r, offsetof(dsi_jsonc_reading, f));
-    for (int d = 0; d < r->depth; d++) dst->r[i].f[d] = r->f[d];
+    memcpy(&t->r[i], r, offsetof(dsi_jsonc_reading, f));
+    for (int d = r->depth > keep ? r->depth - keep : 0; d < r->depth; d++) t->r[i].f[d] = r->f[d];
   }
 }
+
+void dsi_jsonc_copy(dsi_jsonc *dst, const dsi_jsonc *j) { copy_frames(dst, j, DSI_JSONC_MAX_DEPTH); }
 
 int dsi_jsonc_done(const dsi_jsonc *j) {
   for (int i = 0; i < j->n; i++)
@@ -1098,14 +1101,7 @@ void dsi_jsonc_vocab_free(dsi_jsonc_vocab *v) {
  * alike (t is thrown away after the test). Deep readings are copied in
  * full only for long tokens. */
 static void copy_top(dsi_jsonc *t, const dsi_jsonc *j, size_t n) {
-  t->sc = j->sc;
-  t->n = j->n;
-  size_t keep = 2 * n + 1;
-  for (int i = 0; i < j->n; i++) {
-    const dsi_jsonc_reading *r = &j->r[i];
-    memcpy(&t->r[i], r, offsetof(dsi_jsonc_reading, f));
-    for (int d = r->depth > keep ? (int)(r->depth - keep) : 0; d < r->depth; d++) t->r[i].f[d] = r->f[d];
-  }
+  copy_frames(t, j, n < DSI_JSONC_MAX_DEPTH ? (int)(2 * n + 1) : DSI_JSONC_MAX_DEPTH);
 }
 
 int dsi_jsonc_allowed(const dsi_jsonc *j, const dsi_jsonc_vocab *v, uint8_t *ok, dsi_jsonc *t) {

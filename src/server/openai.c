@@ -149,22 +149,32 @@ static void params_free(params *p) {
   free(p->schema);
 }
 
-/* a JSON Schema the output is held to: its text kept for the request,
- * compiled here so that one the recognizer cannot enforce is a 400 naming
- * the keyword (the scheduler compiles it again at submit) */
+/* p->schema (its text, printed) checked: the output held to it, or err
+ * says why not and p->schema is let go (the scheduler compiles it again
+ * at submit; here a schema it cannot enforce becomes a 400 naming why) */
+static int hold_to_schema(params *p, dsi_err *err) {
+  if (dsi_json_schema_check(p->schema, strlen(p->schema), err) == DSI_OK) {
+    p->r.json = 1;
+    p->r.json_schema = p->schema;
+    return 0;
+  }
+  free(p->schema);
+  p->schema = NULL;
+  return -1;
+}
+
+/* a JSON Schema the output is held to (response_format, guided_json) */
 static int take_schema(in *j, params *p, const char *param, const cJSON *schema) {
   if (!cJSON_IsObject(schema) && !cJSON_IsBool(schema))
     return bad(j, param, "'%s' must hold a JSON Schema (an object)%s", "");
   if (!(p->schema = cJSON_PrintUnformatted(schema))) return oom(j, "for the schema");
   dsi_err err = {0};
-  if (dsi_json_schema_check(p->schema, strlen(p->schema), &err)) {
+  if (hold_to_schema(p, &err)) {
     if (err.status == DSI_E_NOMEM) return oom(j, "for the schema");
     if (!j->bad) reply_error(j->rp, 400, "invalid_request_error", param, NULL, "'%s': %s", param, err.msg);
     j->bad = 1;
     return -1;
   }
-  p->r.json = 1;
-  p->r.json_schema = p->schema;
   return 0;
 }
 
@@ -1191,16 +1201,14 @@ static int tool_args(in *j, params *p, const cJSON *tools, const cJSON *fn, cons
   cJSON_Delete(sch);
   if (!p->schema) return oom(j, "for the schema");
   dsi_err err = {0};
-  if (refs) /* a $ref points into its own function's parameters, not into the tools' union */
+  if (refs) { /* a $ref points into its own function's parameters, not into the tools' union */
     dsi_errf(&err, DSI_E_INVAL, "a $ref in the parameters, with tool_choice required");
-  else if (dsi_json_schema_check(p->schema, strlen(p->schema), &err) == DSI_OK) {
-    p->r.json = 1;
-    p->r.json_schema = p->schema;
+    free(p->schema);
+    p->schema = NULL;
+  } else if (!hold_to_schema(p, &err)) {
     return 0;
   }
   if (err.status == DSI_E_NOMEM) return oom(j, "for the schema");
-  free(p->schema);
-  p->schema = NULL;
   if (!strict) return 0;
   if (!j->bad)
     reply_error(j->rp, 400, "invalid_request_error", "tools", NULL,
