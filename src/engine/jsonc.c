@@ -3,13 +3,15 @@
  * The schema compiles to nodes: a node is the types a value may take, or
  * an enum of literal values (each kept as its compact text), or an anyOf
  * of other nodes, with an object's properties / required / additional
- * members, an array's prefix items / items / minItems / maxItems, and a
- * string's minLength / maxLength. $ref (local: "#", "#/$defs/...", any
- * JSON pointer into the schema) compiles to the node it points at, so a
- * recursive schema is a cycle of nodes. Annotations and unknown keywords
- * are passed over (format is an annotation, as JSON Schema 2020-12 has
- * it). Validation keywords the recognizer cannot hold a value to (pattern,
- * minimum, uniqueItems, ...) are refused at compile time, never ignored.
+ * members, an array's prefix items / items / minItems / maxItems, a
+ * string's minLength / maxLength / pattern (or a format held as one, an
+ * automaton of engine/regex.c), a number's bounds. $ref (local: "#",
+ * "#/$defs/...", any JSON pointer into the schema) compiles to the node it
+ * points at, so a recursive schema is a cycle of nodes. Annotations and
+ * unknown keywords are passed over (the formats not held among them: an
+ * annotation in JSON Schema 2020-12). Validation keywords the recognizer
+ * cannot hold a value to (multipleOf, uniqueItems, ...) are refused at
+ * compile time, never ignored.
  *
  * A reading is a stack of frames, one per open value, each in a state of
  * that value's grammar. An anyOf is chosen when its value's first byte
@@ -17,10 +19,13 @@
  * DSI_JSONC_MAX_READ in all), and a reading the byte does not fit dies.
  * Every state a reading reaches can be completed (an object's ',' needs a
  * name still to give, '}' needs the required ones given, a string at its
- * maxLength takes only its closing quote), so masking tokens by it never
- * leaves a completion with no token to draw. */
+ * maxLength takes only its closing quote, a pattern's string only bytes
+ * after which a match of an allowed length is ahead, a bounded number only
+ * digits after which some value inside the bounds is), so masking tokens
+ * by it never leaves a completion with no token to draw. */
 #include "engine/jsonc.h"
 
+#include "engine/regex.h"
 #include "tokenizer/tokenizer.h"
 
 #include <cjson/cJSON.h>
@@ -44,6 +49,8 @@ typedef struct jnode {
   int32_t items;              /* the later items' node, -1 none */
   int32_t min_items, max_items; /* max -1: no bound */
   int32_t min_len, max_len;   /* a string's characters; max -1: no bound */
+  int32_t pat;                /* a string's pattern: pats[pat], -1 none */
+  int32_t num;                /* a number's bounds: nums[num], -1 none */
   int32_t lead, then;         /* x-dsinfer-prefix: the literal lits[lead], then a value of node then (lead -1: none) */
   uint8_t tight;              /* no white space before it: a prefix, or an anyOf of them */
   uint8_t sat;                /* some value satisfies it (satisfy()) */
@@ -60,6 +67,28 @@ typedef struct {
   int32_t node;
 } jprop;
 
+/* a number's bounds, as the number times 10^18 (NUM_SCALE): lo <= x <= hi.
+ * A bounded number is written without an exponent, with at most 18 digits
+ * on each side of its point, so every value it can take is such an x. */
+typedef __int128 i128;
+typedef struct {
+  i128 lo, hi;
+} jnum;
+
+/* a string's pattern as a DFA over its (unescaped) UTF-8 bytes, with the
+ * string's lengths folded in. Counting a character at its first byte, and
+ * only the characters a JSON string holds without a \u escape: dmin[state]
+ * is the fewest more characters that lead from the state to a match,
+ * fmin[state] the fewest that are at least minLength (k), and bit L of
+ * exact[state] (L < k) says exactly L can. That is enough to tell whether
+ * a match of an allowed length is still ahead (pat_ok). */
+typedef struct {
+  dsi_redfa dfa;
+  int32_t *dmin, *fmin;
+  uint64_t *exact;
+  int words, k, min_len, max_len;
+} jpat;
+
 struct dsi_jschema {
   jnode *nodes;
   int n_nodes, cap_nodes;
@@ -69,6 +98,10 @@ struct dsi_jschema {
   int n_props, cap_props;
   jbytes *lits;
   int n_lits, cap_lits;
+  jpat *pats;
+  int n_pats, cap_pats;
+  jnum *nums;
+  int n_nums, cap_nums;
   int32_t root;
 };
 
@@ -88,7 +121,8 @@ static int grow(void **p, int *cap, int want, size_t each) {
 static int32_t new_node(dsi_jschema *sc, uint8_t types) {
   if (sc->n_nodes >= UINT16_MAX || grow((void **)&sc->nodes, &sc->cap_nodes, sc->n_nodes + 1, sizeof(jnode)))
     return -1;
-  sc->nodes[sc->n_nodes] = (jnode){.types = types, .addl = -1, .items = -1, .max_items = -1, .max_len = -1, .lead = -1};
+  sc->nodes[sc->n_nodes] =
+    (jnode){.types = types, .addl = -1, .items = -1, .max_items = -1, .max_len = -1, .pat = -1, .num = -1, .lead = -1};
   return sc->n_nodes++;
 }
 
@@ -104,7 +138,9 @@ void dsi_jschema_free(dsi_jschema *sc) {
   if (!sc) return;
   for (int i = 0; i < sc->n_props; i++) free(sc->props[i].name.s);
   for (int i = 0; i < sc->n_lits; i++) free(sc->lits[i].s);
-  free(sc->nodes), free(sc->ids), free(sc->props), free(sc->lits), free(sc);
+  for (int i = 0; i < sc->n_pats; i++)
+    dsi_redfa_free(&sc->pats[i].dfa), free(sc->pats[i].dmin), free(sc->pats[i].fmin), free(sc->pats[i].exact);
+  free(sc->nodes), free(sc->ids), free(sc->props), free(sc->lits), free(sc->pats), free(sc->nums), free(sc);
 }
 
 typedef struct {
@@ -135,15 +171,15 @@ static int oom(cctx *x) {
 
 /* keywords that constrain a value in ways the recognizer does not hold */
 static const char *const k_refused[] = {
-  "pattern", "patternProperties", "propertyNames", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-  "multipleOf", "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies", "uniqueItems",
+  "patternProperties", "propertyNames", "multipleOf", "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies", "uniqueItems",
   "contains", "minContains", "maxContains", "minProperties", "maxProperties", "unevaluatedProperties",
   "unevaluatedItems", "$dynamicRef", "$recursiveRef",
 };
 /* keywords that constrain a value directly (beside a combinator: refused) */
 static const char *const k_direct[] = {
   "type", "enum", "const", "properties", "required", "additionalProperties", "items", "prefixItems",
-  "additionalItems", "minItems", "maxItems", "minLength", "maxLength",
+  "additionalItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "minimum", "maximum",
+  "exclusiveMinimum", "exclusiveMaximum",
 };
 
 static int in_list(const char *k, const char *const *l, size_t n) {
@@ -349,6 +385,214 @@ static int32_t compile_enum(cctx *x, const cJSON *s, jnode *base, int typed) {
   return id;
 }
 
+/* the bytes a JSON string holds without a \u escape: any from 0x20 raw, and
+ * the escapes \b \t \n \f \r */
+static int writable(uint8_t b) { return b >= 0x20 || b == 8 || b == 9 || b == 10 || b == 12 || b == 13; }
+
+/* bits [lo, hi] of r: any set */
+static int any_bit(const uint64_t *r, long lo, long hi) {
+  for (long w = lo >> 6; w <= hi >> 6; w++) {
+    uint64_t m = r[w];
+    if (w == lo >> 6) m &= ~0ull << (lo & 63);
+    if (w == hi >> 6 && (hi & 63) != 63) m &= (2ull << (hi & 63)) - 1;
+    if (m) return 1;
+  }
+  return 0;
+}
+
+#define PAT_INF (INT32_MAX / 2)
+
+/* state st, count characters given: a match of an allowed length is ahead */
+static int pat_ok(const jpat *p, uint32_t st, uint32_t count) {
+  if (st == DSI_RE_DEAD) return 0;
+  long lo = DSI_MAX(0, (long)p->min_len - (long)count), hi = p->max_len >= 0 ? (long)p->max_len - (long)count : PAT_INF - 1;
+  if (hi < lo) return 0;
+  if (!lo) return p->dmin[st] <= hi;
+  /* 1 <= lo <= k: exactly lo .. k - 1 more, or k or more */
+  if (lo < p->k && any_bit(p->exact + (size_t)st * (size_t)p->words, lo, DSI_MIN(hi, p->k - 1))) return 1;
+  return p->fmin[st] <= hi;
+}
+
+static uint32_t pat_next(const jpat *p, uint32_t st, uint8_t b) {
+  return p->dfa.next[(size_t)st * (size_t)p->dfa.n_cls + p->dfa.cls[b]];
+}
+
+#define PAT_MAX_MIN 1024    /* minLength beside a pattern */
+#define PAT_WORK 30000000L  /* edges looked at folding the lengths in */
+
+/* dmin, fmin and exact (jpat): -1 out of memory, -2 too costly */
+static int pat_lengths(jpat *p) {
+  const dsi_redfa *d = &p->dfa;
+  int ns = d->n_states, nc = d->n_cls, k = p->k;
+  if ((long)(k + 2) * ns * nc > PAT_WORK) return -2;
+  /* the edges a string can take: to t, counting a character (w 1) or not */
+  int32_t *to = malloc((size_t)ns * (size_t)nc * sizeof *to), *prev = malloc((size_t)ns * sizeof *prev);
+  uint8_t *w = malloc((size_t)nc);
+  uint64_t *e_prev = calloc((size_t)ns, sizeof *e_prev);
+  int rc = -1;
+  if (!to || !prev || !w || !e_prev) goto out;
+  for (int c = 0; c < nc; c++) w[c] = (d->rep[c] & 0xC0) != 0x80;
+  for (int st = 0; st < ns; st++)
+    for (int c = 0; c < nc; c++) {
+      uint16_t t = d->next[(size_t)st * (size_t)nc + (size_t)c];
+      to[(size_t)st * (size_t)nc + (size_t)c] = t != DSI_RE_DEAD && writable(d->rep[c]) ? t : -1;
+    }
+  /* dmin: relaxed to a fixpoint (each pass settles at least one more level) */
+  for (int st = 0; st < ns; st++) p->dmin[st] = d->accept[st] ? 0 : PAT_INF;
+  for (int changed = 1; changed;) {
+    changed = 0;
+    for (int st = ns - 1; st >= 0; st--)
+      for (int c = 0; c < nc; c++) {
+        int32_t t = to[(size_t)st * (size_t)nc + (size_t)c];
+        if (t >= 0 && p->dmin[t] + w[c] < p->dmin[st]) p->dmin[st] = p->dmin[t] + w[c], changed = 1;
+      }
+  }
+  /* level j = 1 .. k: f_j (fewest at least j) from f_(j-1); exact bit j - 1 from level j - 1 */
+  memcpy(p->fmin, p->dmin, (size_t)ns * sizeof *p->fmin);
+  for (int st = 0; st < ns; st++) e_prev[st] = p->dmin[st] == 0; /* exactly 0 more */
+  for (int j = 1; j <= k; j++) {
+    memcpy(prev, p->fmin, (size_t)ns * sizeof *prev);
+    for (int st = 0; st < ns; st++) {
+      if (e_prev[st]) p->exact[(size_t)st * (size_t)p->words + (size_t)((j - 1) >> 6)] |= 1ull << ((j - 1) & 63);
+      p->fmin[st] = PAT_INF;
+    }
+    memset(e_prev, 0, (size_t)ns * sizeof *e_prev);
+    for (int changed = 1; changed;) { /* a character's bytes after its first count nothing: a few passes */
+      changed = 0;
+      for (int st = ns - 1; st >= 0; st--)
+        for (int c = 0; c < nc; c++) {
+          int32_t t = to[(size_t)st * (size_t)nc + (size_t)c];
+          if (t < 0) continue;
+          int32_t f = w[c] ? 1 + prev[t] : p->fmin[t];
+          if (f < p->fmin[st]) p->fmin[st] = f, changed = 1;
+          /* exactly j: one character to exactly j - 1, or a continuation to exactly j */
+          int e = w[c] ? (j - 1 < k && (p->exact[(size_t)t * (size_t)p->words + (size_t)((j - 1) >> 6)] >> ((j - 1) & 63) & 1))
+                       : (int)e_prev[t];
+          if (e && !e_prev[st]) e_prev[st] = 1, changed = 1;
+        }
+    }
+  }
+  rc = 0;
+out:
+  free(to), free(prev), free(w), free(e_prev);
+  return rc;
+}
+
+/* the formats held as patterns (RFC 3339's date-time, date, time and
+ * duration, RFC 4122's uuid, dotted ipv4, a dot-atom email at a domain of
+ * two labels or more, an RFC 1123 hostname); the others stay annotations */
+static const char *format_re(const char *f) {
+#define DATE_RE "\\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\\d|3[01])"
+#define TIME_RE "([01]\\d|2[0-3]):[0-5]\\d:([0-5]\\d|60)(\\.\\d+)?([Zz]|[+-]([01]\\d|2[0-3]):[0-5]\\d)"
+#define DUR_T_RE "T(\\d+H(\\d+M)?(\\d+S)?|\\d+M(\\d+S)?|\\d+S)"
+#define ATOM_RE "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
+#define LABEL_RE "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+  static const char *const k[][2] = {
+    {"date-time", "^" DATE_RE "[Tt]" TIME_RE "$"},
+    {"date", "^" DATE_RE "$"},
+    {"time", "^" TIME_RE "$"},
+    {"duration", "^P(\\d+W|\\d+Y(\\d+M)?(\\d+D)?(" DUR_T_RE ")?|\\d+M(\\d+D)?(" DUR_T_RE ")?|\\d+D(" DUR_T_RE ")?|" DUR_T_RE ")$"},
+    {"uuid", "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},
+    {"ipv4", "^((25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)\\.){3}(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)$"},
+    {"email", "^" ATOM_RE "(\\." ATOM_RE ")*@" LABEL_RE "(\\." LABEL_RE ")+$"},
+    {"hostname", "^" LABEL_RE "(\\." LABEL_RE ")*$"},
+  };
+  for (size_t i = 0; i < DSI_ARRAY_LEN(k); i++)
+    if (!strcmp(f, k[i][0])) return k[i][1];
+  return NULL;
+}
+
+/* a string's pattern re (the schema's pattern, or a format's) with its lengths into pats: its id, or -1 */
+static int32_t compile_pattern(cctx *x, const char *re, int32_t min_len, int32_t max_len) {
+  if (min_len > PAT_MAX_MIN) return fail(x, "minLength above 1,024 beside a pattern or format is not supported%s", "");
+  dsi_jschema *sc = x->sc;
+  if (grow((void **)&sc->pats, &sc->cap_pats, sc->n_pats + 1, sizeof(jpat))) return oom(x);
+  jpat *p = &sc->pats[sc->n_pats];
+  *p = (jpat){.k = min_len, .min_len = min_len, .max_len = max_len, .words = (min_len + 63) / 64};
+  char why[200];
+  int rc = dsi_redfa_compile(&p->dfa, re, strlen(re), why, sizeof why);
+  if (rc == DSI_E_NOMEM) return oom(x);
+  if (rc) return fail(x, "'pattern': %s", why);
+  size_t ns = (size_t)p->dfa.n_states;
+  p->dmin = malloc(ns * sizeof *p->dmin);
+  p->fmin = malloc(ns * sizeof *p->fmin);
+  p->exact = calloc(ns * (size_t)(p->words ? p->words : 1), sizeof *p->exact);
+  sc->n_pats++; /* freed with the schema from here */
+  if (!p->dmin || !p->fmin || !p->exact) return oom(x);
+  rc = pat_lengths(p);
+  if (rc == -1) return oom(x);
+  if (rc) return fail(x, "'pattern' beside minLength: too costly to follow%s", "");
+  return sc->n_pats - 1;
+}
+
+#define NUM_SCALE ((i128)1000000000000000000)
+#define NUM_MAX (NUM_SCALE * NUM_SCALE - 1) /* the largest magnitude: 18 digits either side of the point */
+
+static i128 floor_div(i128 a, i128 b) { return a / b - (a % b != 0 && a < 0); }
+
+/* v times 10^18, rounded down (up: rounded up), clamped to +-(NUM_MAX + 1)
+ * (past what a bounded number can be). v is read as the shortest decimal
+ * that is the same double, so a bound written 0.1 is the decimal 0.1. */
+static i128 scaled(double v, int up) {
+  char t[40];
+  for (int prec = 1; prec <= 17; prec++) {
+    snprintf(t, sizeof t, "%.*e", prec - 1, v);
+    if (strtod(t, NULL) == v) break;
+  }
+  const char *p = t + (t[0] == '-'); /* [-]d.ddde[+-]x */
+  i128 m = 0;
+  int frac = 0, dot = 0;
+  for (; *p && *p != 'e'; p++) {
+    if (*p == '.') dot = 1;
+    else m = m * 10 + (*p - '0'), frac += dot;
+  }
+  if (t[0] == '-') m = -m;
+  int e = atoi(p + 1) - frac + 18; /* v * 10^18 = m * 10^e */
+  const i128 cap = NUM_MAX + 1;
+  for (; e > 0 && m > -cap && m < cap; e--) m *= 10;
+  if (m >= cap || m <= -cap) return m > 0 ? cap : -cap;
+  if (e >= 0) return m;
+  if (e < -36) return up ? (m > 0) : -(i128)(m < 0); /* below 10^-18 of the last digit */
+  i128 d = 1;
+  for (; e < 0; e++) d *= 10;
+  i128 f = floor_div(m, d);
+  return up && f * d != m ? f + 1 : f;
+}
+
+/* minimum, maximum, exclusiveMinimum, exclusiveMaximum (numbers, or
+ * draft 4's booleans beside minimum and maximum) into nums: its id, -1
+ * when s has none, -2 on failure */
+static int32_t compile_bounds(cctx *x, const cJSON *s, uint8_t types) {
+  static const char *const k[4] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+  const cJSON *v[4];
+  int any = 0;
+  for (int i = 0; i < 4; i++) {
+    v[i] = cJSON_GetObjectItemCaseSensitive(s, k[i]);
+    if (v[i] && !cJSON_IsNumber(v[i]) && !(i >= 2 && cJSON_IsBool(v[i])))
+      return fail(x, "'%s' must be a number", k[i]), -2;
+    if (v[i] && cJSON_IsNumber(v[i]) && !isfinite(v[i]->valuedouble)) return fail(x, "'%s' must be finite", k[i]), -2;
+    any |= v[i] != NULL;
+  }
+  if (!any) return -1;
+  jnum b = {-NUM_MAX, NUM_MAX};
+  for (int i = 0; i < 4; i++) {
+    if (!v[i] || cJSON_IsBool(v[i])) continue;
+    int excl = i >= 2 || (v[i + 2] && cJSON_IsTrue(v[i + 2])), low = !(i & 1);
+    /* x >= v: ceil(v S); x > v: floor(v S) + 1; x <= v: floor(v S); x < v: ceil(v S) - 1 */
+    i128 t = scaled(v[i]->valuedouble, low != excl);
+    if (excl) t += low ? 1 : -1;
+    if (low && t > b.lo) b.lo = t;
+    if (!low && t < b.hi) b.hi = t;
+  }
+  if (!(types & T_NUM)) { /* integers: multiples of the scale */
+    b.lo = -floor_div(-b.lo, NUM_SCALE) * NUM_SCALE;
+    b.hi = floor_div(b.hi, NUM_SCALE) * NUM_SCALE;
+  }
+  if (grow((void **)&x->sc->nums, &x->sc->cap_nums, x->sc->n_nums + 1, sizeof(jnum))) return oom(x), -2;
+  x->sc->nums[x->sc->n_nums] = b;
+  return x->sc->n_nums++;
+}
+
 static int32_t compile(cctx *x, const cJSON *s) {
   if (cJSON_IsBool(s)) return cJSON_IsTrue(s) ? NODE_ANY : NODE_NEVER;
   if (!cJSON_IsObject(s)) return fail(x, "a schema must be an object or a boolean%s", "");
@@ -406,12 +650,14 @@ static int32_t body(cctx *x, const cJSON *s, int me) {
       /* no type: the types its keywords are about, else any */
       static const char *const obj_k[] = {"properties", "required", "additionalProperties"};
       static const char *const arr_k[] = {"items", "prefixItems", "additionalItems", "minItems", "maxItems"};
-      static const char *const str_k[] = {"minLength", "maxLength"};
+      static const char *const str_k[] = {"minLength", "maxLength", "pattern"};
+      static const char *const num_k[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
       uint8_t t = 0;
       cJSON_ArrayForEach(e, s) if (e->string) {
         if (in_list(e->string, obj_k, 3)) t |= T_OBJ;
         if (in_list(e->string, arr_k, 5)) t |= T_ARR;
-        if (in_list(e->string, str_k, 2)) t |= T_STR;
+        if (in_list(e->string, str_k, 3)) t |= T_STR;
+        if (in_list(e->string, num_k, 4)) t |= T_INT | T_NUM;
       }
       if (t) b.types = t;
     }
@@ -505,6 +751,18 @@ static int32_t body(cctx *x, const cJSON *s, int me) {
       if (n.max_len >= 0 && n.min_len > n.max_len) return fail(x, "minLength above maxLength%s", "");
       if (n.items < 0 && n.min_items > n.n_prefix && (n.types & T_ARR))
         return fail(x, "minItems above the items the array may hold%s", "");
+      const cJSON *pt = cJSON_GetObjectItemCaseSensitive(s, "pattern");
+      const cJSON *fm = cJSON_GetObjectItemCaseSensitive(s, "format");
+      const char *fre = !pt && cJSON_IsString(fm) ? format_re(fm->valuestring) : NULL;
+      if (pt && !cJSON_IsString(pt)) return fail(x, "'%s' must be a string", "pattern");
+      if (pt && (n.pat = compile_pattern(x, pt->valuestring, n.min_len, n.max_len)) < 0) return -1;
+      /* a format held as a pattern, beside no pattern and a minLength up to PAT_MAX_MIN (else an annotation) */
+      if (fre && n.min_len <= PAT_MAX_MIN &&
+          (n.pat = compile_pattern(x, fre, n.min_len, n.max_len)) < 0)
+        return -1;
+      if (n.pat >= 0 && !pat_ok(&x->sc->pats[n.pat], 0, 0)) n.types &= (uint8_t)~T_STR; /* no string matches */
+      if ((n.num = compile_bounds(x, s, n.types)) < -1) return -1;
+      if (n.num >= 0 && x->sc->nums[n.num].lo > x->sc->nums[n.num].hi) n.types &= (uint8_t)~(T_INT | T_NUM); /* none in them */
       x->sc->nodes[id] = n;
     }
   }
@@ -625,7 +883,8 @@ int dsi_jschema_compile(dsi_jschema **out, const char *schema, size_t n, dsi_err
  * recognizer over a schema of any value that needs no allocation */
 static int is_json(const char *s, size_t n) {
   static const jnode any = {
-    .types = T_ALL, .addl = NODE_ANY, .items = NODE_ANY, .max_items = -1, .max_len = -1, .lead = -1, .sat = 1};
+    .types = T_ALL, .addl = NODE_ANY, .items = NODE_ANY, .max_items = -1, .max_len = -1, .pat = -1, .num = -1,
+    .lead = -1, .sat = 1};
   static const dsi_jschema sc = {.nodes = (jnode *)&any, .n_nodes = 1, .root = NODE_ANY};
   dsi_jsonc j;
   dsi_jsonc_init(&j, &sc);
@@ -772,6 +1031,79 @@ static int enum_whole(const dsi_jschema *sc, dsi_jsonc_reading *r, dsi_jsonc_fra
   return 0;
 }
 
+/* A number held to bounds: the frame's flags 1 says it is negative, seen
+ * and aux its integer digits' value and count, cand and count its
+ * fraction's. At each byte some way to go on must lead into the bounds. */
+static i128 pow10_i(int k) {
+  i128 p = 1;
+  while (k-- > 0) p *= 10;
+  return p;
+}
+
+/* magnitudes [a, z] as signed values meet the bounds */
+static int num_meets(const jnum *b, int neg, i128 a, i128 z) {
+  return neg ? -z <= b->hi && -a >= b->lo : a <= b->hi && z >= b->lo;
+}
+
+static int num_ok(const jnum *b, const jnode *nd, const dsi_jsonc_frame *f) {
+  int neg = f->flags & 1, frac = (nd->types & T_NUM) != 0;
+  i128 iv = (i128)f->seen, s = NUM_SCALE;
+  switch (f->st) {
+  case N_MINUS: return num_meets(b, 1, 0, NUM_MAX);
+  case N_DOT: return num_meets(b, neg, iv * s, (iv + 1) * s - 1);
+  case N_FRAC: {
+    i128 ulp = pow10_i(18 - (int)f->count), x = iv * s + (i128)f->cand * ulp;
+    return num_meets(b, neg, x, x + ulp - 1);
+  }
+  default: /* N_ZERO, N_INT: the integer as it is, then with more digits (not after a 0) */
+    for (int j = 0; j <= (iv ? 18 - (int)f->aux : 0); j++) {
+      i128 p = pow10_i(j), a = iv * p * s, z = frac ? (iv + 1) * p * s - 1 : ((iv + 1) * p - 1) * s;
+      if (num_meets(b, neg, a, z)) return 1;
+    }
+    return 0;
+  }
+}
+
+static int num_first(const dsi_jschema *sc, dsi_jsonc_frame *f, const jnode *nd, uint8_t c) {
+  if (c != '-' && !is_digit(c)) return -1;
+  f->flags = c == '-', f->seen = c == '-' ? 0 : c - '0', f->aux = c != '-', f->cand = 0, f->count = 0;
+  f->st = c == '-' ? N_MINUS : c == '0' ? N_ZERO : N_INT;
+  return num_ok(&sc->nums[nd->num], nd, f) ? 0 : -1;
+}
+
+/* a bounded number's next byte (no exponent; 18 digits at most either
+ * side of the point) */
+static int num_step(const dsi_jschema *sc, dsi_jsonc_reading *r, dsi_jsonc_frame *f, const jnode *nd, uint8_t c) {
+  const jnum *b = &sc->nums[nd->num];
+  int d = is_digit(c);
+  if (f->st == N_MINUS || f->st == N_DOT) {
+    if (!d) return -1;
+    if (f->st == N_MINUS) f->st = c == '0' ? N_ZERO : N_INT, f->seen = c - '0', f->aux = 1;
+    else f->st = N_FRAC, f->cand = c - '0', f->count = 1;
+    return num_ok(b, nd, f) ? 0 : -1;
+  }
+  if (d && f->st == N_INT) {
+    if (f->aux >= 18) return -1;
+    f->seen = f->seen * 10 + (c - '0'), f->aux++;
+    return num_ok(b, nd, f) ? 0 : -1;
+  }
+  if (d && f->st == N_FRAC) {
+    if (f->count >= 18) return -1;
+    f->cand = f->cand * 10 + (c - '0'), f->count++;
+    return num_ok(b, nd, f) ? 0 : -1;
+  }
+  if (c == '.' && f->st != N_FRAC && (nd->types & T_NUM)) {
+    f->st = N_DOT;
+    return num_ok(b, nd, f) ? 0 : -1;
+  }
+  /* the number ends: its value in the bounds */
+  i128 x = (i128)f->seen * NUM_SCALE + (f->st == N_FRAC ? (i128)f->cand * pow10_i(18 - (int)f->count) : 0);
+  if (f->flags & 1) x = -x;
+  if (x < b->lo || x > b->hi) return -1;
+  r->depth--; /* the byte is what follows it */
+  return r->depth ? AGAIN : -1;
+}
+
 /* a value's first byte */
 static int value(const dsi_jschema *sc, dsi_jsonc_reading *r, dsi_jsonc_frame *f, const jnode *nd, uint8_t c) {
   if (nd->lead >= 0) {
@@ -790,13 +1122,14 @@ static int value(const dsi_jschema *sc, dsi_jsonc_reading *r, dsi_jsonc_frame *f
   switch (c) {
   case '{': return nd->types & T_OBJ ? (f->st = O_FIRST, 0) : -1;
   case '[': return nd->types & T_ARR ? (f->st = A_FIRST, 0) : -1;
-  case '"': return nd->types & T_STR ? (f->st = S_STR, 0) : -1;
+  case '"': return nd->types & T_STR ? (f->st = S_STR, f->cand = 0, 0) : -1; /* cand: the pattern's state */
   case 't': case 'f': case 'n':
     if (!(nd->types & (c == 'n' ? T_NULL : T_BOOL))) return -1;
     f->st = S_LIT, f->cur = c == 't' ? 0 : c == 'f' ? 1 : 2, f->off = 1;
     return 0;
   default:
     if (!(nd->types & (T_INT | T_NUM))) return -1;
+    if (nd->num >= 0) return num_first(sc, f, nd, c);
     if (c == '-') return f->st = N_MINUS, 0;
     if (c == '0') return f->st = N_ZERO, 0;
     return is_digit(c) ? (f->st = N_INT, 0) : -1;
@@ -836,6 +1169,30 @@ static int name_end(const dsi_jschema *sc, dsi_jsonc_frame *f, const jnode *nd) 
   if (f->cur != NO_PROP && (f->seen >> f->cur & 1)) return -1; /* given already */
   if (f->cur == NO_PROP && nd->addl < 0) return -1;
   f->st = O_COLON;
+  return 0;
+}
+
+/* a string held to a pattern: the byte b of its value (f->count counting
+ * it already) */
+static int pat_byte(const jpat *p, dsi_jsonc_frame *f, uint8_t b) {
+  uint32_t t = pat_next(p, (uint32_t)f->cand, b);
+  if (!pat_ok(p, t, f->count)) return -1;
+  f->cand = t;
+  return 0;
+}
+
+/* the escape \c in a string held to a pattern, stepped (probe: whether
+ * some escape can come, f unchanged). \u escapes are not taken there: the
+ * characters themselves are written. */
+static int pat_escape(const jpat *p, dsi_jsonc_frame *f, uint8_t c, int probe) {
+  static const char esc[] = "\"\\/bfnrt", val[] = "\"\\/\b\f\n\r\t";
+  for (int i = 0; i < 8; i++) {
+    if (!probe && c != (uint8_t)esc[i]) continue;
+    uint32_t t = pat_next(p, (uint32_t)f->cand, (uint8_t)val[i]);
+    if (!pat_ok(p, t, f->count)) continue;
+    if (!probe) f->cand = t;
+    return 1;
+  }
   return 0;
 }
 
@@ -901,7 +1258,7 @@ static int step(const dsi_jschema *sc, dsi_jsonc_reading *r, uint8_t c) {
     if (c < 0x80 && f->aux) return -1; /* a character's continuation due */
     if ((f->flags & LOW_DUE) && c != '\\') return -1; /* a low surrogate's escape due */
     if (c == '"') {
-      if (f->count < (uint32_t)nd->min_len) return -1;
+      if (f->count < (uint32_t)nd->min_len || (nd->pat >= 0 && !sc->pats[nd->pat].dfa.accept[f->cand])) return -1;
       r->depth--;
       return 0;
     }
@@ -912,10 +1269,16 @@ static int step(const dsi_jschema *sc, dsi_jsonc_reading *r, uint8_t c) {
       if (nd->max_len >= 0 && f->count >= (uint32_t)nd->max_len) return -1;
       f->count++;
     }
-    if (c == '\\') f->st = S_ESC;
+    if (c == '\\') {
+      f->st = S_ESC;
+      return nd->pat >= 0 && !pat_escape(&sc->pats[nd->pat], f, 0, 1) ? -1 : 0;
+    }
+    if (nd->pat >= 0) return pat_byte(&sc->pats[nd->pat], f, c);
     return 0;
   }
-  case S_ESC: return esc_byte(f, c, S_STR, S_HEX);
+  case S_ESC:
+    if (nd->pat >= 0) return pat_escape(&sc->pats[nd->pat], f, c, 0) ? (f->st = S_STR, 0) : -1;
+    return esc_byte(f, c, S_STR, S_HEX);
   case S_HEX: return hex_byte(f, c, S_STR);
   case S_LEAD: {
     const jbytes *l = &sc->lits[nd->lead];
@@ -944,14 +1307,18 @@ static int step(const dsi_jschema *sc, dsi_jsonc_reading *r, uint8_t c) {
     return AGAIN;
   }
   case N_MINUS:
+    if (nd->num >= 0) return num_step(sc, r, f, nd, c);
     if (c == '0') return f->st = N_ZERO, 0;
     return is_digit(c) ? (f->st = N_INT, 0) : -1;
-  case N_DOT: return is_digit(c) ? (f->st = N_FRAC, 0) : -1;
+  case N_DOT:
+    if (nd->num >= 0) return num_step(sc, r, f, nd, c);
+    return is_digit(c) ? (f->st = N_FRAC, 0) : -1;
   case N_E:
     if (c == '+' || c == '-') return f->st = N_ESIGN, 0;
     /* fall through */
   case N_ESIGN: return is_digit(c) ? (f->st = N_EXP, 0) : -1;
   default: /* N_ZERO, N_INT, N_FRAC, N_EXP: a number that may end here */
+    if (nd->num >= 0) return num_step(sc, r, f, nd, c);
     if (is_digit(c) && f->st != N_ZERO) return 0;
     if (nd->types & T_NUM) {
       if (c == '.' && f->st <= N_INT) return f->st = N_DOT, 0;
@@ -1029,8 +1396,15 @@ static long str_run(dsi_jsonc *j, const uint8_t *s, size_t n) {
   for (int i = 0; i < j->n; i++) {
     dsi_jsonc_reading *r = &j->r[i];
     dsi_jsonc_frame *f = &r->f[r->depth - 1];
-    int32_t max = j->sc->nodes[f->node].max_len;
-    if (max >= 0 && f->count + run > (uint32_t)max) continue;
+    const jnode *nd = &j->sc->nodes[f->node];
+    if (nd->max_len >= 0 && f->count + run > (uint32_t)nd->max_len) continue;
+    if (nd->pat >= 0) { /* the run through the pattern: if its end can still match, so could each byte before */
+      const jpat *p = &j->sc->pats[nd->pat];
+      uint32_t st = (uint32_t)f->cand;
+      for (size_t k = 0; k < run && st != DSI_RE_DEAD; k++) st = pat_next(p, st, s[k]);
+      if (!pat_ok(p, st, f->count + (uint32_t)run)) continue;
+      f->cand = st;
+    }
     f->count += (uint32_t)run;
     if (alive != i) memcpy(&j->r[alive], r, live(r));
     alive++;

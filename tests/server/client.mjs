@@ -142,6 +142,15 @@ function judgeJson(choices, shape) {
     try { a = JSON.parse(c.message.content); } catch (e) { /* false below */ }
     return c.finish_reason === "stop" && Array.isArray(a) && a.length <= 2 && a.every((b) => typeof b === "boolean");
   }), "guided_json: 4 arrays of at most 2 booleans, each closed");
+  // a pattern: every string written matches it as JavaScript reads it
+  const code = /^[A-Z]{2}-\d{3}$/u, note = /(ok|no)\./u;
+  const p = await chat(prompts[0], { guided_json: { type: "object", properties: { code: { type: "string",
+    pattern: code.source }, note: { type: "string", pattern: note.source, maxLength: 12 } }, required: ["code", "note"],
+  additionalProperties: false }, temperature: 1.0, seed: 7, n: 4, max_tokens: 64 });
+  const { closed: pc, ok: pok } = judgeJson(p.choices, (o) => code.test(o.code) && note.test(o.note) &&
+    [...o.note].length <= 12);
+  check(pok && pc > 0, `json_schema with patterns: ${pc} of 4 values closed, each string matching its pattern ` +
+    `(${p.choices.map((c) => c.message.content).join(" | ")})`);
 }
 
 // ---- tool_choice naming a function, or required: the arguments sampled under the function's parameters, the

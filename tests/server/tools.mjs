@@ -78,15 +78,15 @@ if (mode) {
   {
     // parameters the arguments cannot be held to: a 400 for a strict function, free arguments otherwise
     const loose = [{ type: "function", function: { ...tools[0].function,
-      parameters: { type: "object", properties: { city: { type: "string", pattern: "^[A-Z]" } } } } }];
+      parameters: { type: "object", properties: { city: { type: "string", not: { const: "x" } } } } } }];
     const x = await fetch(base + "/v1/chat/completions", {
       method: "POST", headers: { Authorization: "Bearer " + key, "Content-Type": "application/json" },
       body: JSON.stringify({ messages: ask, tool_choice: tc,
         tools: [{ type: "function", function: { ...loose[0].function, strict: true } }] }),
     });
     const j = await x.json();
-    check(x.status === 400 && j.error.param === "tools" && /strict/.test(j.error.message) && /'pattern'/.test(j.error.message),
-      `a strict function whose parameters use pattern: ${x.status} ${j.error && j.error.message}`);
+    check(x.status === 400 && j.error.param === "tools" && /strict/.test(j.error.message) && /'not'/.test(j.error.message),
+      `a strict function whose parameters use not: ${x.status} ${j.error && j.error.message}`);
     const l = await client.chat.completions.create({ model, messages: ask, tools: loose, tool_choice: tc, temperature: 0 });
     check(l.choices[0].message.tool_calls && l.choices[0].message.tool_calls[0].function.name === "get_weather",
       "the same function not strict: the call made, its arguments free");

@@ -267,7 +267,9 @@ static int check_reply(reply *rp, const char *what) {
 #define JSON_SCHEMA_BODY                                                                                     \
   "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"response_format\":{\"type\":\"json_schema\"," \
   "\"json_schema\":{\"name\":\"t\",\"schema\":{\"type\":\"object\",\"properties\":{\"a\":{\"anyOf\":[{\"type\":" \
-  "\"string\"},{\"$ref\":\"#/$defs/n\"}]}},\"$defs\":{\"n\":{\"enum\":[null,[1]]}}}}},\"max_tokens\":3}"
+  "\"string\",\"pattern\":\"^[a-z]+\\\\d?$\",\"maxLength\":9},{\"$ref\":\"#/$defs/n\"}]},\"b\":{\"type\":"   \
+  "\"number\",\"minimum\":0.5},\"c\":{\"format\":\"date\"}},\"$defs\":{\"n\":{\"enum\":[null,[1]]}}}}},"      \
+  "\"max_tokens\":3}"
 #define TOKENIZE_BODY "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}"
 #define DETOKENIZE_BODY "{\"tokens\":[5,6,7,300]}"
 
@@ -612,9 +614,10 @@ static void run_all(const run *r, const char *dir, void *ctx) {
       end -= END_MISSED;
     }
     CHECKF(end == END_OK || end == END_ERROR,
-           "%s: call %ld failing (its stack %016llx; RUN=%s FAIL_AT=%ld to see it): %s %d (1 reported, 3 silent, "
-           "4 hang)",
-           r->name, i + 1, (unsigned long long)stacks[i], r->name, i + 1, end < 0 ? "signal" : "end",
+           "%s: call %ld failing (its stack %016llx; RUN=%s FAIL_AT=%ld, or FAIL_STACK=%016llx, to see it): %s %d "
+           "(1 reported, 3 silent, 4 hang)",
+           r->name, i + 1, (unsigned long long)stacks[i], r->name, i + 1, (unsigned long long)stacks[i],
+           end < 0 ? "signal" : "end",
            end < 0 ? -1 - end : end);
     errors += end == END_ERROR;
   }
@@ -648,7 +651,7 @@ int main(void) {
       {"mkmodel", run_mkmodel, 256},
       {"commands", run_commands, 256},
   };
-  const char *only = getenv("RUN"), *fail_at = getenv("FAIL_AT");
+  const char *only = getenv("RUN"), *fail_at = getenv("FAIL_AT"), *fail_stack = getenv("FAIL_STACK");
   for (size_t i = 0; i < DSI_ARRAY_LEN(runs); i++) {
     const run *r = &runs[i];
     if (only && strcmp(only, r->name)) continue;
@@ -661,11 +664,12 @@ int main(void) {
       DSI_ASSERT(dsi_model_open(&m, dir, &lo, &err) == 0);
       DSI_ASSERT(dsi_engine_open(&e, m, &eo, &err) == 0);
     }
-    if (fail_at) { /* one case, here */
-      g_fail_at = atol(fail_at);
+    if (fail_at || fail_stack) { /* one case, here */
+      g_fail_at = fail_at ? atol(fail_at) : 0;
+      g_fail_stack = fail_stack ? strtoull(fail_stack, NULL, 16) : 0;
       g_show = 1;
       atomic_store(&g_armed, 1);
-      int rc = r->fn(dir, e);
+      int rc = enter(r, dir, e); /* as in a child: the same stacks */
       atomic_store(&g_armed, 0);
       printf("%s: end %d, %ld calls\n", r->name, rc, atomic_load(&g_calls));
     } else {

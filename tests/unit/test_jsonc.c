@@ -11,11 +11,13 @@
  * With schemas (test_schemas below): each keyword's cases accepted or
  * refused at the byte that breaks them; schemas the recognizer cannot
  * enforce refused with the keyword and its place named; and for a set of
- * schemas (anyOf, $ref recursion, enums, tuples, bounds), random values
- * made from the schema are accepted, random byte walks that take only
- * bytes the recognizer allows always reach a whole value (no dead end)
- * that an independent validator (validate() here) accepts, and byte
- * mutations accepted whole are valid too. */
+ * schemas (anyOf, $ref recursion, enums, tuples, patterns, numbers between
+ * bounds), random values made from the schema are accepted, random byte
+ * walks that take only bytes the recognizer allows always reach a whole
+ * value (no dead end) that an independent validator (validate() here)
+ * accepts, and byte mutations accepted whole are valid too. Numbers
+ * between bounds and patterns beside lengths are also checked against an
+ * oracle over every short text. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +27,7 @@
 #include "check.h"
 #include "dsinfer.h"
 #include "engine/jsonc.h"
+#include "engine/regex.h"
 #include "tokenizer/tokenizer.h"
 
 /* the cost of testing every id of DeepSeek-V3's tokenizer (when the
@@ -200,8 +203,11 @@ static int validate(const cJSON *v, const cJSON *s) {
             cJSON_HasObjectItem(s, "additionalProperties");
     int a = cJSON_HasObjectItem(s, "items") || cJSON_HasObjectItem(s, "prefixItems") ||
             cJSON_HasObjectItem(s, "minItems") || cJSON_HasObjectItem(s, "maxItems");
-    int st = cJSON_HasObjectItem(s, "minLength") || cJSON_HasObjectItem(s, "maxLength");
-    if (o || a || st) type_ok = (o && cJSON_IsObject(v)) || (a && cJSON_IsArray(v)) || (st && cJSON_IsString(v));
+    int st = cJSON_HasObjectItem(s, "minLength") || cJSON_HasObjectItem(s, "maxLength") || cJSON_HasObjectItem(s, "pattern");
+    int nu = cJSON_HasObjectItem(s, "minimum") || cJSON_HasObjectItem(s, "maximum") ||
+             cJSON_HasObjectItem(s, "exclusiveMinimum") || cJSON_HasObjectItem(s, "exclusiveMaximum");
+    if (o || a || st || nu)
+      type_ok = (o && cJSON_IsObject(v)) || (a && cJSON_IsArray(v)) || (st && cJSON_IsString(v)) || (nu && cJSON_IsNumber(v));
   }
   if (!type_ok) return 0;
   const cJSON *en = cJSON_GetObjectItemCaseSensitive(s, "enum"), *cn = cJSON_GetObjectItemCaseSensitive(s, "const");
@@ -242,9 +248,26 @@ static int validate(const cJSON *v, const cJSON *s) {
       i++;
     }
   }
+  if (cJSON_IsNumber(v)) {
+    const cJSON *mn = cJSON_GetObjectItemCaseSensitive(s, "minimum"), *mx = cJSON_GetObjectItemCaseSensitive(s, "maximum");
+    const cJSON *xn = cJSON_GetObjectItemCaseSensitive(s, "exclusiveMinimum"), *xx = cJSON_GetObjectItemCaseSensitive(s, "exclusiveMaximum");
+    double d = v->valuedouble;
+    if (mn && (cJSON_IsTrue(xn) ? d <= mn->valuedouble : d < mn->valuedouble)) return 0;
+    if (mx && (cJSON_IsTrue(xx) ? d >= mx->valuedouble : d > mx->valuedouble)) return 0;
+    if (cJSON_IsNumber(xn) && d <= xn->valuedouble) return 0;
+    if (cJSON_IsNumber(xx) && d >= xx->valuedouble) return 0;
+  }
   if (cJSON_IsString(v)) {
     const cJSON *mn = cJSON_GetObjectItemCaseSensitive(s, "minLength"), *mx = cJSON_GetObjectItemCaseSensitive(s, "maxLength");
     if ((mn && chars(v->valuestring) < mn->valueint) || (mx && chars(v->valuestring) > mx->valueint)) return 0;
+    const cJSON *pt = cJSON_GetObjectItemCaseSensitive(s, "pattern");
+    if (pt) { /* the pattern's automaton: test_regex holds it to JavaScript's RegExp */
+      dsi_redfa d;
+      DSI_ASSERT(!dsi_redfa_compile(&d, pt->valuestring, strlen(pt->valuestring), NULL, 0));
+      int m = dsi_redfa_match(&d, v->valuestring, strlen(v->valuestring));
+      dsi_redfa_free(&d);
+      if (!m) return 0;
+    }
   }
   return 1;
 }
@@ -260,6 +283,8 @@ static cJSON *gen(dsi_rng *r, const cJSON *s, int depth) {
     return gen(r, cJSON_GetArrayItem(k, depth > 3 ? n - 1 : (int)(dsi_rng_u64(r) % (uint64_t)n)), depth + 1);
   }
   if ((k = cJSON_GetObjectItemCaseSensitive(s, "const"))) return cJSON_Duplicate(k, 1);
+  if ((k = cJSON_GetObjectItemCaseSensitive(s, "examples"))) /* a pattern's: strings that match it */
+    return cJSON_Duplicate(cJSON_GetArrayItem(k, (int)(dsi_rng_u64(r) % (uint64_t)cJSON_GetArraySize(k))), 1);
   if ((k = cJSON_GetObjectItemCaseSensitive(s, "enum")))
     return cJSON_Duplicate(cJSON_GetArrayItem(k, (int)(dsi_rng_u64(r) % (uint64_t)cJSON_GetArraySize(k))), 1);
   const cJSON *ty = cJSON_GetObjectItemCaseSensitive(s, "type");
@@ -349,6 +374,128 @@ static int walk(const dsi_jschema *sc, dsi_rng *r, char *out, size_t max) {
   return 0;
 }
 
+/* Numbers between bounds, every short text: for pairs of bounds
+ * (inclusive or not, integer or number), each text of up to 5 bytes over
+ * "-0125.9" is taken whole as a member's value exactly when it is a JSON
+ * number without an exponent (an integer's without a fraction) inside the
+ * bounds. */
+static void test_bounds_exhaustive(void) {
+  static const double b[] = {-10, -2.5, -1, 0, 0.1, 0.25, 1, 3, 7.5, 100};
+  static const char alpha[] = "-0125.9";
+  int schemas = 0;
+  long texts = 0, wrong = 0;
+  dsi_err err;
+  for (int i = 0; i < 10; i++)
+    for (int k = i + 1; k < 10; k += 2)
+      for (int v = 0; v < 4; v++) {
+        int integer = v & 1, excl = v >> 1;
+        char sch[256];
+        snprintf(sch, sizeof sch,
+                 "{\"type\":\"object\",\"properties\":{\"p\":{\"type\":\"%s\",\"%s\":%g,\"%s\":%g}}}",
+                 integer ? "integer" : "number", excl ? "exclusiveMinimum" : "minimum", b[i],
+                 excl ? "maximum" : "exclusiveMaximum", b[k]);
+        dsi_jschema *sc = comp(sch, &err);
+        if (!sc) {
+          CHECKF(0, "%s compiles: %s", sch, err.msg);
+          continue;
+        }
+        schemas++;
+        char x[8], text[32];
+        for (int len = 1; len <= 5; len++) {
+          long total = 1;
+          for (int q = 0; q < len; q++) total *= 7;
+          for (long code = 0; code < total; code++) {
+            long c = code;
+            for (int q = 0; q < len; q++) x[q] = alpha[c % 7], c /= 7;
+            x[len] = 0;
+            /* the oracle: -?(0|[1-9][0-9]*)(\.[0-9]+)? , then the bounds */
+            const char *p = x + (x[0] == '-');
+            int ok = *p >= '0' && *p <= '9' && !(p[0] == '0' && p[1] >= '0' && p[1] <= '9');
+            while (*p >= '0' && *p <= '9') p++;
+            if (ok && *p == '.') {
+              ok = !integer && p[1] >= '0' && p[1] <= '9';
+              for (p++; *p >= '0' && *p <= '9';) p++;
+            }
+            ok = ok && !*p;
+            double d = ok ? strtod(x, NULL) : 0;
+            ok = ok && (excl ? d > b[i] : d >= b[i]) && (excl ? d <= b[k] : d < b[k]);
+            snprintf(text, sizeof text, "{\"p\":%s}", x);
+            int got = judge_with(sc, text) == 1;
+            if (got != ok && wrong++ < 5) fprintf(stderr, "    %s on %s: %d, want %d\n", text, sch, got, ok);
+            texts++;
+          }
+        }
+        dsi_jschema_free(sc);
+      }
+  CHECKF(wrong == 0, "%ld of %ld texts under %d pairs of bounds judged wrong", wrong, texts, schemas);
+  printf("bounds: %ld texts under %d pairs of bounds, each judged as the oracle does\n", texts, schemas);
+}
+
+/* Patterns beside lengths, every short string: for anchored patterns over
+ * "ab" and pairs of minLength / maxLength, each string of up to 8 of those
+ * characters is taken whole exactly when it matches and its length is
+ * allowed, and (with a maxLength, so every value is that short) each is
+ * taken as a prefix exactly when some allowed value begins with it; a pair
+ * no string fits is refused as unsatisfiable. */
+static void test_lengths_exhaustive(void) {
+  static const char *const pats[] = {"^(aa)*$", "^a*b$", "^(ab|b)*a?$", "^[ab]{2,4}$", "^a(ba)*$", "^(a|bb)+$", "^b*$",
+                                     "^(aab)*$"};
+  static const int mins[] = {0, 1, 2, 3, 5}, maxs[] = {-1, 0, 1, 2, 3, 4, 6, 8};
+  long wrong = 0, texts = 0;
+  int schemas = 0;
+  dsi_err err;
+  static char ok_whole[512]; /* by string: 2^len + bits - 1 */
+  for (size_t pi = 0; pi < DSI_ARRAY_LEN(pats); pi++) {
+    dsi_redfa d;
+    DSI_ASSERT(!dsi_redfa_compile(&d, pats[pi], strlen(pats[pi]), NULL, 0));
+    for (size_t a = 0; a < DSI_ARRAY_LEN(mins); a++)
+      for (size_t b = 0; b < DSI_ARRAY_LEN(maxs); b++) {
+        int mn = mins[a], mx = maxs[b];
+        if (mx >= 0 && mn > mx) continue;
+        char sch[160], str[16], text[24];
+        int at = snprintf(sch, sizeof sch, "{\"type\":\"string\",\"pattern\":\"%s\",\"minLength\":%d", pats[pi], mn);
+        snprintf(sch + at, sizeof sch - (size_t)at, mx >= 0 ? ",\"maxLength\":%d}" : "}", mx);
+        int any = 0;
+        for (int len = 0; len <= 8; len++)
+          for (int bits = 0; bits < 1 << len; bits++) {
+            for (int q = 0; q < len; q++) str[q] = bits >> q & 1 ? 'b' : 'a';
+            int ok = dsi_redfa_match(&d, str, (size_t)len) && len >= mn && (mx < 0 || len <= mx);
+            ok_whole[(1 << len) + bits - 1] = (char)ok;
+            any |= ok;
+          }
+        dsi_jschema *sc = comp(sch, &err);
+        if (!sc) {
+          if (any || !strstr(err.msg, "no value")) wrong++, fprintf(stderr, "    %s: %s\n", sch, err.msg);
+          continue;
+        }
+        schemas++;
+        for (int len = 0; len <= 8; len++)
+          for (int bits = 0; bits < 1 << len; bits++) {
+            for (int q = 0; q < len; q++) str[q] = bits >> q & 1 ? 'b' : 'a';
+            str[len] = 0;
+            snprintf(text, sizeof text, "\"%s\"", str);
+            int got = judge_with(sc, text) == 1;
+            texts++;
+            if (got != ok_whole[(1 << len) + bits - 1] && wrong++ < 5)
+              fprintf(stderr, "    %s on %s: %d\n", text, sch, got);
+            if (mx < 0) continue;
+            int ahead = 0; /* some allowed value of up to 8 characters begins with str */
+            for (int l2 = len; l2 <= 8 && !ahead; l2++)
+              for (int rest = 0; rest < 1 << (l2 - len) && !ahead; rest++)
+                ahead = ok_whole[(1 << l2) + (bits | rest << len) - 1];
+            text[len + 1] = 0;
+            int pre = judge_with(sc, text) >= 0;
+            if (pre != ahead && wrong++ < 5) fprintf(stderr, "    prefix %s on %s: %d\n", text, sch, pre);
+          }
+        dsi_jschema_free(sc);
+      }
+    dsi_redfa_free(&d);
+  }
+  CHECKF(wrong == 0, "%ld wrong among %ld strings under %d patterns with lengths", wrong, texts, schemas);
+  printf("lengths: %ld strings under %d patterns with lengths, each judged as the oracle does, whole and as a prefix\n",
+         texts, schemas);
+}
+
 static void test_schemas(void) {
   dsi_err err;
   /* each keyword: accepted whole (1), a prefix (0), or refused at byte k (-2 - k) */
@@ -431,9 +578,90 @@ static void test_schemas(void) {
     {CALLS, "get_w\n", -2 - 5},
     {CALLS, "get_time\n```json\n{\"city\":1}", -2 - 19},
     {CALLS, "get_weather\n```json\n{}", -2 - 21},
-    /* annotations pass */
+    /* pattern: the string's value (escapes read) matches it; lengths beside it */
+    {"{\"type\":\"string\",\"pattern\":\"^[a-z]+$\"}", "\"abc\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"^[a-z]+$\"}", "\"aB", -2 - 2},
+    {"{\"type\":\"string\",\"pattern\":\"^[a-z]+$\"}", "\"\"", -2 - 1},
+    {"{\"type\":\"string\",\"pattern\":\"ab\"}", "\"x a ab yy\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"ab\"}", "\"xa\"", -2 - 3},
+    {"{\"type\":\"string\",\"pattern\":\"^a\\\\nb$\"}", "\"a\\nb\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"^a\\\\nb$\"}", "\"a\\t", -2 - 3},
+    {"{\"type\":\"string\",\"pattern\":\"^\\\"\\\\\\\\/$\"}", "\"\\\"\\\\/\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"^a$\"}", "\"\\u0061\"", -2 - 1}, /* no escape gives an 'a' */
+    {"{\"type\":\"string\",\"pattern\":\"^\\\\d{3}-\\\\d{4}$\"}", "\"555-0199\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"^\\\\d{3}-\\\\d{4}$\"}", "\"555-01999", -2 - 9},
+    {"{\"type\":\"string\",\"pattern\":\"^\u00e9+\u20ac?$\"}", "\"\xc3\xa9\xc3\xa9\xe2\x82\xac\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"^\u00e9+\u20ac?$\"}", "\"\xc3\xa9\xc3\xa8", -2 - 4},
+    {"{\"type\":\"string\",\"pattern\":\"^a+b$\",\"maxLength\":3}", "\"aab\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"^a+b$\",\"maxLength\":3}", "\"aaa", -2 - 3},
+    {"{\"type\":\"string\",\"pattern\":\"^(ab)+$\",\"minLength\":3}", "\"abab\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"^(ab)+$\",\"minLength\":3}", "\"ab\"", -2 - 3},
+    {"{\"type\":\"string\",\"pattern\":\"^(aa)*$\",\"minLength\":1,\"maxLength\":3}", "\"a", 0},
+    {"{\"type\":\"string\",\"pattern\":\"^(aa)*$\",\"minLength\":1,\"maxLength\":3}", "\"aaa", -2 - 3},
+    {"{\"type\":[\"string\",\"null\"],\"pattern\":\"^x$\"}", "null", 1},
+    {"{\"pattern\":\"^x$\"}", "\"x\"", 1},
+    {"{\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"string\",\"pattern\":\"^\\\\d{4}-\\\\d{2}$\"}}}",
+     "{\"d\": \"2026-12\"}", 1},
+    /* numbers between bounds: exact decimals, no exponent */
+#define INT_0_100 "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":100}}}"
+    {INT_0_100, "{\"a\":100}", 1},
+    {INT_0_100, "{\"a\":101", -2 - 7},
+    {INT_0_100, "{\"a\":-0}", 1},
+    {INT_0_100, "{\"a\":-1", -2 - 6},
+    {INT_0_100, "{\"a\":5.5", -2 - 6},
+    {INT_0_100, "{\"a\":1e2", -2 - 6},
+    {INT_0_100, "{\"a\":007", -2 - 6},
+#define NUM_0_1 "{\"type\":\"object\",\"properties\":{\"p\":{\"type\":\"number\",\"exclusiveMinimum\":0,\"maximum\":1}}}"
+    {NUM_0_1, "{\"p\":0.5}", 1},
+    {NUM_0_1, "{\"p\":1.0}", 1},
+    {NUM_0_1, "{\"p\":0}", -2 - 6},
+    {NUM_0_1, "{\"p\":1.01", -2 - 8},
+    {NUM_0_1, "{\"p\":2", -2 - 5},
+    {NUM_0_1, "{\"p\":0.000000000000000001}", 1},
+    {NUM_0_1, "{\"p\":0.000000000000000000", -2 - 24},
+    {NUM_0_1, "{\"p\":0.5e-1", -2 - 8},
+    {"{\"type\":\"object\",\"properties\":{\"p\":{\"type\":\"integer\",\"minimum\":0,\"exclusiveMinimum\":true}}}",
+     "{\"p\":0}", -2 - 5}, /* 0 can be nothing more */
+    {"{\"type\":\"object\",\"properties\":{\"p\":{\"type\":\"integer\",\"minimum\":0,\"exclusiveMinimum\":true}}}",
+     "{\"p\":1}", 1},
+    {"{\"type\":\"object\",\"properties\":{\"p\":{\"type\":\"integer\",\"maximum\":-5}}}", "{\"p\":-50}", 1},
+    {"{\"type\":\"object\",\"properties\":{\"p\":{\"type\":\"integer\",\"maximum\":-5}}}", "{\"p\":-4}", -2 - 7}, /* -4 could have become -40 */
+    {"{\"type\":\"object\",\"properties\":{\"p\":{\"type\":\"integer\",\"maximum\":-5}}}", "{\"p\":4", -2 - 5},
+    {"{\"type\":\"object\",\"properties\":{\"p\":{\"type\":\"number\",\"minimum\":0.1}}}", "{\"p\":0.1}", 1},
+    {"{\"type\":\"object\",\"properties\":{\"p\":{\"type\":\"number\",\"minimum\":0.1}}}", "{\"p\":0.09", -2 - 7},
+    {"{\"type\":\"object\",\"properties\":{\"p\":{\"type\":\"number\",\"minimum\":0.1}}}", "{\"p\":12345}", 1},
+    {"{\"type\":\"object\",\"properties\":{\"p\":{\"minimum\":2}}}", "{\"p\":\"x", -2 - 5},
+    {"{\"type\":\"object\",\"properties\":{\"p\":{\"type\":\"integer\",\"minimum\":1e30}}}", "{\"p\":1", -2 - 1}, /* past what 18 digits hold: never given */
+    {"{\"type\":\"object\",\"properties\":{\"p\":{\"type\":\"integer\",\"maximum\":1e30}}}",
+     "{\"p\":999999999999999999}", 1},
+    /* formats held as patterns */
+#define FMT(f) "{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"string\",\"format\":\"" f "\"}}}"
+    {FMT("date-time"), "{\"v\":\"2026-12-06T08:14:16.25Z\"}", 1},
+    {FMT("date-time"), "{\"v\":\"2026-12-06t23:59:60+05:30\"}", 1},
+    {FMT("date-time"), "{\"v\":\"2026-13", -2 - 12},
+    {FMT("date-time"), "{\"v\":\"2026-12-06 08", -2 - 16},
+    {FMT("date-time"), "{\"v\":\"2026-12-06T08:14:16\"", -2 - 25},
+    {FMT("date"), "{\"v\":\"1999-02-28\"}", 1},
+    {FMT("date"), "{\"v\":\"1999-02-32", -2 - 15},
+    {FMT("time"), "{\"v\":\"24", -2 - 7},
+    {FMT("duration"), "{\"v\":\"P1Y2M3DT4H5M6S\"}", 1},
+    {FMT("duration"), "{\"v\":\"P3W\"}", 1},
+    {FMT("duration"), "{\"v\":\"PT\"", -2 - 8},
+    {FMT("uuid"), "{\"v\":\"123e4567-e89b-12d3-a456-426614174000\"}", 1},
+    {FMT("uuid"), "{\"v\":\"123e4567-e89b-12d3-a456-42661417400\"", -2 - 41},
+    {FMT("ipv4"), "{\"v\":\"192.168.0.255\"}", 1},
+    {FMT("ipv4"), "{\"v\":\"256", -2 - 8},
+    {FMT("email"), "{\"v\":\"ada.l+x@example.co.uk\"}", 1},
+    {FMT("email"), "{\"v\":\"ada@example\"", -2 - 17},
+    {FMT("email"), "{\"v\":\"ada..", -2 - 10},
+    {FMT("hostname"), "{\"v\":\"a-1.example\"}", 1},
+    {FMT("hostname"), "{\"v\":\"-a", -2 - 6},
+    /* a pattern beside a format: the pattern holds, the format an annotation */
+    {"{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"string\",\"format\":\"date\",\"pattern\":\"^x$\"}}}",
+     "{\"v\":\"x\"}", 1},
+    /* annotations pass (a format not held among them) */
     {"{\"title\":\"T\",\"description\":\"d\",\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"string\",\"format\":"
-     "\"date-time\",\"default\":\"x\"}},\"$schema\":\"https://json-schema.org/draft/2020-12/schema\"}", "{\"d\":\"x\"}", 1},
+     "\"ipv6\",\"default\":\"x\"}},\"$schema\":\"https://json-schema.org/draft/2020-12/schema\"}", "{\"d\":\"x\"}", 1},
   };
   for (size_t i = 0; i < DSI_ARRAY_LEN(cases); i++) {
     dsi_jschema *sc = comp(cases[i].schema, &err);
@@ -447,12 +675,25 @@ static void test_schemas(void) {
     dsi_jschema_free(sc);
   }
 
+  printf("%zu cases of the keywords\n", DSI_ARRAY_LEN(cases));
   /* refused at compile time, the message naming why */
   static const struct {
     const char *schema, *says;
   } refused[] = {
-    {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":0}}}", "/properties/a: 'minimum'"},
-    {"{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\",\"pattern\":\"^a\"}}}", "'pattern'"},
+    {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"multipleOf\":2}}}", "/properties/a: 'multipleOf'"},
+    {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":\"0\"}}}", "'minimum' must be a number"},
+    {"{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\",\"minimum\":1.5,\"maximum\":1.9}},"
+     "\"required\":[\"n\"]}", "no value"},
+    {"{\"type\":\"object\",\"properties\":{\"n\":{\"enum\":[1,2],\"minimum\":2}}}", "'minimum' beside enum"},
+    {"{\"minimum\":1}", "bare number"},
+    {"{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\",\"pattern\":\"(?=a)\"}}}",
+     "/properties/s: 'pattern': lookaround"},
+    {"{\"type\":\"string\",\"pattern\":\"a{2000}\"}", "above 1000"},
+    {"{\"type\":\"string\",\"pattern\":1}", "'pattern' must be a string"},
+    {"{\"type\":\"string\",\"pattern\":\"a\",\"minLength\":5000}", "minLength above 1,024 beside a pattern"},
+    {"{\"type\":\"string\",\"pattern\":\"^(aa)*$\",\"minLength\":3,\"maxLength\":3}", "no value"},
+    {"{\"type\":\"string\",\"pattern\":\"^[\\\\x00-\\\\x07]$\"}", "no value"},
+    {"{\"enum\":[\"a\"],\"pattern\":\"a\"}", "'pattern' beside enum"},
     {"{\"type\":\"array\",\"uniqueItems\":true}", "'uniqueItems'"},
     {"{\"type\":\"integer\"}", "bare number"},
     {"{\"x-dsinfer-prefix\":\"n=\",\"type\":\"integer\"}", "bare number"},
@@ -481,6 +722,7 @@ static void test_schemas(void) {
            refused[i].says, refused[i].schema, sc ? "compiled" : err.msg);
     dsi_jschema_free(sc);
   }
+  printf("%zu schemas refused\n", DSI_ARRAY_LEN(refused));
   /* 65 properties, 65 enum values */
   {
     char big[4096];
@@ -541,6 +783,19 @@ static void test_schemas(void) {
     "{\"enum\":[\"m\",\"km\"]}],\"items\":false,\"minItems\":3},\"code\":{\"type\":\"string\",\"minLength\":3},"
     "\"more\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"array\",\"items\":{\"type\":\"integer\"}}}},"
     "\"required\":[\"pt\",\"code\"]}",
+    /* patterns, beside lengths and other types, with strings that match them as examples */
+    "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}-\\\\d{3,5}$\","
+    "\"examples\":[\"AB-123\",\"ZZ-00000\"]},\"mail\":{\"type\":\"string\",\"pattern\":"
+    "\"^[a-z.]+@[a-z]+\\\\.(com|org)$\",\"maxLength\":16,\"examples\":[\"a.b@cd.org\",\"x@y.com\"]},"
+    "\"note\":{\"type\":[\"string\",\"null\"],\"pattern\":\"^(ok|no)\\\\s?[0-9]*$\",\"minLength\":3,"
+    "\"examples\":[\"ok 12\",\"no7\",null]},\"q\":{\"pattern\":\"^[a-c]*\\\\n[\\\"\\\\\\\\]$\","
+    "\"examples\":[\"ab\\n\\\"\",\"\\n\\\\\"]}},\"required\":[\"id\",\"mail\",\"note\",\"q\"]}",
+    /* numbers between bounds, with values in them as examples */
+    "{\"type\":\"object\",\"properties\":{\"age\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":150,\"examples\":"
+    "[0,37,150]},\"p\":{\"type\":\"number\",\"exclusiveMinimum\":0,\"maximum\":1,\"examples\":[0.5,1,0.001]},"
+    "\"t\":{\"type\":\"number\",\"minimum\":-273.15,\"examples\":[-273.15,20.5,1000]},\"k\":{\"type\":"
+    "[\"integer\",\"null\"],\"exclusiveMaximum\":-10,\"examples\":[-11,null,-1000]}},\"required\":[\"age\",\"p\","
+    "\"t\",\"k\"],\"additionalProperties\":false}",
     /* any object (json_object) */
     "{\"type\":\"object\"}",
   };
@@ -596,6 +851,9 @@ static void test_schemas(void) {
            mut_whole);
     if (i == 0) mask_cost(sc, "{\"name\": \"Ada\", \"age\": 3", "inside a schema's integer");
     if (i == 2) mask_cost(sc, "{\"shape\": {\"kind\": \"", "at a union's discriminator");
+    if (i == 5) mask_cost(sc, "{\"id\": \"AB-1", "in a string held to a pattern (^[A-Z]{2}-\\d{3,5}$)");
+    if (i == 5) mask_cost(sc, "{\"id\": \"AB-123\", \"mail\": \"ada", "in a string held to an email pattern");
+    if (i == 6) mask_cost(sc, "{\"age\": 1", "in an integer between 0 and 150");
     if (i == 2) { /* the most a state can hold: readings 60 deep, a string open (two fit DSI_JSONC_MAX_OPEN) */
       char sch[1024], st[64];
       size_t k = (size_t)snprintf(sch, sizeof sch, "{\"anyOf\":[");
@@ -705,6 +963,8 @@ int main(void) {
   mask_cost(g_any, "{\"name\": \"Ada", "inside a string");
   mask_cost(g_any, "{\"a\": 1", "after a number");
   test_schemas();
+  test_bounds_exhaustive();
+  test_lengths_exhaustive();
   dsi_jschema_free(g_any);
   return check_done();
 }

@@ -736,10 +736,10 @@ static void test_json(const char *schema) {
   s = open_sched(e, N_JSON, 64, 0);
   dsi_request bad = t;
   bad.prompt = p, bad.n_prompt = 6;
-  bad.json_schema = "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\",\"minimum\":3}}}";
+  bad.json_schema = "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\",\"multipleOf\":3}}}";
   uint64_t id;
   dsi_err e2 = {0};
-  CHECK(dsi_sched_submit(s, &bad, &id, &e2) == DSI_E_INVAL && strstr(e2.msg, "minimum") &&
+  CHECK(dsi_sched_submit(s, &bad, &id, &e2) == DSI_E_INVAL && strstr(e2.msg, "multipleOf") &&
         strstr(e2.msg, "/properties/x"));
   dsi_sched_free(s);
   dsi_jschema_free(sc);
