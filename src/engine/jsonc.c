@@ -45,6 +45,7 @@ typedef struct jnode {
   int32_t n_props, props;     /* object: props[props..] */
   uint64_t required;          /* bit i: props[props + i] must be given */
   int32_t addl;               /* members beyond the properties: their node, -1 none */
+  int32_t min_props, max_props; /* members; max -1: no bound */
   int32_t n_prefix, prefix;   /* array: the first items' nodes at ids[prefix..] */
   int32_t items;              /* the later items' node, -1 none */
   int32_t min_items, max_items; /* max -1: no bound */
@@ -122,7 +123,7 @@ static int32_t new_node(dsi_jschema *sc, uint8_t types) {
   if (sc->n_nodes >= UINT16_MAX || grow((void **)&sc->nodes, &sc->cap_nodes, sc->n_nodes + 1, sizeof(jnode)))
     return -1;
   sc->nodes[sc->n_nodes] =
-    (jnode){.types = types, .addl = -1, .items = -1, .max_items = -1, .max_len = -1, .pat = -1, .num = -1, .lead = -1};
+    (jnode){.types = types, .addl = -1, .max_props = -1, .items = -1, .max_items = -1, .max_len = -1, .pat = -1, .num = -1, .lead = -1};
   return sc->n_nodes++;
 }
 
@@ -172,13 +173,14 @@ static int oom(cctx *x) {
 /* keywords that constrain a value in ways the recognizer does not hold */
 static const char *const k_refused[] = {
   "patternProperties", "propertyNames", "multipleOf", "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies", "uniqueItems",
-  "contains", "minContains", "maxContains", "minProperties", "maxProperties", "unevaluatedProperties",
+  "contains", "minContains", "maxContains", "unevaluatedProperties",
   "unevaluatedItems", "$dynamicRef", "$recursiveRef",
 };
 /* keywords that constrain a value directly (beside a combinator: refused) */
 static const char *const k_direct[] = {
   "type", "enum", "const", "properties", "required", "additionalProperties", "items", "prefixItems",
-  "additionalItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "minimum", "maximum",
+  "additionalItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "minimum", "maximum", "minProperties",
+  "maxProperties",
   "exclusiveMinimum", "exclusiveMaximum",
 };
 
@@ -648,13 +650,14 @@ static int32_t body(cctx *x, const cJSON *s, int me) {
       if (!b.types) return fail(x, "'%s' must name JSON types (null, boolean, integer, number, string, array, object)", "type");
     } else {
       /* no type: the types its keywords are about, else any */
-      static const char *const obj_k[] = {"properties", "required", "additionalProperties"};
+      static const char *const obj_k[] = {"properties", "required", "additionalProperties", "minProperties",
+                                          "maxProperties"};
       static const char *const arr_k[] = {"items", "prefixItems", "additionalItems", "minItems", "maxItems"};
       static const char *const str_k[] = {"minLength", "maxLength", "pattern"};
       static const char *const num_k[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
       uint8_t t = 0;
       cJSON_ArrayForEach(e, s) if (e->string) {
-        if (in_list(e->string, obj_k, 3)) t |= T_OBJ;
+        if (in_list(e->string, obj_k, 5)) t |= T_OBJ;
         if (in_list(e->string, arr_k, 5)) t |= T_ARR;
         if (in_list(e->string, str_k, 3)) t |= T_STR;
         if (in_list(e->string, num_k, 4)) t |= T_INT | T_NUM;
@@ -745,8 +748,10 @@ static int32_t body(cctx *x, const cJSON *s, int me) {
       if (it && (n.items = child(x, it, "items")) < 0) return -1;
       if (n.items == NODE_NEVER) n.items = -1;
       if (get_count(x, s, "minItems", &n.min_items) < 0 || get_count(x, s, "maxItems", &n.max_items) < 0 ||
-          get_count(x, s, "minLength", &n.min_len) < 0 || get_count(x, s, "maxLength", &n.max_len) < 0)
+          get_count(x, s, "minLength", &n.min_len) < 0 || get_count(x, s, "maxLength", &n.max_len) < 0 ||
+          get_count(x, s, "minProperties", &n.min_props) < 0 || get_count(x, s, "maxProperties", &n.max_props) < 0)
         return -1;
+      if (n.max_props >= 0 && n.min_props > n.max_props) return fail(x, "minProperties above maxProperties%s", "");
       if (n.max_items >= 0 && n.min_items > n.max_items) return fail(x, "minItems above maxItems%s", "");
       if (n.max_len >= 0 && n.min_len > n.max_len) return fail(x, "minLength above maxLength%s", "");
       if (n.items < 0 && n.min_items > n.n_prefix && (n.types & T_ARR))
@@ -784,8 +789,14 @@ static int node_sat(const dsi_jschema *sc, const jnode *nd) {
   int ok = 0;
   if (nd->types & T_OBJ) {
     ok = 1;
-    for (int i = 0; i < nd->n_props; i++)
-      if ((nd->required >> i & 1) && !sc->nodes[sc->props[nd->props + i].node].sat) ok = 0;
+    int avail = 0; /* the members that can be given: properties, and more if others may be */
+    for (int i = 0; i < nd->n_props; i++) {
+      int sat = sc->nodes[sc->props[nd->props + i].node].sat;
+      avail += sat;
+      if ((nd->required >> i & 1) && !sat) ok = 0;
+    }
+    if (nd->max_props >= 0 && __builtin_popcountll(nd->required) > nd->max_props) ok = 0;
+    if (!(nd->addl >= 0 && sc->nodes[nd->addl].sat) && avail < nd->min_props) ok = 0;
   }
   if (!ok && (nd->types & T_ARR)) {
     ok = 1;
@@ -883,8 +894,8 @@ int dsi_jschema_compile(dsi_jschema **out, const char *schema, size_t n, dsi_err
  * recognizer over a schema of any value that needs no allocation */
 static int is_json(const char *s, size_t n) {
   static const jnode any = {
-    .types = T_ALL, .addl = NODE_ANY, .items = NODE_ANY, .max_items = -1, .max_len = -1, .pat = -1, .num = -1,
-    .lead = -1, .sat = 1};
+    .types = T_ALL, .addl = NODE_ANY, .max_props = -1, .items = NODE_ANY, .max_items = -1, .max_len = -1, .pat = -1,
+    .num = -1, .lead = -1, .sat = 1};
   static const dsi_jschema sc = {.nodes = (jnode *)&any, .n_nodes = 1, .root = NODE_ANY};
   dsi_jsonc j;
   dsi_jsonc_init(&j, &sc);
@@ -1010,6 +1021,21 @@ static int push(dsi_jsonc_reading *r, int32_t node) {
 static uint64_t unseen(const jnode *nd, const dsi_jsonc_frame *f) {
   uint64_t all = nd->n_props == 64 ? ~0ull : (1ull << nd->n_props) - 1;
   return all & ~f->seen & ~nd->dead;
+}
+
+/* the properties the next member may be, and (*other) whether it may be
+ * one beyond them: with maxProperties, once the required ones not yet
+ * given fill the room left, only they */
+static uint64_t may_give(const jnode *nd, const dsi_jsonc_frame *f, int *other) {
+  int tight = nd->max_props >= 0 &&
+              (long)f->count + 1 + __builtin_popcountll(nd->required & ~f->seen) > (long)nd->max_props;
+  *other = nd->addl >= 0 && !tight;
+  return tight ? unseen(nd, f) & nd->required : unseen(nd, f);
+}
+
+static int more_members(const jnode *nd, const dsi_jsonc_frame *f) {
+  int other;
+  return may_give(nd, f, &other) || other;
 }
 
 /* item k of an array can be given: its node, or -1 */
@@ -1156,7 +1182,8 @@ static int name_byte(const dsi_jschema *sc, dsi_jsonc_frame *f, const jnode *nd,
     if ((f->cand >> i & 1) && f->off < nm->n && (uint8_t)nm->s[f->off] == c) next |= 1ull << i;
   }
   f->cand = next;
-  if (!(next & ~f->seen) && nd->addl < 0) return -1; /* no name it could still become */
+  int other;
+  if (!(next & may_give(nd, f, &other)) && !other) return -1; /* no name it could still become */
   if (f->off < UINT16_MAX) f->off++;
   return 0;
 }
@@ -1166,8 +1193,10 @@ static int name_end(const dsi_jschema *sc, dsi_jsonc_frame *f, const jnode *nd) 
   f->cur = NO_PROP;
   for (int i = 0; i < nd->n_props; i++)
     if ((f->cand >> i & 1) && sc->props[nd->props + i].name.n == f->off) f->cur = (uint16_t)i;
-  if (f->cur != NO_PROP && (f->seen >> f->cur & 1)) return -1; /* given already */
-  if (f->cur == NO_PROP && nd->addl < 0) return -1;
+  int other;
+  uint64_t may = may_give(nd, f, &other);
+  if (f->cur != NO_PROP && !(may >> f->cur & 1)) return -1; /* given already, or no room for it */
+  if (f->cur == NO_PROP && !other) return -1;
   f->st = O_COLON;
   return 0;
 }
@@ -1210,18 +1239,18 @@ static int step(const dsi_jschema *sc, dsi_jsonc_reading *r, uint8_t c) {
   case O_FIRST:
   case O_AFTER:
     if (c == '}') {
-      if (nd->required & ~f->seen) return -1;
+      if ((nd->required & ~f->seen) || f->count < (uint32_t)nd->min_props) return -1;
       r->depth--;
       return 0;
     }
     if (f->st == O_AFTER) {
-      if (c != ',' || (!unseen(nd, f) && nd->addl < 0)) return -1;
+      if (c != ',' || !more_members(nd, f)) return -1;
       f->st = O_NAME;
       return 0;
     }
     /* fall through */
   case O_NAME:
-    if (c != '"' || (!unseen(nd, f) && nd->addl < 0)) return -1;
+    if (c != '"' || !more_members(nd, f)) return -1;
     f->st = O_KEY, f->off = 0;
     f->cand = (nd->n_props == 64 ? ~0ull : (1ull << nd->n_props) - 1) & ~nd->dead;
     return 0;

@@ -584,12 +584,8 @@ static int e_cmp_from(const void *a, const void *b) {
   return x->from < y->from ? -1 : x->from > y->from;
 }
 
-static int i32_cmp(const void *a, const void *b) {
-  int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-  return x < y ? -1 : x > y;
-}
-
-/* set[0..n) (marked with the current stamp) closed under empty edges, sorted: its size */
+/* set[0..n) (marked with the current stamp) closed under empty edges (all
+ * its states marked, in no order): its size */
 static int closure(adj *g, int32_t *set, int n) {
   int sp = 0;
   for (int i = 0; i < n; i++) g->stack[sp++] = set[i];
@@ -601,14 +597,26 @@ static int closure(adj *g, int32_t *set, int n) {
       if (g->stamp[t] != g->gen) g->stamp[t] = g->gen, set[n++] = t, g->stack[sp++] = t;
     }
   }
-  qsort(set, (size_t)n, sizeof *set, i32_cmp);
+  g->work += n;
   return n;
 }
 
+/* a set's hash, whatever the order of its states */
 static uint64_t set_hash(const int32_t *s, int n) {
-  uint64_t h = 0xcbf29ce484222325ull ^ (uint64_t)n;
-  for (int i = 0; i < n; i++) h = (h ^ (uint32_t)s[i]) * 0x100000001b3ull;
+  uint64_t h = (uint64_t)n * 0x9e3779b97f4a7c15ull;
+  for (int i = 0; i < n; i++) {
+    uint64_t v = (uint64_t)(uint32_t)s[i] * 0xff51afd7ed558ccdull;
+    h += v ^ v >> 31;
+  }
   return h;
+}
+
+/* the stored set s[0..n) is the one just made: as many states, each marked */
+static int same_set(const adj *g, const int32_t *s, int n, int k) {
+  if (n != k) return 0;
+  for (int i = 0; i < n; i++)
+    if (g->stamp[s[i]] != g->gen) return 0;
+  return 1;
 }
 
 /* Fewer states, the same language: states that cannot reach a match made
@@ -816,7 +824,7 @@ int dsi_redfa_compile(dsi_redfa *d, const char *p, size_t n, char *why, size_t w
         uint64_t h = set_hash(tmp, k);
         uint32_t i = (uint32_t)h & (uint32_t)(cap_slot - 1);
         for (; slot[i] >= 0; i = (i + 1) & (uint32_t)(cap_slot - 1))
-          if (set_n[slot[i]] == k && !memcmp(pool + set_at[slot[i]], tmp, (size_t)k * sizeof *tmp)) break;
+          if (same_set(&g, pool + set_at[slot[i]], set_n[slot[i]], k)) break;
         if (slot[i] >= 0) {
           to = slot[i];
         } else { /* a new state */

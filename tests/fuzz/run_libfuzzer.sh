@@ -85,6 +85,8 @@ cat >"$dict" <<'DICT'
 "\"exclusiveMinimum\""
 "\"exclusiveMaximum\""
 "\"format\""
+"\"minProperties\""
+"\"maxProperties\""
 "\"date-time\""
 "\"object\""
 "\"integer\""

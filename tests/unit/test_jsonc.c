@@ -200,7 +200,8 @@ static int validate(const cJSON *v, const cJSON *s) {
     else cJSON_ArrayForEach(e, ty) type_ok |= !strcmp(e->valuestring, vt) || (!strcmp(e->valuestring, "integer") && is_int);
   } else { /* the types its keywords are about */
     int o = cJSON_HasObjectItem(s, "properties") || cJSON_HasObjectItem(s, "required") ||
-            cJSON_HasObjectItem(s, "additionalProperties");
+            cJSON_HasObjectItem(s, "additionalProperties") || cJSON_HasObjectItem(s, "minProperties") ||
+            cJSON_HasObjectItem(s, "maxProperties");
     int a = cJSON_HasObjectItem(s, "items") || cJSON_HasObjectItem(s, "prefixItems") ||
             cJSON_HasObjectItem(s, "minItems") || cJSON_HasObjectItem(s, "maxItems");
     int st = cJSON_HasObjectItem(s, "minLength") || cJSON_HasObjectItem(s, "maxLength") || cJSON_HasObjectItem(s, "pattern");
@@ -235,6 +236,9 @@ static int validate(const cJSON *v, const cJSON *s) {
     }
     const cJSON *req = cJSON_GetObjectItemCaseSensitive(s, "required"), *e;
     cJSON_ArrayForEach(e, req) if (!cJSON_HasObjectItem(v, e->valuestring)) return 0;
+    const cJSON *mn = cJSON_GetObjectItemCaseSensitive(s, "minProperties"), *mx = cJSON_GetObjectItemCaseSensitive(s, "maxProperties");
+    int nm = cJSON_GetArraySize(v);
+    if ((mn && nm < mn->valueint) || (mx && nm > mx->valueint)) return 0;
   }
   if (cJSON_IsArray(v)) {
     const cJSON *pre = cJSON_GetObjectItemCaseSensitive(s, "prefixItems"), *it = cJSON_GetObjectItemCaseSensitive(s, "items");
@@ -659,6 +663,19 @@ static void test_schemas(void) {
     /* a pattern beside a format: the pattern holds, the format an annotation */
     {"{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"string\",\"format\":\"date\",\"pattern\":\"^x$\"}}}",
      "{\"v\":\"x\"}", 1},
+    /* members counted */
+#define PROPS "{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{},\"c\":{}},\"required\":[\"c\"]," \
+  "\"additionalProperties\":{\"type\":\"integer\"},\"minProperties\":2,\"maxProperties\":3}"
+    {PROPS, "{\"c\":1,\"x\":2}", 1},
+    {PROPS, "{\"a\":1,\"b\":2,\"c\":3}", 1},
+    {PROPS, "{\"c\":1}", -2 - 6},
+    {PROPS, "{\"a\":1,\"b\":2,\"x", -2 - 14}, /* the third member must be c */
+    {PROPS, "{\"a\":1,\"b\":2,\"c\":3,", -2 - 18},
+    {PROPS, "{\"a\":1,\"a", 0}, /* "a..." may still be another name */
+    {PROPS, "{\"a\":1,\"a\"", -2 - 9},
+    {"{\"type\":\"object\",\"maxProperties\":0}", "{}", 1},
+    {"{\"type\":\"object\",\"maxProperties\":0}", "{\"", -2 - 1},
+    {"{\"minProperties\":1,\"properties\":{\"k\":{}}}", "{}", -2 - 1},
     /* annotations pass (a format not held among them) */
     {"{\"title\":\"T\",\"description\":\"d\",\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"string\",\"format\":"
      "\"ipv6\",\"default\":\"x\"}},\"$schema\":\"https://json-schema.org/draft/2020-12/schema\"}", "{\"d\":\"x\"}", 1},
@@ -694,6 +711,10 @@ static void test_schemas(void) {
     {"{\"type\":\"string\",\"pattern\":\"^(aa)*$\",\"minLength\":3,\"maxLength\":3}", "no value"},
     {"{\"type\":\"string\",\"pattern\":\"^[\\\\x00-\\\\x07]$\"}", "no value"},
     {"{\"enum\":[\"a\"],\"pattern\":\"a\"}", "'pattern' beside enum"},
+    {"{\"type\":\"object\",\"minProperties\":3,\"maxProperties\":2}", "minProperties above"},
+    {"{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{}},\"minProperties\":3}", "no value"},
+    {"{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{}},\"required\":[\"a\",\"b\"],\"maxProperties\":1}",
+     "no value"},
     {"{\"type\":\"array\",\"uniqueItems\":true}", "'uniqueItems'"},
     {"{\"type\":\"integer\"}", "bare number"},
     {"{\"x-dsinfer-prefix\":\"n=\",\"type\":\"integer\"}", "bare number"},
@@ -796,6 +817,10 @@ static void test_schemas(void) {
     "\"t\":{\"type\":\"number\",\"minimum\":-273.15,\"examples\":[-273.15,20.5,1000]},\"k\":{\"type\":"
     "[\"integer\",\"null\"],\"exclusiveMaximum\":-10,\"examples\":[-11,null,-1000]}},\"required\":[\"age\",\"p\","
     "\"t\",\"k\"],\"additionalProperties\":false}",
+    /* members counted: a required one, free others, two to three in all */
+    "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"boolean\"},\"c\":"
+    "{\"type\":\"null\"}},\"required\":[\"c\"],\"additionalProperties\":{\"type\":\"string\",\"maxLength\":3},"
+    "\"minProperties\":2,\"maxProperties\":3,\"examples\":[{\"c\":null,\"a\":1},{\"x\":\"y\",\"c\":null,\"b\":true}]}",
     /* any object (json_object) */
     "{\"type\":\"object\"}",
   };
