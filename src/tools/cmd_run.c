@@ -25,8 +25,9 @@ static void sb_str(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
 /* ---- options ---- */
 
 typedef struct run_args {
-  const char *model, *prompt, *system;
-  int chat, think, no_think, n, ctx, raw, verbose, ignore_eos, replace_invalid;
+  const char *model, *prompt, *system, *json_schema_arg;
+  int chat, think, no_think, n, ctx, raw, verbose, ignore_eos, replace_invalid, json;
+  char *schema; /* --json-schema's text (read from its file) */
   dsi_sampling sp;
   run_opts ro;
   int act; /* DSI_ACT_* from --precision */
@@ -45,6 +46,10 @@ typedef struct run_args {
   {"--replace-invalid", NULL, OPT_FLAG, &(a).replace_invalid, "invalid UTF-8 in the text given becomes U+FFFD "    \
                                                               "(default: an error)"},                              \
   {"--raw", NULL, OPT_FLAG, &(a).raw, "print the generated text as it is: no reasoning/answer split"},            \
+  {"--json", NULL, OPT_FLAG, &(a).json, "the answer is one JSON object: a token that cannot continue it is never "  \
+                                        "drawn, and the answer ends as it closes"},                                \
+  {"--json-schema", NULL, OPT_STR, &(a).json_schema_arg, "the answer is one value of this JSON Schema (its text, " \
+                                                         "or a file holding it), held as --json holds an object"}, \
   {"--verbose", "-v", OPT_FLAG, &(a).verbose, "print each prompt's token ids on stderr"},                          \
   RUN_OPTS((a).ro)
 
@@ -56,7 +61,28 @@ static int check_args(const char *cmd, run_args *a, int n_default) {
   if (a->think && a->no_think) return dsi_cli_usage_error(cmd, "--think and --no-think exclude each other");
   if (!a->chat && (a->system || a->think || a->no_think))
     return dsi_cli_usage_error(cmd, "--system, --think and --no-think need --chat");
-  return dsi_cli_check_run_opts(cmd, &a->ro, &a->act);
+  int rc = dsi_cli_check_run_opts(cmd, &a->ro, &a->act);
+  if (rc) return rc;
+  if (a->json_schema_arg) { /* the schema's text, or its file's; checked here */
+    const char *t = a->json_schema_arg;
+    while (*t == ' ' || *t == '\t' || *t == '\n' || *t == '\r') t++;
+    dsi_err err = {0};
+    size_t n = 0;
+    if (*t == '{' || !strcmp(t, "true")) {
+      if (!(a->schema = strdup(a->json_schema_arg))) return dsi_cli_usage_error(cmd, "out of memory for --json-schema");
+      n = strlen(a->schema);
+    } else if (dsi_read_file(a->json_schema_arg, &a->schema, &n, &err)) {
+      fprintf(stderr, "dsinfer %s: --json-schema: %s\n", cmd, err.msg);
+      return 2;
+    }
+    if (dsi_json_schema_check(a->schema, n, &err)) {
+      fprintf(stderr, "dsinfer %s: --json-schema: %s\n", cmd, err.msg);
+      free(a->schema), a->schema = NULL;
+      return 2;
+    }
+    a->json = 1;
+  }
+  return 0;
 }
 
 /* ---- what run and chat hold: tokenizer, template, model, a scheduler ---- */
@@ -157,9 +183,16 @@ static int chat_prompt(runner *s, const char *messages_json, char **text, int32_
   const char *extra = s->a->think ? "{\"thinking\":true,\"enable_thinking\":true}"
                       : s->a->no_think ? "{\"thinking\":false,\"enable_thinking\":false}" : NULL;
   dsi_err err = {0};
-  if (dsi_chat_fmt_render(s->fmt, messages_json, 1, extra, text, &err) ||
-      dsi_tok_encode(s->tok, *text, strlen(*text), DSI_TOK_REPLACE_INVALID, ids, n, &err))
-    return fail_msg(s, err.msg);
+  if (dsi_chat_fmt_render(s->fmt, messages_json, 1, extra, text, &err)) return fail_msg(s, err.msg);
+  if (s->a->json && dsi_chat_prompt_in_reasoning(*text)) { /* JSON output: the reasoning closed, the value next */
+    static const char close[] = "</think>\n\n";
+    size_t tl = strlen(*text);
+    char *t = realloc(*text, tl + sizeof close);
+    if (!t) return fail_msg(s, "out of memory for the prompt");
+    memcpy(t + tl, close, sizeof close);
+    *text = t;
+  }
+  if (dsi_tok_encode(s->tok, *text, strlen(*text), DSI_TOK_REPLACE_INVALID, ids, n, &err)) return fail_msg(s, err.msg);
   return 0;
 }
 
@@ -289,7 +322,8 @@ static void on_event(void *user, const dsi_request_event *ev) {
 static int generate(runner *s, view *v, const int32_t *ids, int n, int n_max, int check_sigint, gen_stats *st) {
   const run_args *ra = s->a;
   dsi_request r = {.prompt = ids, .n_prompt = n, .sampling = ra->sp, .max_tokens = n_max, .ignore_eos = ra->ignore_eos,
-                   .stop_ids = &s->stop_id, .n_stop_ids = s->stop_id >= 0 && !ra->ignore_eos, .on_event = on_event};
+                   .stop_ids = &s->stop_id, .n_stop_ids = s->stop_id >= 0 && !ra->ignore_eos, .on_event = on_event,
+                   .json = ra->json, .json_schema = ra->schema};
   answer a = {.v = v, .st = st};
   pthread_mutex_init(&a.mu, NULL);
   pthread_cond_init(&a.cv, NULL);
@@ -403,6 +437,7 @@ done:
   free(text);
   free(ids);
   runner_close(&s);
+  free(a.schema);
   return rc;
 }
 
@@ -497,6 +532,7 @@ int dsi_cmd_chat(int argc, char **argv) {
   runner s = {.cmd = cmd, .a = &a};
   if ((rc = open_text(&s)) || (rc = open_model(&s, 0, 512))) {
     runner_close(&s);
+  free(a.schema);
     return rc;
   }
   struct sigaction sa = {0}, old;
@@ -567,6 +603,7 @@ int dsi_cmd_chat(int argc, char **argv) {
   free(msgs.p);
   free(line);
   runner_close(&s);
+  free(a.schema);
   /* a turn that failed fails the chat too: a script feeding it can tell */
   return dsi_cli_finish_output(cmd) || failed ? 1 : 0;
 }

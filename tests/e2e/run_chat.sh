@@ -2,7 +2,8 @@
 # e2e: text in, text out. `run` streams exactly the text of the ids
 # `generate` produces for the same prompt (plain and through the chat
 # template), `chat` answers turn after turn from stdin and reuses its cache,
-# Ctrl-C stops an answer without ending the chat, and a checkpoint without a
+# Ctrl-C stops an answer without ending the chat, `--json-schema` answers
+# are values of the schema (checked in node), and a checkpoint without a
 # tokenizer or a bad option fail clearly. Usage: run_chat.sh DSINFER SCRATCH
 set -uo pipefail
 bin=$(realpath "$1")
@@ -154,6 +155,39 @@ n=$(grep -c "^\[interrupted\] prefill:" "$S/int.err")
 [ "$n" -eq 2 ] && ok || bad "Ctrl-C test: $n interrupted answers, want 2"
 cached=$(sed -n 's/.*prefill: [0-9]* tokens (\([0-9]*\) cached).*/\1/p' "$S/int.err" | sed -n 2p)
 [ "${cached:-0}" -gt 0 ] && ok || bad "the turn after Ctrl-C did not reuse the cache"
+
+# ---- --json-schema: each answer one value of the schema, or its start when cut at -n ----
+schema='{"type":"object","properties":{"id":{"type":"string","pattern":"^[A-Z]{2}-\\d{3}$"},"n":{"type":"integer","minimum":1,"maximum":9},"when":{"type":"string","format":"date"}},"required":["id","n"],"additionalProperties":false}'
+echo "$schema" > "$S/schema.json"
+for seed in 1 2 3 4; do
+  src=$schema; [ $seed -gt 2 ] && src=$S/schema.json # the text, or a file holding it
+  "$bin" run --model "$M" --prompt "a record" --chat --json-schema "$src" -n 120 --temperature 1 --seed $seed \
+    > "$S/json$seed.out" 2> "$S/json$seed.err" || bad "run --json-schema (seed $seed) exited $?: $(cat "$S/json$seed.err")"
+done
+if command -v node > /dev/null; then
+  node -e '
+    const fs = require("fs");
+    let closed = 0, bad = [];
+    for (const f of process.argv.slice(1)) {
+      const t = fs.readFileSync(f, "utf8").replace(/\n$/, "");
+      let o;
+      try { o = JSON.parse(t); } catch (e) { if (!/^\s*\{/.test(t)) bad.push(f + ": " + t); continue; }
+      closed++;
+      const ok = /^[A-Z]{2}-\d{3}$/u.test(o.id) && Number.isInteger(o.n) && o.n >= 1 && o.n <= 9 &&
+        (o.when === undefined || /^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])$/.test(o.when)) &&
+        Object.keys(o).every((k) => ["id", "n", "when"].includes(k));
+      if (!ok) bad.push(f + ": " + t);
+    }
+    if (bad.length || !closed) { console.log("closed " + closed + "; not of the schema: " + bad.join(" | ")); process.exit(1); }
+  ' "$S"/json[1-4].out && ok || bad "run --json-schema: the answers above are not values of the schema (or none closed)"
+else
+  echo "run --json-schema: output checks skipped (node is not installed)"
+fi
+out=$("$bin" run --model "$M" --prompt hi --json-schema '{"type":"object","properties":{"a":{"pattern":"(?=x)"}}}' 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -q "'pattern': lookaround" <<<"$out" && ok || bad "run --json-schema with a lookahead: exit $rc: $out"
+"$bin" run --model "$M" --prompt "hi" --json -n 40 --temperature 1 --seed 9 > "$S/obj.out" 2> /dev/null &&
+  [ "$(tr -d ' \t\r\n' < "$S/obj.out" | head -c 1)" = "{" ] && ok ||
+  bad "run --json: the answer does not begin an object: $(head -c 80 "$S/obj.out")"
 
 # ---- errors ----
 N=$S/notok; mkdir -p "$N"; cp "$M/config.json" "$M/model.safetensors" "$N/"
