@@ -328,7 +328,8 @@ typedef struct dsi_request_event {
   dsi_finish finish;        /* set on the completion's last event */
   const char *stop;         /* FINISH_STOP by a stop string: which; NULL otherwise */
   int32_t stop_token;       /* FINISH_STOP by a token: which; -1 otherwise */
-  int json_closed;          /* FINISH_STOP because the JSON value closed (json) */
+  int json_closed;          /* FINISH_STOP because the JSON value closed (json), or no more text could
+                               match (regex) */
   int context_full;         /* FINISH_LENGTH because the context is full */
   const char *error;        /* FINISH_ERROR: the cause */
   /* > 0: not a token drawn but the prompt's token at this position, with
@@ -362,6 +363,11 @@ typedef struct dsi_request {
                                when the value closes */
   const char *json_schema;  /* with json: a JSON Schema the value is held to (its text, compiled at submit:
                                DSI_E_INVAL names a keyword not enforced); NULL: any object */
+  const char *regex;        /* instead of json: each completion is text matching this ECMA-262 pattern as a
+                               whole (as if anchored at both ends; compiled at submit, needs a tokenizer): a
+                               token that cannot continue a match is not drawn, a stop token only where the
+                               text matches, and the completion ends (stop, json_closed) when nothing more
+                               can match */
   int prompt_logprobs;      /* 1: the prompt's tokens' logprobs too (events with prompt_pos), each
                                under the raw logits of the positions before it, with top_logprobs;
                                those positions are computed even where the prefix cache holds them,
@@ -380,6 +386,9 @@ void dsi_sched_free(dsi_sched *s);
  * with the keyword and its place named when it does not (a keyword the
  * output could not be held to is refused, never ignored). */
 int dsi_json_schema_check(const char *schema, size_t n, dsi_err *err);
+/* Check that a pattern compiles for dsi_request.regex: DSI_E_INVAL saying
+ * why not (a construct not supported, an automaton too large) */
+int dsi_regex_check(const char *pattern, size_t n, dsi_err *err);
 
 /* Queue a request; *id names it. DSI_E_INVAL for a bad request (empty or
  * over-long prompt, an id outside the vocabulary, bad parameters),

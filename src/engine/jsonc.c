@@ -54,6 +54,7 @@ typedef struct jnode {
   int32_t num;                /* a number's bounds: nums[num], -1 none */
   int32_t lead, then;         /* x-dsinfer-prefix: the literal lits[lead], then a value of node then (lead -1: none) */
   uint8_t tight;              /* no white space before it: a prefix, or an anyOf of them */
+  uint8_t raw;                /* not JSON: text whose bytes match pats[pat] as a whole (dsi_jschema_compile_regex) */
   uint8_t sat;                /* some value satisfies it (satisfy()) */
   uint64_t dead;              /* properties no value satisfies: never given */
 } jnode;
@@ -87,7 +88,9 @@ typedef struct {
   dsi_redfa dfa;
   int32_t *dmin, *fmin;
   uint64_t *exact;
+  uint8_t *closed; /* a match from which no byte goes on */
   int words, k, min_len, max_len;
+  int raw; /* raw text, not a JSON string: every byte can be written */
 } jpat;
 
 struct dsi_jschema {
@@ -140,7 +143,8 @@ void dsi_jschema_free(dsi_jschema *sc) {
   for (int i = 0; i < sc->n_props; i++) free(sc->props[i].name.s);
   for (int i = 0; i < sc->n_lits; i++) free(sc->lits[i].s);
   for (int i = 0; i < sc->n_pats; i++)
-    dsi_redfa_free(&sc->pats[i].dfa), free(sc->pats[i].dmin), free(sc->pats[i].fmin), free(sc->pats[i].exact);
+    dsi_redfa_free(&sc->pats[i].dfa), free(sc->pats[i].dmin), free(sc->pats[i].fmin), free(sc->pats[i].exact),
+      free(sc->pats[i].closed);
   free(sc->nodes), free(sc->ids), free(sc->props), free(sc->lits), free(sc->pats), free(sc->nums), free(sc);
 }
 
@@ -437,7 +441,7 @@ static int pat_lengths(jpat *p) {
   for (int st = 0; st < ns; st++)
     for (int c = 0; c < nc; c++) {
       uint16_t t = d->next[(size_t)st * (size_t)nc + (size_t)c];
-      to[(size_t)st * (size_t)nc + (size_t)c] = t != DSI_RE_DEAD && writable(d->rep[c]) ? t : -1;
+      to[(size_t)st * (size_t)nc + (size_t)c] = t != DSI_RE_DEAD && (p->raw || writable(d->rep[c])) ? t : -1;
     }
   /* dmin: relaxed to a fixpoint (each pass settles at least one more level) */
   for (int st = 0; st < ns; st++) p->dmin[st] = d->accept[st] ? 0 : PAT_INF;
@@ -474,6 +478,14 @@ static int pat_lengths(jpat *p) {
         }
     }
   }
+  /* closed: a match no byte can go on from */
+  for (int st = 0; st < ns; st++) {
+    p->closed[st] = d->accept[st];
+    for (int c = 0; c < nc && p->closed[st]; c++) {
+      int32_t t = to[(size_t)st * (size_t)nc + (size_t)c];
+      if (t >= 0 && p->dmin[t] < PAT_INF) p->closed[st] = 0;
+    }
+  }
   rc = 0;
 out:
   free(to), free(prev), free(w), free(e_prev);
@@ -504,23 +516,25 @@ static const char *format_re(const char *f) {
   return NULL;
 }
 
-/* a string's pattern re (the schema's pattern, or a format's) with its lengths into pats: its id, or -1 */
-static int32_t compile_pattern(cctx *x, const char *re, int32_t min_len, int32_t max_len) {
+/* a string's pattern re (the schema's pattern, or a format's) with its
+ * lengths into pats (raw: the bytes of raw text): its id, or -1 */
+static int32_t compile_pattern(cctx *x, const char *re, int32_t min_len, int32_t max_len, int raw) {
   if (min_len > PAT_MAX_MIN) return fail(x, "minLength above 1,024 beside a pattern or format is not supported%s", "");
   dsi_jschema *sc = x->sc;
   if (grow((void **)&sc->pats, &sc->cap_pats, sc->n_pats + 1, sizeof(jpat))) return oom(x);
   jpat *p = &sc->pats[sc->n_pats];
-  *p = (jpat){.k = min_len, .min_len = min_len, .max_len = max_len, .words = (min_len + 63) / 64};
+  *p = (jpat){.k = min_len, .min_len = min_len, .max_len = max_len, .words = (min_len + 63) / 64, .raw = raw};
   char why[200];
-  int rc = dsi_redfa_compile(&p->dfa, re, strlen(re), why, sizeof why);
+  int rc = dsi_redfa_compile_whole(&p->dfa, re, strlen(re), raw, why, sizeof why);
   if (rc == DSI_E_NOMEM) return oom(x);
-  if (rc) return fail(x, "'pattern': %s", why);
+  if (rc) return raw ? dsi_errf(x->err, DSI_E_INVAL, "regex: %s", why), -1 : fail(x, "'pattern': %s", why);
   size_t ns = (size_t)p->dfa.n_states;
   p->dmin = malloc(ns * sizeof *p->dmin);
   p->fmin = malloc(ns * sizeof *p->fmin);
   p->exact = calloc(ns * (size_t)(p->words ? p->words : 1), sizeof *p->exact);
+  p->closed = malloc(ns);
   sc->n_pats++; /* freed with the schema from here */
-  if (!p->dmin || !p->fmin || !p->exact) return oom(x);
+  if (!p->dmin || !p->fmin || !p->exact || !p->closed) return oom(x);
   rc = pat_lengths(p);
   if (rc == -1) return oom(x);
   if (rc) return fail(x, "'pattern' beside minLength: too costly to follow%s", "");
@@ -760,10 +774,10 @@ static int32_t body(cctx *x, const cJSON *s, int me) {
       const cJSON *fm = cJSON_GetObjectItemCaseSensitive(s, "format");
       const char *fre = !pt && cJSON_IsString(fm) ? format_re(fm->valuestring) : NULL;
       if (pt && !cJSON_IsString(pt)) return fail(x, "'%s' must be a string", "pattern");
-      if (pt && (n.pat = compile_pattern(x, pt->valuestring, n.min_len, n.max_len)) < 0) return -1;
+      if (pt && (n.pat = compile_pattern(x, pt->valuestring, n.min_len, n.max_len, 0)) < 0) return -1;
       /* a format held as a pattern, beside no pattern and a minLength up to PAT_MAX_MIN (else an annotation) */
       if (fre && n.min_len <= PAT_MAX_MIN &&
-          (n.pat = compile_pattern(x, fre, n.min_len, n.max_len)) < 0)
+          (n.pat = compile_pattern(x, fre, n.min_len, n.max_len, 0)) < 0)
         return -1;
       if (n.pat >= 0 && !pat_ok(&x->sc->pats[n.pat], 0, 0)) n.types &= (uint8_t)~T_STR; /* no string matches */
       if ((n.num = compile_bounds(x, s, n.types)) < -1) return -1;
@@ -903,6 +917,43 @@ static int is_json(const char *s, size_t n) {
   return !dsi_jsonc_feed(&j, s, n) && dsi_jsonc_done(&j);
 }
 
+int dsi_jschema_compile_regex(dsi_jschema **out, const char *pattern, size_t n, dsi_err *err) {
+  *out = NULL;
+  char *re = malloc(n + 1);
+  dsi_jschema *sc = calloc(1, sizeof *sc);
+  cctx x = {.sc = sc, .err = err};
+  int rc = DSI_OK;
+  if (!re || !sc || new_node(sc, T_ALL) != NODE_ANY || new_node(sc, 0) != NODE_NEVER || (sc->root = new_node(sc, 0)) < 0) {
+    rc = dsi_errf(err, DSI_E_NOMEM, "out of memory compiling a regex");
+  } else if (memchr(pattern, 0, n)) {
+    rc = dsi_errf(err, DSI_E_INVAL, "regex: a NUL byte in the pattern");
+  } else {
+    memcpy(re, pattern, n), re[n] = 0;
+    int32_t pat = compile_pattern(&x, re, 0, -1, 1);
+    if (pat < 0) {
+      rc = err && err->status ? err->status : DSI_E_INVAL;
+    } else {
+      jnode *nd = &sc->nodes[sc->root];
+      nd->pat = pat, nd->raw = 1, nd->tight = 1, nd->sat = sc->pats[pat].dmin[0] < PAT_INF;
+      if (!nd->sat) rc = dsi_errf(err, DSI_E_INVAL, "regex: no text matches it");
+    }
+  }
+  free(re);
+  if (rc) {
+    dsi_jschema_free(sc);
+    return rc;
+  }
+  *out = sc;
+  return DSI_OK;
+}
+
+int dsi_regex_check(const char *pattern, size_t n, dsi_err *err) {
+  dsi_jschema *sc;
+  int rc = dsi_jschema_compile_regex(&sc, pattern, n, err);
+  dsi_jschema_free(sc);
+  return rc;
+}
+
 int dsi_json_schema_check(const char *schema, size_t n, dsi_err *err) {
   dsi_jschema *sc;
   int rc = dsi_jschema_compile(&sc, schema, n, err);
@@ -925,6 +976,7 @@ enum {
   S_LIT,                       /* in true / false / null */
   S_ENUM,                      /* in one of an enum's literals */
   S_LEAD,                      /* in a prefix (x-dsinfer-prefix) */
+  S_RAW,                       /* in raw text held to a pattern (cand: its state) */
   N_MINUS, N_ZERO, N_INT, N_DOT, N_FRAC, N_E, N_ESIGN, N_EXP, /* a number, as RFC 8259's grammar */
 };
 
@@ -1009,6 +1061,14 @@ int dsi_jsonc_done(const dsi_jsonc *j) {
   for (int i = 0; i < j->n; i++)
     if (!j->r[i].depth) return 1;
   return 0;
+}
+
+int dsi_jsonc_may_end(const dsi_jsonc *j) {
+  if (dsi_jsonc_done(j)) return 1;
+  const jnode *root = &j->sc->nodes[j->sc->root];
+  if (!root->raw || j->n != 1 || j->r[0].depth != 1) return 0;
+  const dsi_jsonc_frame *f = &j->r[0].f[0]; /* raw text: before its first byte cand is the start state, 0 */
+  return j->sc->pats[root->pat].dfa.accept[f->cand];
 }
 
 static int push(dsi_jsonc_reading *r, int32_t node) {
@@ -1132,6 +1192,10 @@ static int num_step(const dsi_jschema *sc, dsi_jsonc_reading *r, dsi_jsonc_frame
 
 /* a value's first byte */
 static int value(const dsi_jschema *sc, dsi_jsonc_reading *r, dsi_jsonc_frame *f, const jnode *nd, uint8_t c) {
+  if (nd->raw) {
+    f->st = S_RAW, f->cand = 0;
+    return AGAIN;
+  }
   if (nd->lead >= 0) {
     f->st = S_LEAD, f->off = 0;
     return AGAIN;
@@ -1309,6 +1373,14 @@ static int step(const dsi_jschema *sc, dsi_jsonc_reading *r, uint8_t c) {
     if (nd->pat >= 0) return pat_escape(&sc->pats[nd->pat], f, c, 0) ? (f->st = S_STR, 0) : -1;
     return esc_byte(f, c, S_STR, S_HEX);
   case S_HEX: return hex_byte(f, c, S_STR);
+  case S_RAW: {
+    const jpat *p = &sc->pats[nd->pat];
+    uint32_t t = pat_next(p, (uint32_t)f->cand, c);
+    if (!pat_ok(p, t, 0)) return -1;
+    f->cand = t;
+    if (p->closed[t]) r->depth--; /* a match nothing can go on from: the text is whole */
+    return 0;
+  }
   case S_LEAD: {
     const jbytes *l = &sc->lits[nd->lead];
     if (c != (uint8_t)l->s[f->off]) return -1;

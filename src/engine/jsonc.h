@@ -29,6 +29,11 @@ typedef struct dsi_jschema dsi_jschema;
  * the root is refused (its end could not be told). */
 int dsi_jschema_compile(dsi_jschema **out, const char *schema, size_t n, dsi_err *err);
 void dsi_jschema_free(dsi_jschema *sc);
+/* Not JSON: text whose bytes match an ECMA-262 pattern (engine/regex.h) as
+ * a whole, as if anchored at both ends (a ^ or $ at its ends changes nothing).
+ * The recognizer is then done when the text matches and no byte could go
+ * on; dsi_jsonc_may_end says where the text may stop. */
+int dsi_jschema_compile_regex(dsi_jschema **out, const char *pattern, size_t n, dsi_err *err);
 
 /* one open value of a reading */
 typedef struct dsi_jsonc_frame {
@@ -63,8 +68,11 @@ void dsi_jsonc_copy(dsi_jsonc *dst, const dsi_jsonc *j);
  * (j advanced), -1 when it cannot (j then undefined: feed a copy to test a
  * token). Only white space may precede the value, and nothing may follow it. */
 int dsi_jsonc_feed(dsi_jsonc *j, const char *s, size_t n);
-/* 1 when the value is complete */
+/* 1 when the value is complete (nothing may follow) */
 int dsi_jsonc_done(const dsi_jsonc *j);
+/* 1 when the output may stop here: the value is complete, or (a regex)
+ * the text so far matches */
+int dsi_jsonc_may_end(const dsi_jsonc *j);
 
 typedef struct dsi_tok dsi_tok;
 /* a tokenizer's ids [0, n_ids) grouped by their first byte (added and

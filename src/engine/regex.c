@@ -45,7 +45,7 @@ typedef struct {
   rnode *nodes;
   int n_nodes, cap_nodes;
   cset sets; /* every set's ranges, one after another */
-  int oom, bad, depth;
+  int oom, bad, depth, whole; /* whole: a match of the whole string, ^ and $ or not */
   char *why;
   size_t why_n;
 } rparse;
@@ -422,8 +422,8 @@ static int32_t parse_seq(rparse *x, int top) {
     seq = mk(x, R_CAT, seq, a);
   }
   /* unanchored: any characters before, after */
-  if (top && !anch_s) seq = mk(x, R_CAT, mk_rep(x, mk_any(x, 0), 0, -1), seq);
-  if (top && !anch_e) seq = mk(x, R_CAT, seq, mk_rep(x, mk_any(x, 0), 0, -1));
+  if (top && !anch_s && !x->whole) seq = mk(x, R_CAT, mk_rep(x, mk_any(x, 0), 0, -1), seq);
+  if (top && !anch_e && !x->whole) seq = mk(x, R_CAT, seq, mk_rep(x, mk_any(x, 0), 0, -1));
   return seq;
 }
 
@@ -727,11 +727,15 @@ out:
 }
 
 int dsi_redfa_compile(dsi_redfa *d, const char *p, size_t n, char *why, size_t why_n) {
+  return dsi_redfa_compile_whole(d, p, n, 0, why, why_n);
+}
+
+int dsi_redfa_compile_whole(dsi_redfa *d, const char *p, size_t n, int whole, char *why, size_t why_n) {
   *d = (dsi_redfa){0};
   char why_buf[8];
   if (!why || !why_n) why = why_buf, why_n = sizeof why_buf;
   *why = 0;
-  rparse x = {.p = (const uint8_t *)p, .n = n, .why = why, .why_n = why_n};
+  rparse x = {.p = (const uint8_t *)p, .n = n, .why = why, .why_n = why_n, .whole = whole};
   int32_t root = n > MAX_LEN ? bad(&x, "a pattern longer than %d bytes is not supported", MAX_LEN) : parse_alt(&x, 1);
   if (root >= 0 && !at_end(&x)) root = bad(&x, "an unmatched ')'");
   int rc = DSI_OK;

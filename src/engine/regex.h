@@ -36,6 +36,9 @@ typedef struct dsi_redfa {
  * sentence, at most why_n bytes) when the pattern is malformed or asks for
  * what is not supported; DSI_E_NOMEM. */
 int dsi_redfa_compile(dsi_redfa *d, const char *p, size_t n, char *why, size_t why_n);
+/* the same, with whole set: a match of the whole string, as if the pattern
+ * were anchored at both ends (vLLM's guided_regex) */
+int dsi_redfa_compile_whole(dsi_redfa *d, const char *p, size_t n, int whole, char *why, size_t why_n);
 void dsi_redfa_free(dsi_redfa *d);
 /* 1 when the bytes s[0..n) match the pattern */
 int dsi_redfa_match(const dsi_redfa *d, const char *s, size_t n);

@@ -177,7 +177,9 @@ static int check_request(const dsi_sched *s, const dsi_request *r, dsi_err *err)
   if (r->max_tokens < 0) return dsi_errf(err, DSI_E_INVAL, "max_tokens %d is negative", r->max_tokens);
   if (r->n < 0 || r->n > MAX_N) return dsi_errf(err, DSI_E_INVAL, "n = %d completions: 1 to %d", r->n, MAX_N);
   if (r->json != 0 && r->json != 1) return dsi_errf(err, DSI_E_INVAL, "json = %d: 0 or 1", r->json);
-  if (r->json && !s->tok) return dsi_errf(err, DSI_E_INVAL, "json output needs the scheduler to have a tokenizer");
+  if ((r->json || r->regex) && !s->tok)
+    return dsi_errf(err, DSI_E_INVAL, "json or regex output needs the scheduler to have a tokenizer");
+  if (r->regex && r->json_schema) return dsi_errf(err, DSI_E_INVAL, "regex and json_schema exclude each other");
   if (r->prompt_logprobs != 0 && r->prompt_logprobs != 1)
     return dsi_errf(err, DSI_E_INVAL, "prompt_logprobs = %d: 0 or 1", r->prompt_logprobs);
   if (r->top_logprobs < 0 || r->top_logprobs > DSI_MAX_TOP_LOGPROBS)
@@ -215,8 +217,10 @@ static request *request_new(dsi_sched *s, const dsi_request *r, dsi_err *err) {
   if (!ok) return dsi_errf(err, DSI_E_NOMEM, "out of memory for a request"), NULL;
   q->r = *r;
   q->r.n = n;
-  q->r.json_schema = NULL; /* compiled, not kept */
-  if (r->json && dsi_jschema_compile(&q->schema, r->json_schema, r->json_schema ? strlen(r->json_schema) : 0, err)) {
+  q->r.json_schema = NULL, q->r.regex = NULL; /* compiled, not kept */
+  q->r.json = r->json || r->regex; /* held output: below, json covers both */
+  if (r->regex ? dsi_jschema_compile_regex(&q->schema, r->regex, strlen(r->regex), err)
+               : r->json && dsi_jschema_compile(&q->schema, r->json_schema, r->json_schema ? strlen(r->json_schema) : 0, err)) {
     free(q);
     return NULL;
   }
@@ -244,7 +248,7 @@ static request *request_new(dsi_sched *s, const dsi_request *r, dsi_err *err) {
     if (ok) memcpy(c->toks, r->prompt, (size_t)r->n_prompt * sizeof(int32_t));
     c->n_tok = r->n_prompt;
     dsi_rng_seed(&c->rng, r->sampling.seed + (uint64_t)i);
-    if (r->json && (ok &= (c->js = malloc(sizeof *c->js)) != NULL)) dsi_jsonc_init(c->js, q->schema);
+    if (q->r.json && (ok &= (c->js = malloc(sizeof *c->js)) != NULL)) dsi_jsonc_init(c->js, q->schema);
     if (s->tok) {
       dsi_err e2 = {0};
       ok &= dsi_detok_open(&c->detok, s->tok, DSI_TOK_SKIP_UNKNOWN, &e2) == DSI_OK;
@@ -859,9 +863,21 @@ static void plp_rows(void *ctx, int ith, int nth) {
     dsi_logprob_of(s->logits + (size_t)s->plp_at[k] * s->vocab, s->n_valid, s->plp_tok[k], &s->plp[k]);
 }
 
-/* tok can continue the JSON object js: its bytes keep it one (an added or
- * special token never does) */
-static int json_allows(const dsi_sched *s, const dsi_jsonc *js, int32_t tok, dsi_jsonc *t) {
+/* tok ends c's completion (deliver's test) */
+static int is_stop(const dsi_sched *s, const completion *c, int32_t tok) {
+  const request *q = c->req;
+  if (!q->r.ignore_eos && (tok == s->eos[0] || tok == s->eos[1])) return 1;
+  for (int i = 0; i < q->r.n_stop_ids; i++)
+    if (tok == q->stop_ids[i]) return 1;
+  return 0;
+}
+
+/* tok can continue c's held output: its bytes keep it a value (an added
+ * or special token never does); a stop token where the output may end (a
+ * regex's text that matches) */
+static int json_allows(const dsi_sched *s, const completion *c, int32_t tok, dsi_jsonc *t) {
+  const dsi_jsonc *js = c->js;
+  if (is_stop(s, c, tok)) return dsi_jsonc_may_end(js);
   size_t n = 0;
   const char *b = dsi_tok_is_added(s->tok, tok) ? NULL : dsi_tok_id_bytes(s->tok, tok, &n);
   if (!b || !n) return 0;
@@ -876,7 +892,14 @@ static int json_allows(const dsi_sched *s, const dsi_jsonc *js, int32_t tok, dsi
 static int32_t json_redraw(dsi_sched *s, completion *c, const float *saved, float *lg, dsi_sample_ws *ws,
                            dsi_sample_out *out, dsi_jsonc *t, uint8_t *ok) {
   const request *q = c->req;
-  if (!dsi_jsonc_allowed(c->js, &s->json_vocab, ok, t)) return -1;
+  int any = dsi_jsonc_allowed(c->js, &s->json_vocab, ok, t), end = dsi_jsonc_may_end(c->js);
+  if (end) { /* the stop tokens, where the output may end */
+    for (int i = -2; i < q->r.n_stop_ids; i++) {
+      int32_t v = i < 0 ? (q->r.ignore_eos ? -1 : s->eos[i + 2]) : q->stop_ids[i];
+      if (v >= 0 && v < s->n_valid) ok[v] = 1, any = 1;
+    }
+  }
+  if (!any) return -1;
   for (int v = 0; v < s->n_valid; v++) lg[v] = ok[v] ? saved[v] : -INFINITY;
   int32_t tok = dsi_sample(&q->r.sampling, &c->rng, lg, s->n_valid, c->toks, c->n_tok, q->r.n_prompt, ws, NULL);
   if (out->want_logprob || out->n_top) dsi_logprob_of(saved, s->n_valid, tok, out);
@@ -897,7 +920,7 @@ static void sample_rows(void *ctx, int ith, int nth) {
     if (saved) memcpy(saved, lg, (size_t)s->n_valid * sizeof(float));
     s->drawn[k] = dsi_sample(&q->r.sampling, &c->rng, lg, s->n_valid, c->toks, c->n_tok, q->r.n_prompt, &s->ws[ith],
                              &s->outs[k]);
-    if (saved && !json_allows(s, c->js, s->drawn[k], &s->json_try[ith]))
+    if (saved && !json_allows(s, c, s->drawn[k], &s->json_try[ith]))
       s->drawn[k] = json_redraw(s, c, saved, lg, &s->ws[ith], &s->outs[k], &s->json_try[ith],
                                 s->json_ok + (size_t)ith * s->vocab);
     if (s->script) s->drawn[k] = c->n_out < s->n_script ? s->script[c->n_out] : s->eos[0];
@@ -965,7 +988,7 @@ static int step(dsi_sched *s) {
   for (int k = 0; k < j.n; k++) {
     completion *c = s->segs[s->todo[k]].c;
     if (s->drawn[k] >= 0) deliver(s, c, s->drawn[k], &s->outs[k]);
-    else finish(s, c, DSI_FINISH_ERROR, NULL, "no token of the vocabulary can continue the JSON object");
+    else finish(s, c, DSI_FINISH_ERROR, NULL, "no token of the vocabulary can continue the JSON value (or the regex's text)");
   }
   s->acc.step_seconds += now() - t_plan;
   return 1;

@@ -146,7 +146,7 @@ static int get_bool(in *j, const char *k, int *out) {
 
 static void params_free(params *p) {
   for (int i = 0; i < MAX_STOP; i++) free(p->stop_buf[i]);
-  free(p->schema);
+  free(p->schema), free(p->regex);
 }
 
 /* p->schema (its text, printed) checked: the output held to it, or err
@@ -308,6 +308,41 @@ static int get_params(dsi_server *srv, in *j, params *p, int chat) {
     int rc = take_schema(j, p, "guided_json", parsed ? parsed : gj);
     cJSON_Delete(parsed);
     if (rc) return -1;
+  }
+  /* vLLM's guided_regex (the whole text matches it) and guided_choice (the
+   * text is one of the strings: a regex of them, escaped) */
+  const cJSON *gr = field(j, "guided_regex"), *gc = field(j, "guided_choice");
+  if (gr || gc) {
+    const char *param = gr ? "guided_regex" : "guided_choice";
+    if (gr && gc) return bad(j, "guided_choice", "'%s' cannot go with guided_regex%s", "");
+    if (p->r.json) return bad(j, param, "'%s' cannot go with JSON output (response_format, guided_json)%s", "");
+    if (gr && !cJSON_IsString(gr)) return bad(j, param, "'%s' must be a string (a regular expression)%s", "");
+    if (gc && (!cJSON_IsArray(gc) || !cJSON_GetArraySize(gc)))
+      return bad(j, param, "'%s' must be a non-empty array of strings%s", "");
+    size_t len = gr ? strlen(gr->valuestring) : 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, gc) {
+      if (!cJSON_IsString(e)) return bad(j, param, "'%s' must be a non-empty array of strings%s", "");
+      len += 2 * strlen(e->valuestring) + 1;
+    }
+    if (len > 4096) return bad(j, param, "'%s' is longer than 4,096 bytes as a regex%s", "");
+    if (!(p->regex = malloc(len + 1))) return oom(j, "for the regex");
+    size_t k = 0;
+    if (gr) memcpy(p->regex, gr->valuestring, len), k = len;
+    cJSON_ArrayForEach(e, gc) {
+      if (k) p->regex[k++] = '|';
+      for (const char *c = e->valuestring; *c; c++) {
+        if (strchr("\\^$.|?*+()[]{}/", *c)) p->regex[k++] = '\\';
+        p->regex[k++] = *c;
+      }
+    }
+    p->regex[k] = 0;
+    dsi_err err = {0};
+    if (dsi_regex_check(p->regex, k, &err)) {
+      if (err.status == DSI_E_NOMEM) return oom(j, "for the regex");
+      return bad(j, param, "'%s': %s", err.msg);
+    }
+    p->r.regex = p->regex;
   }
   /* logprobs: chat's a flag with top_logprobs beside; completions' a count */
   if (chat) {
@@ -1289,12 +1324,13 @@ int api_chat_parse(dsi_server *srv, const char *body, size_t len, chat_req *cr, 
   /* tool_choice required or named: the answer starts with the call */
   const char *fname = tool_choice_name(&j, field(&j, "tools"), field(&j, "tool_choice"));
   if (j.bad) goto out;
-  if (fname && cr->p.r.json) {
-    bad(&j, "response_format", "'%s' JSON output cannot go with a tool_choice that requires a call%s", "");
+  if (fname && (cr->p.r.json || cr->p.r.regex)) {
+    bad(&j, cr->p.r.json ? "response_format" : "guided_regex",
+        "'%s' held output cannot go with a tool_choice that requires a call%s", "");
     goto out;
   }
-  /* json with the prompt inside <think>: the reasoning closed, the object next */
-  if (cr->p.r.json && cr->in_reasoning && !(cr->forced = strdup("</think>\n\n"))) {
+  /* held output with the prompt inside <think>: the reasoning closed, the value next */
+  if ((cr->p.r.json || cr->p.r.regex) && cr->in_reasoning && !(cr->forced = strdup("</think>\n\n"))) {
     oom(&j, "for the prompt");
     goto out;
   }

@@ -144,6 +144,7 @@ typedef struct params {
   const char *forced;   /* chat: the answer's forced start (chat_req's), which the output parser reads first */
   char *schema;         /* response_format json_schema (or vLLM's guided_json), or a named tool's parameters:
                            the schema's text (r.json_schema) */
+  char *regex;          /* vLLM's guided_regex, or guided_choice's strings as one (r.regex) */
   const char *trailer;  /* chat, a named tool: the call's end (chat_req's), read by the output parser after
                            the arguments once their JSON closed */
   long long max_tokens; /* 0: to the end of the context */

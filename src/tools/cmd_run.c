@@ -25,7 +25,7 @@ static void sb_str(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
 /* ---- options ---- */
 
 typedef struct run_args {
-  const char *model, *prompt, *system, *json_schema_arg;
+  const char *model, *prompt, *system, *json_schema_arg, *regex;
   int chat, think, no_think, n, ctx, raw, verbose, ignore_eos, replace_invalid, json;
   char *schema; /* --json-schema's text (read from its file) */
   dsi_sampling sp;
@@ -50,6 +50,8 @@ typedef struct run_args {
                                         "drawn, and the answer ends as it closes"},                                \
   {"--json-schema", NULL, OPT_STR, &(a).json_schema_arg, "the answer is one value of this JSON Schema (its text, " \
                                                          "or a file holding it), held as --json holds an object"}, \
+  {"--regex", NULL, OPT_STR, &(a).regex, "the answer is text that matches this regular expression as a whole "      \
+                                         "(ECMA-262): a stop token only where it matches"},                        \
   {"--verbose", "-v", OPT_FLAG, &(a).verbose, "print each prompt's token ids on stderr"},                          \
   RUN_OPTS((a).ro)
 
@@ -63,6 +65,15 @@ static int check_args(const char *cmd, run_args *a, int n_default) {
     return dsi_cli_usage_error(cmd, "--system, --think and --no-think need --chat");
   int rc = dsi_cli_check_run_opts(cmd, &a->ro, &a->act);
   if (rc) return rc;
+  if (a->regex && (a->json || a->json_schema_arg))
+    return dsi_cli_usage_error(cmd, "--regex excludes --json and --json-schema");
+  if (a->regex) {
+    dsi_err err = {0};
+    if (dsi_regex_check(a->regex, strlen(a->regex), &err)) {
+      fprintf(stderr, "dsinfer %s: --regex: %s\n", cmd, err.msg);
+      return 2;
+    }
+  }
   if (a->json_schema_arg) { /* the schema's text, or its file's; checked here */
     const char *t = a->json_schema_arg;
     while (*t == ' ' || *t == '\t' || *t == '\n' || *t == '\r') t++;
@@ -184,7 +195,7 @@ static int chat_prompt(runner *s, const char *messages_json, char **text, int32_
                       : s->a->no_think ? "{\"thinking\":false,\"enable_thinking\":false}" : NULL;
   dsi_err err = {0};
   if (dsi_chat_fmt_render(s->fmt, messages_json, 1, extra, text, &err)) return fail_msg(s, err.msg);
-  if (s->a->json && dsi_chat_prompt_in_reasoning(*text)) { /* JSON output: the reasoning closed, the value next */
+  if ((s->a->json || s->a->regex) && dsi_chat_prompt_in_reasoning(*text)) { /* held output: the reasoning closed first */
     static const char close[] = "</think>\n\n";
     size_t tl = strlen(*text);
     char *t = realloc(*text, tl + sizeof close);
@@ -323,7 +334,7 @@ static int generate(runner *s, view *v, const int32_t *ids, int n, int n_max, in
   const run_args *ra = s->a;
   dsi_request r = {.prompt = ids, .n_prompt = n, .sampling = ra->sp, .max_tokens = n_max, .ignore_eos = ra->ignore_eos,
                    .stop_ids = &s->stop_id, .n_stop_ids = s->stop_id >= 0 && !ra->ignore_eos, .on_event = on_event,
-                   .json = ra->json, .json_schema = ra->schema};
+                   .json = ra->json, .json_schema = ra->schema, .regex = ra->regex};
   answer a = {.v = v, .st = st};
   pthread_mutex_init(&a.mu, NULL);
   pthread_cond_init(&a.cv, NULL);

@@ -8,7 +8,7 @@ rm -rf "$scratch"; mkdir -p "$scratch"
 . "$(dirname "$0")/lib/check.sh"
 
 for cmd in logits generate mkmodel; do
-  "$bin" $cmd --help | grep -q "usage: dsinfer $cmd" && ok || bad "$cmd --help"
+  "$bin" $cmd --help > "$scratch/help.txt" && grep -q "usage: dsinfer $cmd" "$scratch/help.txt" && ok || bad "$cmd --help"
   expect 2 "unknown option '--bogus'" -- "$bin" $cmd --bogus
 done
 expect 2 "unknown command" -- "$bin" frobnicate

@@ -189,6 +189,14 @@ out=$("$bin" run --model "$M" --prompt hi --json-schema '{"type":"object","prope
   [ "$(tr -d ' \t\r\n' < "$S/obj.out" | head -c 1)" = "{" ] && ok ||
   bad "run --json: the answer does not begin an object: $(head -c 80 "$S/obj.out")"
 
+# ---- --regex: the text matches it whole; yes|no ends as the word does ----
+for seed in 1 2 3; do
+  out=$("$bin" run --model "$M" --prompt "ok?" --regex '(yes|no)' -n 20 --temperature 1 --seed $seed 2> /dev/null)
+  [ "$out" = yes ] || [ "$out" = no ] && ok || bad "run --regex '(yes|no)' (seed $seed): '$out'"
+done
+out=$("$bin" run --model "$M" --prompt hi --regex 'a\1' 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -q "back references" <<<"$out" && ok || bad "run --regex with a back reference: exit $rc: $out"
+
 # ---- errors ----
 N=$S/notok; mkdir -p "$N"; cp "$M/config.json" "$M/model.safetensors" "$N/"
 for cmd in "run --prompt hi" "chat"; do
@@ -200,8 +208,9 @@ for args in "run --model $M --prompt hi --bogus" "chat --model $M --bogus" "run 
   out=$("$bin" $args 2>&1 < /dev/null); rc=$?
   [ $rc -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && ok || bad "'$args': exit $rc (want 2): $out"
 done
-"$bin" run --help | grep -q "usage: dsinfer run" && ok || bad "run --help"
-"$bin" chat --help | grep -q "usage: dsinfer chat" && ok || bad "chat --help"
+# (to a file: grep -q stops reading at the first line, and the rest would meet a closed pipe)
+"$bin" run --help > "$S/help.txt" && grep -q "usage: dsinfer run" "$S/help.txt" && ok || bad "run --help"
+"$bin" chat --help > "$S/help.txt" && grep -q "usage: dsinfer chat" "$S/help.txt" && ok || bad "chat --help"
 
 echo "run_chat: $passes passed, $fails failed"
 [ $fails -eq 0 ]

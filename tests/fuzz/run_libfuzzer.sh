@@ -86,6 +86,8 @@ cat >"$dict" <<'DICT'
 "\"exclusiveMaximum\""
 "\"format\""
 "\"minProperties\""
+"\"guided_regex\""
+"\"guided_choice\""
 "\"maxProperties\""
 "\"date-time\""
 "\"object\""

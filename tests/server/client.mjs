@@ -152,6 +152,17 @@ function judgeJson(choices, shape) {
   check(pok && pc > 0, `json_schema with patterns: ${pc} of 4 values closed, each string matching its pattern ` +
     `(${p.choices.map((c) => c.message.content).join(" | ")})`);
 }
+// vLLM's guided_choice and guided_regex: the text one of the strings, or matching the expression as a whole
+{
+  const choices = ["positive", "negative", "neutral (mixed)"];
+  const r = await chat(prompts[0], { guided_choice: choices, temperature: 1.0, seed: 11, n: 4, max_tokens: 16 });
+  check(r.choices.every((c) => c.finish_reason === "stop" && choices.includes(c.message.content)),
+    `guided_choice: 4 answers, each one of the choices whole (${r.choices.map((c) => c.message.content).join(" | ")})`);
+  const re = "[A-Z][a-z]{1,8}( [a-z]{1,8}){0,4}[.!]", whole = new RegExp(`^(?:${re})$`, "u");
+  const g = await chat(prompts[0], { guided_regex: re, temperature: 1.0, seed: 12, n: 4, max_tokens: 24 });
+  check(g.choices.every((c) => c.finish_reason === "stop" && whole.test(c.message.content)),
+    `guided_regex: 4 answers, each closed and matching it whole (${g.choices.map((c) => c.message.content).join(" | ")})`);
+}
 
 // ---- tool_choice naming a function, or required: the arguments sampled under the function's parameters, the
 // call closed by the server ----

@@ -270,6 +270,8 @@ static int check_reply(reply *rp, const char *what) {
   "\"string\",\"pattern\":\"^[a-z]+\\\\d?$\",\"maxLength\":9},{\"$ref\":\"#/$defs/n\"}]},\"b\":{\"type\":"   \
   "\"number\",\"minimum\":0.5},\"c\":{\"format\":\"date\"}},\"$defs\":{\"n\":{\"enum\":[null,[1]]}}}}},"      \
   "\"max_tokens\":3}"
+#define REGEX_BODY \
+  "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"guided_regex\":\"(yes|no)[.!]?\",\"max_tokens\":3}"
 #define TOKENIZE_BODY "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}"
 #define DETOKENIZE_BODY "{\"tokens\":[5,6,7,300]}"
 
@@ -319,6 +321,8 @@ static int serve_some(dsi_sched *s, const dsi_tok *tok, const dsi_chat_fmt *fmt,
   rc = worst(rc, check_reply(&rp, "chat, json_object"));
   api_chat(&srv, JSON_SCHEMA_BODY, strlen(JSON_SCHEMA_BODY), -1, &rp);
   rc = worst(rc, check_reply(&rp, "chat, json_schema"));
+  api_chat(&srv, REGEX_BODY, strlen(REGEX_BODY), -1, &rp);
+  rc = worst(rc, check_reply(&rp, "chat, guided_regex"));
   api_chat(&srv, NAMED_TOOL_BODY, strlen(NAMED_TOOL_BODY), -1, &rp);
   rc = worst(rc, check_reply(&rp, "chat, a named tool"));
   api_chat(&srv, REQUIRED_TOOL_STREAM_BODY, strlen(REQUIRED_TOOL_STREAM_BODY), -1, &rp);

@@ -500,6 +500,54 @@ static void test_lengths_exhaustive(void) {
          texts, schemas);
 }
 
+/* Raw text held to a regex (dsi_jschema_compile_regex, vLLM's
+ * guided_regex and guided_choice): a whole match, the pattern's own anchors
+ * dropped; may_end where the text matches, done where nothing can go on. */
+static void test_regex_text(void) {
+  static const struct {
+    const char *re, *text;
+    int want; /* 2 done, 1 may end, 0 a match's start, -2 - k refused at byte k */
+  } cases[] = {
+    {"yes|no|maybe", "yes", 2}, {"yes|no|maybe", "ma", 0}, {"yes|no|maybe", "yet", -2 - 2},
+    {"^(yes|no)$", "no", 2}, {"\\d+", "12", 1}, {"\\d+", "12a", -2 - 2}, {"\\d+", "", 0},
+    {"a\\$", "a$", 2}, {"a\\\\$", "a\\", 2}, {"a\x01b", "a\x01b", 2}, {"x*", "", 1}, {"x*", "xxx", 1},
+    {" ?(a|b)\n", " a\n", 2}, {"[^\"]*\"", "say \"", 2}, {"\u00e9+", "\xc3\xa9\xc3", 0},
+    {"\u00e9+", "\xc3\xa9\xc3\xa9", 1}, {"\u00e9+", "\xc3x", -2 - 1},
+  };
+  dsi_err err;
+  for (size_t i = 0; i < DSI_ARRAY_LEN(cases); i++) {
+    dsi_jschema *sc;
+    err = (dsi_err){0};
+    if (dsi_jschema_compile_regex(&sc, cases[i].re, strlen(cases[i].re), &err)) {
+      CHECKF(0, "/%s/ compiles: %s", cases[i].re, err.msg);
+      continue;
+    }
+    dsi_jsonc j;
+    dsi_jsonc_init(&j, sc);
+    long got = 0;
+    const char *t = cases[i].text;
+    for (size_t k = 0; k < strlen(t) && got >= 0; k++)
+      if (dsi_jsonc_feed(&j, t + k, 1)) got = -2 - (long)k;
+    if (got >= 0) got = dsi_jsonc_done(&j) ? 2 : dsi_jsonc_may_end(&j);
+    CHECKF(got == cases[i].want, "/%s/ on \"%s\": %ld (want %d)", cases[i].re, t, got, cases[i].want);
+    if (i == 0) mask_cost(sc, "m", "in the text of yes|no|maybe after 'm'");
+    if (i == 4) mask_cost(sc, "1", "in the text of \\d+ after '1'");
+    dsi_jschema_free(sc);
+  }
+  static const struct {
+    const char *re, *says;
+  } refused[] = {{"a(?=b)", "lookaround"}, {"[]", "no text matches"}, {"(a", "not closed"}, {"a^", "'^'"}};
+  for (size_t i = 0; i < DSI_ARRAY_LEN(refused); i++) {
+    dsi_jschema *sc;
+    err = (dsi_err){0};
+    int rc = dsi_jschema_compile_regex(&sc, refused[i].re, strlen(refused[i].re), &err);
+    CHECKF(rc == DSI_E_INVAL && strstr(err.msg, "regex") && strstr(err.msg, refused[i].says), "/%s/ refused: %s",
+           refused[i].re, rc ? err.msg : "compiled");
+    if (!rc) dsi_jschema_free(sc);
+  }
+  printf("regex text: %zu cases, %zu refused\n", DSI_ARRAY_LEN(cases), DSI_ARRAY_LEN(refused));
+}
+
 static void test_schemas(void) {
   dsi_err err;
   /* each keyword: accepted whole (1), a prefix (0), or refused at byte k (-2 - k) */
@@ -990,6 +1038,7 @@ int main(void) {
   test_schemas();
   test_bounds_exhaustive();
   test_lengths_exhaustive();
+  test_regex_text();
   dsi_jschema_free(g_any);
   return check_done();
 }
