@@ -10,7 +10,7 @@
  * points at, so a recursive schema is a cycle of nodes. Annotations and
  * unknown keywords are passed over (the formats not held among them: an
  * annotation in JSON Schema 2020-12). Validation keywords the recognizer
- * cannot hold a value to (multipleOf, uniqueItems, ...) are refused at
+ * cannot hold a value to (multipleOf, not, ...) are refused at
  * compile time, never ignored.
  *
  * A reading is a stack of frames, one per open value, each in a state of
@@ -55,6 +55,7 @@ typedef struct jnode {
   int32_t lead, then;         /* x-dsinfer-prefix: the literal lits[lead], then a value of node then (lead -1: none) */
   uint8_t tight;              /* no white space before it: a prefix, or an anyOf of them */
   uint8_t raw;                /* not JSON: text whose bytes match pats[pat] as a whole (dsi_jschema_compile_regex) */
+  uint8_t unique;             /* an array's items (all of one enum) each a different value */
   uint8_t sat;                /* some value satisfies it (satisfy()) */
   uint64_t dead;              /* properties no value satisfies: never given */
 } jnode;
@@ -176,16 +177,15 @@ static int oom(cctx *x) {
 
 /* keywords that constrain a value in ways the recognizer does not hold */
 static const char *const k_refused[] = {
-  "patternProperties", "propertyNames", "multipleOf", "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies", "uniqueItems",
-  "contains", "minContains", "maxContains", "unevaluatedProperties",
+  "patternProperties", "propertyNames", "multipleOf", "not", "if", "then", "else", "dependentRequired",
+  "dependentSchemas", "dependencies", "contains", "minContains", "maxContains", "unevaluatedProperties",
   "unevaluatedItems", "$dynamicRef", "$recursiveRef",
 };
 /* keywords that constrain a value directly (beside a combinator: refused) */
 static const char *const k_direct[] = {
   "type", "enum", "const", "properties", "required", "additionalProperties", "items", "prefixItems",
-  "additionalItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "minimum", "maximum", "minProperties",
-  "maxProperties",
-  "exclusiveMinimum", "exclusiveMaximum",
+  "additionalItems", "minItems", "maxItems", "uniqueItems", "minLength", "maxLength", "pattern", "minimum",
+  "maximum", "exclusiveMinimum", "exclusiveMaximum", "minProperties", "maxProperties",
 };
 
 static int in_list(const char *k, const char *const *l, size_t n) {
@@ -379,6 +379,11 @@ static int32_t compile_enum(cctx *x, const cJSON *s, jnode *base, int typed) {
       rc = -1;
       break;
     }
+    for (int q = 0; q < k - 1; q++) /* a value given twice (1 and 1.0 print alike): once */
+      if (!strcmp(x->sc->lits[vals[q]].s, x->sc->lits[vals[k - 1]].s)) {
+        k--;
+        break;
+      }
   }
   cJSON_Delete(one);
   if (rc < 0) return -1;
@@ -666,13 +671,14 @@ static int32_t body(cctx *x, const cJSON *s, int me) {
       /* no type: the types its keywords are about, else any */
       static const char *const obj_k[] = {"properties", "required", "additionalProperties", "minProperties",
                                           "maxProperties"};
-      static const char *const arr_k[] = {"items", "prefixItems", "additionalItems", "minItems", "maxItems"};
+      static const char *const arr_k[] = {"items", "prefixItems", "additionalItems", "minItems", "maxItems",
+                                          "uniqueItems"};
       static const char *const str_k[] = {"minLength", "maxLength", "pattern"};
       static const char *const num_k[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
       uint8_t t = 0;
       cJSON_ArrayForEach(e, s) if (e->string) {
         if (in_list(e->string, obj_k, 5)) t |= T_OBJ;
-        if (in_list(e->string, arr_k, 5)) t |= T_ARR;
+        if (in_list(e->string, arr_k, 6)) t |= T_ARR;
         if (in_list(e->string, str_k, 3)) t |= T_STR;
         if (in_list(e->string, num_k, 4)) t |= T_INT | T_NUM;
       }
@@ -770,6 +776,13 @@ static int32_t body(cctx *x, const cJSON *s, int me) {
       if (n.max_len >= 0 && n.min_len > n.max_len) return fail(x, "minLength above maxLength%s", "");
       if (n.items < 0 && n.min_items > n.n_prefix && (n.types & T_ARR))
         return fail(x, "minItems above the items the array may hold%s", "");
+      const cJSON *uq = cJSON_GetObjectItemCaseSensitive(s, "uniqueItems");
+      if (uq && !cJSON_IsBool(uq)) return fail(x, "'%s' must be a boolean", "uniqueItems");
+      if (cJSON_IsTrue(uq)) { /* held where each item is one of an enum's values: which are given is known */
+        if (n.n_prefix || n.items < 0 || !x->sc->nodes[n.items].n_enum)
+          return fail(x, "'uniqueItems' is held only over items that are all one enum (or const)%s", "");
+        n.unique = 1;
+      }
       const cJSON *pt = cJSON_GetObjectItemCaseSensitive(s, "pattern");
       const cJSON *fm = cJSON_GetObjectItemCaseSensitive(s, "format");
       const char *fre = !pt && cJSON_IsString(fm) ? format_re(fm->valuestring) : NULL;
@@ -819,6 +832,7 @@ static int node_sat(const dsi_jschema *sc, const jnode *nd) {
       ok = it >= 0 && sc->nodes[it].sat;
       if (k >= nd->n_prefix) break; /* the rest are the same node */
     }
+    if (nd->unique && nd->items >= 0 && nd->min_items > sc->nodes[nd->items].n_enum) ok = 0; /* too few values */
   }
   return ok;
 }
@@ -1106,11 +1120,19 @@ static int32_t item(const dsi_jschema *sc, const jnode *nd, uint32_t k) {
 
 /* an enum's literals that are whole: the value ends with the last if it
  * closes itself (a number's end is told by the byte after it) */
+/* an enum's value i is whole: the frame closed, and an array of unique
+ * items told it is given */
+static void enum_done(const dsi_jschema *sc, dsi_jsonc_reading *r, int i) {
+  r->depth--;
+  dsi_jsonc_frame *up = r->depth ? &r->f[r->depth - 1] : NULL;
+  if (up && sc->nodes[up->node].unique) up->seen |= 1ull << i;
+}
+
 static int enum_whole(const dsi_jschema *sc, dsi_jsonc_reading *r, dsi_jsonc_frame *f, const jnode *nd) {
   for (int i = 0; i < nd->n_enum; i++) {
     const jbytes *l = &sc->lits[sc->ids[nd->en + i]];
     if ((f->cand >> i & 1) && l->n == f->off && l->s[0] != '-' && !is_digit((uint8_t)l->s[0])) {
-      r->depth--;
+      enum_done(sc, r, i);
       return 0;
     }
   }
@@ -1201,9 +1223,9 @@ static int value(const dsi_jschema *sc, dsi_jsonc_reading *r, dsi_jsonc_frame *f
     return AGAIN;
   }
   if (nd->n_enum) {
-    uint64_t cand = 0;
+    uint64_t cand = 0; /* (seen: the values an array of unique items gave already) */
     for (int i = 0; i < nd->n_enum; i++)
-      if ((uint8_t)sc->lits[sc->ids[nd->en + i]].s[0] == c) cand |= 1ull << i;
+      if ((uint8_t)sc->lits[sc->ids[nd->en + i]].s[0] == c && !(f->seen >> i & 1)) cand |= 1ull << i;
     if (!cand) return -1;
     f->st = S_ENUM, f->cand = cand, f->off = 1;
     return enum_whole(sc, r, f, nd);
@@ -1341,10 +1363,15 @@ static int step(const dsi_jschema *sc, dsi_jsonc_reading *r, uint8_t c) {
     if (f->st == A_AFTER && c != ',') return -1;
     int32_t node = item(sc, nd, f->count);
     if (node < 0) return -1;
+    if (nd->unique) { /* a value not given yet must be left */
+      int ne = sc->nodes[node].n_enum;
+      if (!((ne == 64 ? ~0ull : (1ull << ne) - 1) & ~f->seen)) return -1;
+    }
     f->count++;
     int first = f->st == A_FIRST;
     f->st = A_AFTER;
     if (push(r, node)) return -1;
+    if (nd->unique) r->f[r->depth - 1].seen = f->seen; /* the item's enum leaves those out */
     return first ? AGAIN : 0; /* after '[' the byte begins the item */
   }
   case S_STR: {
@@ -1392,19 +1419,20 @@ static int step(const dsi_jschema *sc, dsi_jsonc_reading *r, uint8_t c) {
     if (!k_lits[f->cur][++f->off]) r->depth--;
     return 0;
   case S_ENUM: {
-    uint64_t next = 0, whole = 0;
+    uint64_t next = 0;
+    int whole = -1;
     for (int i = 0; i < nd->n_enum; i++) {
       const jbytes *l = &sc->lits[sc->ids[nd->en + i]];
       if (!(f->cand >> i & 1)) continue;
       if (f->off < l->n && (uint8_t)l->s[f->off] == c) next |= 1ull << i;
-      else if (f->off == l->n) whole = 1; /* a number, ended by this byte */
+      else if (f->off == l->n) whole = i; /* a number, ended by this byte */
     }
     if (next) {
       f->cand = next, f->off++;
       return enum_whole(sc, r, f, nd);
     }
-    if (!whole) return -1;
-    r->depth--;
+    if (whole < 0) return -1;
+    enum_done(sc, r, whole);
     return AGAIN;
   }
   case N_MINUS:

@@ -130,7 +130,7 @@ static int cs_class(cset *s, uint8_t c) {
 /* ---- the parser ---- */
 
 static int32_t mk(rparse *x, uint8_t kind, int32_t a, int32_t b) {
-  if (a < 0 || b < -1 || x->bad) return -1;
+  if (a < 0 || b < 0 || x->bad) return -1; /* a failed child: x->bad says why */
   if (x->n_nodes == x->cap_nodes) {
     int c = x->cap_nodes ? 2 * x->cap_nodes : 64;
     rnode *nn = realloc(x->nodes, (size_t)c * sizeof *nn);

@@ -88,6 +88,7 @@ cat >"$dict" <<'DICT'
 "\"minProperties\""
 "\"guided_regex\""
 "\"guided_choice\""
+"\"uniqueItems\""
 "\"maxProperties\""
 "\"date-time\""
 "\"object\""

@@ -203,7 +203,8 @@ static int validate(const cJSON *v, const cJSON *s) {
             cJSON_HasObjectItem(s, "additionalProperties") || cJSON_HasObjectItem(s, "minProperties") ||
             cJSON_HasObjectItem(s, "maxProperties");
     int a = cJSON_HasObjectItem(s, "items") || cJSON_HasObjectItem(s, "prefixItems") ||
-            cJSON_HasObjectItem(s, "minItems") || cJSON_HasObjectItem(s, "maxItems");
+            cJSON_HasObjectItem(s, "minItems") || cJSON_HasObjectItem(s, "maxItems") ||
+            cJSON_HasObjectItem(s, "uniqueItems");
     int st = cJSON_HasObjectItem(s, "minLength") || cJSON_HasObjectItem(s, "maxLength") || cJSON_HasObjectItem(s, "pattern");
     int nu = cJSON_HasObjectItem(s, "minimum") || cJSON_HasObjectItem(s, "maximum") ||
              cJSON_HasObjectItem(s, "exclusiveMinimum") || cJSON_HasObjectItem(s, "exclusiveMaximum");
@@ -246,6 +247,8 @@ static int validate(const cJSON *v, const cJSON *s) {
     int n = cJSON_GetArraySize(v), np = pre ? cJSON_GetArraySize(pre) : 0, i = 0;
     if ((mn && n < mn->valueint) || (mx && n > mx->valueint)) return 0;
     const cJSON *e;
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(s, "uniqueItems")))
+      cJSON_ArrayForEach(e, v) for (const cJSON *q = v->child; q != e; q = q->next) if (cJSON_Compare(q, e, 1)) return 0;
     cJSON_ArrayForEach(e, v) {
       const cJSON *is = i < np ? cJSON_GetArrayItem(pre, i) : it;
       if (is && !validate(e, is)) return 0;
@@ -322,6 +325,17 @@ static cJSON *gen(dsi_rng *r, const cJSON *s, int depth) {
     if (cJSON_IsFalse(it) && hi > np) hi = np;
     int n = lo + (int)(dsi_rng_u64(r) % (uint64_t)(hi - lo + 1));
     cJSON *a = cJSON_CreateArray();
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(s, "uniqueItems"))) { /* items of an enum: distinct ones */
+      const cJSON *en = cJSON_GetObjectItemCaseSensitive(it, "enum");
+      int ne = cJSON_GetArraySize(en), pick[64];
+      for (int i = 0; i < ne; i++) pick[i] = i;
+      for (int i = 0; i < n && i < ne; i++) {
+        int k = i + (int)(dsi_rng_u64(r) % (uint64_t)(ne - i)), t = pick[i];
+        pick[i] = pick[k], pick[k] = t;
+        cJSON_AddItemToArray(a, cJSON_Duplicate(cJSON_GetArrayItem(en, pick[i]), 1));
+      }
+      return a;
+    }
     for (int i = 0; i < n; i++) {
       const cJSON *is = i < np ? cJSON_GetArrayItem(pre, i) : it;
       cJSON_AddItemToArray(a, is ? gen(r, is, depth + 1) : random_value(r, 4));
@@ -711,6 +725,13 @@ static void test_schemas(void) {
     /* a pattern beside a format: the pattern holds, the format an annotation */
     {"{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"string\",\"format\":\"date\",\"pattern\":\"^x$\"}}}",
      "{\"v\":\"x\"}", 1},
+    /* unique items of an enum */
+#define UNIQ "{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"b\",1,12,1.0]},\"uniqueItems\":true}"
+    {UNIQ, "[\"a\",\"b\",12,1]", 1},
+    {UNIQ, "[\"a\",\"a", -2 - 6},
+    {UNIQ, "[\"a\",\"b\",1,12,", -2 - 13}, /* all given: no more */
+    {UNIQ, "[1,1]", -2 - 4},
+    {UNIQ, "[12,1]", 1},
     /* members counted */
 #define PROPS "{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{},\"c\":{}},\"required\":[\"c\"]," \
   "\"additionalProperties\":{\"type\":\"integer\"},\"minProperties\":2,\"maxProperties\":3}"
@@ -760,10 +781,14 @@ static void test_schemas(void) {
     {"{\"type\":\"string\",\"pattern\":\"^[\\\\x00-\\\\x07]$\"}", "no value"},
     {"{\"enum\":[\"a\"],\"pattern\":\"a\"}", "'pattern' beside enum"},
     {"{\"type\":\"object\",\"minProperties\":3,\"maxProperties\":2}", "minProperties above"},
+    {"{\"type\":\"array\",\"uniqueItems\":true}", "'uniqueItems' is held only over items that are all one enum"},
+    {"{\"type\":\"array\",\"items\":{\"type\":\"string\"},\"uniqueItems\":true}", "held only over"},
+    {"{\"type\":\"array\",\"uniqueItems\":1}", "'uniqueItems' must be a boolean"},
+    {"{\"type\":\"object\",\"properties\":{\"t\":{\"type\":\"array\",\"items\":{\"enum\":[1,1.0]},\"uniqueItems\":true,"
+     "\"minItems\":2}},\"required\":[\"t\"]}", "no value"},
     {"{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{}},\"minProperties\":3}", "no value"},
     {"{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{}},\"required\":[\"a\",\"b\"],\"maxProperties\":1}",
      "no value"},
-    {"{\"type\":\"array\",\"uniqueItems\":true}", "'uniqueItems'"},
     {"{\"type\":\"integer\"}", "bare number"},
     {"{\"x-dsinfer-prefix\":\"n=\",\"type\":\"integer\"}", "bare number"},
     {"{\"x-dsinfer-prefix\":\"\",\"type\":\"object\"}", "'x-dsinfer-prefix'"},
@@ -832,7 +857,7 @@ static void test_schemas(void) {
     /* the shape an agent asks for */
     "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":12},\"age\":{\"type\":\"integer\"},"
     "\"email\":{\"type\":[\"string\",\"null\"]},\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"x\",\"y\",\"zz\"]},"
-    "\"maxItems\":3},\"score\":{\"type\":\"number\"},\"ok\":{\"type\":\"boolean\"}},\"required\":[\"name\",\"age\",\"ok\"],"
+    "\"maxItems\":3,\"uniqueItems\":true},\"score\":{\"type\":\"number\"},\"ok\":{\"type\":\"boolean\"}},\"required\":[\"name\",\"age\",\"ok\"],"
     "\"additionalProperties\":false}",
     /* pydantic: Optional via anyOf, nested models via $defs */
     "{\"$defs\":{\"Addr\":{\"properties\":{\"city\":{\"title\":\"City\",\"type\":\"string\"},\"zip\":{\"anyOf\":"
