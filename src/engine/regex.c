@@ -768,7 +768,7 @@ int dsi_redfa_compile_whole(dsi_redfa *d, const char *p, size_t n, int whole, ch
   d->n_cls++;
   /* adjacency: empty edges and byte edges by source */
   int32_t ns = m.n_states;
-  qsort(m.e, (size_t)m.n_e, sizeof *m.e, e_cmp_from);
+  if (m.n_e) qsort(m.e, (size_t)m.n_e, sizeof *m.e, e_cmp_from);
   g.off_eps = calloc((size_t)ns + 1, sizeof(int32_t));
   g.off_byte = calloc((size_t)ns + 1, sizeof(int32_t));
   g.eps = malloc((size_t)(m.n_e ? m.n_e : 1) * sizeof(int32_t));
