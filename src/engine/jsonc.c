@@ -123,11 +123,16 @@ static int grow(void **p, int *cap, int want, size_t each) {
   return 0;
 }
 
+/* a node of these types and no other keyword: every "none" is -1 */
+static jnode node_of(uint8_t types) {
+  return (jnode){.types = types, .addl = -1, .max_props = -1, .items = -1, .max_items = -1, .max_len = -1, .pat = -1,
+                 .num = -1, .lead = -1};
+}
+
 static int32_t new_node(dsi_jschema *sc, uint8_t types) {
   if (sc->n_nodes >= UINT16_MAX || grow((void **)&sc->nodes, &sc->cap_nodes, sc->n_nodes + 1, sizeof(jnode)))
     return -1;
-  sc->nodes[sc->n_nodes] =
-    (jnode){.types = types, .addl = -1, .max_props = -1, .items = -1, .max_items = -1, .max_len = -1, .pat = -1, .num = -1, .lead = -1};
+  sc->nodes[sc->n_nodes] = node_of(types);
   return sc->n_nodes++;
 }
 
@@ -921,10 +926,9 @@ int dsi_jschema_compile(dsi_jschema **out, const char *schema, size_t n, dsi_err
 /* s is one JSON value (told apart from cJSON running out of memory), by the
  * recognizer over a schema of any value that needs no allocation */
 static int is_json(const char *s, size_t n) {
-  static const jnode any = {
-    .types = T_ALL, .addl = NODE_ANY, .max_props = -1, .items = NODE_ANY, .max_items = -1, .max_len = -1, .pat = -1,
-    .num = -1, .lead = -1, .sat = 1};
-  static const dsi_jschema sc = {.nodes = (jnode *)&any, .n_nodes = 1, .root = NODE_ANY};
+  jnode any = node_of(T_ALL);
+  any.addl = any.items = NODE_ANY, any.sat = 1;
+  const dsi_jschema sc = {.nodes = &any, .n_nodes = 1, .root = NODE_ANY};
   dsi_jsonc j;
   dsi_jsonc_init(&j, &sc);
   while (n && (s[n - 1] == ' ' || s[n - 1] == '\n' || s[n - 1] == '\t' || s[n - 1] == '\r')) n--; /* trailing white space */

@@ -751,6 +751,15 @@ static int plan_step(dsi_sched *s, int *n_tokens, int *n_decode) {
   return n_seg;
 }
 
+/* tok ends c's completion (EOS unless ignored, or one of stop_ids) */
+static int is_stop(const dsi_sched *s, const completion *c, int32_t tok) {
+  const request *q = c->req;
+  if (!q->r.ignore_eos && (tok == s->eos[0] || tok == s->eos[1])) return 1;
+  for (int i = 0; i < q->r.n_stop_ids; i++)
+    if (tok == q->stop_ids[i]) return 1;
+  return 0;
+}
+
 /* c drew tok: append it, its text, and the stop conditions */
 static void deliver(dsi_sched *s, completion *c, int32_t tok, const dsi_sample_out *so) {
   request *q = c->req;
@@ -758,10 +767,7 @@ static void deliver(dsi_sched *s, completion *c, int32_t tok, const dsi_sample_o
   double tn = now();
   if (!c->t_first) c->t_first = tn;
   c->t_last = tn;
-  int stop_tok = 0;
-  if (!r->ignore_eos) stop_tok |= tok == s->eos[0] || tok == s->eos[1];
-  for (int i = 0; i < r->n_stop_ids; i++) stop_tok |= tok == q->stop_ids[i];
-  if (stop_tok) {
+  if (is_stop(s, c, tok)) {
     dsi_request_event ev = {.token = -1, .stop_token = tok};
     const char *piece;
     size_t len;
@@ -861,15 +867,6 @@ static void plp_rows(void *ctx, int ith, int nth) {
   dsi_sched *s = j->s;
   for (int k = ith; ith < s->n_ws && k < j->n; k += s->n_ws)
     dsi_logprob_of(s->logits + (size_t)s->plp_at[k] * s->vocab, s->n_valid, s->plp_tok[k], &s->plp[k]);
-}
-
-/* tok ends c's completion (deliver's test) */
-static int is_stop(const dsi_sched *s, const completion *c, int32_t tok) {
-  const request *q = c->req;
-  if (!q->r.ignore_eos && (tok == s->eos[0] || tok == s->eos[1])) return 1;
-  for (int i = 0; i < q->r.n_stop_ids; i++)
-    if (tok == q->stop_ids[i]) return 1;
-  return 0;
 }
 
 /* tok can continue c's held output: its bytes keep it a value (an added
