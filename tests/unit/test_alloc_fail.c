@@ -95,7 +95,7 @@ static uint64_t stack_of(void) {
       in_lib = 0;
       continue;
     }
-    h = (h ^ a) * 1099511628211ull;
+    h = (h ^ (a - (uintptr_t)&__executable_start)) * 1099511628211ull; /* the same in another process */
     used++;
   }
   return h | 1;
@@ -107,10 +107,11 @@ static int fail_now(void) {
   if (g_record || g_fail_stack) {
     uint64_t s = stack_of();
     if (g_record && n <= MAX_RECORD) g_record[n - 1] = s;
-    return s == g_fail_stack && !atomic_exchange(&g_failed, 1);
+    if (s != g_fail_stack || atomic_exchange(&g_failed, 1)) return 0;
+  } else if (n != g_fail_at || atomic_exchange(&g_failed, 1)) {
+    return 0;
   }
-  if (n != g_fail_at || atomic_exchange(&g_failed, 1)) return 0;
-  if (g_show) { /* FAIL_AT: where the call that fails is made */
+  if (g_show) { /* FAIL_AT or FAIL_STACK: where the call that fails is made */
     void *f[12];
     g_inside = 1;
     int k = backtrace(f, 12);
