@@ -807,6 +807,7 @@ int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, const dsi_fwd
   f->mm = dsi_mm_make(k, o->precision, m->packed, dsi_pool_size(pool));
   f->mm_lat = f->mm;
   f->mm_lat.act_i8 = 0;
+  f->mm_lat.act_i16 = 0;
   int bf16 = f->mm.act_bf16;
   int H = c->num_attention_heads, kvl = c->kv_lora_rank, row = kvl + c->qk_rope_head_dim;
   int pairs_fit = m->packed && o->kv_block_size % DSI_ATTN_PAIR_CHUNK == 0 && kvl % 16 == 0 && row % 16 == 0;

@@ -26,12 +26,18 @@ dsi_mm_thread dsi_mm_thread_at(void *mem, int calls) {
   return t;
 }
 
+/* bytes a row takes in the region of rows prepared in f32 (rounded) or
+ * as int16: a call's int16 rows, then their scales, fill m of them */
+static size_t wide_row_bytes(int cols, int kpad) {
+  return DSI_MAX((size_t)cols * sizeof(float), DSI_XQ_LD(kpad) * sizeof(int16_t) + sizeof(float));
+}
+
 size_t dsi_mm_prep_bytes(long m, int cols, int kpad, int calls) {
   /* bf16 rows: each call's rounded up to a 16-row block; AMX takes calls
    * of DSI_AMX_MIN_ROWS rows and more only, so at most m / DSI_AMX_MIN_ROWS
    * calls add up to 15 rows each */
   size_t xb_rows = (size_t)m + 15 * (size_t)DSI_MIN(calls, m / DSI_AMX_MIN_ROWS + 1);
-  return align64((size_t)m * cols * sizeof(float)) + align64(xb_rows * kpad * sizeof(uint16_t)) +
+  return align64((size_t)m * wide_row_bytes(cols, kpad)) + align64(xb_rows * kpad * sizeof(uint16_t)) +
          align64((size_t)m * DSI_XQ_LD(kpad)) + align64((size_t)m * sizeof(float)) +
          align64((size_t)m * DSI_XQ_SUMS(kpad) * sizeof(int32_t)) + 64;
 }
@@ -98,20 +104,26 @@ static void gemm_units_run(void *ctx, long u0, long u1, void *scratch) {
 
 dsi_mm dsi_mm_make(const dsi_kern *k, int precision, int packed, int nth) {
   int bf16 = precision == DSI_ACT_BF16 || (precision == DSI_ACT_AUTO && packed && (k->amx || k->dot_bf16));
-  int i8 = bf16 || (precision == DSI_ACT_AUTO && packed && k->level == DSI_ISA_AVX2);
-  return (dsi_mm){.k = k, .act_bf16 = bf16, .act_i8 = i8, .nth = nth};
+  int i16 = precision == DSI_ACT_AUTO && packed && k->level == DSI_ISA_AVX2;
+  return (dsi_mm){.k = k, .act_bf16 = bf16, .act_i8 = bf16, .act_i16 = i16, .nth = nth};
 }
 
 /* ---- preparing activations ---- */
 /* How a call's activations are prepared for its kernel. */
-enum { P_NONE, P_ROUND, P_BF16, P_I8, P_DP, P_ROUND_I8 };
+enum { P_NONE, P_ROUND, P_BF16, P_I8, P_DP, P_ROUND_I8, P_I16 };
+
+/* where a call's int16 rows' scales follow its rows in xr */
+static float *i16_scales(const dsi_gemm *g, void *xr, size_t ldq) {
+  return (float *)((int16_t *)xr + (size_t)g->m * ldq);
+}
 
 /* rows [s0, s1) of call g's activations prepared as `kind` says into the
  * call's own buffers: bf16 tiles at xb (or, P_DP, the AVX512-BF16
  * kernel's staged pairs there), int8 rows at xq (row stride ldq) with
- * their scales and 32-column sums (rows of ldq / 32), or f32 rows at xr
- * rounded to bf16 (P_ROUND) or to the row's int8 grid (P_ROUND_I8) */
-static void prep_rows(const dsi_vec_ops *v, const dsi_gemm *g, int kind, long s0, long s1, size_t ldq, float *xr,
+ * their scales and 32-column sums (rows of ldq / 32), or at xr f32 rows
+ * rounded to bf16 (P_ROUND) or to the row's int8 grid (P_ROUND_I8), or
+ * int16 rows (stride ldq) and then their scales (P_I16) */
+static void prep_rows(const dsi_vec_ops *v, const dsi_gemm *g, int kind, long s0, long s1, size_t ldq, void *xr,
                       uint16_t *xb, int8_t *xq, float *xq_scale, int32_t *xq_sum) {
   int cols = g->w->cols, kpad = g->w->kpad, nr = (int)(s1 - s0);
   const float *x = g->x_rows ? g->x : g->x + (size_t)s0 * g->ldx;
@@ -125,8 +137,10 @@ static void prep_rows(const dsi_vec_ops *v, const dsi_gemm *g, int kind, long s0
   } else if (kind == P_BF16) dsi_rows_to_bf16_tiles(v, x, g->ldx, rows, nr, cols, kpad, (int)s0, g->m, xb);
   else if (kind == P_I8)
     dsi_rows_to_i8(v, x, g->ldx, rows, nr, cols, (int)ldq, xq + s0 * ldq, xq_scale + s0, xq_sum + s0 * (ldq / 32));
-  else if (kind == P_ROUND_I8) dsi_rows_round_i8(v, x, g->ldx, rows, nr, cols, xr + s0 * cols);
-  else dsi_rows_round_bf16(v, x, g->ldx, rows, nr, cols, xr + s0 * cols);
+  else if (kind == P_I16)
+    dsi_rows_to_i16(v, x, g->ldx, rows, nr, cols, (int)ldq, (int16_t *)xr + s0 * ldq, i16_scales(g, xr, ldq) + s0);
+  else if (kind == P_ROUND_I8) dsi_rows_round_i8(v, x, g->ldx, rows, nr, cols, (float *)xr + s0 * cols);
+  else dsi_rows_round_bf16(v, x, g->ldx, rows, nr, cols, (float *)xr + s0 * cols);
 }
 
 /* whether what is ready is what the call's kernel wants */
@@ -141,6 +155,7 @@ static int prep_kind(const dsi_mm *mm, const dsi_gemm *g, int wants, int x_ready
   return wants == DSI_PREP_BF16 ? P_BF16
          : wants == DSI_PREP_DP ? P_DP
          : wants == DSI_PREP_I8 ? P_I8
+         : wants == DSI_PREP_I16 ? P_I16
          : mm->act_bf16 && !x_ready ? (mm->act_i8 && g->w->dtype == DSI_DTYPE_I8 ? P_ROUND_I8 : P_ROUND)
                                    : P_NONE;
 }
@@ -153,20 +168,24 @@ static void set_ready(dsi_gemm *g, int wants, const dsi_ready *ready) {
   g->xq = have && wants == DSI_PREP_I8 ? ready->x : NULL;
   g->xq_scale = g->xq ? ready->scale : NULL;
   g->xq_sum = g->xq ? ready->sum : NULL;
+  g->xw = have && wants == DSI_PREP_I16 ? ready->x : NULL;
+  g->xw_scale = g->xw ? ready->scale : NULL;
 }
 
-/* The gathered source rows of the int8 calls gs[0..n), when quantizing
- * each once pays: every call takes int8 rows gathered from the same x,
- * more of them in all (n_q) than the source has (up to the largest index
- * gathered), which has at least SOURCE_MIN rows. 0 otherwise. */
+/* The gathered source rows of the int8 (or int16) calls gs[0..n), when
+ * quantizing each once pays: every call takes rows of that one kind
+ * gathered from the same x, more of them in all (n_rows) than the source
+ * has (up to the largest index gathered), which has at least SOURCE_MIN
+ * rows; int16 ones, at least twice as many (the source's rows, twice an
+ * int8 one's bytes, then fit beside the calls'). 0 otherwise. */
 #define SOURCE_MIN 16
-static long gathered_source(const dsi_gemm *gs, const uint8_t *kind, int n, size_t n_q) {
+static long gathered_source(const dsi_gemm *gs, const uint8_t *kind, int n, size_t n_rows) {
   long src = 0;
   for (int i = 0; i < n; i++) {
-    if (kind[i] != P_I8 || !gs[i].x_rows || gs[i].x != gs[0].x) return 0;
+    if ((kind[i] != P_I8 && kind[i] != P_I16) || kind[i] != kind[0] || !gs[i].x_rows || gs[i].x != gs[0].x) return 0;
     for (int r = 0; r < gs[i].m; r++) src = DSI_MAX(src, (long)gs[i].x_rows[r] + 1);
   }
-  return src >= SOURCE_MIN && (size_t)src < n_q ? src : 0;
+  return src >= SOURCE_MIN && (size_t)src * (kind[0] == P_I16 ? 2 : 1) <= n_rows ? src : 0;
 }
 
 /* ---- a team's batch ---- */
@@ -188,36 +207,43 @@ void dsi_mm_team(dsi_team *tm, const dsi_mm *mm, dsi_mm_thread th, int n, int ro
     if (kind[i] == P_BF16) slot[i] = n_b, n_b += DSI_XB_ROWS(gs[i].m);
     else if (kind[i] == P_DP) slot[i] = n_b, n_b += gs[i].m; /* m rows of kpad bf16 hold the staged pairs */
     else if (kind[i] == P_I8) slot[i] = n_q, n_q += gs[i].m;
-    else if (kind[i] == P_ROUND || kind[i] == P_ROUND_I8) slot[i] = n_r, n_r += gs[i].m;
+    else if (kind[i] == P_ROUND || kind[i] == P_ROUND_I8 || kind[i] == P_I16) slot[i] = n_r, n_r += gs[i].m;
     any_prep |= kind[i] != P_NONE;
-    streaming &= wants != DSI_PREP_BF16 && wants != DSI_PREP_I8; /* not AMX */
+    /* not AMX, nor the integer kernels' */
+    streaming &= wants != DSI_PREP_BF16 && wants != DSI_PREP_I8 && wants != DSI_PREP_I16;
   }
   if (any_prep) {
     /* cols and kpad are the same for every call of a batch */
     int cols = gs[0].w->cols, kpad = gs[0].w->kpad;
     size_t ldq = DSI_XQ_LD(kpad);
     const size_t lds = DSI_XQ_SUMS(kpad);
-    long src = gathered_source(gs, kind, n, n_q);
-    size_t r_bytes = align64(n_r * cols * sizeof(float)), b_bytes = align64(n_b * kpad * sizeof(uint16_t));
+    long src = gathered_source(gs, kind, n, n_q + n_r);
+    const int wide = src && kind[0] == P_I16; /* the source's rows are int16 */
+    const size_t rb = wide_row_bytes(cols, kpad);
+    size_t r_bytes = align64(n_r * rb), b_bytes = align64(n_b * kpad * sizeof(uint16_t));
     size_t q_bytes = align64(n_q * ldq), s_bytes = align64(n_q * sizeof(float)), m_bytes = align64(n_q * lds * sizeof(int32_t));
-    /* the source's int8 rows, scales and sums ahead of the rest */
-    size_t src_q = align64((size_t)src * ldq), src_s = align64((size_t)src * sizeof(float));
-    size_t src_bytes = src ? src_q + src_s + align64((size_t)src * lds * sizeof(int32_t)) : 0;
+    /* the source's int8 rows, scales and sums (int16 rows and scales) ahead of the rest */
+    size_t src_q = align64((size_t)src * ldq * (wide ? sizeof(int16_t) : 1)), src_s = align64((size_t)src * sizeof(float));
+    size_t src_bytes = src ? src_q + src_s + (wide ? 0 : align64((size_t)src * lds * sizeof(int32_t))) : 0;
     DSI_ASSERT(src_bytes + r_bytes + b_bytes + q_bytes + s_bytes + m_bytes <= prep_bytes);
     uint8_t *base = (uint8_t *)prep + src_bytes;
-    float *xr = (float *)base;
+    uint8_t *xr = base;
     uint16_t *xb = (uint16_t *)(base + r_bytes);
     int8_t *xq = (int8_t *)(base + r_bytes + b_bytes);
     float *xq_scale = (float *)(base + r_bytes + b_bytes + q_bytes);
     int32_t *xq_sum = (int32_t *)(base + r_bytes + b_bytes + q_bytes + s_bytes);
     int8_t *sq = prep;
+    int16_t *sw = prep;
     float *ss = (float *)((uint8_t *)prep + src_q);
     int32_t *sm = (int32_t *)((uint8_t *)prep + src_q + src_s);
     if (!tm->helper) {
       long total = (long)(n_r + n_b + n_q), a, e, at = 0;
       if (src) { /* the source rows quantized once, split over the team */
         dsi_split(src, tm->ith, tm->nth, &a, &e);
-        if (e > a)
+        if (e > a && wide)
+          dsi_rows_to_i16(mm->k->vec, gs[0].x + (size_t)a * gs[0].ldx, gs[0].ldx, NULL, (int)(e - a), cols, (int)ldq,
+                          sw + (size_t)a * ldq, ss + a);
+        else if (e > a)
           dsi_rows_to_i8(mm->k->vec, gs[0].x + (size_t)a * gs[0].ldx, gs[0].ldx, NULL, (int)(e - a), cols, (int)ldq,
                          sq + (size_t)a * ldq, ss + a, sm + (size_t)a * lds);
         dsi_barrier_wait(tm->bar);
@@ -230,6 +256,16 @@ void dsi_mm_team(dsi_team *tm, const dsi_mm *mm, dsi_mm_thread th, int n, int ro
         at = hi;
         if (hi <= a || lo >= e) continue;
         long s0 = DSI_MAX(a, lo) - lo, s1 = DSI_MIN(e, hi) - lo;
+        if (wide) {
+          int16_t *w = (int16_t *)(xr + slot[i] * rb);
+          float *ws = i16_scales(&gs[i], w, ldq);
+          for (long r = s0; r < s1; r++) {
+            size_t from = (size_t)gs[i].x_rows[r];
+            memcpy(w + (size_t)r * ldq, sw + from * ldq, ldq * sizeof(int16_t));
+            ws[r] = ss[from];
+          }
+          continue;
+        }
         if (src) {
           for (long r = s0; r < s1; r++) {
             size_t to = slot[i] + (size_t)r, from = (size_t)gs[i].x_rows[r];
@@ -239,7 +275,7 @@ void dsi_mm_team(dsi_team *tm, const dsi_mm *mm, dsi_mm_thread th, int n, int ro
           }
           continue;
         }
-        prep_rows(mm->k->vec, &gs[i], kind[i], s0, s1, ldq, xr + slot[i] * cols, xb + slot[i] * kpad,
+        prep_rows(mm->k->vec, &gs[i], kind[i], s0, s1, ldq, xr + slot[i] * rb, xb + slot[i] * kpad,
                   xq + slot[i] * ldq, xq_scale + slot[i], xq_sum + slot[i] * lds);
       }
     }
@@ -252,8 +288,11 @@ void dsi_mm_team(dsi_team *tm, const dsi_mm *mm, dsi_mm_thread th, int n, int ro
         gs[i].xq = xq + slot[i] * ldq;
         gs[i].xq_scale = xq_scale + slot[i];
         gs[i].xq_sum = xq_sum + slot[i] * lds;
+      } else if (kind[i] == P_I16) {
+        gs[i].xw = (const int16_t *)(xr + slot[i] * rb);
+        gs[i].xw_scale = i16_scales(&gs[i], xr + slot[i] * rb, ldq);
       } else if (kind[i] == P_ROUND || kind[i] == P_ROUND_I8) {
-        gs[i].x = xr + slot[i] * cols;
+        gs[i].x = (const float *)(xr + slot[i] * rb);
         gs[i].ldx = cols;
         gs[i].x_rows = NULL;
       }
@@ -290,6 +329,7 @@ void dsi_mm_one(const dsi_mm *mm, dsi_gemm *g, int r0, int r1, void *prep, size_
     if (kind == P_BF16) g->xb = prep;
     else if (kind == P_DP) g->xd = prep;
     else if (kind == P_I8) g->xq = prep, g->xq_scale = xq_scale, g->xq_sum = xq_sum;
+    else if (kind == P_I16) g->xw = prep, g->xw_scale = i16_scales(g, prep, ldq);
     else g->x = prep, g->ldx = g->w->cols, g->x_rows = NULL;
   }
   fn(g, r0, r1, scratch);

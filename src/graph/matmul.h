@@ -42,19 +42,20 @@ typedef struct dsi_team {
 typedef struct dsi_mm {
   const dsi_kern *k; /* the kernels */
   int act_bf16;      /* matmuls multiply bf16-rounded activations (DSI_ACT_BF16) */
-  int act_i8;        /* INT8 weights multiply int8 activations (with act_bf16, and
-                        where the integer kernel is the CPU's fastest: AVX2) */
+  int act_i8;        /* INT8 weights multiply int8 activations (with act_bf16) */
+  int act_i16;       /* INT8 weights multiply int16 activations (by default where
+                        that integer kernel is the CPU's fastest: AVX2) */
   int nth;           /* threads of the pool: claim chunks are sized by it */
 } dsi_mm;
 
 /* the driver for kernels k at a DSI_ACT_* precision (auto: bf16
- * activations where a bf16 kernel runs on packed weights; int8 ones for
- * INT8 weights with them, and where the integer kernel is the fastest
- * the CPU has: AVX2) */
+ * activations where a bf16 kernel runs on packed weights, and int8 ones
+ * for INT8 weights with them; int16 ones for INT8 weights where the
+ * integer kernel is the fastest the CPU has: AVX2) */
 dsi_mm dsi_mm_make(const dsi_kern *k, int precision, int packed, int nth);
 /* mm's reduced-precision permissions as dsi_gemm_pick's act */
 static inline int dsi_mm_act(const dsi_mm *mm) {
-  return (mm->act_bf16 ? DSI_ACT_RED_BF16 : 0) | (mm->act_i8 ? DSI_ACT_RED_I8 : 0);
+  return (mm->act_bf16 ? DSI_ACT_RED_BF16 : 0) | (mm->act_i8 ? DSI_ACT_RED_I8 : 0) | (mm->act_i16 ? DSI_ACT_RED_I16 : 0);
 }
 
 /* Work split into units, claimed in chunks from tm->st by the team and
@@ -82,7 +83,9 @@ size_t dsi_mm_prep_bytes(long m, int cols, int kpad, int calls);
 /* Activations a caller prepared ahead, as one kind of kernel takes them
  * (kind DSI_PREP_BF16: bf16 tiles at x; DSI_PREP_DP: dsi_gemm_dp_stage's
  * pairs at x; DSI_PREP_I8: int8 rows at x, DSI_XQ_LD(kpad) bytes apart,
- * with their scales and 32-column sums, as dsi_rows_to_i8 writes them).
+ * with their scales and 32-column sums, as dsi_rows_to_i8 writes them;
+ * DSI_PREP_I16: int16 rows at x, DSI_XQ_LD(kpad) elements apart, and
+ * their scales, as dsi_rows_to_i16 writes them).
  * A call whose kernel wants that kind reads them; any other prepares its
  * own. */
 typedef struct dsi_ready {

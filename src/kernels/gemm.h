@@ -41,6 +41,13 @@ typedef struct dsi_gemm {
    * otherwise sum on every call (a batch's calls are cut into row ranges,
    * each a call); NULL: they sum xq themselves */
   const int32_t *xq_sum;
+  /* the same rows quantized to int16 (x ~ xw * xw_scale, one scale per
+   * row: 2^-15 of its largest magnitude, finer than bf16's rounding),
+   * [m, DSI_XQ_LD(kpad)] zero-padded, for the AVX2 INT8 kernel, whose
+   * vpmaddwd multiplies 16-bit operands at the rate it multiplies int8
+   * ones widened; NULL when not prepared */
+  const int16_t *xw;
+  const float *xw_scale;
   /* the same rows staged as the AVX512-BF16 kernel's passes read them (see
    * dsi_gemm_dp_stage), for that kernel; NULL: it stages them itself */
   const uint32_t *xd;
@@ -87,8 +94,9 @@ void dsi_gemm_avx512_i4(const dsi_gemm *g, int r0, int r1, void *scratch);
 void dsi_gemm_avx2_i4(const dsi_gemm *g, int r0, int r1, void *scratch);
 /* INT8 weights times int8 activations (any m; needs xq) with AVX-512 VNNI,
  * for CPUs without AMX INT8 or below its batch sizes, and with AVX2
- * (vpmaddwd) — x86/avx512_int8.c, x86/avx2_iq.c. They and dsi_gemm_ref
- * given xq agree bitwise (the AVX-512 one before the SiLU). */
+ * (vpmaddwd; int16 activations, xw, where given) — x86/avx512_int8.c,
+ * x86/avx2_iq.c. They and dsi_gemm_ref given xq (xw) agree bitwise (the
+ * AVX-512 one before the SiLU). */
 void dsi_gemm_avx512_vnni_i8(const dsi_gemm *g, int r0, int r1, void *scratch);
 void dsi_gemm_avx2_i8(const dsi_gemm *g, int r0, int r1, void *scratch);
 
@@ -98,6 +106,7 @@ enum {
   DSI_PREP_BF16, /* g->xb */
   DSI_PREP_I8,   /* g->xq, g->xq_scale */
   DSI_PREP_DP,   /* g->xd (or x as it is: the kernel stages it itself) */
+  DSI_PREP_I16,  /* g->xw, g->xw_scale */
 };
 /* Rows [s0, s1) of g's m activation rows rounded to bf16 and staged as the
  * AVX512-BF16 kernel's passes read them, into xd (DSI_XD_WORDS(m, cols)
@@ -120,10 +129,12 @@ void dsi_gemm_dp_stage(const dsi_gemm *g, int s0, int s1, uint32_t *xd);
 #define DSI_AMX_MIN_ROWS 8
 
 /* What the matmuls may do to activations (dsi_gemm_pick's act): round
- * them to bf16 (the bf16 precision mode), and quantize them to int8 for
- * INT8 weights (with bf16 precision, and by default on AVX2; never for
- * the attention's latent-side matmuls, W_UK and W_UV: dsi_fctx.mm_lat). */
-enum { DSI_ACT_RED_BF16 = 1, DSI_ACT_RED_I8 = 2 };
+ * them to bf16 (the bf16 precision mode), quantize them to int8 for INT8
+ * weights (with bf16 precision; never for the attention's latent-side
+ * matmuls, W_UK and W_UV: dsi_fctx.mm_lat), or to int16 (by default on
+ * AVX2, where INT8 weights multiply them at int8's rate; not on the latent
+ * side either). */
+enum { DSI_ACT_RED_BF16 = 1, DSI_ACT_RED_I8 = 2, DSI_ACT_RED_I16 = 4 };
 /* The kernel of table k for w at batch size m; kernels that multiply
  * reduced-precision activations (AMX: bf16, or int8 for INT8 weights) only
  * when act allows it. *prep says what the kernel reads (DSI_PREP_*). */
@@ -176,5 +187,8 @@ void dsi_rows_to_bf16_tiles(const struct dsi_vec_ops *v, const float *x, int ldx
  * with sums, each row's sums over its 32-column pieces, [m, ld / 32] */
 void dsi_rows_to_i8(const struct dsi_vec_ops *v, const float *x, int ldx, const int32_t *rows, int m, int cols, int ld,
                     int8_t *out, float *scale, int32_t *sums);
+/* the same to int16 (scale = amax / 32767), without sums */
+void dsi_rows_to_i16(const struct dsi_vec_ops *v, const float *x, int ldx, const int32_t *rows, int m, int cols, int ld,
+                     int16_t *out, float *scale);
 
 #endif

@@ -42,29 +42,36 @@ static float i4_acc(const dsi_mat *w, int r, const int8_t *xq, float xs) {
   return acc * xs;
 }
 
-static float i8_acc(const dsi_mat *w, int r, const int8_t *xq, float xs) {
+/* INT8 times int8 activations xq, or int16 ones xw where not NULL: the
+ * same, a block's sum exact in int32 (|sum| <= 256 x 127 x 32767 <
+ * 2^31) and rounded to f32 as the kernels' conversion rounds it */
+static float i8_acc(const dsi_mat *w, int r, const int8_t *xq, const int16_t *xw, float xs) {
   const int8_t *d = w->data;
   const float *sc = w->scale + (size_t)(r / DSI_TILE_N) * w->scale_cols;
   float acc = 0;
   for (int c0 = 0, q = 0; c0 < w->kpad; c0 += w->block, q++) {
     int32_t isum = 0;
-    for (int c = c0; c < DSI_MIN(c0 + w->block, w->kpad); c++) isum += d[dsi_tiles_index(w, r, c)] * xq[c];
+    for (int c = c0; c < DSI_MIN(c0 + w->block, w->kpad); c++) isum += d[dsi_tiles_index(w, r, c)] * (xw ? xw[c] : xq[c]);
     acc = fmaf((float)isum, sc[q], acc);
   }
   return acc * xs;
 }
 
-static float iq_acc(const dsi_mat *w, int r, const int8_t *xq, float xs) {
-  return w->dtype == DSI_DTYPE_I4 ? i4_acc(w, r, xq, xs) : i8_acc(w, r, xq, xs);
+/* row i's accumulation for output row r, from int16 rows where given */
+static float iq_acc(const dsi_gemm *g, int r, int i, const int8_t *xq, const float *xs, size_t ldq) {
+  const dsi_mat *w = g->w;
+  if (g->xw) return i8_acc(w, r, NULL, g->xw + (size_t)i * ldq, g->xw_scale[i]);
+  return w->dtype == DSI_DTYPE_I4 ? i4_acc(w, r, xq + (size_t)i * ldq, xs[i]) : i8_acc(w, r, xq + (size_t)i * ldq, NULL, xs[i]);
 }
 
-/* INT4 (int8 activations prepared or not), INT8 TILES given xq */
+/* INT4 (int8 activations prepared or not), INT8 TILES given xq or xw */
 static void gemm_ref_iq(const dsi_gemm *g, int r0, int r1, void *scratch) {
   const dsi_mat *w = g->w;
   const size_t ldq = DSI_XQ_LD(w->kpad);
   const int8_t *xq = g->xq;
   const float *xs = g->xq_scale;
-  if (!xq) { /* not prepared: quantized here, as dsi_rows_to_i8 does */
+  DSI_ASSERT(!g->xw || w->dtype == DSI_DTYPE_I8);
+  if (!xq && !g->xw) { /* not prepared: quantized here, as dsi_rows_to_i8 does */
     DSI_ASSERT((size_t)g->m * (ldq + sizeof(float)) <= DSI_GEMM_SCRATCH(w->cols));
     float *s = scratch;
     int8_t *q = (int8_t *)(s + g->m);
@@ -75,15 +82,13 @@ static void gemm_ref_iq(const dsi_gemm *g, int r0, int r1, void *scratch) {
     DSI_ASSERT(r0 % 32 == 0);
     for (int r = r0; r < r1; r += 32)
       for (int j = 0; j < DSI_TILE_N; j++)
-        for (int i = 0; i < g->m; i++) {
-          const int8_t *x = xq + (size_t)i * ldq;
-          g->y[(size_t)i * g->ldy + r / 2 + j] = silu(iq_acc(w, r + j, x, xs[i])) * iq_acc(w, r + 16 + j, x, xs[i]);
-        }
+        for (int i = 0; i < g->m; i++)
+          g->y[(size_t)i * g->ldy + r / 2 + j] = silu(iq_acc(g, r + j, i, xq, xs, ldq)) * iq_acc(g, r + 16 + j, i, xq, xs, ldq);
     return;
   }
   for (int r = r0; r < r1 && r < w->rows; r++)
     for (int i = 0; i < g->m; i++) {
-      float acc = iq_acc(w, r, xq + (size_t)i * ldq, xs[i]);
+      float acc = iq_acc(g, r, i, xq, xs, ldq);
       if (g->epi == DSI_EPI_STORE) g->y[(size_t)i * g->ldy + r] = acc;
       else g->y[(size_t)g->y_rows[i] * g->ldy + r] += g->y_scale[i] * acc;
     }
@@ -91,7 +96,7 @@ static void gemm_ref_iq(const dsi_gemm *g, int r0, int r1, void *scratch) {
 
 void dsi_gemm_ref(const dsi_gemm *g, int r0, int r1, void *scratch) {
   const dsi_mat *w = g->w;
-  if (w->dtype == DSI_DTYPE_I4 || (w->dtype == DSI_DTYPE_I8 && w->layout == DSI_LAYOUT_TILES && g->xq)) {
+  if (w->dtype == DSI_DTYPE_I4 || (w->dtype == DSI_DTYPE_I8 && w->layout == DSI_LAYOUT_TILES && (g->xq || g->xw))) {
     gemm_ref_iq(g, r0, r1, scratch);
     return;
   }
@@ -190,6 +195,15 @@ void dsi_rows_to_i8(const dsi_vec_ops *v, const float *x, int ldx, const int32_t
       for (int k = 0; k < 32; k++) s += o[32 * c + k];
       sums[(size_t)i * (ld / 32) + c] = s;
     }
+  }
+}
+
+void dsi_rows_to_i16(const dsi_vec_ops *v, const float *x, int ldx, const int32_t *rows, int m, int cols, int ld,
+                     int16_t *out, float *scale) {
+  for (int i = 0; i < m; i++) {
+    int16_t *o = out + (size_t)i * ld;
+    scale[i] = v->to_i16(x + (size_t)(rows ? rows[i] : i) * ldx, o, cols);
+    memset(o + cols, 0, (size_t)(ld - cols) * sizeof *o);
   }
 }
 

@@ -34,6 +34,8 @@ typedef struct dsi_vec_ops {
   /* symmetric int8: returns scale = amax|x| / 127 (0 for a zero row) and
    * out = round-to-nearest-even(x * (127 / amax)), the same on every ISA */
   float (*to_i8)(const float *x, int8_t *out, int n);
+  /* symmetric int16, the same way: scale = amax|x| / 32767 */
+  float (*to_i16)(const float *x, int16_t *out, int n);
   /* o[h*ldo + c] += sum_u p[h*ldp + u] * rows[u][c] for h < nh, c < n, u in order */
   void (*attn_pv)(float *o, int ldo, const float *p, int ldp, int nh, const float *const *rows, int nu, int n);
   /* s[h*lds + u] = scale * dot(q + h*ldq, rows[u], n), summed as dot sums */

@@ -108,8 +108,10 @@ static void VEC_FN(vec_pair_to_f32_)(const uint16_t *restrict pr, int n, float *
 }
 
 /* |x| compared as integers (the order of non-negative floats) and the
- * rounding as rintf of a product, so no ISA can fuse or reorder it */
-static float VEC_FN(vec_to_i8_)(const float *restrict x, int8_t *restrict out, int n) {
+ * rounding as rintf of a product, so no ISA can fuse or reorder it. The
+ * largest magnitude, or 0 where there is nothing to scale by (a zero row,
+ * or inf / NaN) */
+static inline float VEC_FN(amax_)(const float *restrict x, int n) {
   const uint32_t *u = (const uint32_t *)x;
   uint32_t mx = 0;
   for (int i = 0; i < n; i++) {
@@ -118,18 +120,37 @@ static float VEC_FN(vec_to_i8_)(const float *restrict x, int8_t *restrict out, i
   }
   float amax;
   memcpy(&amax, &mx, sizeof amax);
-  if (!(amax > 0) || !(amax <= 3.4e38f)) { /* zero row, or inf / NaN: nothing to scale by */
+  return amax > 0 && amax <= 3.4e38f ? amax : 0;
+}
+
+/* x * (q / amax) rounded to nearest even and clamped to [-q, q] */
+static inline float VEC_FN(quant_one_)(float x, float inv, float q) {
+  float v = rintf(x * inv);
+  v = v > q ? q : v;
+  return v < -q ? -q : v;
+}
+
+static float VEC_FN(vec_to_i8_)(const float *restrict x, int8_t *restrict out, int n) {
+  float amax = VEC_FN(amax_)(x, n);
+  if (amax == 0) {
     memset(out, 0, (size_t)n);
     return 0;
   }
   float inv = 127.0f / amax;
-  for (int i = 0; i < n; i++) {
-    float v = rintf(x[i] * inv);
-    v = v > 127.0f ? 127.0f : v;
-    v = v < -127.0f ? -127.0f : v;
-    out[i] = (int8_t)(int32_t)v;
-  }
+  for (int i = 0; i < n; i++) out[i] = (int8_t)(int32_t)VEC_FN(quant_one_)(x[i], inv, 127.0f);
   return amax / 127.0f;
+}
+
+/* the same at 16 bits: scale = amax / 32767 */
+static float VEC_FN(vec_to_i16_)(const float *restrict x, int16_t *restrict out, int n) {
+  float amax = VEC_FN(amax_)(x, n);
+  if (amax == 0) {
+    memset(out, 0, (size_t)n * sizeof *out);
+    return 0;
+  }
+  float inv = 32767.0f / amax;
+  for (int i = 0; i < n; i++) out[i] = (int16_t)(int32_t)VEC_FN(quant_one_)(x[i], inv, 32767.0f);
+  return amax / 32767.0f;
 }
 
 #ifndef VEC_ATTN_OWN /* the including file has its own attention primitives */
@@ -253,7 +274,7 @@ static void VEC_FN(vec_scores_t_)(float *restrict s, int lds, const float *restr
 const dsi_vec_ops VEC_FN(dsi_vec_ops_) = {
   VEC_NAME, VEC_FN(vec_dot_), VEC_FN(vec_axpy_), VEC_FN(vec_add_), VEC_FN(vec_rmsnorm_),
   VEC_FN(vec_to_bf16_), VEC_FN(vec_round_bf16_), VEC_FN(vec_to_bf16_tiles_), VEC_FN(vec_bf16_panel_),
-  VEC_FN(vec_bf16_panel_t_), VEC_FN(vec_pair_to_f32_), VEC_FN(vec_to_i8_), VEC_FN(vec_attn_pv_), VEC_FN(vec_attn_qk_),
+  VEC_FN(vec_bf16_panel_t_), VEC_FN(vec_pair_to_f32_), VEC_FN(vec_to_i8_), VEC_FN(vec_to_i16_), VEC_FN(vec_attn_pv_), VEC_FN(vec_attn_qk_),
   VEC_FN(vec_scores_t_), VEC_FN(vec_softmax_), VEC_FN(vec_softmax_step_),
 #ifdef VEC_I4_OWN /* the including file has its own INT4 group quantizer */
   VEC_FN(vec_to_i4_),

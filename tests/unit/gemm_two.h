@@ -1,12 +1,17 @@
 /* tests: run a matmul kernel as the forward's team does, in two row
- * ranges on two threads, each with its own scratch (the INT8 and INT4
- * kernel tests). */
+ * ranges on two threads, each with its own scratch, and a batch of calls
+ * through the driver against each call alone (the INT8 and INT4 kernel
+ * tests). */
 #ifndef DSI_TEST_GEMM_TWO_H
 #define DSI_TEST_GEMM_TWO_H
 
 #include "base/base.h"
 #include "base/pool.h"
 #include "kernels/gemm.h"
+#include "graph/matmul.h"
+
+#include <stdlib.h>
+#include <string.h>
 
 typedef struct {
   const dsi_gemm *g;
@@ -29,6 +34,37 @@ static void gemm_two(dsi_pool *pool, dsi_gemm_fn fn, const dsi_gemm *g, int silu
   for (int t = 0; t < 2; t++) j.scratch[t] = dsi_alloc_aligned(DSI_GEMM_SCRATCH(g->w->cols));
   dsi_pool_run(pool, gemm_two_share, &j);
   for (int t = 0; t < 2; t++) dsi_free_aligned(j.scratch[t]);
+}
+
+/* The routed experts' batch as the driver runs it (dsi_mm_run over calls
+ * gathering `per` rows each from x, [*, cols], SiLU pairs of pk), against
+ * each call alone (dsi_mm_one, which prepares its own gathered rows): 1
+ * where every output is bitwise the same. *kernel: what the batch ran. */
+static int batch_vs_alone(dsi_pool *pool, const dsi_mm *mm, const dsi_mat *pk, const float *x, int cols,
+                          const int32_t *x_rows, int calls, int per, const char **kernel) {
+  const int total = calls * per, outs = pk->rows / 2;
+  float *y = dsi_xcalloc((size_t)total * outs, sizeof(float)), *yone = dsi_xcalloc((size_t)total * outs, sizeof(float));
+  dsi_gemm gs[8];
+  DSI_ASSERT(calls <= 8);
+  for (int c = 0; c < calls; c++)
+    gs[c] = (dsi_gemm){.w = pk, .x = x, .ldx = cols, .x_rows = x_rows + c * per, .m = per,
+                       .y = y + (size_t)c * per * outs, .ldy = outs, .epi = DSI_EPI_SILU_PAIRS};
+  size_t ws_bytes = dsi_mm_run_bytes(mm->nth, calls, total, cols, pk->kpad);
+  void *ws = dsi_alloc_aligned(ws_bytes);
+  dsi_gemm_fn fns[8];
+  dsi_mm_run(pool, mm, gs, calls, pk->rows, 2 * DSI_TILE_N, ws, ws_bytes, fns);
+  size_t prep_bytes = dsi_mm_prep_bytes(per, cols, pk->kpad, 1);
+  void *prep = dsi_alloc_aligned(prep_bytes), *scr = dsi_alloc_aligned(DSI_GEMM_SCRATCH(pk->kpad));
+  for (int c = 0; c < calls; c++) {
+    dsi_gemm g = gs[c];
+    g.y = yone + (size_t)c * per * outs;
+    dsi_mm_one(mm, &g, 0, pk->rows, prep, prep_bytes, scr, 0, NULL);
+  }
+  int same = !memcmp(y, yone, (size_t)total * outs * sizeof(float));
+  *kernel = dsi_gemm_kernel_name(fns[0]);
+  dsi_free_aligned(ws), dsi_free_aligned(prep), dsi_free_aligned(scr);
+  free(y), free(yone);
+  return same;
 }
 
 #endif

@@ -169,7 +169,12 @@ static void run_case(int quant) {
   for (int i = 0; i < N_GEN; i++) same &= gen0[i] == ref_gen[i];
   CHECK(same);
   /* per row, relative to its largest logit (as test_golden): the two
-   * attention forms agree to float rounding */
+   * attention forms agree to float rounding, and with quantized weights
+   * to the activations' grid after it: a rounding-level difference that
+   * moves a row's largest element moves the row's scale, and elements near
+   * a grid point cross it (AVX2, int16 activations into INT8 weights:
+   * 2.6e-4 measured; int8 ones, whose coarser grid these rows never
+   * crossed: 0) */
   double worst = 0, rel = 0;
   for (int t = 0; t < N_GEN; t++) {
     double d = 0, mx = 0;
@@ -178,7 +183,7 @@ static void run_case(int quant) {
     worst = fmax(worst, d);
     rel = fmax(rel, d / fmax(mx, 1e-30));
   }
-  CHECKF(rel <= 1e-5, "logits alone vs batched differ by %g (%g of the row's largest)", worst, rel);
+  CHECKF(rel <= (quant ? 2e-3 : 1e-5), "logits alone vs batched differ by %g (%g of the row's largest)", worst, rel);
   printf("%s, %s, %s KV cache: greedy tokens alone == batched: %s; max logit diff %g (%.2g relative); %d mixed steps\n",
          quant == DSI_QUANT_INT4 ? "int4 weights" : quant ? "int8 weights" : "checkpoint weights", g_exec->name,
          dsi_engine_kv_dtype(e), same ? "yes" : "no", worst, rel, mixed_steps);

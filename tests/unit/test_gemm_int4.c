@@ -284,37 +284,19 @@ static void test_kernels(dsi_rng *rng) {
  * below the 16 rows. */
 static void batch_case(int nx, int calls, int per, dsi_rng *rng) {
   enum { ROWS = 64, COLS = 200 };
-  const dsi_kern *kt = test_kern();
   float *wg = randn((size_t)ROWS * COLS, 0.05f, rng), *wu = randn((size_t)ROWS * COLS, 0.05f, rng);
   dsi_mat gm = rows_f32(wg, ROWS, COLS), um = rows_f32(wu, ROWS, COLS), pk;
   void *mem = quantize(&gm, &um, 32, &pk);
-  const int total = calls * per, outs = pk.rows / 2;
+  const int total = calls * per;
   float *x = randn((size_t)nx * COLS, 1.0f, rng);
   int32_t *x_rows = dsi_xmalloc((size_t)total * sizeof(int32_t));
   for (int i = 0; i < total; i++) x_rows[i] = (int32_t)(total <= nx ? (uint64_t)i : dsi_rng_u64(rng) % (uint64_t)nx);
-  float *y = dsi_xcalloc((size_t)total * outs, sizeof(float)), *yone = dsi_xcalloc((size_t)total * outs, sizeof(float));
-  dsi_gemm gs[8];
-  DSI_ASSERT(calls <= 8);
-  for (int c = 0; c < calls; c++)
-    gs[c] = (dsi_gemm){.w = &pk, .x = x, .ldx = COLS, .x_rows = x_rows + c * per, .m = per,
-                       .y = y + (size_t)c * per * outs, .ldy = outs, .epi = DSI_EPI_SILU_PAIRS};
-  dsi_mm mm = {.k = kt, .act_bf16 = 1, .act_i8 = 1, .nth = dsi_pool_size(g_pool)};
-  size_t ws_bytes = dsi_mm_run_bytes(mm.nth, calls, total, COLS, pk.kpad);
-  void *ws = dsi_alloc_aligned(ws_bytes);
-  dsi_gemm_fn fns[8];
-  dsi_mm_run(g_pool, &mm, gs, calls, pk.rows, 2 * DSI_TILE_N, ws, ws_bytes, fns);
-  size_t prep_bytes = dsi_mm_prep_bytes(per, COLS, pk.kpad, 1);
-  void *prep = dsi_alloc_aligned(prep_bytes), *scr = dsi_alloc_aligned(DSI_GEMM_SCRATCH(pk.kpad));
-  for (int c = 0; c < calls; c++) {
-    dsi_gemm g = gs[c];
-    g.y = yone + (size_t)c * per * outs;
-    dsi_mm_one(&mm, &g, 0, pk.rows, prep, prep_bytes, scr, 0, NULL);
-  }
-  CHECKF(!memcmp(y, yone, (size_t)total * outs * sizeof(float)),
-         "%s batch of %d calls x %d rows gathered from %d: differs from the calls alone", dsi_gemm_kernel_name(fns[0]),
-         calls, per, nx);
-  dsi_free_aligned(ws), dsi_free_aligned(prep), dsi_free_aligned(scr), dsi_free_aligned(mem);
-  free(x), free(x_rows), free(y), free(yone), free(wg), free(wu);
+  dsi_mm mm = {.k = test_kern(), .act_bf16 = 1, .act_i8 = 1, .nth = dsi_pool_size(g_pool)};
+  const char *kernel;
+  int same = batch_vs_alone(g_pool, &mm, &pk, x, COLS, x_rows, calls, per, &kernel);
+  CHECKF(same, "%s batch of %d calls x %d rows gathered from %d: differs from the calls alone", kernel, calls, per, nx);
+  dsi_free_aligned(mem);
+  free(x), free(x_rows), free(wg), free(wu);
 }
 
 /* ---- the golden tiny model, quantized at load ---- */

@@ -201,8 +201,9 @@ static void test_quantization(dsi_rng *rng) {
 /* ---- the kernels against the oracle ---- */
 static dsi_pool *g_pool;
 /* avx512, amx vs oracle, int8 kernels vs unquantized, vnni and avx2 SiLU-mul vs
- * oracle, the oracle's integer sums vs its f32 ones on the same values */
-static double g_worst[5];
+ * oracle, the oracle's integer sums vs its f32 ones on the same values,
+ * avx2 on int16 activations vs f32 ones */
+static double g_worst[6];
 /* the kernels one_case runs */
 enum { K_AVX512, K_AMX, K_VNNI, K_AVX2I, K_N };
 static const char *const k_names[K_N] = {"avx512", "amx-int8", "avx512-vnni-int8", "avx2-int8"};
@@ -356,6 +357,36 @@ static void one_case(dsi_epilogue epi, int rows, int cols, int m, int kind, dsi_
      * against an output that can be small (measured: up to 0.059) */
     CHECKF(eq <= (silu ? 1e-1 : 3e-2), "%s epi %d rows %d cols %d m %d: error vs unquantized %.3g", name, (int)epi,
            rows, cols, m, eq);
+    if (kind == K_AVX2I) {
+      /* int16 activations (its default): bitwise the oracle given the same
+       * int16 rows, and within their rounding (2^-16 of a row's largest
+       * magnitude) of the f32 activations through the same INT8 weights */
+      int16_t *xw = dsi_alloc_aligned((size_t)m * ld * sizeof(int16_t));
+      float *ws = dsi_xmalloc(m * sizeof(float));
+      dsi_rows_to_i16(test_kern()->vec, x, ldx, x_rows, m, cols, ld, xw, ws);
+      dsi_gemm r16 = base, g16 = base, rf = base;
+      r16.xw = xw, r16.xw_scale = ws, r16.y = yref;
+      memcpy(yref, y0, yn * sizeof(float));
+      dsi_gemm_ref(&r16, 0, silu ? pk.rows : rows, scr);
+      g16.xw = xw, g16.xw_scale = ws, g16.y = y;
+      memcpy(y, y0, yn * sizeof(float));
+      gemm_two(g_pool, AVX2_INT8_FN, &g16, silu);
+      double e16 = norm_err(y, yref, y0, epi == DSI_EPI_SCATTER_ADD, yn);
+      if (silu) g_worst[3] = fmax(g_worst[3], e16);
+      CHECKF(silu ? e16 <= 1e-5 : !memcmp(y, yref, yn * sizeof(float)),
+             "avx2-int8 on int16 rows epi %d rows %d cols %d m %d: not the oracle's bits (normalized error %.3g)",
+             (int)epi, rows, cols, m, e16);
+      memcpy(yf, y0, yn * sizeof(float));
+      rf.y = yf;
+      dsi_gemm_ref(&rf, 0, silu ? pk.rows : rows, scr); /* f32 activations, the same INT8 weights */
+      double ef = norm_err(y, yf, y0, epi == DSI_EPI_SCATTER_ADD, yn);
+      g_worst[5] = fmax(g_worst[5], ef);
+      /* the SiLU-mul's product of two sums against small outputs: more */
+      CHECKF(ef <= (silu ? 2e-3 : 2e-4), "avx2-int8 on int16 rows epi %d rows %d cols %d m %d: error vs f32 activations %.3g",
+             (int)epi, rows, cols, m, ef);
+      free(ws);
+      dsi_free_aligned(xw);
+    }
     free(yf);
     free(xd);
     free(xs);
@@ -427,16 +458,18 @@ static void test_kernels(dsi_rng *rng) {
     printf("%s: %d cases\n", k_names[k], n);
   }
   printf("worst normalized error: avx512 %.2e, amx vs oracle %.2e, int8 kernels vs unquantized %.2e, "
-         "vnni, avx2 SiLU-mul vs oracle %.2e, oracle's int8 sums vs its f32 sums %.2e\n",
-         g_worst[0], g_worst[1], g_worst[2], g_worst[3], g_worst[4]);
+         "vnni, avx2 SiLU-mul vs oracle %.2e, oracle's int8 sums vs its f32 sums %.2e, "
+         "avx2 on int16 activations vs f32 ones %.2e\n",
+         g_worst[0], g_worst[1], g_worst[2], g_worst[3], g_worst[4], g_worst[5]);
 }
 
 /* ---- which kernel INT8 weights get ----
  * int8 activations only where allowed: bf16 precision (like AMX INT8), or
- * int8 alone (auto precision on AVX2); there, AMX INT8, VNNI at every batch
- * size below AMX INT8's, or AVX2's integer kernel (not at the AVX-512
- * level without VNNI); f32 precision: the f32 kernels. And which the
- * forward's driver allows at each precision. */
+ * int8 alone; there, AMX INT8, VNNI at every batch size below AMX INT8's,
+ * or AVX2's integer kernel (not at the AVX-512 level without VNNI); int16
+ * ones where allowed (auto precision, the latent side too) at the AVX2
+ * level only, ahead of int8; f32 precision: the f32 kernels. And which
+ * the forward's driver allows at each precision. */
 static void test_dispatch(void) {
   const dsi_kern *kt = test_kern();
   dsi_mat w = {.dtype = DSI_DTYPE_I8, .rows = 64, .cols = 256, .layout = DSI_LAYOUT_TILES, .kpad = 256,
@@ -466,15 +499,65 @@ static void test_dispatch(void) {
       else if (kt->level == DSI_ISA_AVX2) CHECKF(prep == DSI_PREP_I8 && !strcmp(n, "avx2-int8"), "act %d, m %d: %s", act, m, n);
       else CHECKF(prep != DSI_PREP_I8, "act %d without an integer kernel, m %d: %s", act, m, n);
     }
+    /* int16 allowed: the AVX2 kernel at that level, on int16 rows even
+     * beside int8 permission; elsewhere as if not allowed */
+    static const int acts16[] = {DSI_ACT_RED_I16, DSI_ACT_RED_I16 | DSI_ACT_RED_I8};
+    for (size_t ai = 0; ai < DSI_ARRAY_LEN(acts16); ai++) {
+      int p0;
+      dsi_gemm_fn f0 = dsi_gemm_pick(kt, &w, m, acts16[ai] & ~DSI_ACT_RED_I16, &p0);
+      f = dsi_gemm_pick(kt, &w, m, acts16[ai], &prep);
+      n = dsi_gemm_kernel_name(f);
+      if (kt->level == DSI_ISA_AVX2) CHECKF(prep == DSI_PREP_I16 && !strcmp(n, "avx2-int8"), "int16, m %d: %s", m, n);
+      else CHECKF(f == f0 && prep == p0, "int16 at %s, m %d: %s", dsi_isa_str(kt->level), m, n);
+    }
   }
-  /* auto: int8 activations wherever bf16 ones are, and on AVX2; never
-   * with f32 asked for, nor on unpacked weights */
+  /* auto: int8 activations wherever bf16 ones are, int16 ones on AVX2;
+   * neither with f32 asked for, nor on unpacked weights */
   dsi_mm a = dsi_mm_make(kt, DSI_ACT_AUTO, 1, 1), f32 = dsi_mm_make(kt, DSI_ACT_F32, 1, 1);
   dsi_mm b = dsi_mm_make(kt, DSI_ACT_BF16, 1, 1), rows = dsi_mm_make(kt, DSI_ACT_AUTO, 0, 1);
-  CHECKF(a.act_i8 == (a.act_bf16 || kt->level == DSI_ISA_AVX2), "auto at %s: int8 %d, bf16 %d", dsi_isa_str(kt->level),
-         a.act_i8, a.act_bf16);
+  CHECKF(a.act_i8 == a.act_bf16 && a.act_i16 == (kt->level == DSI_ISA_AVX2), "auto at %s: int8 %d, int16 %d, bf16 %d",
+         dsi_isa_str(kt->level), a.act_i8, a.act_i16, a.act_bf16);
   CHECK(dsi_mm_act(&f32) == 0 && dsi_mm_act(&rows) == 0);
-  CHECK(b.act_bf16 && b.act_i8);
+  CHECK(b.act_bf16 && b.act_i8 && !b.act_i16);
+}
+
+/* ---- the driver's batch ----
+ * The routed experts' batch (dsi_mm_run over calls gathering rows from
+ * one x, each token in several calls), with the activations INT8 weights
+ * take by default on AVX2 (int16; elsewhere what act gives there): the
+ * driver quantizes each source row once and copies it to its calls when
+ * that pays. Each call's outputs must be bitwise those of the call alone,
+ * which quantizes its own gathered rows; also without reuse and below 16
+ * source rows. */
+static void batch_case(int nx, int calls, int per, int act_i16, dsi_rng *rng) {
+  enum { ROWS = 48, COLS = 200 };
+  src_mat gm, um;
+  src_make(&gm, DSI_DTYPE_F32, ROWS, COLS, 0.05f, rng);
+  src_make(&um, DSI_DTYPE_F32, ROWS, COLS, 0.05f, rng);
+  dsi_mat pk;
+  void *mem = quantize_gate_up(&gm.m, &um.m, &pk);
+  const int total = calls * per;
+  float *x = dsi_xmalloc((size_t)nx * COLS * sizeof(float));
+  for (size_t i = 0; i < (size_t)nx * COLS; i++) x[i] = dsi_rng_normal(rng);
+  int32_t *x_rows = dsi_xmalloc((size_t)total * sizeof(int32_t));
+  for (int i = 0; i < total; i++) x_rows[i] = (int32_t)(total <= nx ? (uint64_t)i : dsi_rng_u64(rng) % (uint64_t)nx);
+  dsi_mm mm = {.k = test_kern(), .act_bf16 = !act_i16, .act_i8 = !act_i16, .act_i16 = act_i16,
+               .nth = dsi_pool_size(g_pool)};
+  const char *kernel;
+  int same = batch_vs_alone(g_pool, &mm, &pk, x, COLS, x_rows, calls, per, &kernel);
+  CHECKF(same, "%s (int16 allowed: %d) batch of %d calls x %d rows gathered from %d: differs from the calls alone",
+         kernel, act_i16, calls, per, nx);
+  dsi_free_aligned(mem);
+  free(x), free(x_rows);
+  src_free(&gm), src_free(&um);
+}
+
+static void test_batches(dsi_rng *rng) {
+  for (int act_i16 = 0; act_i16 < 2; act_i16++) {
+    batch_case(20, 6, 12, act_i16, rng); /* each source row in ~3.6 calls: quantized once */
+    batch_case(40, 3, 13, act_i16, rng); /* fewer rows gathered than the source has */
+    batch_case(10, 4, 5, act_i16, rng);  /* under 16 source rows */
+  }
 }
 
 /* ---- the golden tiny model, quantized at load ---- */
@@ -571,7 +654,7 @@ static void test_golden(void) {
   }
   golden_case("tiny-bf16", DSI_ACT_BF16, 0); /* 24 rows a matmul: the AMX INT8 kernel where there is one */
   golden_case("tiny-bf16", DSI_ACT_BF16, 1);
-  golden_case("tiny-bf16", DSI_ACT_AUTO, 0); /* AVX2: int8 activations, f32 for the rest */
+  golden_case("tiny-bf16", DSI_ACT_AUTO, 0); /* AVX2: int16 activations, f32 for the rest */
   golden_case("tiny-bf16", DSI_ACT_AUTO, 1);
   /* int8 is packed: not with row-major weights */
   dsi_model *m;
@@ -590,6 +673,7 @@ int main(void) {
   test_quantization(&rng);
   test_dispatch();
   test_kernels(&rng);
+  test_batches(&rng);
   test_golden();
   dsi_pool_free(g_pool);
   return check_done();

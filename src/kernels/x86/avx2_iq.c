@@ -137,19 +137,33 @@ static void pass_n(const dsi_mat *w, int panel, const int8_t *xq, size_t ldq, co
  * are gone over twice, for rows 0-7 and then 8-15 (from L1). Per block, each row's exact sum
  * times the panel's scale for the block is added into out in f32 (the
  * first onto zero), as the oracle's. */
-INLINE void i8_pass(const int8_t *wp, const float *sc, int kpad, int block, const int8_t *xq, size_t ldq, int MB,
-                    float *out) {
+INLINE void i8_pass(const int8_t *wp, const float *sc, int kpad, int block, const void *x, size_t ldq, int MB,
+                    int wide, float *out) {
   const int nt = kpad / 4, bt = block / 4; /* lines in the panel, in a block */
 #pragma GCC unroll 8
   for (int i = 0; i < MB; i++) _mm256_storeu_ps(out + 16 * i, _mm256_setzero_ps()), _mm256_storeu_ps(out + 16 * i + 8, _mm256_setzero_ps());
-  _Alignas(32) int16_t xw[MB_I8][256]; /* a block's activations, widened */
+  _Alignas(32) int16_t xw_[MB_I8][256]; /* a block's int8 activations, widened */
+  const int8_t *xq = x;
   for (int q = 0, t0 = 0; t0 < nt; q++, t0 += bt) {
     const int t1 = DSI_MIN(nt, t0 + bt), c0 = 4 * t0, nc = 4 * (t1 - t0); /* nc: a multiple of 32 */
+    /* row i's 16-bit activations of the block at xw[i]: int8 ones widened
+     * on the stack; int16 ones read in place from 5 rows on, copied there
+     * below (a matvec's one row, read in place, left L1 as the weights
+     * streamed in: lm_head at one row of 1024 columns 0.75-0.85x) */
+    const int16_t *xw[MB_I8];
 #pragma GCC unroll 8
-    for (int i = 0; i < MB; i++)
+    for (int i = 0; i < MB; i++) {
+      const int16_t *x16 = (const int16_t *)x + i * ldq + c0;
+      if (wide && MB > MB_I8_BOTH) {
+        xw[i] = x16;
+        continue;
+      }
       for (int c = 0; c < nc; c += 16)
-        _mm256_store_si256((__m256i *)(xw[i] + c),
-                           _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(xq + i * ldq + c0 + c))));
+        _mm256_store_si256((__m256i *)(xw_[i] + c),
+                           wide ? _mm256_loadu_si256((const __m256i *)(x16 + c))
+                                : _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(xq + i * ldq + c0 + c))));
+      xw[i] = xw_[i];
+    }
     const __m256 d = _mm256_set1_ps(sc[q]);
     if (MB <= MB_I8_BOTH) {
       /* both halves of a line at once: two chains a row, a broadcast
@@ -213,18 +227,31 @@ INLINE void i8_pass(const int8_t *wp, const float *sc, int kpad, int block, cons
   }
 }
 
-/* the signed sums need no zero point: iq_gemm_run computes none (zp unused) */
-static void pass_i8(const dsi_mat *w, int panel, const int8_t *xq, size_t ldq, const int32_t *zp, int zld, int mb,
-                    float *out) {
-  (void)zp, (void)zld;
+/* one panel times mb rows, int8 ones or (wide) int16 ones ldq elements
+ * apart, which the driver passes as the int8 rows' pointer (its xsz: 2
+ * bytes an element); the signed sums need no zero point: iq_gemm_run
+ * computes none (zp unused) */
+INLINE void pass_8_16(const dsi_mat *w, int panel, const int8_t *xq, size_t ldq, int mb, int wide, float *out) {
   const int8_t *wp = (const int8_t *)w->data + (size_t)panel * DSI_TILE_N * w->kpad;
   const float *sc = w->scale + (size_t)panel * w->scale_cols;
   switch (mb) {
-#define F(n) case n: i8_pass(wp, sc, w->kpad, w->block, xq, ldq, n, out); break;
+#define F(n) case n: i8_pass(wp, sc, w->kpad, w->block, xq, ldq, n, wide, out); break;
     F(1) F(2) F(3) F(4) F(5) F(6) F(7) F(8)
 #undef F
   default: DSI_ASSERT(0);
   }
+}
+
+static void pass_i8(const dsi_mat *w, int panel, const int8_t *xq, size_t ldq, const int32_t *zp, int zld, int mb,
+                    float *out) {
+  (void)zp, (void)zld;
+  pass_8_16(w, panel, xq, ldq, mb, 0, out);
+}
+
+static void pass_i16(const dsi_mat *w, int panel, const int8_t *xq, size_t ldq, const int32_t *zp, int zld, int mb,
+                     float *out) {
+  (void)zp, (void)zld;
+  pass_8_16(w, panel, xq, ldq, mb, 1, out);
 }
 
 /* ---- epilogues: the row's scale multiplied in (no fused multiply-add:
@@ -270,10 +297,22 @@ static void iq_epi_silu(const dsi_gemm *g, int i, int r2, const float *ta, const
 }
 
 void dsi_gemm_avx2_i4(const dsi_gemm *g, int r0, int r1, void *scratch) {
-  iq_gemm_run(g, r0, r1, scratch, pass_n, MB_I4, 1);
+  iq_gemm_run(g, r0, r1, scratch, pass_n, MB_I4, 1, 1);
 }
 
 void dsi_gemm_avx2_i8(const dsi_gemm *g, int r0, int r1, void *scratch) {
+  /* a block's int32 sums stay exact with int16 activations too: 256 x
+   * 127 x 32767 < 2^31 */
   DSI_ASSERT(g->w->block % 32 == 0 && g->w->block <= 256 && g->w->kpad % 32 == 0);
-  iq_gemm_run(g, r0, r1, scratch, pass_i8, MB_I8, 0);
+  if (!g->xw) {
+    iq_gemm_run(g, r0, r1, scratch, pass_i8, MB_I8, 0, 1);
+    return;
+  }
+  /* int16 rows through the driver's int8 fields: the epilogues read the
+   * scales there */
+  dsi_gemm g16 = *g;
+  g16.xq = (const int8_t *)g->xw;
+  g16.xq_scale = g->xw_scale;
+  g16.xq_sum = NULL;
+  iq_gemm_run(&g16, r0, r1, scratch, pass_i16, MB_I8, 0, 2);
 }

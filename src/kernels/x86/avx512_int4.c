@@ -108,9 +108,9 @@ static void pass_vnni(const dsi_mat *w, int panel, const int8_t *xq, size_t ldq,
 }
 
 void dsi_gemm_avx512_i4(const dsi_gemm *g, int r0, int r1, void *scratch) {
-  iq_gemm_run(g, r0, r1, scratch, pass_bw, MB_I4, 1);
+  iq_gemm_run(g, r0, r1, scratch, pass_bw, MB_I4, 1, 1);
 }
 
 void dsi_gemm_avx512_vnni_i4(const dsi_gemm *g, int r0, int r1, void *scratch) {
-  iq_gemm_run(g, r0, r1, scratch, pass_vnni, MB_I4, 1);
+  iq_gemm_run(g, r0, r1, scratch, pass_vnni, MB_I4, 1, 1);
 }

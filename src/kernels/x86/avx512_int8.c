@@ -81,5 +81,5 @@ static void pass_vnni(const dsi_mat *w, int panel, const int8_t *xq, size_t ldq,
 
 void dsi_gemm_avx512_vnni_i8(const dsi_gemm *g, int r0, int r1, void *scratch) {
   DSI_ASSERT(g->w->block % 32 == 0 && g->w->kpad % 32 == 0);
-  iq_gemm_run(g, r0, r1, scratch, pass_vnni, MB_I8, 1);
+  iq_gemm_run(g, r0, r1, scratch, pass_vnni, MB_I8, 1, 1);
 }

@@ -33,8 +33,11 @@ static void iq_epi_row(const dsi_gemm *g, int i, int r, int nj, const float *t);
 static void iq_epi_silu(const dsi_gemm *g, int i, int r2, const float *ta, const float *tb);
 
 /* zero_point: the passes read the zero-point sums (0: they take the
- * weights signed, and zp is not computed) */
-static void iq_gemm_run(const dsi_gemm *g, int r0, int r1, void *scratch, iq_pass_fn pass, int mbmax, int zero_point) {
+ * weights signed, and zp is not computed); xsz: bytes an activation
+ * element takes in g->xq (2: int16 rows there, which the passes read as
+ * such; then no zero point) */
+static void iq_gemm_run(const dsi_gemm *g, int r0, int r1, void *scratch, iq_pass_fn pass, int mbmax, int zero_point,
+                        int xsz) {
   const dsi_mat *w = g->w;
   const int i4 = w->dtype == DSI_DTYPE_I4;
   DSI_ASSERT((i4 || w->dtype == DSI_DTYPE_I8) && w->layout == DSI_LAYOUT_TILES && g->xq && g->xq_scale);
@@ -45,12 +48,13 @@ static void iq_gemm_run(const dsi_gemm *g, int r0, int r1, void *scratch, iq_pas
   if (g->m <= 0 || rows_out <= r0) return;
   const int ng = DSI_CEIL_DIV(w->kpad, w->block), zero = i4 ? 8 : 128;
   const size_t ldq = DSI_XQ_LD(w->kpad);
+  DSI_ASSERT(xsz == 1 || !zero_point);
   /* scratch: two result tiles [64][16] and the sums [64][ng] (ng <= kpad / 32) */
   float *ta = scratch, *tb = ta + IQ_GROUP_ROWS * DSI_TILE_N;
   int32_t *zp = (int32_t *)(tb + IQ_GROUP_ROWS * DSI_TILE_N);
   for (int ig = 0; ig < g->m; ig += IQ_GROUP_ROWS) {
     const int n = DSI_MIN(IQ_GROUP_ROWS, g->m - ig);
-    const int8_t *xq = g->xq + (size_t)ig * ldq;
+    const int8_t *xq = g->xq + (size_t)ig * ldq * xsz;
     const int32_t *xs = g->xq_sum ? g->xq_sum + (size_t)ig * (ldq / 32) : NULL;
     if (zero_point && xs && w->block == 32) { /* a group is one piece */
       for (int i = 0; i < n; i++)
@@ -78,8 +82,9 @@ static void iq_gemm_run(const dsi_gemm *g, int r0, int r1, void *scratch, iq_pas
       const int p = r / DSI_TILE_N;
       for (int q = 0; q < npass; q++) {
         const int i0 = at[q], mb = at[q + 1] - i0;
-        pass(w, p, xq + (size_t)i0 * ldq, ldq, zp + i0 * ng, ng, mb, ta + i0 * DSI_TILE_N);
-        if (silu) pass(w, p + 1, xq + (size_t)i0 * ldq, ldq, zp + i0 * ng, ng, mb, tb + i0 * DSI_TILE_N);
+        const int8_t *xi = xq + (size_t)i0 * ldq * xsz;
+        pass(w, p, xi, ldq, zp + i0 * ng, ng, mb, ta + i0 * DSI_TILE_N);
+        if (silu) pass(w, p + 1, xi, ldq, zp + i0 * ng, ng, mb, tb + i0 * DSI_TILE_N);
       }
       for (int i = 0; i < n; i++) {
         if (silu) iq_epi_silu(g, ig + i, r / 2, ta + i * DSI_TILE_N, tb + i * DSI_TILE_N);
