@@ -361,8 +361,9 @@ typedef struct dsi_request {
                                json_schema says otherwise: a token that cannot continue one is not drawn
                                (the draw repeats over those that can), and the completion ends (stop)
                                when the value closes */
-  const char *json_schema;  /* with json: a JSON Schema the value is held to (its text, compiled at submit:
-                               DSI_E_INVAL names a keyword not enforced); NULL: any object */
+  const char *json_schema;  /* with json: a JSON Schema the value is held to (its text, compiled at submit,
+                               or found compiled: dsi_sched_check_schema; DSI_E_INVAL names a keyword not
+                               enforced); NULL: any object */
   const char *regex;        /* instead of json: each completion is text matching this ECMA-262 pattern as a
                                whole (as if anchored at both ends; compiled at submit, needs a tokenizer): a
                                token that cannot continue a match is not drawn, a stop token only where the
@@ -389,6 +390,13 @@ int dsi_json_schema_check(const char *schema, size_t n, dsi_err *err);
 /* Check that a pattern compiles for dsi_request.regex: DSI_E_INVAL saying
  * why not (a construct not supported, an automaton too large) */
 int dsi_regex_check(const char *pattern, size_t n, dsi_err *err);
+/* The same checks for a request to s (regex 1: a pattern, 0: a JSON
+ * Schema), keeping what compiled for the requests that send the same
+ * text: s keeps the last 32 compiled schemas and patterns (those held by
+ * requests in flight, and then the most recently used), so a submit after
+ * the check, or an agent's next turn with the same tools, does not compile
+ * again (s NULL: the check alone). Thread-safe. */
+int dsi_sched_check_schema(dsi_sched *s, const char *text, size_t n, int regex, dsi_err *err);
 
 /* Queue a request; *id names it. DSI_E_INVAL for a bad request (empty or
  * over-long prompt, an id outside the vocabulary, bad parameters),
@@ -414,6 +422,8 @@ typedef struct dsi_sched_stats {
   double batch_seqs_mean;          /* completions per step */
   double step_seconds;             /* the loop's time in steps: planning, forward, sampling, delivery */
   double forward_seconds;          /* of which in forward passes */
+  long schema_compiles, schema_hits; /* json_schema and regex texts compiled, and found compiled */
+  int schemas_cached;              /* compiled ones kept (dsi_sched_check_schema) */
 } dsi_sched_stats;
 void dsi_sched_get_stats(dsi_sched *s, dsi_sched_stats *st);
 

@@ -23,6 +23,23 @@
 #define MAX_STOP_LEN 256
 #define MAX_N 64 /* completions per request */
 
+/* Compiled schemas and patterns kept for the next request that sends the
+ * same text (agents send their tools' schemas with every turn, and the
+ * server checks a request's before it submits it): up to SCHEMA_CACHE,
+ * shared by the requests that hold them; a new one takes the place of the
+ * least recently taken one that no request holds. */
+#define SCHEMA_CACHE 32
+
+typedef struct {
+  char *text;           /* NULL: a free place */
+  size_t n;
+  int regex;            /* a pattern (dsi_request.regex), else a JSON Schema */
+  uint64_t hash;
+  dsi_jschema *sc;
+  int refs;             /* requests holding it */
+  uint64_t used;        /* when it was last taken (the cache's clock) */
+} schema_entry;
+
 typedef enum { C_WAITING, C_RUNNING, C_DONE } c_state;
 
 typedef struct request request;
@@ -53,7 +70,8 @@ struct request {
   uint64_t id;
   dsi_request r;        /* its arrays point at the copies below */
   int32_t *prompt, *stop_ids, *bias_ids;
-  dsi_jschema *schema;  /* json: the compiled schema (json_schema, or any object) */
+  dsi_jschema *schema;  /* json: the compiled schema (json_schema, or any object), or regex's */
+  int schema_at;        /* its place in the schema cache, -1: the request's own */
   float *bias;
   char **stop;
   size_t stop_max;      /* longest stop string */
@@ -122,6 +140,10 @@ struct dsi_sched {
    * and w x t for x = (1, decode tokens, prompt tokens) */
   double fit_xx[3][3], fit_xt[3];
   int fit_steps;
+  pthread_mutex_t sc_mu; /* the schema cache: */
+  schema_entry sc_cache[SCHEMA_CACHE];
+  uint64_t sc_clock;
+  long sc_compiles, sc_hits;
   dsi_sched_stats acc;  /* the loop's counters */
   dsi_sched_stats st;   /* under mu: what dsi_sched_get_stats reads, published after each step */
   long sum_tokens, sum_seqs;
@@ -138,8 +160,96 @@ const char *dsi_finish_str(dsi_finish f) {
   return (unsigned)f <= DSI_FINISH_ERROR ? k[f] : "?";
 }
 
+/* ---- the schema cache ---- */
+static uint64_t text_hash(const char *t, size_t n, int regex) {
+  uint64_t h = 1469598103934665603ull ^ (uint64_t)regex;
+  for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)t[i]) * 1099511628211ull;
+  return h;
+}
+
+/* the cached entry for this text, taken (under sc_mu), or -1 */
+static int schema_find(dsi_sched *s, const char *t, size_t n, int regex, uint64_t h) {
+  for (int i = 0; i < SCHEMA_CACHE; i++) {
+    schema_entry *e = &s->sc_cache[i];
+    if (e->text && e->hash == h && e->n == n && e->regex == regex && !memcmp(e->text, t, n)) {
+      e->refs++;
+      e->used = ++s->sc_clock;
+      return i;
+    }
+  }
+  return -1;
+}
+
+/* The compiled schema (regex 0) or pattern (1) of text t, held until
+ * schema_drop: from the cache, or compiled (outside the lock: compiling
+ * may take tens of ms) and cached where a place is free or held by none;
+ * *at its place, -1 when the caller alone holds it. */
+static int schema_take(dsi_sched *s, const char *t, size_t n, int regex, dsi_jschema **sc, int *at, dsi_err *err) {
+  uint64_t h = text_hash(t, n, regex);
+  pthread_mutex_lock(&s->sc_mu);
+  int i = schema_find(s, t, n, regex, h);
+  if (i >= 0) s->sc_hits++, *sc = s->sc_cache[i].sc, *at = i;
+  pthread_mutex_unlock(&s->sc_mu);
+  if (i >= 0) return DSI_OK;
+  dsi_jschema *mine;
+  int rc = regex ? dsi_jschema_compile_regex(&mine, t, n, err) : dsi_jschema_compile(&mine, t, n, err);
+  if (rc) return rc;
+  char *copy = malloc(n + 1);
+  pthread_mutex_lock(&s->sc_mu);
+  s->sc_compiles++;
+  if ((i = schema_find(s, t, n, regex, h)) >= 0) { /* another thread compiled it meanwhile */
+    *sc = s->sc_cache[i].sc, *at = i;
+    pthread_mutex_unlock(&s->sc_mu);
+    free(copy);
+    dsi_jschema_free(mine);
+    return DSI_OK;
+  }
+  int victim = -1;
+  for (int k = 0; copy && k < SCHEMA_CACHE; k++) {
+    const schema_entry *e = &s->sc_cache[k];
+    if (!e->text) {
+      victim = k;
+      break;
+    }
+    if (!e->refs && (victim < 0 || e->used < s->sc_cache[victim].used)) victim = k;
+  }
+  *sc = mine, *at = victim;
+  if (victim >= 0) {
+    schema_entry *e = &s->sc_cache[victim];
+    dsi_jschema *old = e->sc;
+    free(e->text);
+    memcpy(copy, t, n);
+    copy[n] = 0;
+    *e = (schema_entry){.text = copy, .n = n, .regex = regex, .hash = h, .sc = mine, .refs = 1, .used = ++s->sc_clock};
+    pthread_mutex_unlock(&s->sc_mu);
+    dsi_jschema_free(old);
+    return DSI_OK;
+  }
+  pthread_mutex_unlock(&s->sc_mu);
+  free(copy); /* every place held (or no memory to keep the text): the caller's own */
+  return DSI_OK;
+}
+
+static void schema_drop(dsi_sched *s, dsi_jschema *sc, int at) {
+  if (at < 0) {
+    dsi_jschema_free(sc);
+    return;
+  }
+  pthread_mutex_lock(&s->sc_mu);
+  s->sc_cache[at].refs--;
+  pthread_mutex_unlock(&s->sc_mu);
+}
+
+int dsi_sched_check_schema(dsi_sched *s, const char *text, size_t n, int regex, dsi_err *err) {
+  if (!s) return regex ? dsi_regex_check(text, n, err) : dsi_json_schema_check(text, n, err);
+  dsi_jschema *sc;
+  int at, rc = schema_take(s, text, n, regex, &sc, &at, err);
+  if (!rc) schema_drop(s, sc, at);
+  return rc;
+}
+
 /* ---- requests in and out ---- */
-static void request_free(request *q) {
+static void request_free(dsi_sched *s, request *q) {
   if (!q) return;
   for (int i = 0; q->c && i < q->r.n; i++) {
     free(q->c[i].toks);
@@ -154,7 +264,7 @@ static void request_free(request *q) {
   free(q->stop_ids);
   free(q->bias_ids);
   free(q->bias);
-  dsi_jschema_free(q->schema);
+  if (q->schema) schema_drop(s, q->schema, q->schema_at);
   free(q);
 }
 
@@ -219,8 +329,11 @@ static request *request_new(dsi_sched *s, const dsi_request *r, dsi_err *err) {
   q->r.n = n;
   q->r.json_schema = NULL, q->r.regex = NULL; /* compiled, not kept */
   q->r.json = r->json || r->regex; /* held output: below, json covers both */
-  if (r->regex ? dsi_jschema_compile_regex(&q->schema, r->regex, strlen(r->regex), err)
-               : r->json && dsi_jschema_compile(&q->schema, r->json_schema, r->json_schema ? strlen(r->json_schema) : 0, err)) {
+  const char *held = r->regex ? r->regex : r->json ? r->json_schema : NULL;
+  if (r->json && !held) { /* any JSON object: no text to cache it by */
+    q->schema_at = -1;
+    if (dsi_jschema_compile(&q->schema, NULL, 0, err)) return free(q), NULL;
+  } else if (held && schema_take(s, held, strlen(held), r->regex != NULL, &q->schema, &q->schema_at, err)) {
     free(q);
     return NULL;
   }
@@ -257,7 +370,7 @@ static request *request_new(dsi_sched *s, const dsi_request *r, dsi_err *err) {
     }
   }
   if (!ok) {
-    request_free(q);
+    request_free(s, q);
     return dsi_errf(err, DSI_E_NOMEM, "out of memory for a request"), NULL;
   }
   memcpy(q->prompt, r->prompt, (size_t)r->n_prompt * sizeof(int32_t));
@@ -285,7 +398,7 @@ int dsi_sched_submit(dsi_sched *s, const dsi_request *r, uint64_t *id, dsi_err *
   pthread_mutex_lock(&s->mu);
   if (s->stop) {
     pthread_mutex_unlock(&s->mu);
-    request_free(q);
+    request_free(s, q);
     return dsi_errf(err, DSI_E_INVAL, "the scheduler is closing");
   }
   q->id = ++s->next_id;
@@ -341,6 +454,12 @@ void dsi_sched_get_stats(dsi_sched *s, dsi_sched_stats *st) {
   pthread_mutex_lock(&s->mu);
   *st = s->st;
   pthread_mutex_unlock(&s->mu);
+  pthread_mutex_lock(&s->sc_mu);
+  st->schema_compiles = s->sc_compiles;
+  st->schema_hits = s->sc_hits;
+  st->schemas_cached = 0;
+  for (int i = 0; i < SCHEMA_CACHE; i++) st->schemas_cached += s->sc_cache[i].text != NULL;
+  pthread_mutex_unlock(&s->sc_mu);
 }
 
 /* ---- the waiting list (by arrival) and the running set (by arrival) ---- */
@@ -551,7 +670,7 @@ static void finish(dsi_sched *s, completion *c, dsi_finish why, const dsi_reques
     pthread_cond_broadcast(&s->idle);
   }
   stats_unlock(s);
-  request_free(q);
+  request_free(s, q);
 }
 
 static void cancel_all_of(dsi_sched *s, request *q) {
@@ -1086,11 +1205,13 @@ int dsi_sched_open(dsi_sched **out, dsi_engine *e, const dsi_tok *tok, const dsi
   for (int i = 0; ok && i < s->n_ws; i++) ok = !dsi_sample_ws_init(&s->ws[i], s->vocab);
   if (ok) {
     pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->sc_mu, NULL);
     pthread_cond_init(&s->wake, NULL);
     pthread_cond_init(&s->idle, NULL);
     ok = pthread_create(&s->thread, NULL, loop, s) == 0;
     if (!ok) {
       pthread_mutex_destroy(&s->mu);
+      pthread_mutex_destroy(&s->sc_mu);
       pthread_cond_destroy(&s->wake);
       pthread_cond_destroy(&s->idle);
     }
@@ -1111,7 +1232,12 @@ void dsi_sched_free(dsi_sched *s) {
   pthread_cond_signal(&s->wake);
   pthread_mutex_unlock(&s->mu);
   pthread_join(s->thread, NULL);
+  for (int i = 0; i < SCHEMA_CACHE; i++) { /* every request is gone: none is held */
+    free(s->sc_cache[i].text);
+    dsi_jschema_free(s->sc_cache[i].sc);
+  }
   pthread_mutex_destroy(&s->mu);
+  pthread_mutex_destroy(&s->sc_mu);
   pthread_cond_destroy(&s->wake);
   pthread_cond_destroy(&s->idle);
   free_buffers(s);

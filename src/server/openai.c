@@ -150,10 +150,11 @@ static void params_free(params *p) {
 }
 
 /* p->schema (its text, printed) checked: the output held to it, or err
- * says why not and p->schema is let go (the scheduler compiles it again
- * at submit; here a schema it cannot enforce becomes a 400 naming why) */
+ * says why not and p->schema is let go (the scheduler keeps what it
+ * compiled for the submit; here a schema it cannot enforce becomes a 400
+ * naming why) */
 static int hold_to_schema(params *p, dsi_err *err) {
-  if (dsi_json_schema_check(p->schema, strlen(p->schema), err) == DSI_OK) {
+  if (dsi_sched_check_schema(p->sched, p->schema, strlen(p->schema), 0, err) == DSI_OK) {
     p->r.json = 1;
     p->r.json_schema = p->schema;
     return 0;
@@ -191,6 +192,7 @@ static uint64_t random_seed(dsi_server *srv) {
  * extensions: top_k, min_p, repetition_penalty, ignore_eos, stop_token_ids) */
 static int get_params(dsi_server *srv, in *j, params *p, int chat) {
   dsi_sampling *sp = &p->r.sampling;
+  p->sched = srv->s;
   sp->temperature = sp->top_p = -1; /* left out: the checkpoint's defaults, else OpenAI's */
   sp->top_k = -1;
   long long v;
@@ -338,7 +340,7 @@ static int get_params(dsi_server *srv, in *j, params *p, int chat) {
     }
     p->regex[k] = 0;
     dsi_err err = {0};
-    if (dsi_regex_check(p->regex, k, &err)) {
+    if (dsi_sched_check_schema(p->sched, p->regex, k, 1, &err)) {
       if (err.status == DSI_E_NOMEM) return oom(j, "for the regex");
       return bad(j, param, "'%s': %s", err.msg);
     }

@@ -134,6 +134,7 @@ ssize_t api_stream_read(void *stream, uint64_t pos, char *buf, size_t max);
 #define MAX_N 16
 typedef struct params {
   dsi_request r;
+  dsi_sched *sched;     /* where the schema or pattern is checked (and kept compiled for the submit) */
   char *stop_buf[MAX_STOP];
   const char *stop[MAX_STOP];
   int32_t stop_ids[66];

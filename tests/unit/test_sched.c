@@ -312,8 +312,14 @@ static void *hammer(void *arg) {
   for (int i = 0; i < 24; i++) p[i] = 2 + (int)(dsi_rng_u64(&rng) % 300);
   uint64_t ids[PER_THREAD];
   for (int q = 0; q < PER_THREAD; q++) {
+    /* every fourth held to one schema, or to its thread's: the schema
+     * cache taken and let go from every thread */
+    char own[96];
+    snprintf(own, sizeof own, "{\"type\":\"object\",\"properties\":{\"t%d\":{\"type\":\"boolean\"}}}", j->t);
     dsi_request r = {.prompt = p, .n_prompt = 4 + q, .max_tokens = 6 + q, .ignore_eos = 1, .on_event = on_event,
-                     .user = &j->rec[q], .n = 1 + q % 2, .sampling = {.temperature = 0.7f, .seed = (uint64_t)q}};
+                     .user = &j->rec[q], .n = 1 + q % 2, .sampling = {.temperature = 0.7f, .seed = (uint64_t)q},
+                     .json = q % 4 == 3};
+    if (r.json) r.json_schema = q % 8 == 3 ? "{\"type\":\"object\"}" : own;
     j->rec[q].n = r.n;
     dsi_err err = {0};
     if (dsi_sched_submit(j->s, &r, &ids[q], &err)) ids[q] = 0;
@@ -345,7 +351,9 @@ static void test_threads(void) {
       for (int i = 0; i < jobs[t].rec[q].n; i++) {
         const result *r = &jobs[t].rec[q].r[i];
         ended += r->finish != DSI_FINISH_NONE;
-        bad += r->after_finish != 0 || (r->finish != DSI_FINISH_LENGTH && r->finish != DSI_FINISH_CANCELLED);
+        /* a JSON value may close before max_tokens (stop) */
+        bad += r->after_finish != 0 || (r->finish != DSI_FINISH_LENGTH && r->finish != DSI_FINISH_CANCELLED &&
+                                        !(q % 4 == 3 && r->finish == DSI_FINISH_STOP));
       }
   int want = 0;
   for (int q = 0; q < PER_THREAD; q++) want += N_THREADS * (1 + q % 2);
@@ -816,6 +824,71 @@ static void test_regex(void) {
   dsi_redfa_free(&dw), dsi_redfa_free(&dc);
 }
 
+/* ---- the schema cache ----
+ * A schema checked (the server's path) and then submitted compiles once;
+ * its later requests find it compiled; a bad one is refused and not kept;
+ * a pattern is kept apart from a schema; past 32 texts the least recently
+ * taken one not held goes (compiled again when it comes back), one held by
+ * a request in flight stays. */
+static void schema_text(char *b, size_t n, int k) {
+  snprintf(b, n, "{\"type\":\"object\",\"properties\":{\"k%d\":{\"type\":\"integer\"}}}", k);
+}
+
+static void test_schema_cache(void) {
+  int32_t p[6] = {3, 4, 5, 6, 7, 8};
+  dsi_engine *e = open_engine(64, 128, 2);
+  dsi_sched *s = open_sched(e, 8, 64, 0);
+  dsi_sched_stats st;
+  dsi_err err = {0};
+  char held[128], t[128];
+  schema_text(held, sizeof held, 1000);
+  CHECK(dsi_sched_check_schema(s, held, strlen(held), 0, &err) == DSI_OK);
+  static record rec[4];
+  dsi_request r = {.ignore_eos = 1, .json = 1, .json_schema = held, .sampling = {.temperature = 1.0f}};
+  submit(s, p, 6, 4, &rec[0], &r);
+  submit(s, p, 6, 4, &rec[1], &r);
+  dsi_sched_get_stats(s, &st);
+  CHECKF(st.schema_compiles == 1 && st.schema_hits == 2 && st.schemas_cached == 1,
+         "check then two submits: %ld compiles, %ld found, %d kept", st.schema_compiles, st.schema_hits, st.schemas_cached);
+  static const char bad[] = "{\"type\":\"object\",\"multipleOf\":2}";
+  CHECK(dsi_sched_check_schema(s, bad, strlen(bad), 0, &err) == DSI_E_INVAL && strstr(err.msg, "multipleOf"));
+  CHECK(dsi_sched_check_schema(s, "a(?=b)", 6, 1, &err) == DSI_E_INVAL && strstr(err.msg, "lookaround"));
+  CHECK(dsi_sched_check_schema(s, "yes|no", 6, 1, &err) == DSI_OK && dsi_sched_check_schema(s, "yes|no", 6, 1, &err) == DSI_OK);
+  dsi_sched_get_stats(s, &st);
+  CHECKF(st.schema_compiles == 2 && st.schema_hits == 3 && st.schemas_cached == 2,
+         "bad texts not kept, a pattern kept: %ld compiles, %ld found, %d kept", st.schema_compiles, st.schema_hits,
+         st.schemas_cached);
+  /* held: a request in flight keeps its schema through 40 others */
+  dsi_request longr = r;
+  longr.max_tokens = 100000;
+  uint64_t id = submit(s, p, 6, 100000, &rec[2], &longr);
+  for (int k = 0; k < 40; k++) {
+    schema_text(t, sizeof t, k);
+    CHECK(dsi_sched_check_schema(s, t, strlen(t), 0, &err) == DSI_OK);
+  }
+  dsi_sched_get_stats(s, &st);
+  long c0 = st.schema_compiles, h0 = st.schema_hits;
+  CHECKF(c0 == 42 && st.schemas_cached == 32, "40 more: %ld compiles, %d kept", c0, st.schemas_cached);
+  submit(s, p, 6, 4, &rec[3], &r); /* the held one: found */
+  schema_text(t, sizeof t, 39);    /* the newest: found */
+  CHECK(dsi_sched_check_schema(s, t, strlen(t), 0, &err) == DSI_OK);
+  schema_text(t, sizeof t, 0);     /* the oldest not held: gone, compiled again */
+  CHECK(dsi_sched_check_schema(s, t, strlen(t), 0, &err) == DSI_OK);
+  CHECK(dsi_sched_check_schema(s, "yes|no", 6, 1, &err) == DSI_OK); /* pushed out by the 40 */
+  dsi_sched_get_stats(s, &st);
+  CHECKF(st.schema_hits == h0 + 2 && st.schema_compiles == c0 + 2 && st.schemas_cached == 32,
+         "held one kept, newest found, oldest compiled again: %ld found, %ld compiles (from %ld, %ld)", st.schema_hits,
+         st.schema_compiles, h0, c0);
+  dsi_sched_cancel(s, id);
+  CHECK(dsi_sched_wait_idle(s, 60) == 0);
+  int json_ok = 1;
+  for (int i = 0; i < 4; i++) json_ok &= rec[i].r[0].finish != DSI_FINISH_NONE && rec[i].r[0].finish != DSI_FINISH_ERROR;
+  CHECK(json_ok);
+  printf("schema cache: a checked schema compiled once for its submits, 32 kept, the held one through 40 others\n");
+  dsi_sched_free(s);
+  dsi_engine_free(e);
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IONBF, 0);
   snprintf(g_dir, sizeof g_dir, "/tmp/test_sched_XXXXXX");
@@ -844,6 +917,7 @@ int main(void) {
   test_json(NULL);
   test_json(k_shape);
   test_regex();
+  test_schema_cache();
   dsi_tok_free(g_tok);
   dsi_model_free(g_m);
   char cmd[400];
