@@ -2,7 +2,9 @@
 # The whole test suite (ctest). `--asan` builds with ASan+UBSan into
 # build-asan and runs the suite there; `--tsan` builds with ThreadSanitizer
 # into build-tsan and runs the tests of what runs on several threads (the
-# scheduler, and run/chat through it). Extra arguments go to ctest.
+# scheduler, and run/chat through it). Tests run as many at a time as the
+# machine has cores (ctest -j; each test's scratch files are its own).
+# Extra arguments go to ctest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=build; cfg=(-DCMAKE_BUILD_TYPE=Release)
@@ -16,4 +18,4 @@ fi
 [ -n "${CI:-}" ] && cfg+=(-DDSINFER_WERROR=ON)
 cmake -S . -B "$dir" "${cfg[@]}" >/dev/null
 cmake --build "$dir" -j"$(nproc)"
-cd "$dir" && ctest --output-on-failure "${extra[@]}" "$@"
+cd "$dir" && ctest --output-on-failure -j"$(nproc)" "${extra[@]}" "$@"

@@ -563,15 +563,120 @@ static int reasoning_tokens(dsi_server *srv, const scomp *c, int in_reasoning) {
   return c->n_tok;
 }
 
+/* tool call k of completion i of request id: its id, call_... */
+static void call_id(char out[40], uint64_t id, int i, int k) {
+  snprintf(out, 40, "call_%016llx%02x%02x", (unsigned long long)(id * 0x9e3779b97f4a7c15ull), i & 0xff, k & 0xff);
+}
+
 static void tool_call_json(sbuf *b, const char *name, const char *args, uint64_t id, int i, int k, int index) {
+  char cid[40];
+  call_id(cid, id, i, k);
   SB_LIT(b, "{");
   if (index >= 0) sb_printf(b, "\"index\":%d,", index);
-  sb_printf(b, "\"id\":\"call_%016llx%02x%02x\",\"type\":\"function\",\"function\":{\"name\":",
-            (unsigned long long)(id * 0x9e3779b97f4a7c15ull), i & 0xff, k & 0xff);
+  sb_printf(b, "\"id\":\"%s\",\"type\":\"function\",\"function\":{\"name\":", cid);
   jcstr(b, name);
   SB_LIT(b, ",\"arguments\":");
   jcstr(b, args);
   SB_LIT(b, "}}");
+}
+
+/* ---- the output of one completion, as a response (/v1/responses) ---- */
+
+enum { RI_NONE, RI_REASONING, RI_MESSAGE };
+
+/* an output item's id: its kind's prefix (rs, msg, fc), the request, the item's index */
+static void item_id(char out[48], const char *kind, uint64_t rid, int index) {
+  snprintf(out, 48, "%s_%016llx%02x", kind, (unsigned long long)(rid * 0x9e3779b97f4a7c15ull), index & 0xff);
+}
+
+/* a reasoning or message item: in_progress as it opens (no content yet),
+ * else completed or incomplete (cut at max_output_tokens) with its text */
+static void text_item(sbuf *b, int kind, const char *id, const char *text, size_t n, const char *status) {
+  const int done = strcmp(status, "in_progress") != 0;
+  sb_printf(b, "{\"id\":\"%s\",\"type\":\"%s\",\"status\":\"%s\",", id, kind == RI_REASONING ? "reasoning" : "message",
+            status);
+  if (kind == RI_REASONING) SB_LIT(b, "\"summary\":[],\"content\":[");
+  else SB_LIT(b, "\"role\":\"assistant\",\"content\":[");
+  if (done) {
+    sb_printf(b, "{\"type\":\"%s\",\"text\":", kind == RI_REASONING ? "reasoning_text" : "output_text");
+    jstr(b, text, n);
+    if (kind == RI_MESSAGE) SB_LIT(b, ",\"annotations\":[],\"logprobs\":[]");
+    SB_LIT(b, "}");
+  }
+  SB_LIT(b, "]}");
+}
+
+/* a function_call item (arguments "" while in progress) */
+static void call_item(sbuf *b, const char *id, const char *cid, const char *name, const char *args, int done) {
+  sb_printf(b, "{\"id\":\"%s\",\"type\":\"function_call\",\"status\":\"%s\",\"call_id\":\"%s\",\"name\":", id,
+            done ? "completed" : "in_progress", cid);
+  jcstr(b, name);
+  SB_LIT(b, ",\"arguments\":");
+  jcstr(b, done ? args : "");
+  SB_LIT(b, "}");
+}
+
+/* the response object: status in_progress (c NULL: no usage yet),
+ * completed, incomplete (c ended at max tokens), failed (error) or
+ * cancelled; items: its output items, comma-separated */
+static void resp_object(sbuf *b, dsi_server *srv, const char *id, long created, const char *echo, const char *status,
+                        const char *items, size_t n_items, const scomp *c, int reasoning, const char *error) {
+  sb_printf(b, "{\"id\":\"%s\",\"object\":\"response\",\"created_at\":%ld,\"status\":\"%s\",\"background\":false,",
+            id, created, status);
+  SB_LIT(b, "\"error\":");
+  if (error) {
+    SB_LIT(b, "{\"code\":\"server_error\",\"message\":");
+    jcstr(b, error);
+    SB_LIT(b, "}");
+  } else {
+    SB_LIT(b, "null");
+  }
+  SB_LIT(b, ",\"incomplete_details\":");
+  if (!strcmp(status, "incomplete")) SB_LIT(b, "{\"reason\":\"max_output_tokens\"}");
+  else SB_LIT(b, "null");
+  SB_LIT(b, ",\"model\":");
+  jcstr(b, srv->model_name);
+  if (echo && *echo) {
+    SB_LIT(b, ",");
+    sb_put(b, echo, strlen(echo));
+  }
+  SB_LIT(b, ",\"output\":[");
+  sb_put(b, items, n_items);
+  SB_LIT(b, "],\"usage\":");
+  if (c) {
+    sb_printf(b, "{\"input_tokens\":%d,\"input_tokens_details\":{\"cached_tokens\":%d},\"output_tokens\":%d,"
+                 "\"output_tokens_details\":{\"reasoning_tokens\":%d},\"total_tokens\":%d}",
+              c->prompt_tokens, c->cached_tokens, c->completion_tokens, reasoning, c->prompt_tokens + c->completion_tokens);
+  } else {
+    SB_LIT(b, "null");
+  }
+  SB_LIT(b, "}");
+}
+
+/* the fields of the response object that echo the request (as OpenAI's
+ * do), as object members without the braces; NULL out of memory */
+static char *resp_echo(const cJSON *body) {
+  cJSON *o = cJSON_CreateObject();
+  static const char *const keys[] = {"instructions", "max_output_tokens", "metadata", "parallel_tool_calls",
+                                     "reasoning", "temperature", "text", "tool_choice", "tools", "top_p", "user"};
+  static const char *const dflt[] = {"null", "null", "{}", "true", "{\"effort\":null,\"summary\":null}", "null",
+                                     "{\"format\":{\"type\":\"text\"}}", "\"auto\"", "[]", "null", "null"};
+  for (size_t k = 0; o && k < sizeof keys / sizeof *keys; k++) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, keys[k]);
+    cJSON_AddItemToObject(o, keys[k], v && !cJSON_IsNull(v) ? cJSON_Duplicate(v, 1) : cJSON_Parse(dflt[k]));
+  }
+  if (o) {
+    cJSON_AddNullToObject(o, "previous_response_id");
+    cJSON_AddFalseToObject(o, "store"); /* nothing is kept */
+    cJSON_AddStringToObject(o, "truncation", "disabled");
+  }
+  char *t = o && !dsi_json_oom() ? cJSON_PrintUnformatted(o) : NULL;
+  cJSON_Delete(o);
+  if (!t) return NULL;
+  size_t n = strlen(t); /* "{...}" -> "..." */
+  memmove(t, t + 1, n - 2);
+  t[n - 2] = 0;
+  return t;
 }
 
 /* ---- streaming ---- */
@@ -609,6 +714,15 @@ typedef struct stream {
   int in_reasoning;
   uint64_t rid;
   double t0;
+  /* /v1/responses: events, not chunks (one choice) */
+  int resp;
+  int seq;          /* the next event's sequence_number */
+  int n_items;      /* output items opened */
+  int item;         /* the open item: RI_NONE, RI_REASONING, RI_MESSAGE */
+  char item_id[48];
+  sbuf item_text;   /* the open item's text so far */
+  sbuf items;       /* the closed items, comma-separated: the last event's output */
+  char *echo;       /* the response object's fields that echo the request */
 } stream;
 
 static void chunk_head(stream *st, sbuf *b) {
@@ -690,6 +804,141 @@ static void chat_deltas(stream *st, choice *ch, const dsi_chat_out_delta *d, int
   free(delta.p);
 }
 
+/* ---- a response's events (/v1/responses, streamed) ----
+ * response.created and .in_progress; per output item .output_item.added,
+ * then for reasoning and the answer .content_part.added, text deltas, the
+ * text's .done, .content_part.done; for a function call its arguments'
+ * delta and .done; then .output_item.done; last response.completed (or
+ * .incomplete, .failed) with the whole response. */
+
+/* an event's start: its type and sequence number; the caller adds its
+ * fields and ev_end closes it */
+static void ev_begin(stream *st, const char *type) {
+  sb_printf(&st->out, "event: %s\ndata: {\"type\":\"%s\",\"sequence_number\":%d", type, type, st->seq++);
+}
+static void ev_end(stream *st) { SB_LIT(&st->out, "}\n\n"); }
+
+/* response.created, .in_progress, and the last event: the response */
+static void ev_response(stream *st, const char *type, const char *status, const scomp *c, const char *error) {
+  ev_begin(st, type);
+  SB_LIT(&st->out, ",\"response\":");
+  resp_object(&st->out, st->srv, st->id, st->created, st->echo, status, st->items.p ? st->items.p : "", st->items.n, c,
+              c ? reasoning_tokens(st->srv, c, st->in_reasoning) : 0, error);
+  ev_end(st);
+}
+
+/* the item's place: ,"item_id":..,"output_index":.. */
+static void ev_at(stream *st, const char *id, int content) {
+  sb_printf(&st->out, ",\"item_id\":\"%s\",\"output_index\":%d", id, st->n_items - 1);
+  if (content) SB_LIT(&st->out, ",\"content_index\":0");
+}
+
+/* an item closed: its JSON onto the response's output */
+static void item_done(stream *st, const sbuf *item) {
+  if (st->items.n) SB_LIT(&st->items, ",");
+  sb_put(&st->items, item->p, item->n);
+  st->items.oom |= item->oom;
+  ev_begin(st, "response.output_item.done");
+  sb_printf(&st->out, ",\"output_index\":%d,\"item\":", st->n_items - 1);
+  sb_put(&st->out, item->p, item->n);
+  ev_end(st);
+}
+
+/* the open reasoning or message item ends (status: completed, or
+ * incomplete when the response was cut inside it) */
+static void close_item(stream *st, const char *status) {
+  if (st->item == RI_NONE) return;
+  const int r = st->item == RI_REASONING;
+  const char *text = st->item_text.p ? st->item_text.p : "";
+  ev_begin(st, r ? "response.reasoning_text.done" : "response.output_text.done");
+  ev_at(st, st->item_id, 1);
+  SB_LIT(&st->out, ",\"text\":");
+  jstr(&st->out, text, st->item_text.n);
+  if (!r) SB_LIT(&st->out, ",\"logprobs\":[]");
+  ev_end(st);
+  ev_begin(st, "response.content_part.done");
+  ev_at(st, st->item_id, 1);
+  sb_printf(&st->out, ",\"part\":{\"type\":\"%s\",\"text\":", r ? "reasoning_text" : "output_text");
+  jstr(&st->out, text, st->item_text.n);
+  if (!r) SB_LIT(&st->out, ",\"annotations\":[],\"logprobs\":[]");
+  SB_LIT(&st->out, "}");
+  ev_end(st);
+  sbuf item = {0};
+  text_item(&item, st->item, st->item_id, text, st->item_text.n, status);
+  item_done(st, &item);
+  free(item.p);
+  st->out.oom |= st->item_text.oom;
+  st->item_text.n = 0;
+  st->item = RI_NONE;
+}
+
+/* text of a reasoning or message item: opened first when another is open */
+static void item_text(stream *st, int kind, const char *text, size_t n) {
+  if (st->item != kind) {
+    close_item(st, "completed");
+    st->item = kind;
+    item_id(st->item_id, kind == RI_REASONING ? "rs" : "msg", st->rid, st->n_items++);
+    ev_begin(st, "response.output_item.added");
+    sb_printf(&st->out, ",\"output_index\":%d,\"item\":", st->n_items - 1);
+    text_item(&st->out, kind, st->item_id, "", 0, "in_progress");
+    ev_end(st);
+    ev_begin(st, "response.content_part.added");
+    ev_at(st, st->item_id, 1);
+    if (kind == RI_REASONING) SB_LIT(&st->out, ",\"part\":{\"type\":\"reasoning_text\",\"text\":\"\"}");
+    else SB_LIT(&st->out, ",\"part\":{\"type\":\"output_text\",\"text\":\"\",\"annotations\":[],\"logprobs\":[]}");
+    ev_end(st);
+  }
+  sb_put(&st->item_text, text, n);
+  ev_begin(st, kind == RI_REASONING ? "response.reasoning_text.delta" : "response.output_text.delta");
+  ev_at(st, st->item_id, 1);
+  SB_LIT(&st->out, ",\"delta\":");
+  jstr(&st->out, text, n);
+  if (kind == RI_MESSAGE) SB_LIT(&st->out, ",\"logprobs\":[]");
+  ev_end(st);
+}
+
+/* the events of a piece of the parser's output: reasoning, answer, tool
+ * calls (each whole: one arguments delta) */
+static void resp_deltas(stream *st, choice *ch, const dsi_chat_out_delta *d) {
+  if (d->reasoning_len) item_text(st, RI_REASONING, d->reasoning, d->reasoning_len);
+  if (d->content_len) item_text(st, RI_MESSAGE, d->content, d->content_len);
+  for (int k = ch->n_calls; k < d->n_tool_calls; k++) {
+    close_item(st, "completed");
+    const char *name, *args;
+    dsi_chat_out_tool_call(ch->out, k, &name, &args);
+    char id[48], cid[40];
+    item_id(id, "fc", st->rid, st->n_items++);
+    call_id(cid, st->rid, 0, k);
+    ev_begin(st, "response.output_item.added");
+    sb_printf(&st->out, ",\"output_index\":%d,\"item\":", st->n_items - 1);
+    call_item(&st->out, id, cid, name, args, 0);
+    ev_end(st);
+    ev_begin(st, "response.function_call_arguments.delta");
+    ev_at(st, id, 0);
+    SB_LIT(&st->out, ",\"delta\":");
+    jcstr(&st->out, args);
+    ev_end(st);
+    ev_begin(st, "response.function_call_arguments.done");
+    ev_at(st, id, 0);
+    SB_LIT(&st->out, ",\"name\":");
+    jcstr(&st->out, name);
+    SB_LIT(&st->out, ",\"arguments\":");
+    jcstr(&st->out, args);
+    ev_end(st);
+    sbuf item = {0};
+    call_item(&item, id, cid, name, args, 1);
+    item_done(st, &item);
+    free(item.p);
+  }
+  if (d->n_tool_calls > ch->n_calls) ch->n_calls = d->n_tool_calls;
+}
+
+/* the deltas of the parser's output as the stream's kind sends them */
+static void deltas(stream *st, choice *ch, const dsi_chat_out_delta *d, int a, int e, const scomp *c) {
+  if (st->resp) resp_deltas(st, ch, d);
+  else chat_deltas(st, ch, d, a, e, c);
+}
+
 /* take what choice ch's completion made since last time into chunks */
 static void take(stream *st, choice *ch, const char *text, size_t len, int a, int e, const scomp *c, int ended) {
   if (!ch->started) {
@@ -700,33 +949,43 @@ static void take(stream *st, choice *ch, const char *text, size_t len, int a, in
       emit_lp(st, ch, echo, strlen(echo), NULL, 0, 0, c, echo);
       ch->text_at = strlen(echo);
     }
-    if (st->chat) {
+    if (st->resp) {
+      ev_response(st, "response.created", "in_progress", NULL, NULL);
+      ev_response(st, "response.in_progress", "in_progress", NULL, NULL);
+    } else if (st->chat) {
       static const char role[] = "{\"role\":\"assistant\",\"content\":\"\"}";
       emit(st, ch, role, sizeof role - 1, NULL, 0, 0, c);
+    }
+    if (st->chat) {
       dsi_chat_out_delta d;
       if (st->forced && dsi_chat_out_feed(ch->out, st->forced, strlen(st->forced), &d, NULL)) st->out.oom = 1;
-      else if (st->forced) chat_deltas(st, ch, &d, 0, 0, c);
+      else if (st->forced) deltas(st, ch, &d, 0, 0, c);
     }
   }
   if (st->chat) {
     dsi_chat_out_delta d;
     if (len || e > a) { /* the parser fails only for want of memory */
       if (dsi_chat_out_feed(ch->out, text, len, &d, NULL)) st->out.oom = 1;
-      else chat_deltas(st, ch, &d, a, e, c);
+      else deltas(st, ch, &d, a, e, c);
     }
     if (ended && c->json_closed && st->trailer) { /* a named tool's arguments closed: the call's end */
       if (dsi_chat_out_feed(ch->out, st->trailer, strlen(st->trailer), &d, NULL)) st->out.oom = 1;
-      else chat_deltas(st, ch, &d, e, e, c);
+      else deltas(st, ch, &d, e, e, c);
     }
     if (ended && c->finish != DSI_FINISH_ERROR) {
       if (dsi_chat_out_finish(ch->out, &d, NULL)) st->out.oom = 1;
-      else chat_deltas(st, ch, &d, e, e, c);
+      else deltas(st, ch, &d, e, e, c);
     }
   } else if (len || (st->logprobs && e > a)) {
     emit(st, ch, text, len, NULL, a, e, c);
   }
   if (!ended) return;
   ch->ended = 1;
+  if (st->resp) { /* the last event comes with the stream's end (finish_stream) */
+    if (!st->n_items && c->finish != DSI_FINISH_ERROR) item_text(st, RI_MESSAGE, "", 0); /* an empty answer */
+    close_item(st, c->finish == DSI_FINISH_LENGTH ? "incomplete" : "completed");
+    return;
+  }
   if (c->finish == DSI_FINISH_ERROR) {
     SB_LIT(&st->out, "data: {\"error\":{\"message\":");
     jcstr(&st->out, c->error ? c->error : "the request failed");
@@ -738,8 +997,20 @@ static void take(stream *st, choice *ch, const char *text, size_t len, int a, in
   else emit(st, ch, "", 0, fin, 0, 0, c);
 }
 
-/* the usage chunk and [DONE] */
+/* the usage chunk and [DONE]; a response's last event */
 static void finish_stream(stream *st) {
+  if (st->resp) {
+    const scomp *c = &st->ch[0].q->c[0];
+    if (c->finish == DSI_FINISH_ERROR)
+      ev_response(st, "response.failed", "failed", c, c->error ? c->error : "the request failed");
+    else if (c->finish == DSI_FINISH_CANCELLED)
+      ev_response(st, "response.failed", "cancelled", c, "the request was cancelled: the server is shutting down");
+    else if (c->finish == DSI_FINISH_LENGTH) ev_response(st, "response.incomplete", "incomplete", c, NULL);
+    else ev_response(st, "response.completed", "completed", c, NULL);
+    st->out.oom |= st->items.oom;
+    st->done = 1;
+    return;
+  }
   if (st->include_usage) {
     int prompt = 0, cached = 0, completion = 0, reasoning = 0;
     for (int r = 0; r < st->n_req; r++) {
@@ -862,11 +1133,16 @@ static void stream_free(void *cls) {
   free(st->ch);
   free(st->out.p);
   free(st->forced), free(st->trailer);
+  free(st->item_text.p), free(st->items.p), free(st->echo);
   free(st);
 }
 
-/* the reply that streams reqs (taken, with echoes) */
-static void reply_stream(dsi_server *srv, reply *rp, int chat, sreq **reqs, int n_req, char **echoes,
+/* what a stream sends: completions' chunks, chat's, or a response's events */
+enum { S_COMPLETIONS, S_CHAT, S_RESPONSES };
+
+/* the reply that streams reqs (taken, with echoes, and a response's echo
+ * of its request) */
+static void reply_stream(dsi_server *srv, reply *rp, int kind, sreq **reqs, int n_req, char **echoes, char *echo,
                          const params *p, int in_reasoning, int fd, const char *id) {
   stream *st = calloc(1, sizeof *st);
   if (st) st->ch = calloc((size_t)n_req * reqs[0]->n, sizeof *st->ch);
@@ -875,14 +1151,18 @@ static void reply_stream(dsi_server *srv, reply *rp, int chat, sreq **reqs, int 
     if (echoes)
       for (int r = 0; r < n_req; r++) free(echoes[r]);
     free(echoes);
+    free(echo);
     free(reqs);
     if (st) free(st->ch);
     free(st);
     reply_oom(rp, "for the stream");
     return;
   }
+  int chat = kind != S_COMPLETIONS;
   st->srv = srv;
   st->chat = chat;
+  st->resp = kind == S_RESPONSES;
+  st->echo = echo;
   st->fd = fd;
   st->reqs = reqs;
   st->n_req = n_req;
@@ -920,6 +1200,20 @@ static void reply_stream(dsi_server *srv, reply *rp, int chat, sreq **reqs, int 
   MHD_add_response_header(rp->resp, "Content-Type", "text/event-stream");
   MHD_add_response_header(rp->resp, "Cache-Control", "no-cache");
   rp->log = "streaming";
+}
+
+/* the reply that streams one request's answer (q and echo taken) */
+static void stream_one(dsi_server *srv, reply *rp, int kind, sreq *q, char *echo, const params *p, int in_reasoning,
+                       int fd, const char *id) {
+  sreq **reqs = malloc(sizeof *reqs);
+  if (!reqs) {
+    sreq_release(q);
+    free(echo);
+    reply_oom(rp, "for the stream");
+    return;
+  }
+  reqs[0] = q;
+  reply_stream(srv, rp, kind, reqs, 1, NULL, echo, p, in_reasoning, fd, id);
 }
 
 /* ---- waiting for whole answers ---- */
@@ -1298,10 +1592,9 @@ static cJSON *parse_body(const char *body, size_t len, reply *rp) {
   return root;
 }
 
-int api_chat_parse(dsi_server *srv, const char *body, size_t len, chat_req *cr, reply *rp) {
-  memset(cr, 0, sizeof *cr);
-  cJSON *root = parse_body(body, len, rp);
-  if (!root) return -1;
+/* a chat request's JSON object (root, taken) read into cr: 0, or -1 with
+ * the error reply set */
+static int chat_parse_root(dsi_server *srv, cJSON *root, chat_req *cr, reply *rp) {
   in j = {root, rp, 0};
   cJSON *msgs = NULL, *extra = NULL;
   char *mj = NULL, *xj = NULL;
@@ -1374,10 +1667,30 @@ out:
   return rc;
 }
 
+int api_chat_parse(dsi_server *srv, const char *body, size_t len, chat_req *cr, reply *rp) {
+  memset(cr, 0, sizeof *cr);
+  cJSON *root = parse_body(body, len, rp);
+  return root ? chat_parse_root(srv, root, cr, rp) : -1;
+}
+
 void chat_req_free(chat_req *cr) {
   params_free(&cr->p);
   free(cr->ids), free(cr->text), free(cr->forced), free(cr->trailer);
   memset(cr, 0, sizeof *cr);
+}
+
+/* a whole answer through the chat format's parser: its forced start, its
+ * text, a named tool's trailer, the end. -1: out of memory */
+static int parse_answer(const params *p, const scomp *c, int in_reasoning, dsi_chat_out **o, dsi_chat_out_delta *d) {
+  if (dsi_chat_out_open(o, in_reasoning, NULL)) return -1; /* the parser fails only for want of memory */
+  if ((p->forced && dsi_chat_out_feed(*o, p->forced, strlen(p->forced), d, NULL)) ||
+      dsi_chat_out_feed(*o, c->text.p ? c->text.p : "", c->text.n, d, NULL) ||
+      (p->trailer && c->json_closed && dsi_chat_out_feed(*o, p->trailer, strlen(p->trailer), d, NULL)) ||
+      dsi_chat_out_finish(*o, d, NULL)) {
+    dsi_chat_out_free(*o);
+    return -1;
+  }
+  return 0;
 }
 
 void api_chat(dsi_server *srv, const char *body, size_t len, int fd, reply *rp) {
@@ -1390,14 +1703,7 @@ void api_chat(dsi_server *srv, const char *body, size_t len, int fd, reply *rp) 
   char id[48];
   snprintf(id, sizeof id, "chatcmpl-%llx", (unsigned long long)(q->id * 0x9e3779b97f4a7c15ull));
   if (p.stream) {
-    sreq **reqs = malloc(sizeof *reqs);
-    if (!reqs) {
-      sreq_release(q);
-      reply_oom(rp, "for the stream");
-      goto out;
-    }
-    reqs[0] = q;
-    reply_stream(srv, rp, 1, reqs, 1, NULL, &p, in_reasoning, fd, id);
+    stream_one(srv, rp, S_CHAT, q, NULL, &p, in_reasoning, fd, id);
     goto out;
   }
   if (wait_all(&q, 1, fd)) goto out; /* the client left: no reply */
@@ -1415,15 +1721,7 @@ void api_chat(dsi_server *srv, const char *body, size_t len, int fd, reply *rp) 
     const scomp *c = &q->c[i];
     dsi_chat_out *o;
     dsi_chat_out_delta d;
-    if (dsi_chat_out_open(&o, in_reasoning, NULL)) { /* the parser fails only for want of memory */
-      b.oom = 1;
-      break;
-    }
-    if ((p.forced && dsi_chat_out_feed(o, p.forced, strlen(p.forced), &d, NULL)) ||
-        dsi_chat_out_feed(o, c->text.p ? c->text.p : "", c->text.n, &d, NULL) ||
-        (p.trailer && c->json_closed && dsi_chat_out_feed(o, p.trailer, strlen(p.trailer), &d, NULL)) ||
-        dsi_chat_out_finish(o, &d, NULL)) {
-      dsi_chat_out_free(o);
+    if (parse_answer(&p, c, in_reasoning, &o, &d)) {
       b.oom = 1;
       break;
     }
@@ -1465,6 +1763,98 @@ void api_chat(dsi_server *srv, const char *body, size_t len, int fd, reply *rp) 
   reply_sb(rp, 200, &b); /* out of memory: a 503 whose log says so */
   sreq_release(q);
 out:
+  chat_req_free(&cr);
+}
+
+/* ---- responses ---- */
+
+int api_responses_parse(dsi_server *srv, const char *body, size_t len, chat_req *cr, char **echo, reply *rp) {
+  memset(cr, 0, sizeof *cr);
+  *echo = NULL;
+  cJSON *root = parse_body(body, len, rp), *chat = NULL;
+  if (!root) return -1;
+  resp_err e;
+  int rc = resp_to_chat(root, &chat, &e);
+  if (!rc) *echo = resp_echo(root);
+  cJSON_Delete(root);
+  if (rc > 0) {
+    reply_error(rp, 400, "invalid_request_error", e.param, NULL, "%s", e.msg);
+    return -1;
+  }
+  if (rc < 0 || !*echo) {
+    cJSON_Delete(chat);
+    free(*echo), *echo = NULL;
+    reply_oom(rp, "reading the request");
+    return -1;
+  }
+  if (chat_parse_root(srv, chat, cr, rp)) {
+    free(*echo), *echo = NULL;
+    return -1;
+  }
+  return 0;
+}
+
+void api_responses(dsi_server *srv, const char *body, size_t len, int fd, reply *rp) {
+  chat_req cr;
+  char *echo;
+  if (api_responses_parse(srv, body, len, &cr, &echo, rp)) return;
+  params p = cr.p;
+  sreq *q = submit(srv, rp, &cr.p);
+  if (!q) goto out;
+  char id[48];
+  snprintf(id, sizeof id, "resp_%016llx", (unsigned long long)(q->id * 0x9e3779b97f4a7c15ull));
+  if (p.stream) {
+    stream_one(srv, rp, S_RESPONSES, q, echo, &p, cr.in_reasoning, fd, id);
+    echo = NULL; /* the stream's */
+    goto out;
+  }
+  if (wait_all(&q, 1, fd)) goto out; /* the client left: no reply */
+  if (failed(&q, 1, rp)) {
+    sreq_release(q);
+    goto out;
+  }
+  /* the output items: reasoning, the answer (or an empty one when there is
+   * nothing else), the function calls, as the stream opens them */
+  const scomp *c = &q->c[0];
+  dsi_chat_out *o;
+  dsi_chat_out_delta d;
+  sbuf items = {0}, b = {0};
+  if (parse_answer(&p, c, cr.in_reasoning, &o, &d)) {
+    b.oom = 1;
+  } else {
+    const char *rs = dsi_chat_out_reasoning(o), *ct = dsi_chat_out_content(o);
+    const int cut = c->finish == DSI_FINISH_LENGTH, msg = (ct && *ct) || (!(rs && *rs) && !d.n_tool_calls);
+    int n = 0;
+    char iid[48], cid[40];
+    if (rs && *rs) {
+      item_id(iid, "rs", q->id, n++);
+      text_item(&items, RI_REASONING, iid, rs, strlen(rs), cut && !msg && !d.n_tool_calls ? "incomplete" : "completed");
+    }
+    if (msg) {
+      if (n) SB_LIT(&items, ",");
+      item_id(iid, "msg", q->id, n++);
+      text_item(&items, RI_MESSAGE, iid, ct ? ct : "", ct ? strlen(ct) : 0,
+                cut && !d.n_tool_calls ? "incomplete" : "completed");
+    }
+    for (int k = 0; k < d.n_tool_calls; k++) {
+      const char *name, *args;
+      dsi_chat_out_tool_call(o, k, &name, &args);
+      if (n) SB_LIT(&items, ",");
+      item_id(iid, "fc", q->id, n++);
+      call_id(cid, q->id, 0, k);
+      call_item(&items, iid, cid, name, args, 1);
+    }
+    dsi_chat_out_free(o);
+    resp_object(&b, srv, id, (long)time(NULL), echo, c->finish == DSI_FINISH_LENGTH ? "incomplete" : "completed",
+                items.p ? items.p : "", items.n, c, reasoning_tokens(srv, c, cr.in_reasoning), NULL);
+    b.oom |= items.oom;
+  }
+  free(items.p);
+  log_req(rp, id, q, c->completion_tokens);
+  reply_sb(rp, 200, &b); /* out of memory: a 503 whose log says so */
+  sreq_release(q);
+out:
+  free(echo);
   chat_req_free(&cr);
 }
 
@@ -1648,7 +2038,7 @@ void api_completions(dsi_server *srv, const char *body, size_t len, int fd, repl
       memcpy(es, echoes, (size_t)n_req * sizeof *es);
       memset(echoes, 0, sizeof echoes);
     }
-    reply_stream(srv, rp, 0, rs, n_req, es, &p, 0, fd, id);
+    reply_stream(srv, rp, S_COMPLETIONS, rs, n_req, es, NULL, &p, 0, fd, id);
     n_req = 0;
     goto out;
   }

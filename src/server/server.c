@@ -264,7 +264,7 @@ void reply_error(reply *rp, unsigned status, const char *type, const char *param
 
 /* ---- one HTTP request ---- */
 
-enum { R_NONE, R_PAGE, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_CHAT, R_COMPLETIONS, R_TOKENIZE, R_DETOKENIZE };
+enum { R_NONE, R_PAGE, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_CHAT, R_COMPLETIONS, R_RESPONSES, R_TOKENIZE, R_DETOKENIZE };
 
 typedef struct conn {
   int route;
@@ -286,6 +286,7 @@ static int route_of(const char *url, int *post, int *needs_key) {
       {"/v1/models", R_MODELS, 0, 1},
       {"/v1/chat/completions", R_CHAT, 1, 1},
       {"/v1/completions", R_COMPLETIONS, 1, 1},
+      {"/v1/responses", R_RESPONSES, 1, 1},
       {"/tokenize", R_TOKENIZE, 1, 1},
       {"/detokenize", R_DETOKENIZE, 1, 1},
   };
@@ -342,6 +343,7 @@ static void answer(dsi_server *srv, struct MHD_Connection *c, conn *cx, const ch
   case R_MODEL: api_models(srv, url + 11, rp); break;
   case R_CHAT: api_chat(srv, body, len, client_fd(c), rp); break;
   case R_COMPLETIONS: api_completions(srv, body, len, client_fd(c), rp); break;
+  case R_RESPONSES: api_responses(srv, body, len, client_fd(c), rp); break;
   case R_TOKENIZE: api_tokenize(srv, body, len, rp); break;
   case R_DETOKENIZE: api_detokenize(srv, body, len, rp); break;
   default: reply_error(rp, 404, "invalid_request_error", NULL, "not_found", "no route %s", url);

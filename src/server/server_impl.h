@@ -179,7 +179,24 @@ typedef struct compl_req {
 int api_completions_parse(dsi_server *srv, const char *body, size_t len, compl_req *cr, reply *rp);
 void compl_req_free(compl_req *cr);
 
+/* ---- the Responses API (responses.c reads the request, openai.c answers) ---- */
+typedef struct resp_err {
+  const char *param; /* the field at fault (static) */
+  char msg[256];
+} resp_err;
+struct cJSON;
+/* a Responses request body -> *out, the chat request it asks for (the
+ * caller's to delete): 0; 1 the request's fault, e says which field and
+ * why; -1 out of memory */
+int resp_to_chat(const struct cJSON *body, struct cJSON **out, resp_err *e);
+
+/* a Responses body -> the chat request (as api_chat_parse) and *echo, the
+ * response object's fields that echo the request (the caller's to free):
+ * 0, or -1 with the error reply set */
+int api_responses_parse(dsi_server *srv, const char *body, size_t len, chat_req *cr, char **echo, reply *rp);
+
 void api_chat(dsi_server *srv, const char *body, size_t len, int fd, reply *rp);
+void api_responses(dsi_server *srv, const char *body, size_t len, int fd, reply *rp);
 void api_completions(dsi_server *srv, const char *body, size_t len, int fd, reply *rp);
 void api_tokenize(dsi_server *srv, const char *body, size_t len, reply *rp);
 void api_detokenize(dsi_server *srv, const char *body, size_t len, reply *rp);

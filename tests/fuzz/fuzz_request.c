@@ -1,5 +1,5 @@
-/* tests/fuzz: the server's request parsers (chat completions and
- * completions) on untrusted bytes. What is accepted must be a request the
+/* tests/fuzz: the server's request parsers (chat completions, responses
+ * and completions) on untrusted bytes. What is accepted must be a request the
  * scheduler can take (a prompt of known ids that fits the context with
  * its max_tokens, sane sampling); what is refused must be a 4xx with an
  * OpenAI error object. The corpus holds requests of every shape. */
@@ -72,6 +72,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     chat_req_free(&cr);
   } else {
     check_refusal(&rp);
+  }
+  /* a Responses body: the chat request it becomes, held to the same */
+  reply rr = {0};
+  char *echo;
+  if (api_responses_parse(&g_srv, (const char *)data, size, &cr, &echo, &rr) == 0) {
+    DSI_ASSERT(!rr.resp && cr.text && cr.ids == cr.p.r.prompt && echo && cr.p.r.n <= 1);
+    check_request(&cr.p);
+    chat_req_free(&cr);
+    free(echo);
+  } else {
+    DSI_ASSERT(!echo);
+    check_refusal(&rr);
   }
   reply rc = {0};
   compl_req pr;

@@ -89,6 +89,62 @@ for (const p of prompts) {
   check(same, "16 concurrent streaming clients each get what dsinfer run gives alone");
 }
 
+// ---- the Responses API: greedy as chat, whole and streamed; items in, refusals ----
+{
+  const p = prompts[1];
+  const r = await client.responses.create({ model, input: p, temperature: 0, max_output_tokens: 16 });
+  const msg = r.output.find((o) => o.type === "message");
+  check(r.object === "response" && r.output_text === expected[p] && msg && msg.content[0].type === "output_text",
+    `responses "${p}" equals dsinfer run: ${JSON.stringify(r.output_text)}`);
+  check(r.usage.input_tokens > 0 && r.usage.output_tokens > 0 &&
+    r.usage.total_tokens === r.usage.input_tokens + r.usage.output_tokens &&
+    (r.status === "completed" || (r.status === "incomplete" && r.incomplete_details.reason === "max_output_tokens")),
+  `responses usage adds up, status ${r.status}`);
+  // the SDK's stream helper checks each event against the items it has seen
+  const events = [];
+  const st = client.responses.stream({ model, input: p, temperature: 0, max_output_tokens: 16 });
+  let deltas = "";
+  for await (const ev of st) {
+    events.push(ev.type);
+    if (ev.type === "response.output_text.delta") deltas += ev.delta;
+  }
+  const fin = await st.finalResponse(); /* the snapshot the events built (the SDK adds no output_text to it) */
+  const finText = fin.output.filter((o) => o.type === "message").map((o) => o.content[0].text).join("");
+  const want = ["response.created", "response.in_progress", "response.output_item.added", "response.content_part.added",
+    "response.output_text.delta"];
+  check(finText === r.output_text && deltas === r.output_text && want.every((t, i) => events[i] === t) &&
+    /^response\.(completed|incomplete)$/.test(events[events.length - 1]) &&
+    events.includes("response.output_item.done"), `streamed response: the same text, events ${[...new Set(events)]}`);
+  // instructions and message items render as chat's system and user messages
+  const chatAns = await client.chat.completions.create({ model, temperature: 0, max_tokens: 12, messages: [
+    { role: "system", content: "Be brief." }, { role: "user", content: "Hello" },
+    { role: "assistant", content: "Hi." }, { role: "user", content: p }] });
+  const items = await client.responses.create({ model, temperature: 0, max_output_tokens: 12, instructions: "Be brief.",
+    input: [{ role: "user", content: [{ type: "input_text", text: "Hello" }] },
+      { type: "message", role: "assistant", content: [{ type: "output_text", text: "Hi." }] },
+      { role: "user", content: p }] });
+  check(items.output_text === chatAns.choices[0].message.content,
+    `responses from instructions and items equal chat's answer to the same messages: ${JSON.stringify(items.output_text)}`);
+  // text.format json_schema: the answer holds to it
+  const schema = { type: "object", properties: { n: { type: "integer" } }, required: ["n"], additionalProperties: false };
+  const j = await client.responses.create({ model, input: p, temperature: 1.0, seed: 100, max_output_tokens: 48,
+    text: { format: { type: "json_schema", name: "t", schema, strict: true } } });
+  let jo = null;
+  try { jo = JSON.parse(j.output_text); } catch (e) { /* checked below */ }
+  check(j.status === "incomplete" ? /^\s*\{/.test(j.output_text) : jo !== null && Number.isInteger(jo.n),
+    `responses text.format json_schema (${j.status}): ${j.output_text}`);
+  await expectError("responses: previous_response_id (nothing is stored)", 400, () =>
+    client.responses.create({ model, input: "hi", previous_response_id: "resp_1" }));
+  await expectError("responses: a built-in tool", 400, () =>
+    client.responses.create({ model, input: "hi", tools: [{ type: "web_search" }] }));
+  await expectError("responses: an image part", 400, () => client.responses.create({ model, input: [{ role: "user",
+    content: [{ type: "input_image", image_url: "data:image/png;base64,AAAA" }] }] }));
+  await expectError("responses: no input", 400, () => client.responses.create({ model }));
+  await expectError("responses: a wrong key", 401, () => noKey.responses.create({ model, input: "hi" }));
+  await expectError("responses: over the context", 400, () =>
+    client.responses.create({ model, input: "word ".repeat(3000) }));
+}
+
 // ---- logprobs ----
 {
   const r = await chat(prompts[0], { logprobs: true, top_logprobs: 3 });

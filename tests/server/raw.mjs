@@ -129,6 +129,37 @@ for (const [what, body] of badc) {
   const r = await post("/v1/completions", body);
   check(r.status === 400 && r.j && r.j.error, `completions, ${what}: ${r.status} ${r.j && r.j.error ? r.j.error.message : ""}`);
 }
+const badr = [
+  ["not JSON", "{\"input\": "],
+  ["input a number", JSON.stringify({ input: 5 })],
+  ["input an empty list", JSON.stringify({ input: [] })],
+  ["an item not an object", JSON.stringify({ input: ["hi"] })],
+  ["a message without a role", JSON.stringify({ input: [{ content: "hi" }] })],
+  ["a tool role message", JSON.stringify({ input: [{ role: "tool", content: "hi" }] })],
+  ["content a number", JSON.stringify({ input: [{ role: "user", content: 3 }] })],
+  ["a part without its text", JSON.stringify({ input: [{ role: "user", content: [{ type: "input_text" }] }] })],
+  ["a function_call without arguments", JSON.stringify({ input: [{ type: "function_call", call_id: "c", name: "f" }] })],
+  ["a function_call_output without call_id", JSON.stringify({ input: [{ type: "function_call_output", output: "x" }] })],
+  ["an unknown item type", JSON.stringify({ input: [{ type: "computer_call" }] })],
+  ["instructions a number", JSON.stringify({ input: "hi", instructions: 1 })],
+  ["max_output_tokens a string", JSON.stringify({ input: "hi", max_output_tokens: "9" })],
+  ["max_output_tokens 0", JSON.stringify({ input: "hi", max_output_tokens: 0 })],
+  ["tools an object", JSON.stringify({ input: "hi", tools: {} })],
+  ["a function tool without a name", JSON.stringify({ input: "hi", tools: [{ type: "function" }] })],
+  ["tool_choice a number", JSON.stringify({ input: "hi", tool_choice: 1 })],
+  ["tool_choice a word", JSON.stringify({ input: "hi", tool_choice: "sometimes" })],
+  ["text.format without a type", JSON.stringify({ input: "hi", text: { format: {} } })],
+  ["text.format json_schema without a schema", JSON.stringify({ input: "hi", text: { format: { type: "json_schema" } } })],
+  ["temperature a string", JSON.stringify({ input: "hi", temperature: "hot" })],
+  ["conversation", JSON.stringify({ input: "hi", conversation: "conv_1" })],
+  ["background", JSON.stringify({ input: "hi", background: true })],
+  ["top_logprobs", JSON.stringify({ input: "hi", top_logprobs: 2 })],
+];
+for (const [what, body] of badr) {
+  const r = await post("/v1/responses", body);
+  check(r.status === 400 && r.j && r.j.error && typeof r.j.error.message === "string",
+    `responses, ${what}: ${r.status} ${r.j && r.j.error ? r.j.error.message : r.text.slice(0, 80)}`);
+}
 {
   const big = "x".repeat(17 << 20);
   const r = await post("/v1/chat/completions", big);
@@ -142,6 +173,8 @@ for (const [what, body] of badc) {
 {
   const r = await post("/v1/chat/completions", JSON.stringify(good));
   check(r.status === 200 && r.j.choices[0].message.role === "assistant", "a good request after all that: 200");
+  const rr = await post("/v1/responses", JSON.stringify({ input: "hi", max_output_tokens: 2 }));
+  check(rr.status === 200 && rr.j.object === "response" && rr.j.output.length === 1, "a good response after all that: 200");
   const h = await fetch(base + "/health");
   check(h.status === 200, "healthy");
 }

@@ -49,6 +49,26 @@ async function streamed(params) {
   return { rs, content, finish, chunks, calls };
 }
 
+// the Responses API's function tools, and a response's items as its stream builds them
+const rtools = tools.map((t) => ({ type: "function", ...t.function }));
+async function responded(params) {
+  const st = client.responses.stream({ model, input: "What is the weather in Paris?", tools: rtools, temperature: 0,
+    ...params });
+  let rs = "", args = "";
+  for await (const ev of st) {
+    if (ev.type === "response.reasoning_text.delta") rs += ev.delta;
+    if (ev.type === "response.function_call_arguments.delta") args += ev.delta;
+  }
+  return { rs, args, fin: await st.finalResponse() };
+}
+// the items' shape: their kinds, the calls (name, arguments, ids' forms, status), the reasoning's text
+const shape = (out) => ({
+  kinds: out.map((o) => o.type).join(","),
+  call: out.filter((o) => o.type === "function_call").map((o) => [o.name, o.arguments, /^call_/.test(o.call_id),
+    /^fc_/.test(o.id), o.status].join("|")),
+  rs: out.filter((o) => o.type === "reasoning").map((o) => o.content[0].text).join(""),
+});
+
 // ---- tool_choice required, or naming the function: the answer starts with the call ----
 if (mode) {
   const tc = mode === "named" ? { type: "function", function: { name: "get_weather" } } : "required";
@@ -62,6 +82,16 @@ if (mode) {
   const s = await streamed({ tool_choice: tc });
   check(s.calls.length === 1 && s.calls[0].name === "get_weather" && s.calls[0].arguments === c.function.arguments &&
     s.content === "" && s.finish === "tool_calls", `tool_choice ${mode}, streamed: the same call: ${JSON.stringify(s.calls)}`);
+  {
+    const rtc = mode === "named" ? { type: "function", name: "get_weather" } : "required";
+    const w = await client.responses.create({ model, input: "What is the weather in Paris?", tools: rtools,
+      tool_choice: rtc, temperature: 0 });
+    const f = w.output.find((o) => o.type === "function_call");
+    const s2 = await responded({ tool_choice: rtc });
+    check(f && f.name === "get_weather" && f.arguments === c.function.arguments && !w.output.some((o) => o.type === "message") &&
+      JSON.stringify(shape(s2.fin.output)) === JSON.stringify(shape(w.output)),
+    `responses, tool_choice ${JSON.stringify(rtc)}: the same call, whole and streamed: ${JSON.stringify(shape(w.output))}`);
+  }
   const auto = await client.chat.completions.create({ model, messages: ask, tools, temperature: 0 });
   check(!auto.choices[0].message.tool_calls && auto.choices[0].message.content,
     `tool_choice auto on the same output: no call, text (${JSON.stringify(auto.choices[0].message.content.slice(0, 40))})`);
@@ -135,6 +165,33 @@ check(r.usage.completion_tokens_details.reasoning_tokens > 0 &&
   }).then((x) => x.json());
   check(d.prompt.includes("get_weather") && d.prompt.includes("18 degrees and sunny") && d.prompt.includes("Paris"),
     "the rendered conversation holds the call and the tool's result");
+}
+
+// ---- the Responses API: reasoning and the call as output items, whole and streamed; the round trip ----
+{
+  const w = await client.responses.create({ model, input: "What is the weather in Paris?", tools: rtools,
+    temperature: 0 });
+  const sh = shape(w.output), f = w.output.find((o) => o.type === "function_call");
+  check(sh.kinds === "reasoning,function_call" && sh.rs === reasoning && f.name === "get_weather" &&
+    f.arguments === call.function.arguments && f.status === "completed" && w.status === "completed" &&
+    w.usage.output_tokens_details.reasoning_tokens === r.usage.completion_tokens_details.reasoning_tokens,
+  `responses: reasoning then the call, as chat's: ${JSON.stringify(sh)}`);
+  const s2 = await responded({});
+  check(JSON.stringify(shape(s2.fin.output)) === JSON.stringify(sh) && s2.rs === reasoning &&
+    s2.args === f.arguments, "responses, streamed: the same items, their deltas adding up");
+  // the call and its output go back as items: the conversation renders as chat's with the tool's result
+  const items = [{ role: "user", content: "What is the weather in Paris?" }, ...w.output,
+    { type: "function_call_output", call_id: f.call_id, output: "18 degrees and sunny" }];
+  const w2 = await client.responses.create({ model, input: items, tools: rtools, temperature: 0 });
+  const history = [...ask, { role: "assistant", content: null, tool_calls: [{ id: f.call_id, type: "function",
+    function: { name: f.name, arguments: f.arguments } }] }, { role: "tool", tool_call_id: f.call_id,
+    content: "18 degrees and sunny" }];
+  const c2 = await client.chat.completions.create({ model, messages: history, tools, temperature: 0 });
+  const t2 = shape(w2.output), m2 = c2.choices[0].message;
+  const text2 = w2.output.filter((o) => o.type === "message").map((o) => o.content[0].text).join("");
+  check(w2.usage.input_tokens === c2.usage.prompt_tokens && t2.rs === m2.reasoning_content && text2 === (m2.content || "") &&
+    w2.status === (c2.choices[0].finish_reason === "length" ? "incomplete" : "completed"),
+  `responses: the round trip's items render as chat's messages (${w2.usage.input_tokens} tokens both), the same answer`);
 }
 
 // ---- tool_choice none: the tools are not offered ----

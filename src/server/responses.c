@@ -1,0 +1,292 @@
+/* server: the Responses API's request (POST /v1/responses) as the chat
+ * request it asks for (server_impl.h resp_to_chat): `instructions` and the
+ * `input` items become messages, function tools the chat tools,
+ * `text.format` a response_format, `max_output_tokens` max_tokens; the
+ * sampling fields pass through. What this server cannot do (stored
+ * responses, built-in tools, images and files) is refused by name. The
+ * answer's shape (output items, the stream's events) is openai.c's. */
+#include "base/base.h"
+#include "server/server_impl.h"
+
+#include <cjson/cJSON.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int refuse(resp_err *e, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int refuse(resp_err *e, const char *param, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+  va_end(ap);
+  e->param = param;
+  return 1;
+}
+
+static const cJSON *get(const cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
+
+/* present and not null */
+static int given(const cJSON *v) { return v && !cJSON_IsNull(v); }
+
+/* a message's content: a string, or input_text / output_text parts (their
+ * texts joined); NULL with e set (or *oom) for anything else */
+static char *content_string(const cJSON *c, int i, resp_err *e, int *oom) {
+  if (cJSON_IsString(c)) {
+    char *s = strdup(c->valuestring);
+    if (!s) *oom = 1;
+    return s;
+  }
+  if (!cJSON_IsArray(c)) {
+    refuse(e, "input", "input[%d].content must be a string or an array of content parts", i);
+    return NULL;
+  }
+  size_t n = 0;
+  const cJSON *p;
+  cJSON_ArrayForEach(p, c) {
+    const cJSON *type = get(p, "type"), *text = get(p, "text");
+    if (!cJSON_IsString(type)) {
+      refuse(e, "input", "input[%d].content: each part needs a type", i);
+      return NULL;
+    }
+    const char *t = type->valuestring;
+    if (strcmp(t, "input_text") && strcmp(t, "output_text") && strcmp(t, "text") && strcmp(t, "refusal")) {
+      refuse(e, "input", "input[%d].content: '%.40s' parts are not supported (this model reads text only)", i, t);
+      return NULL;
+    }
+    const cJSON *s = strcmp(t, "refusal") ? text : get(p, "refusal");
+    if (!cJSON_IsString(s)) {
+      refuse(e, "input", "input[%d].content: a '%.40s' part needs its text as a string", i, t);
+      return NULL;
+    }
+    n += strlen(s->valuestring);
+  }
+  char *out = malloc(n + 1), *at = out;
+  if (!out) {
+    *oom = 1;
+    return NULL;
+  }
+  cJSON_ArrayForEach(p, c) {
+    const cJSON *s = strcmp(get(p, "type")->valuestring, "refusal") ? get(p, "text") : get(p, "refusal");
+    size_t k = strlen(s->valuestring);
+    memcpy(at, s->valuestring, k);
+    at += k;
+  }
+  *at = 0;
+  return out;
+}
+
+/* one chat message {role, content} (content taken; NULL: null) */
+static cJSON *message(const char *role, char *content) {
+  cJSON *m = cJSON_CreateObject();
+  cJSON_AddStringToObject(m, "role", role);
+  if (content) cJSON_AddStringToObject(m, "content", content);
+  else cJSON_AddNullToObject(m, "content");
+  free(content);
+  return m;
+}
+
+/* the input items as chat messages, appended to msgs: messages, a turn's
+ * function calls (onto the assistant message before them, or a new one)
+ * and their outputs (tool messages); reasoning items are passed over, as
+ * DeepSeek's templates drop an earlier turn's reasoning */
+static int input_messages(const cJSON *input, cJSON *msgs, resp_err *e) {
+  if (cJSON_IsString(input)) {
+    char *t = strdup(input->valuestring);
+    if (!t) return -1;
+    cJSON_AddItemToArray(msgs, message("user", t));
+    return 0;
+  }
+  if (!cJSON_IsArray(input) || !cJSON_GetArraySize(input))
+    return refuse(e, "input", "'input' must be a string or a non-empty array of items");
+  const cJSON *it;
+  int i = 0, oom = 0;
+  cJSON *last = NULL; /* the assistant message a function call joins */
+  cJSON_ArrayForEach(it, input) {
+    if (!cJSON_IsObject(it)) return refuse(e, "input", "input[%d] must be an object", i);
+    const cJSON *type = get(it, "type");
+    if (given(type) && !cJSON_IsString(type)) return refuse(e, "input", "input[%d].type must be a string", i);
+    const char *t = given(type) ? type->valuestring : "message";
+    if (!strcmp(t, "message")) {
+      const cJSON *role = get(it, "role"), *content = get(it, "content");
+      if (!cJSON_IsString(role)) return refuse(e, "input", "input[%d]: a message needs a role", i);
+      const char *r = role->valuestring;
+      if (!strcmp(r, "developer")) r = "system";
+      if (strcmp(r, "user") && strcmp(r, "system") && strcmp(r, "assistant"))
+        return refuse(e, "input", "input[%d]: a message's role must be user, system, developer or assistant", i);
+      if (!content) return refuse(e, "input", "input[%d]: a message needs its content", i);
+      char *text = content_string(content, i, e, &oom);
+      if (!text) return oom ? -1 : 1;
+      cJSON *m = message(r, text);
+      cJSON_AddItemToArray(msgs, m);
+      last = strcmp(r, "assistant") ? NULL : m;
+    } else if (!strcmp(t, "function_call")) {
+      const cJSON *id = get(it, "call_id"), *name = get(it, "name"), *args = get(it, "arguments");
+      if (!cJSON_IsString(id) || !cJSON_IsString(name) || !cJSON_IsString(args))
+        return refuse(e, "input", "input[%d]: a function_call needs call_id, name and arguments as strings", i);
+      if (!last) {
+        last = message("assistant", NULL);
+        cJSON_AddItemToArray(msgs, last);
+      }
+      cJSON *calls = cJSON_GetObjectItemCaseSensitive(last, "tool_calls");
+      if (!calls) calls = cJSON_AddArrayToObject(last, "tool_calls");
+      cJSON *c = cJSON_CreateObject(), *f = cJSON_CreateObject();
+      cJSON_AddStringToObject(c, "id", id->valuestring);
+      cJSON_AddStringToObject(c, "type", "function");
+      cJSON_AddStringToObject(f, "name", name->valuestring);
+      cJSON_AddStringToObject(f, "arguments", args->valuestring);
+      cJSON_AddItemToObject(c, "function", f);
+      cJSON_AddItemToArray(calls, c);
+    } else if (!strcmp(t, "function_call_output")) {
+      const cJSON *id = get(it, "call_id"), *out = get(it, "output");
+      if (!cJSON_IsString(id) || !out)
+        return refuse(e, "input", "input[%d]: a function_call_output needs call_id and output", i);
+      char *text = content_string(out, i, e, &oom);
+      if (!text) return oom ? -1 : 1;
+      cJSON *m = message("tool", text);
+      cJSON_AddStringToObject(m, "tool_call_id", id->valuestring);
+      cJSON_AddItemToArray(msgs, m);
+      last = NULL;
+    } else if (!strcmp(t, "reasoning")) {
+      /* passed over */
+    } else if (!strcmp(t, "item_reference")) {
+      return refuse(e, "input", "input[%d]: item references are not supported (this server stores no items: send "
+                    "them whole)", i);
+    } else {
+      return refuse(e, "input", "input[%d]: '%.40s' items are not supported", i, t);
+    }
+    i++;
+  }
+  return 0;
+}
+
+/* function tools as chat tools */
+static int tools_chat(const cJSON *tools, cJSON *chat, resp_err *e) {
+  if (!cJSON_IsArray(tools)) return refuse(e, "tools", "'tools' must be an array");
+  cJSON *out = cJSON_AddArrayToObject(chat, "tools");
+  const cJSON *t;
+  int i = 0;
+  cJSON_ArrayForEach(t, tools) {
+    const cJSON *type = get(t, "type"), *name = get(t, "name");
+    if (!cJSON_IsString(type)) return refuse(e, "tools", "tools[%d] needs a type", i);
+    if (strcmp(type->valuestring, "function"))
+      return refuse(e, "tools", "tools[%d]: '%.40s' tools are not supported (only function tools)", i,
+                    type->valuestring);
+    if (!cJSON_IsString(name)) return refuse(e, "tools", "tools[%d]: a function tool needs its name", i);
+    cJSON *c = cJSON_CreateObject(), *f = cJSON_CreateObject();
+    cJSON_AddStringToObject(c, "type", "function");
+    cJSON_AddStringToObject(f, "name", name->valuestring);
+    const char *copy[] = {"description", "parameters", "strict"};
+    for (size_t k = 0; k < sizeof copy / sizeof *copy; k++) {
+      const cJSON *v = get(t, copy[k]);
+      if (given(v)) cJSON_AddItemToObject(f, copy[k], cJSON_Duplicate(v, 1));
+    }
+    cJSON_AddItemToObject(c, "function", f);
+    cJSON_AddItemToArray(out, c);
+    i++;
+  }
+  return 0;
+}
+
+/* tool_choice: "none" | "auto" | "required" as they are, {"type":
+ * "function", "name"} as chat's {"type": "function", "function": {"name"}} */
+static int tool_choice_chat(const cJSON *tc, cJSON *chat, resp_err *e) {
+  if (cJSON_IsString(tc)) {
+    cJSON_AddStringToObject(chat, "tool_choice", tc->valuestring); /* the chat side checks the word */
+    return 0;
+  }
+  const cJSON *type = cJSON_IsObject(tc) ? get(tc, "type") : NULL, *name = cJSON_IsObject(tc) ? get(tc, "name") : NULL;
+  if (!cJSON_IsString(type) || strcmp(type->valuestring, "function") || !cJSON_IsString(name))
+    return refuse(e, "tool_choice", "'tool_choice' must be none, auto, required or {\"type\": \"function\", "
+                  "\"name\": ...}");
+  cJSON *c = cJSON_AddObjectToObject(chat, "tool_choice"), *f = cJSON_CreateObject();
+  cJSON_AddStringToObject(c, "type", "function");
+  cJSON_AddStringToObject(f, "name", name->valuestring);
+  cJSON_AddItemToObject(c, "function", f);
+  return 0;
+}
+
+/* text.format: text (nothing), json_object, json_schema {name, schema, strict} */
+static int format_chat(const cJSON *text, cJSON *chat, resp_err *e) {
+  if (!cJSON_IsObject(text)) return refuse(e, "text", "'text' must be an object");
+  const cJSON *f = get(text, "format");
+  if (!given(f)) return 0;
+  const cJSON *type = cJSON_IsObject(f) ? get(f, "type") : NULL;
+  if (!cJSON_IsString(type)) return refuse(e, "text.format", "'text.format' must be an object with a type");
+  const char *t = type->valuestring;
+  if (!strcmp(t, "text")) return 0;
+  cJSON *rf = cJSON_AddObjectToObject(chat, "response_format");
+  if (!strcmp(t, "json_object")) {
+    cJSON_AddStringToObject(rf, "type", "json_object");
+    return 0;
+  }
+  if (strcmp(t, "json_schema"))
+    return refuse(e, "text.format", "'text.format.type' must be text, json_object or json_schema");
+  const cJSON *schema = get(f, "schema");
+  if (!cJSON_IsObject(schema)) return refuse(e, "text.format", "a json_schema format needs its schema as an object");
+  cJSON_AddStringToObject(rf, "type", "json_schema");
+  cJSON *js = cJSON_AddObjectToObject(rf, "json_schema");
+  const char *copy[] = {"name", "schema", "strict"};
+  for (size_t k = 0; k < sizeof copy / sizeof *copy; k++) {
+    const cJSON *v = get(f, copy[k]);
+    if (given(v)) cJSON_AddItemToObject(js, copy[k], cJSON_Duplicate(v, 1));
+  }
+  return 0;
+}
+
+/* the chat fields a Responses body must not bring in under their chat
+ * names (its own are translated), and the Responses fields read here */
+static const char *const k_drop[] = {
+  "messages", "n", "max_tokens", "max_completion_tokens", "logprobs", "top_logprobs", "echo", "stream_options",
+  "response_format", "input", "instructions", "max_output_tokens", "text", "tools", "tool_choice", "store",
+  "previous_response_id", "conversation", "reasoning", "include", "truncation", "metadata", "parallel_tool_calls",
+  "background", "prompt", "service_tier", "max_tool_calls",
+};
+
+int resp_to_chat(const cJSON *body, cJSON **out, resp_err *e) {
+  *out = NULL;
+  e->param = NULL;
+  e->msg[0] = 0;
+  const cJSON *v;
+  static const char *const stored[] = {"previous_response_id", "conversation"};
+  for (size_t k = 0; k < sizeof stored / sizeof *stored; k++)
+    if (given(get(body, stored[k])))
+      return refuse(e, stored[k], "'%s' is not supported: this server stores no responses (send the whole "
+                    "conversation in 'input')", stored[k]);
+  if (cJSON_IsTrue(get(body, "background")))
+    return refuse(e, "background", "'background' responses are not supported");
+  if (given(v = get(body, "prompt"))) return refuse(e, "prompt", "stored prompts ('prompt') are not supported");
+  if (given(v = get(body, "top_logprobs")) && !(cJSON_IsNumber(v) && v->valuedouble == 0))
+    return refuse(e, "top_logprobs", "'top_logprobs' is not supported on /v1/responses (chat completions has "
+                  "logprobs)");
+  const cJSON *input = get(body, "input"), *ins = get(body, "instructions");
+  if (!given(input)) return refuse(e, "input", "'input' is required");
+  if (given(ins) && !cJSON_IsString(ins)) return refuse(e, "instructions", "'instructions' must be a string");
+  const cJSON *mot = get(body, "max_output_tokens");
+  if (given(mot) && !(cJSON_IsNumber(mot) && mot->valuedouble >= 1 && mot->valuedouble <= 1073741824.0 &&
+                      mot->valuedouble == (double)(long long)mot->valuedouble))
+    return refuse(e, "max_output_tokens", "'max_output_tokens' must be an integer in [1, 1073741824]");
+
+  cJSON *chat = cJSON_Duplicate(body, 1);
+  if (!chat) return -1;
+  for (size_t k = 0; k < sizeof k_drop / sizeof *k_drop; k++) cJSON_DeleteItemFromObjectCaseSensitive(chat, k_drop[k]);
+  cJSON *msgs = cJSON_AddArrayToObject(chat, "messages");
+  int rc = msgs ? 0 : -1;
+  if (!rc && given(ins)) {
+    char *t = strdup(ins->valuestring);
+    if (t) cJSON_AddItemToArray(msgs, message("system", t));
+    else rc = -1;
+  }
+  if (!rc) rc = input_messages(input, msgs, e);
+  if (!rc && given(v = get(body, "tools"))) rc = tools_chat(v, chat, e);
+  if (!rc && given(v = get(body, "tool_choice"))) rc = tool_choice_chat(v, chat, e);
+  if (!rc && given(v = get(body, "text"))) rc = format_chat(v, chat, e);
+  if (!rc && given(mot)) cJSON_AddNumberToObject(chat, "max_tokens", mot->valuedouble);
+  if (!rc && dsi_json_oom()) rc = -1; /* an allocation inside cJSON failed on the way */
+  if (rc) {
+    cJSON_Delete(chat);
+    return rc;
+  }
+  *out = chat;
+  return 0;
+}
