@@ -15,6 +15,8 @@ typedef struct sbuf {
 
 /* append s[0..n) */
 void sb_put(sbuf *b, const void *s, size_t n);
+/* append a string literal */
+#define SB_LIT(b, lit) sb_put((b), (lit), sizeof(lit) - 1)
 /* append s as a JSON string literal (quotes, escapes) */
 void sb_json(sbuf *b, const char *s);
 /* append printf's output */

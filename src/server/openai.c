@@ -1,4 +1,5 @@
-/* server: the OpenAI endpoints — a request's JSON checked field by field
+/* server: the OpenAI endpoints (and Anthropic's Messages, the same
+ * answers in its shapes) — a request's JSON checked field by field
  * (unknown fields ignored, wrong types and ranges a 400 naming the field),
  * a chat rendered by the checkpoint's template and tokenized, submitted to
  * the scheduler, and the answer: whole, or streamed as server-sent events.
@@ -14,8 +15,6 @@
 
 #include "base/base.h"
 #include "server/server_impl.h"
-
-#define SB_LIT(b, lit) sb_put((b), (lit), sizeof(lit) - 1)
 
 /* ---- JSON out ---- */
 
@@ -679,6 +678,61 @@ static char *resp_echo(const cJSON *body) {
   return t;
 }
 
+/* ---- the output of one completion, as an Anthropic message (/v1/messages) ---- */
+
+static const char *msg_stop_reason(const scomp *c, int calls) {
+  if (c->finish == DSI_FINISH_LENGTH) return "max_tokens";
+  return calls ? "tool_use" : c->stop ? "stop_sequence" : "end_turn";
+}
+
+/* a tool call's input: its arguments when they are a JSON object (held
+ * to the tool's input_schema, they are), else {"arguments": the text} */
+static void msg_input(sbuf *b, const char *args) {
+  cJSON *j = cJSON_Parse(args);
+  if (cJSON_IsObject(j)) {
+    sb_put(b, args, strlen(args));
+  } else {
+    SB_LIT(b, "{\"arguments\":");
+    jcstr(b, args);
+    SB_LIT(b, "}");
+  }
+  cJSON_Delete(j);
+}
+
+/* a tool_use block (its input empty as a stream starts it) */
+static void tool_use_block(sbuf *b, const char *id, const char *name, const char *args) {
+  sb_printf(b, "{\"type\":\"tool_use\",\"id\":\"%s\",\"name\":", id);
+  jcstr(b, name);
+  SB_LIT(b, ",\"input\":");
+  if (args) msg_input(b, args);
+  else SB_LIT(b, "{}");
+  SB_LIT(b, "}");
+}
+
+/* a thinking or text block (empty as a stream starts it) */
+static void text_block(sbuf *b, int kind, const char *text) {
+  if (kind == RI_REASONING) {
+    SB_LIT(b, "{\"type\":\"thinking\",\"thinking\":");
+    jcstr(b, text);
+    SB_LIT(b, ",\"signature\":\"\"}");
+  } else {
+    SB_LIT(b, "{\"type\":\"text\",\"text\":");
+    jcstr(b, text);
+    SB_LIT(b, "}");
+  }
+}
+
+/* usage: prompt tokens read from the prefix cache apart, as Anthropic's cache reads */
+static void msg_usage(sbuf *b, const scomp *c, int output) {
+  sb_printf(b, "{\"input_tokens\":%d,\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":%d,"
+               "\"output_tokens\":%d}", c->prompt_tokens - c->cached_tokens, c->cached_tokens, output);
+}
+
+/* a tool_use block's id */
+static void tool_use_id(char out[48], uint64_t rid, int k) {
+  snprintf(out, 48, "toolu_%016llx%02x", (unsigned long long)(rid * 0x9e3779b97f4a7c15ull), k & 0xff);
+}
+
 /* ---- streaming ---- */
 
 /* one choice of a stream: a completion of one of its requests */
@@ -714,8 +768,8 @@ typedef struct stream {
   int in_reasoning;
   uint64_t rid;
   double t0;
-  /* /v1/responses: events, not chunks (one choice) */
-  int resp;
+  /* /v1/responses and /v1/messages: events, not chunks (one choice) */
+  int resp, msg;
   int seq;          /* the next event's sequence_number */
   int n_items;      /* output items opened */
   int item;         /* the open item: RI_NONE, RI_REASONING, RI_MESSAGE */
@@ -814,7 +868,8 @@ static void chat_deltas(stream *st, choice *ch, const dsi_chat_out_delta *d, int
 /* an event's start: its type and sequence number; the caller adds its
  * fields and ev_end closes it */
 static void ev_begin(stream *st, const char *type) {
-  sb_printf(&st->out, "event: %s\ndata: {\"type\":\"%s\",\"sequence_number\":%d", type, type, st->seq++);
+  sb_printf(&st->out, "event: %s\ndata: {\"type\":\"%s\"", type, type);
+  if (st->resp) sb_printf(&st->out, ",\"sequence_number\":%d", st->seq++);
 }
 static void ev_end(stream *st) { SB_LIT(&st->out, "}\n\n"); }
 
@@ -933,9 +988,102 @@ static void resp_deltas(stream *st, choice *ch, const dsi_chat_out_delta *d) {
   if (d->n_tool_calls > ch->n_calls) ch->n_calls = d->n_tool_calls;
 }
 
+/* ---- a message's events (/v1/messages, streamed) ----
+ * message_start; per content block content_block_start, its deltas
+ * (thinking_delta, text_delta; a tool_use's input as one input_json_delta,
+ * sent once the call's end tag is read), content_block_stop; then
+ * message_delta with the stop reason and usage, and message_stop. */
+
+static void block_stop_at(stream *st, int index) {
+  ev_begin(st, "content_block_stop");
+  sb_printf(&st->out, ",\"index\":%d", index);
+  ev_end(st);
+}
+
+/* the open thinking or text block ends */
+static void block_stop(stream *st) {
+  if (st->item == RI_NONE) return;
+  block_stop_at(st, st->n_items - 1);
+  st->item = RI_NONE;
+}
+
+static void block_text(stream *st, int kind, const char *text, size_t n) {
+  if (st->item != kind) {
+    block_stop(st);
+    st->item = kind;
+    ev_begin(st, "content_block_start");
+    sb_printf(&st->out, ",\"index\":%d,\"content_block\":", st->n_items++);
+    text_block(&st->out, kind, "");
+    ev_end(st);
+  }
+  ev_begin(st, "content_block_delta");
+  sb_printf(&st->out, ",\"index\":%d,\"delta\":{\"type\":\"%s\",\"%s\":", st->n_items - 1,
+            kind == RI_REASONING ? "thinking_delta" : "text_delta", kind == RI_REASONING ? "thinking" : "text");
+  jstr(&st->out, text, n);
+  SB_LIT(&st->out, "}");
+  ev_end(st);
+}
+
+static void msg_deltas(stream *st, choice *ch, const dsi_chat_out_delta *d) {
+  if (d->reasoning_len) block_text(st, RI_REASONING, d->reasoning, d->reasoning_len);
+  if (d->content_len) block_text(st, RI_MESSAGE, d->content, d->content_len);
+  for (int k = ch->n_calls; k < d->n_tool_calls; k++) {
+    block_stop(st);
+    const char *name, *args;
+    dsi_chat_out_tool_call(ch->out, k, &name, &args);
+    char id[48];
+    tool_use_id(id, st->rid, k);
+    ev_begin(st, "content_block_start");
+    sb_printf(&st->out, ",\"index\":%d,\"content_block\":", st->n_items++);
+    tool_use_block(&st->out, id, name, NULL);
+    ev_end(st);
+    ev_begin(st, "content_block_delta");
+    sb_printf(&st->out, ",\"index\":%d,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":", st->n_items - 1);
+    sbuf in = {0};
+    msg_input(&in, args);
+    jstr(&st->out, in.p ? in.p : "", in.n);
+    st->out.oom |= in.oom;
+    free(in.p);
+    SB_LIT(&st->out, "}");
+    ev_end(st);
+    block_stop_at(st, st->n_items - 1);
+  }
+  if (d->n_tool_calls > ch->n_calls) ch->n_calls = d->n_tool_calls;
+}
+
+/* the last events: the open block closed (an empty text block when none
+ * came), the stop reason and usage, message_stop; or an error event */
+static void msg_end(stream *st) {
+  choice *ch = &st->ch[0];
+  const scomp *c = &ch->q->c[0];
+  if (c->finish == DSI_FINISH_ERROR || c->finish == DSI_FINISH_CANCELLED) {
+    ev_begin(st, "error");
+    SB_LIT(&st->out, ",\"error\":{\"type\":\"api_error\",\"message\":");
+    jcstr(&st->out, c->finish == DSI_FINISH_CANCELLED ? "the request was cancelled: the server is shutting down"
+                                                     : c->error ? c->error : "the request failed");
+    SB_LIT(&st->out, "}");
+    ev_end(st);
+    return;
+  }
+  if (!st->n_items) block_text(st, RI_MESSAGE, "", 0);
+  block_stop(st);
+  ev_begin(st, "message_delta");
+  SB_LIT(&st->out, ",\"delta\":{\"stop_reason\":");
+  jcstr(&st->out, msg_stop_reason(c, ch->n_calls));
+  SB_LIT(&st->out, ",\"stop_sequence\":");
+  if (c->stop && c->finish == DSI_FINISH_STOP && !ch->n_calls) jcstr(&st->out, c->stop);
+  else SB_LIT(&st->out, "null");
+  SB_LIT(&st->out, "},\"usage\":");
+  msg_usage(&st->out, c, c->completion_tokens);
+  ev_end(st);
+  ev_begin(st, "message_stop");
+  ev_end(st);
+}
+
 /* the deltas of the parser's output as the stream's kind sends them */
 static void deltas(stream *st, choice *ch, const dsi_chat_out_delta *d, int a, int e, const scomp *c) {
   if (st->resp) resp_deltas(st, ch, d);
+  else if (st->msg) msg_deltas(st, ch, d);
   else chat_deltas(st, ch, d, a, e, c);
 }
 
@@ -952,6 +1100,14 @@ static void take(stream *st, choice *ch, const char *text, size_t len, int a, in
     if (st->resp) {
       ev_response(st, "response.created", "in_progress", NULL, NULL);
       ev_response(st, "response.in_progress", "in_progress", NULL, NULL);
+    } else if (st->msg) {
+      ev_begin(st, "message_start");
+      sb_printf(&st->out, ",\"message\":{\"id\":\"%s\",\"type\":\"message\",\"role\":\"assistant\",\"model\":", st->id);
+      jcstr(&st->out, st->srv->model_name);
+      SB_LIT(&st->out, ",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":");
+      msg_usage(&st->out, c, 0);
+      SB_LIT(&st->out, "}");
+      ev_end(st);
     } else if (st->chat) {
       static const char role[] = "{\"role\":\"assistant\",\"content\":\"\"}";
       emit(st, ch, role, sizeof role - 1, NULL, 0, 0, c);
@@ -981,6 +1137,7 @@ static void take(stream *st, choice *ch, const char *text, size_t len, int a, in
   }
   if (!ended) return;
   ch->ended = 1;
+  if (st->msg) return; /* the last events come with the stream's end (finish_stream) */
   if (st->resp) { /* the last event comes with the stream's end (finish_stream) */
     if (!st->n_items && c->finish != DSI_FINISH_ERROR) item_text(st, RI_MESSAGE, "", 0); /* an empty answer */
     close_item(st, c->finish == DSI_FINISH_LENGTH ? "incomplete" : "completed");
@@ -999,6 +1156,11 @@ static void take(stream *st, choice *ch, const char *text, size_t len, int a, in
 
 /* the usage chunk and [DONE]; a response's last event */
 static void finish_stream(stream *st) {
+  if (st->msg) {
+    msg_end(st);
+    st->done = 1;
+    return;
+  }
   if (st->resp) {
     const scomp *c = &st->ch[0].q->c[0];
     if (c->finish == DSI_FINISH_ERROR)
@@ -1138,7 +1300,7 @@ static void stream_free(void *cls) {
 }
 
 /* what a stream sends: completions' chunks, chat's, or a response's events */
-enum { S_COMPLETIONS, S_CHAT, S_RESPONSES };
+enum { S_COMPLETIONS, S_CHAT, S_RESPONSES, S_MESSAGES };
 
 /* the reply that streams reqs (taken, with echoes, and a response's echo
  * of its request) */
@@ -1162,6 +1324,7 @@ static void reply_stream(dsi_server *srv, reply *rp, int kind, sreq **reqs, int 
   st->srv = srv;
   st->chat = chat;
   st->resp = kind == S_RESPONSES;
+  st->msg = kind == S_MESSAGES;
   st->echo = echo;
   st->fd = fd;
   st->reqs = reqs;
@@ -1766,7 +1929,29 @@ out:
   chat_req_free(&cr);
 }
 
-/* ---- responses ---- */
+/* ---- responses and messages ---- */
+
+/* submit a request of one completion; streamed, hand it to a stream of
+ * kind (with *echo, taken); else wait for its whole answer. q with its
+ * answer, or NULL when the reply is set (or the client left). id: the
+ * prefix and the request's number */
+static sreq *one_answer(dsi_server *srv, reply *rp, int kind, chat_req *cr, char **echo, int fd, const char *prefix,
+                        char id[48]) {
+  sreq *q = submit(srv, rp, &cr->p);
+  if (!q) return NULL;
+  snprintf(id, 48, "%s%016llx", prefix, (unsigned long long)(q->id * 0x9e3779b97f4a7c15ull));
+  if (cr->p.stream) {
+    stream_one(srv, rp, kind, q, echo ? *echo : NULL, &cr->p, cr->in_reasoning, fd, id);
+    if (echo) *echo = NULL; /* the stream's */
+    return NULL;
+  }
+  if (wait_all(&q, 1, fd)) return NULL; /* the client left: no reply */
+  if (failed(&q, 1, rp)) {
+    sreq_release(q);
+    return NULL;
+  }
+  return q;
+}
 
 int api_responses_parse(dsi_server *srv, const char *body, size_t len, chat_req *cr, char **echo, reply *rp) {
   memset(cr, 0, sizeof *cr);
@@ -1799,20 +1984,9 @@ void api_responses(dsi_server *srv, const char *body, size_t len, int fd, reply 
   char *echo;
   if (api_responses_parse(srv, body, len, &cr, &echo, rp)) return;
   params p = cr.p;
-  sreq *q = submit(srv, rp, &cr.p);
-  if (!q) goto out;
   char id[48];
-  snprintf(id, sizeof id, "resp_%016llx", (unsigned long long)(q->id * 0x9e3779b97f4a7c15ull));
-  if (p.stream) {
-    stream_one(srv, rp, S_RESPONSES, q, echo, &p, cr.in_reasoning, fd, id);
-    echo = NULL; /* the stream's */
-    goto out;
-  }
-  if (wait_all(&q, 1, fd)) goto out; /* the client left: no reply */
-  if (failed(&q, 1, rp)) {
-    sreq_release(q);
-    goto out;
-  }
+  sreq *q = one_answer(srv, rp, S_RESPONSES, &cr, &echo, fd, "resp_", id);
+  if (!q) goto out;
   /* the output items: reasoning, the answer (or an empty one when there is
    * nothing else), the function calls, as the stream opens them */
   const scomp *c = &q->c[0];
@@ -1855,6 +2029,85 @@ void api_responses(dsi_server *srv, const char *body, size_t len, int fd, reply 
   sreq_release(q);
 out:
   free(echo);
+  chat_req_free(&cr);
+}
+
+
+int api_messages_parse(dsi_server *srv, const char *body, size_t len, int count_only, chat_req *cr, reply *rp) {
+  memset(cr, 0, sizeof *cr);
+  cJSON *root = parse_body(body, len, rp), *chat = NULL;
+  if (!root) return -1;
+  resp_err e;
+  int rc = msg_to_chat(root, count_only, &chat, &e);
+  cJSON_Delete(root);
+  if (rc > 0) {
+    reply_error(rp, 400, "invalid_request_error", e.param, NULL, "%s", e.msg);
+    return -1;
+  }
+  if (rc < 0) {
+    reply_oom(rp, "reading the request");
+    return -1;
+  }
+  return chat_parse_root(srv, chat, cr, rp);
+}
+
+void api_messages(dsi_server *srv, const char *body, size_t len, int fd, reply *rp) {
+  chat_req cr;
+  if (api_messages_parse(srv, body, len, 0, &cr, rp)) return;
+  params p = cr.p;
+  char id[48];
+  sreq *q = one_answer(srv, rp, S_MESSAGES, &cr, NULL, fd, "msg_", id);
+  if (!q) goto out;
+  /* the content blocks: thinking, the answer (or an empty one when there
+   * is nothing else), the tool calls, as the stream opens them */
+  const scomp *c = &q->c[0];
+  dsi_chat_out *o;
+  dsi_chat_out_delta d;
+  sbuf b = {0};
+  if (parse_answer(&p, c, cr.in_reasoning, &o, &d)) {
+    b.oom = 1;
+  } else {
+    const char *rs = dsi_chat_out_reasoning(o), *ct = dsi_chat_out_content(o);
+    int n = 0;
+    sb_printf(&b, "{\"id\":\"%s\",\"type\":\"message\",\"role\":\"assistant\",\"model\":", id);
+    jcstr(&b, srv->model_name);
+    SB_LIT(&b, ",\"content\":[");
+    if (rs && *rs) text_block(&b, RI_REASONING, rs), n++;
+    if ((ct && *ct) || (!n && !d.n_tool_calls)) {
+      if (n++) SB_LIT(&b, ",");
+      text_block(&b, RI_MESSAGE, ct ? ct : "");
+    }
+    for (int k = 0; k < d.n_tool_calls; k++) {
+      const char *name, *args;
+      char tid[48];
+      dsi_chat_out_tool_call(o, k, &name, &args);
+      tool_use_id(tid, q->id, k);
+      if (n++) SB_LIT(&b, ",");
+      tool_use_block(&b, tid, name, args);
+    }
+    SB_LIT(&b, "],\"stop_reason\":");
+    jcstr(&b, msg_stop_reason(c, d.n_tool_calls));
+    SB_LIT(&b, ",\"stop_sequence\":");
+    if (c->stop && c->finish == DSI_FINISH_STOP && !d.n_tool_calls) jcstr(&b, c->stop);
+    else SB_LIT(&b, "null");
+    SB_LIT(&b, ",\"usage\":");
+    msg_usage(&b, c, c->completion_tokens);
+    SB_LIT(&b, "}");
+    dsi_chat_out_free(o);
+  }
+  log_req(rp, id, q, c->completion_tokens);
+  reply_sb(rp, 200, &b); /* out of memory: a 503 whose log says so */
+  sreq_release(q);
+out:
+  chat_req_free(&cr);
+}
+
+void api_count_tokens(dsi_server *srv, const char *body, size_t len, reply *rp) {
+  chat_req cr;
+  if (api_messages_parse(srv, body, len, 1, &cr, rp)) return;
+  sbuf b = {0};
+  sb_printf(&b, "{\"input_tokens\":%d}", cr.p.r.n_prompt);
+  reply_sb(rp, 200, &b);
   chat_req_free(&cr);
 }
 

@@ -245,17 +245,28 @@ void reply_error(reply *rp, unsigned status, const char *type, const char *param
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   sbuf b = {0};
-  sb_put(&b, "{\"error\":{\"message\":", 20);
-  sb_json(&b, msg);
-  sb_put(&b, ",\"type\":", 8);
-  sb_json(&b, type);
-  sb_put(&b, ",\"param\":", 9);
-  if (param) sb_json(&b, param);
-  else sb_put(&b, "null", 4);
-  sb_put(&b, ",\"code\":", 8);
-  if (code) sb_json(&b, code);
-  else sb_put(&b, "null", 4);
-  sb_put(&b, "}}", 2);
+  if (rp->anthropic) { /* {"type": "error", "error": {"type", "message"}}, its types named by status */
+    const char *t = status == 401 ? "authentication_error" : status == 404 ? "not_found_error"
+                    : status == 413 ? "request_too_large" : status == 429 ? "rate_limit_error"
+                    : status == 503 ? "overloaded_error" : status >= 500 ? "api_error" : "invalid_request_error";
+    SB_LIT(&b, "{\"type\":\"error\",\"error\":{\"type\":");
+    sb_json(&b, t);
+    SB_LIT(&b, ",\"message\":");
+    sb_json(&b, msg);
+    SB_LIT(&b, "}}");
+  } else {
+    SB_LIT(&b, "{\"error\":{\"message\":");
+    sb_json(&b, msg);
+    SB_LIT(&b, ",\"type\":");
+    sb_json(&b, type);
+    SB_LIT(&b, ",\"param\":");
+    if (param) sb_json(&b, param);
+    else SB_LIT(&b, "null");
+    SB_LIT(&b, ",\"code\":");
+    if (code) sb_json(&b, code);
+    else SB_LIT(&b, "null");
+    SB_LIT(&b, "}}");
+  }
   reply_sb(rp, status, &b);
   snprintf(rp->logbuf, sizeof rp->logbuf, "%.190s", msg);
   rp->log = rp->logbuf;
@@ -264,7 +275,10 @@ void reply_error(reply *rp, unsigned status, const char *type, const char *param
 
 /* ---- one HTTP request ---- */
 
-enum { R_NONE, R_PAGE, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_CHAT, R_COMPLETIONS, R_RESPONSES, R_TOKENIZE, R_DETOKENIZE };
+enum {
+  R_NONE, R_PAGE, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_CHAT, R_COMPLETIONS, R_RESPONSES, R_MESSAGES, R_COUNT_TOKENS,
+  R_TOKENIZE, R_DETOKENIZE
+};
 
 typedef struct conn {
   int route;
@@ -287,6 +301,8 @@ static int route_of(const char *url, int *post, int *needs_key) {
       {"/v1/chat/completions", R_CHAT, 1, 1},
       {"/v1/completions", R_COMPLETIONS, 1, 1},
       {"/v1/responses", R_RESPONSES, 1, 1},
+      {"/v1/messages", R_MESSAGES, 1, 1},
+      {"/v1/messages/count_tokens", R_COUNT_TOKENS, 1, 1},
       {"/tokenize", R_TOKENIZE, 1, 1},
       {"/detokenize", R_DETOKENIZE, 1, 1},
   };
@@ -304,17 +320,21 @@ static int route_of(const char *url, int *post, int *needs_key) {
   return R_NONE;
 }
 
-/* the Authorization header against the key, in time independent of where
- * they differ */
-static int key_ok(const dsi_server *srv, struct MHD_Connection *c) {
-  if (!srv->api_key) return 1;
-  const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-  if (!h || strncmp(h, "Bearer ", 7)) return 0;
-  h += 7;
+/* h against the key, in time independent of where they differ */
+static int key_is(const dsi_server *srv, const char *h) {
   size_t a = strlen(h), b = strlen(srv->api_key);
   unsigned diff = (unsigned)(a ^ b);
   for (size_t i = 0; i < b; i++) diff |= (unsigned char)(i < a ? h[i] : 0) ^ (unsigned char)srv->api_key[i];
   return diff == 0;
+}
+
+/* the key in `Authorization: Bearer KEY` (OpenAI's clients) or in
+ * `x-api-key: KEY` (Anthropic's) */
+static int key_ok(const dsi_server *srv, struct MHD_Connection *c) {
+  if (!srv->api_key) return 1;
+  const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+  const char *x = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
+  return (h && !strncmp(h, "Bearer ", 7) && key_is(srv, h + 7)) || (x && key_is(srv, x));
 }
 
 static int client_fd(struct MHD_Connection *c) {
@@ -344,6 +364,8 @@ static void answer(dsi_server *srv, struct MHD_Connection *c, conn *cx, const ch
   case R_CHAT: api_chat(srv, body, len, client_fd(c), rp); break;
   case R_COMPLETIONS: api_completions(srv, body, len, client_fd(c), rp); break;
   case R_RESPONSES: api_responses(srv, body, len, client_fd(c), rp); break;
+  case R_MESSAGES: api_messages(srv, body, len, client_fd(c), rp); break;
+  case R_COUNT_TOKENS: api_count_tokens(srv, body, len, rp); break;
   case R_TOKENIZE: api_tokenize(srv, body, len, rp); break;
   case R_DETOKENIZE: api_detokenize(srv, body, len, rp); break;
   default: reply_error(rp, 404, "invalid_request_error", NULL, "not_found", "no route %s", url);
@@ -380,6 +402,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     int needs_key = 0;
     cx->route = route_of(url, &cx->post, &needs_key);
     reply *e = &cx->early;
+    e->anthropic = cx->route == R_MESSAGES || cx->route == R_COUNT_TOKENS;
     int is_post = !strcmp(method, "POST"), is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cx->route == R_NONE)
@@ -389,7 +412,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                   cx->post ? "POST" : "GET", method);
     else if (needs_key && !key_ok(srv, c))
       reply_error(e, 401, "authentication_error", NULL, "invalid_api_key",
-                  "a valid API key is needed: Authorization: Bearer KEY");
+                  "a valid API key is needed: Authorization: Bearer KEY (or x-api-key: KEY)");
     else if (atomic_load(&srv->draining))
       reply_error(e, 503, "server_error", NULL, "shutting_down", "the server is shutting down");
     else if (cl && strtoull(cl, NULL, 10) > srv->o.max_body)

@@ -111,6 +111,7 @@ typedef struct reply {
   struct MHD_Response *resp;
   void *stream;    /* a streamed reply's state, which api_stream_read reads as MHD does */
   const char *log; /* what the request line says of it (static, or in logbuf) */
+  int anthropic;   /* errors in Anthropic's shape (/v1/messages) */
   char logbuf[200];
 } reply;
 
@@ -179,7 +180,8 @@ typedef struct compl_req {
 int api_completions_parse(dsi_server *srv, const char *body, size_t len, compl_req *cr, reply *rp);
 void compl_req_free(compl_req *cr);
 
-/* ---- the Responses API (responses.c reads the request, openai.c answers) ---- */
+/* ---- OpenAI's Responses API and Anthropic's Messages API (translate.c
+ * reads their requests, openai.c answers) ---- */
 typedef struct resp_err {
   const char *param; /* the field at fault (static) */
   char msg[256];
@@ -189,14 +191,22 @@ struct cJSON;
  * caller's to delete): 0; 1 the request's fault, e says which field and
  * why; -1 out of memory */
 int resp_to_chat(const struct cJSON *body, struct cJSON **out, resp_err *e);
+/* an Anthropic Messages body the same way (count_only: for count_tokens,
+ * max_tokens not needed) */
+int msg_to_chat(const struct cJSON *body, int count_only, struct cJSON **out, resp_err *e);
 
 /* a Responses body -> the chat request (as api_chat_parse) and *echo, the
  * response object's fields that echo the request (the caller's to free):
  * 0, or -1 with the error reply set */
 int api_responses_parse(dsi_server *srv, const char *body, size_t len, chat_req *cr, char **echo, reply *rp);
 
+/* an Anthropic Messages body the same way (count_only: for count_tokens) */
+int api_messages_parse(dsi_server *srv, const char *body, size_t len, int count_only, chat_req *cr, reply *rp);
+
 void api_chat(dsi_server *srv, const char *body, size_t len, int fd, reply *rp);
 void api_responses(dsi_server *srv, const char *body, size_t len, int fd, reply *rp);
+void api_messages(dsi_server *srv, const char *body, size_t len, int fd, reply *rp);
+void api_count_tokens(dsi_server *srv, const char *body, size_t len, reply *rp);
 void api_completions(dsi_server *srv, const char *body, size_t len, int fd, reply *rp);
 void api_tokenize(dsi_server *srv, const char *body, size_t len, reply *rp);
 void api_detokenize(dsi_server *srv, const char *body, size_t len, reply *rp);

@@ -2,7 +2,8 @@
 # e2e: `dsinfer serve` — the official OpenAI client against it (chat whole
 # and streamed, equal to `dsinfer run --chat` greedily, alone and with 16
 # clients at once; logprobs; seeds and n; completions with echo and token
-# ids; errors; a client that aborts mid-stream freeing its KV blocks), the
+# ids; the Responses API; errors; a client that aborts mid-stream freeing
+# its KV blocks) and Anthropic's (the Messages API), the
 # other routes and a corpus of malformed requests over plain HTTP, 16
 # streaming clients for 60 s, the chat page in headless Chromium (an answer
 # streamed, one stopped), then SIGTERM: exit 0 with the requests ended.
@@ -16,7 +17,7 @@ fails=0
 bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
 command -v node >/dev/null || { echo "FAIL: node is not installed (scripts/deps.sh installs it)"; exit 1; }
-if [ ! -d "$T/node_modules/openai" ]; then
+if [ ! -d "$T/node_modules/openai" ] || [ ! -d "$T/node_modules/@anthropic-ai/sdk" ]; then
   (cd "$T" && { npm ci --no-audit --no-fund || npm install --no-audit --no-fund; }) >"$S/npm.log" 2>&1 ||
     { tail -20 "$S/npm.log"; echo "FAIL: npm install in tests/server"; exit 1; }
 fi

@@ -1,5 +1,5 @@
-/* tests/fuzz: the server's request parsers (chat completions, responses
- * and completions) on untrusted bytes. What is accepted must be a request the
+/* tests/fuzz: the server's request parsers (chat completions, responses,
+ * Anthropic's messages and completions) on untrusted bytes. What is accepted must be a request the
  * scheduler can take (a prompt of known ids that fits the context with
  * its max_tokens, sane sampling); what is refused must be a 4xx with an
  * OpenAI error object. The corpus holds requests of every shape. */
@@ -84,6 +84,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   } else {
     DSI_ASSERT(!echo);
     check_refusal(&rr);
+  }
+  /* an Anthropic Messages body, to answer and to count */
+  for (int count = 0; count < 2; count++) {
+    reply rm = {0};
+    if (api_messages_parse(&g_srv, (const char *)data, size, count, &cr, &rm) == 0) {
+      DSI_ASSERT(!rm.resp && cr.text && cr.ids == cr.p.r.prompt && cr.p.r.n <= 1);
+      check_request(&cr.p);
+      chat_req_free(&cr);
+    } else {
+      DSI_ASSERT(rm.anthropic == 0); /* the route sets the error shape; the parser leaves it */
+      check_refusal(&rm);
+    }
   }
   reply rc = {0};
   compl_req pr;

@@ -1,7 +1,9 @@
-// The official OpenAI client against a running `dsinfer serve` (tests/e2e/serve.sh
-// starts it): node client.mjs BASE_URL API_KEY EXPECTED_JSON
+// The official OpenAI client (and Anthropic's, for /v1/messages) against a
+// running `dsinfer serve` (tests/e2e/serve.sh starts it):
+// node client.mjs BASE_URL API_KEY EXPECTED_JSON
 // EXPECTED_JSON maps prompts to what `dsinfer run --chat` answered greedily.
 // Prints "ok ..." / "FAIL ..." lines; exits 1 on any failure.
+import Anthropic from "@anthropic-ai/sdk";
 import OpenAI from "openai";
 import fs from "node:fs";
 
@@ -143,6 +145,72 @@ for (const p of prompts) {
   await expectError("responses: a wrong key", 401, () => noKey.responses.create({ model, input: "hi" }));
   await expectError("responses: over the context", 400, () =>
     client.responses.create({ model, input: "word ".repeat(3000) }));
+}
+
+// ---- Anthropic's Messages API (its official client, the key as x-api-key): greedy as chat, whole and streamed ----
+{
+  const anthropic = new Anthropic({ baseURL: base, apiKey: key, maxRetries: 0, timeout: 120000 });
+  const textOf = (m) => m.content.filter((b) => b.type === "text").map((b) => b.text).join("");
+  const p = prompts[2];
+  const m = await anthropic.messages.create({ model, max_tokens: 16, temperature: 0,
+    messages: [{ role: "user", content: p }] });
+  const c = await chat(p);
+  check(m.type === "message" && m.role === "assistant" && textOf(m) === expected[p] && m.id.startsWith("msg_") &&
+    m.stop_reason === (c.choices[0].finish_reason === "length" ? "max_tokens" : "end_turn"),
+  `messages "${p}" equals dsinfer run: ${JSON.stringify(textOf(m))}, ${m.stop_reason}`);
+  check(m.usage.input_tokens + m.usage.cache_read_input_tokens === c.usage.prompt_tokens &&
+    m.usage.output_tokens === c.usage.completion_tokens,
+  `messages usage: ${m.usage.input_tokens} + ${m.usage.cache_read_input_tokens} cached in, ${m.usage.output_tokens} out`);
+  const st = anthropic.messages.stream({ model, max_tokens: 16, temperature: 0, messages: [{ role: "user", content: p }] });
+  let deltas = "";
+  st.on("text", (t) => { deltas += t; });
+  const fin = await st.finalMessage();
+  check(textOf(fin) === textOf(m) && deltas === textOf(m) && fin.stop_reason === m.stop_reason &&
+    fin.usage.output_tokens === m.usage.output_tokens, "messages, streamed (the SDK's MessageStream): the same message");
+  // a system prompt and turns as blocks answer as chat answers the same messages
+  const turns = [{ role: "user", content: [{ type: "text", text: "Hello" }] },
+    { role: "assistant", content: [{ type: "text", text: "Hi." }] }, { role: "user", content: p }];
+  const mt = await anthropic.messages.create({ model, max_tokens: 12, temperature: 0, system: "Be brief.",
+    messages: turns });
+  const ct = await client.chat.completions.create({ model, temperature: 0, max_tokens: 12, messages: [
+    { role: "system", content: "Be brief." }, { role: "user", content: "Hello" }, { role: "assistant", content: "Hi." },
+    { role: "user", content: p }] });
+  check(textOf(mt) === ct.choices[0].message.content, `messages with system and turns equal chat's answer: ${JSON.stringify(textOf(mt))}`);
+  const n = await anthropic.messages.countTokens({ model, system: "Be brief.", messages: turns });
+  check(n.input_tokens === ct.usage.prompt_tokens, `count_tokens: ${n.input_tokens} as chat's prompt`);
+  // a stop sequence inside the greedy answer: the answer up to it, stop_reason stop_sequence
+  const full = expected[p], cut = [...full].findIndex((ch, i) => i >= 3 && /[a-z]/.test(ch));
+  if (cut > 0) {
+    const stop = [...full][cut], want = full.slice(0, full.indexOf(stop));
+    const ms = await anthropic.messages.create({ model, max_tokens: 16, temperature: 0, stop_sequences: [stop],
+      messages: [{ role: "user", content: p }] });
+    check(ms.stop_reason === "stop_sequence" && ms.stop_sequence === stop && textOf(ms) === want,
+      `messages stop_sequences ${JSON.stringify(stop)}: ${JSON.stringify(textOf(ms))}, ${ms.stop_reason}`);
+  } else {
+    fail(`no letter to stop at in ${JSON.stringify(full)}`);
+  }
+  // errors in Anthropic's shape
+  const anthropicError = async (what, status, type, fn) => {
+    try {
+      await fn();
+      fail(`${what}: no error`);
+    } catch (e) {
+      check(e.status === status && e.error && e.error.type === "error" && e.error.error.type === type &&
+        typeof e.error.error.message === "string", `${what}: HTTP ${e.status} ${e.error && JSON.stringify(e.error)}`);
+    }
+  };
+  const wrong = new Anthropic({ baseURL: base, apiKey: "wrong-key", maxRetries: 0 });
+  await anthropicError("messages: a wrong key", 401, "authentication_error", () =>
+    wrong.messages.create({ model, max_tokens: 4, messages: [{ role: "user", content: "hi" }] }));
+  await anthropicError("messages: no max_tokens", 400, "invalid_request_error", () =>
+    anthropic.messages.create({ model, messages: [{ role: "user", content: "hi" }] }));
+  await anthropicError("messages: an image block", 400, "invalid_request_error", () =>
+    anthropic.messages.create({ model, max_tokens: 4, messages: [{ role: "user", content: [{ type: "image",
+      source: { type: "base64", media_type: "image/png", data: "AAAA" } }] }] }));
+  await anthropicError("messages: an unknown model", 404, "not_found_error", () =>
+    anthropic.messages.create({ model: "claude-x", max_tokens: 4, messages: [{ role: "user", content: "hi" }] }));
+  await anthropicError("messages: over the context", 400, "invalid_request_error", () =>
+    anthropic.messages.create({ model, max_tokens: 4, messages: [{ role: "user", content: "word ".repeat(3000) }] }));
 }
 
 // ---- logprobs ----

@@ -160,6 +160,49 @@ for (const [what, body] of badr) {
   check(r.status === 400 && r.j && r.j.error && typeof r.j.error.message === "string",
     `responses, ${what}: ${r.status} ${r.j && r.j.error ? r.j.error.message : r.text.slice(0, 80)}`);
 }
+const u = (content) => [{ role: "user", content }];
+const badm = [
+  ["not JSON", "{\"messages\": "],
+  ["no messages", JSON.stringify({ max_tokens: 4 })],
+  ["no max_tokens", JSON.stringify({ messages: u("hi") })],
+  ["messages an object", JSON.stringify({ max_tokens: 4, messages: {} })],
+  ["a system role", JSON.stringify({ max_tokens: 4, messages: [{ role: "system", content: "hi" }] })],
+  ["a message not an object", JSON.stringify({ max_tokens: 4, messages: ["hi"] })],
+  ["content a number", JSON.stringify({ max_tokens: 4, messages: u(7) })],
+  ["a block without a type", JSON.stringify({ max_tokens: 4, messages: u([{ text: "hi" }]) })],
+  ["a document block", JSON.stringify({ max_tokens: 4, messages: u([{ type: "document" }]) })],
+  ["a tool_result without its id", JSON.stringify({ max_tokens: 4, messages: u([{ type: "tool_result", content: "x" }]) })],
+  ["a tool_result of an image", JSON.stringify({ max_tokens: 4, messages: u([{ type: "tool_result", tool_use_id: "t",
+    content: [{ type: "image" }] }]) })],
+  ["a tool_use without input", JSON.stringify({ max_tokens: 4, messages: [{ role: "user", content: "hi" },
+    { role: "assistant", content: [{ type: "tool_use", id: "t", name: "f" }] }] })],
+  ["a tool_use in a user message", JSON.stringify({ max_tokens: 4, messages: u([{ type: "tool_use", id: "t", name: "f",
+    input: {} }]) })],
+  ["system a number", JSON.stringify({ max_tokens: 4, messages: u("hi"), system: 3 })],
+  ["system of image blocks", JSON.stringify({ max_tokens: 4, messages: u("hi"), system: [{ type: "image" }] })],
+  ["stop_sequences a string", JSON.stringify({ max_tokens: 4, messages: u("hi"), stop_sequences: "x" })],
+  ["a server tool", JSON.stringify({ max_tokens: 4, messages: u("hi"), tools: [{ type: "web_search_20250305",
+    name: "web_search" }] })],
+  ["a tool without input_schema", JSON.stringify({ max_tokens: 4, messages: u("hi"), tools: [{ name: "f" }] })],
+  ["tool_choice a string", JSON.stringify({ max_tokens: 4, messages: u("hi"), tool_choice: "auto" })],
+  ["tool_choice tool without a name", JSON.stringify({ max_tokens: 4, messages: u("hi"), tool_choice: { type: "tool" } })],
+  ["thinking of an unknown type", JSON.stringify({ max_tokens: 4, messages: u("hi"), thinking: { type: "deep" } })],
+  ["temperature a string", JSON.stringify({ max_tokens: 4, messages: u("hi"), temperature: "hot" })],
+  ["max_tokens 0", JSON.stringify({ max_tokens: 0, messages: u("hi") })],
+  ["mcp_servers", JSON.stringify({ max_tokens: 4, messages: u("hi"), mcp_servers: [{}] })],
+];
+for (const [what, body] of badm) {
+  const r = await post("/v1/messages", body);
+  check(r.status === 400 && r.j && r.j.type === "error" && r.j.error.type === "invalid_request_error" &&
+    typeof r.j.error.message === "string", `messages, ${what}: ${r.status} ${r.j && r.j.error ? r.j.error.message : r.text.slice(0, 80)}`);
+}
+{
+  const r = await post("/v1/messages/count_tokens", JSON.stringify({ messages: u("hi") }));
+  check(r.status === 200 && r.j.input_tokens > 1, `count_tokens without max_tokens: ${r.text}`);
+  const k = await post("/v1/messages", JSON.stringify({ max_tokens: 2, messages: u("hi") }),
+    { "x-api-key": key, "Content-Type": "application/json" });
+  check(k.status === 200 && k.j.type === "message", "the key as x-api-key: 200");
+}
 {
   const big = "x".repeat(17 << 20);
   const r = await post("/v1/chat/completions", big);
@@ -175,6 +218,8 @@ for (const [what, body] of badr) {
   check(r.status === 200 && r.j.choices[0].message.role === "assistant", "a good request after all that: 200");
   const rr = await post("/v1/responses", JSON.stringify({ input: "hi", max_output_tokens: 2 }));
   check(rr.status === 200 && rr.j.object === "response" && rr.j.output.length === 1, "a good response after all that: 200");
+  const rm = await post("/v1/messages", JSON.stringify({ max_tokens: 2, messages: u("hi") }));
+  check(rm.status === 200 && rm.j.type === "message" && rm.j.content.length === 1, "a good message after all that: 200");
   const h = await fetch(base + "/health");
   check(h.status === 200, "healthy");
 }

@@ -5,6 +5,7 @@
 // the script is a call without its opening (without its opening and name),
 // which only tool_choice "required" (naming get_weather) makes a call.
 // Exits 1 on any failure.
+import Anthropic from "@anthropic-ai/sdk";
 import OpenAI from "openai";
 
 const [base, key, mode] = process.argv.slice(2);
@@ -69,6 +70,23 @@ const shape = (out) => ({
   rs: out.filter((o) => o.type === "reasoning").map((o) => o.content[0].text).join(""),
 });
 
+// Anthropic's Messages API: the tools with input_schema, a message's blocks as its stream builds them
+const anthropic = new Anthropic({ baseURL: base, apiKey: key, maxRetries: 0 });
+const mtools = tools.map((t) => ({ name: t.function.name, description: t.function.description,
+  input_schema: t.function.parameters }));
+const askM = [{ role: "user", content: "What is the weather in Paris?" }];
+const blocks = (m) => m.content.map((b) => b.type === "thinking" ? `thinking:${b.thinking}` : b.type === "text" ?
+  `text:${b.text}` : `tool_use:${b.name}:${JSON.stringify(b.input)}:${/^toolu_/.test(b.id)}`).join("|");
+async function messaged(params) {
+  const st = anthropic.messages.stream({ model, max_tokens: 200, messages: askM, tools: mtools, temperature: 0,
+    ...params });
+  let json = "", thinking = "";
+  st.on("inputJson", (partial) => { json += partial; });
+  st.on("thinking", (delta) => { thinking += delta; });
+  const fin = await st.finalMessage();
+  return { json, thinking, fin };
+}
+
 // ---- tool_choice required, or naming the function: the answer starts with the call ----
 if (mode) {
   const tc = mode === "named" ? { type: "function", function: { name: "get_weather" } } : "required";
@@ -91,6 +109,16 @@ if (mode) {
     check(f && f.name === "get_weather" && f.arguments === c.function.arguments && !w.output.some((o) => o.type === "message") &&
       JSON.stringify(shape(s2.fin.output)) === JSON.stringify(shape(w.output)),
     `responses, tool_choice ${JSON.stringify(rtc)}: the same call, whole and streamed: ${JSON.stringify(shape(w.output))}`);
+  }
+  {
+    const mtc = mode === "named" ? { type: "tool", name: "get_weather" } : { type: "any" };
+    const w = await anthropic.messages.create({ model, max_tokens: 200, messages: askM, tools: mtools,
+      tool_choice: mtc, temperature: 0 });
+    const u = w.content.find((b) => b.type === "tool_use");
+    const s3 = await messaged({ tool_choice: mtc });
+    check(u && u.name === "get_weather" && JSON.stringify(u.input) === JSON.stringify(JSON.parse(c.function.arguments)) &&
+      w.stop_reason === "tool_use" && blocks(s3.fin) === blocks(w) && s3.fin.stop_reason === "tool_use",
+    `messages, tool_choice ${JSON.stringify(mtc)}: the same call, whole and streamed: ${blocks(w)}`);
   }
   const auto = await client.chat.completions.create({ model, messages: ask, tools, temperature: 0 });
   check(!auto.choices[0].message.tool_calls && auto.choices[0].message.content,
@@ -192,6 +220,29 @@ check(r.usage.completion_tokens_details.reasoning_tokens > 0 &&
   check(w2.usage.input_tokens === c2.usage.prompt_tokens && t2.rs === m2.reasoning_content && text2 === (m2.content || "") &&
     w2.status === (c2.choices[0].finish_reason === "length" ? "incomplete" : "completed"),
   `responses: the round trip's items render as chat's messages (${w2.usage.input_tokens} tokens both), the same answer`);
+}
+
+// ---- Anthropic's Messages API: thinking and tool_use blocks, whole and streamed; the round trip ----
+{
+  const w = await anthropic.messages.create({ model, max_tokens: 200, messages: askM, tools: mtools, temperature: 0 });
+  const u = w.content.find((b) => b.type === "tool_use");
+  check(blocks(w) === `thinking:${reasoning}|tool_use:get_weather:${JSON.stringify(args)}:true` &&
+    w.stop_reason === "tool_use", `messages: thinking then the call, as chat's: ${blocks(w)}`);
+  const s3 = await messaged({});
+  check(blocks(s3.fin) === blocks(w) && s3.thinking === reasoning && JSON.stringify(JSON.parse(s3.json)) ===
+    JSON.stringify(u.input) && s3.fin.usage.output_tokens === w.usage.output_tokens,
+  "messages, streamed: the same blocks, their deltas adding up");
+  // the assistant's blocks and a tool_result go back: rendered as chat renders the same messages
+  const turn = [...askM, { role: "assistant", content: w.content },
+    { role: "user", content: [{ type: "tool_result", tool_use_id: u.id, content: "18 degrees and sunny" }] }];
+  const history = [...ask, { role: "assistant", content: null, reasoning_content: reasoning, tool_calls: [{ id: u.id,
+    type: "function", function: { name: u.name, arguments: JSON.stringify(u.input) } }] },
+  { role: "tool", tool_call_id: u.id, content: "18 degrees and sunny" }];
+  const [n, c2] = await Promise.all([anthropic.messages.countTokens({ model, messages: turn, tools: mtools }),
+    client.chat.completions.create({ model, messages: history, tools, temperature: 0, max_tokens: 8 })]);
+  const w2 = await anthropic.messages.create({ model, max_tokens: 8, messages: turn, tools: mtools, temperature: 0 });
+  check(n.input_tokens === c2.usage.prompt_tokens && w2.usage.input_tokens + w2.usage.cache_read_input_tokens ===
+    c2.usage.prompt_tokens, `messages: the round trip's blocks render as chat's messages (${n.input_tokens} tokens)`);
 }
 
 // ---- tool_choice none: the tools are not offered ----

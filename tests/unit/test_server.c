@@ -39,7 +39,7 @@ int main(void) {
     printf("skipped: node is not installed (scripts/deps.sh installs it)\n");
     return 0;
   }
-  if (access("server/node_modules/openai", F_OK) &&
+  if ((access("server/node_modules/openai", F_OK) || access("server/node_modules/@anthropic-ai/sdk", F_OK)) &&
       system("cd server && (npm ci --no-audit --no-fund || npm install --no-audit --no-fund) >/dev/null 2>&1")) {
     CHECKF(0, "npm install in tests/server failed");
     return check_done();

@@ -1,10 +1,15 @@
-/* server: the Responses API's request (POST /v1/responses) as the chat
- * request it asks for (server_impl.h resp_to_chat): `instructions` and the
- * `input` items become messages, function tools the chat tools,
- * `text.format` a response_format, `max_output_tokens` max_tokens; the
- * sampling fields pass through. What this server cannot do (stored
- * responses, built-in tools, images and files) is refused by name. The
- * answer's shape (output items, the stream's events) is openai.c's. */
+/* server: the other APIs' requests read as the chat request they ask for
+ * (server_impl.h): OpenAI's Responses API (POST /v1/responses,
+ * resp_to_chat) — `instructions` and the `input` items become messages,
+ * function tools the chat tools, `text.format` a response_format,
+ * `max_output_tokens` max_tokens — and Anthropic's Messages API (POST
+ * /v1/messages, msg_to_chat) — `system` and the content blocks become
+ * messages (tool_use blocks tool calls, tool_result blocks tool messages,
+ * thinking blocks reasoning), `input_schema` tools function tools,
+ * `stop_sequences` stop, `thinking` the template's switch. The sampling
+ * fields pass through. What this server cannot do (stored responses,
+ * built-in and server tools, images and files) is refused by name. The
+ * answers' shapes (items, blocks, the streams' events) are openai.c's. */
 #include "base/base.h"
 #include "server/server_impl.h"
 
@@ -283,6 +288,250 @@ int resp_to_chat(const cJSON *body, cJSON **out, resp_err *e) {
   if (!rc && given(v = get(body, "text"))) rc = format_chat(v, chat, e);
   if (!rc && given(mot)) cJSON_AddNumberToObject(chat, "max_tokens", mot->valuedouble);
   if (!rc && dsi_json_oom()) rc = -1; /* an allocation inside cJSON failed on the way */
+  if (rc) {
+    cJSON_Delete(chat);
+    return rc;
+  }
+  *out = chat;
+  return 0;
+}
+
+/* ---- Anthropic's Messages API ---- */
+
+/* text blocks' texts joined: a string as it is, or an array of
+ * {"type": "text", "text"} blocks (what a system prompt and a
+ * tool_result's content may be); NULL with e set (or *oom) otherwise */
+static char *blocks_text(const cJSON *v, const char *where, resp_err *e, int *oom) {
+  if (cJSON_IsString(v)) {
+    char *s = strdup(v->valuestring);
+    if (!s) *oom = 1;
+    return s;
+  }
+  if (!cJSON_IsArray(v)) {
+    refuse(e, "messages", "%s must be a string or an array of text blocks", where);
+    return NULL;
+  }
+  size_t n = 0;
+  const cJSON *b;
+  cJSON_ArrayForEach(b, v) {
+    const cJSON *type = get(b, "type"), *text = get(b, "text");
+    if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") || !cJSON_IsString(text)) {
+      refuse(e, "messages", "%s: only text blocks ({\"type\": \"text\", \"text\": ...}) are supported here", where);
+      return NULL;
+    }
+    n += strlen(text->valuestring);
+  }
+  char *out = malloc(n + 1), *at = out;
+  if (!out) {
+    *oom = 1;
+    return NULL;
+  }
+  cJSON_ArrayForEach(b, v) {
+    size_t k = strlen(get(b, "text")->valuestring);
+    memcpy(at, get(b, "text")->valuestring, k);
+    at += k;
+  }
+  *at = 0;
+  return out;
+}
+
+/* one message's content blocks as chat messages appended to msgs: a
+ * user's tool_result blocks become tool messages (before its text, as
+ * Anthropic orders them), an assistant's thinking its reasoning_content
+ * and its tool_use blocks tool calls */
+static int message_blocks(const cJSON *m, int i, cJSON *msgs, resp_err *e) {
+  const cJSON *role = get(m, "role"), *content = get(m, "content");
+  char where[48];
+  snprintf(where, sizeof where, "messages[%d].content", i);
+  if (!cJSON_IsString(role) || (strcmp(role->valuestring, "user") && strcmp(role->valuestring, "assistant")))
+    return refuse(e, "messages", "messages[%d]: the role must be user or assistant", i);
+  const int user = !strcmp(role->valuestring, "user");
+  if (cJSON_IsString(content)) {
+    char *t = strdup(content->valuestring);
+    if (!t) return -1;
+    cJSON_AddItemToArray(msgs, message(role->valuestring, t));
+    return 0;
+  }
+  if (!cJSON_IsArray(content)) return refuse(e, "messages", "%s must be a string or an array of blocks", where);
+  sbuf text = {0}, think = {0};
+  cJSON *calls = NULL;
+  const cJSON *b;
+  int k = 0, rc = 0, oom = 0;
+  cJSON_ArrayForEach(b, content) {
+    const cJSON *type = get(b, "type");
+    const char *t = cJSON_IsString(type) ? type->valuestring : "";
+    if (!strcmp(t, "text") && cJSON_IsString(get(b, "text"))) {
+      sb_put(&text, get(b, "text")->valuestring, strlen(get(b, "text")->valuestring));
+    } else if (user && !strcmp(t, "tool_result")) {
+      const cJSON *id = get(b, "tool_use_id"), *c = get(b, "content");
+      if (!cJSON_IsString(id)) {
+        rc = refuse(e, "messages", "%s[%d]: a tool_result needs its tool_use_id", where, k);
+        break;
+      }
+      char *r = given(c) ? blocks_text(c, where, e, &oom) : strdup("");
+      if (!r) {
+        rc = oom || !given(c) ? -1 : 1;
+        break;
+      }
+      cJSON *tm = message("tool", r);
+      cJSON_AddStringToObject(tm, "tool_call_id", id->valuestring);
+      cJSON_AddItemToArray(msgs, tm);
+    } else if (!user && !strcmp(t, "tool_use")) {
+      const cJSON *id = get(b, "id"), *name = get(b, "name"), *input = get(b, "input");
+      if (!cJSON_IsString(id) || !cJSON_IsString(name) || !cJSON_IsObject(input)) {
+        rc = refuse(e, "messages", "%s[%d]: a tool_use needs id, name and input (an object)", where, k);
+        break;
+      }
+      char *args = cJSON_PrintUnformatted(input);
+      if (!args) {
+        rc = -1;
+        break;
+      }
+      if (!calls) calls = cJSON_CreateArray();
+      cJSON *c = cJSON_CreateObject(), *f = cJSON_CreateObject();
+      cJSON_AddStringToObject(c, "id", id->valuestring);
+      cJSON_AddStringToObject(c, "type", "function");
+      cJSON_AddStringToObject(f, "name", name->valuestring);
+      cJSON_AddStringToObject(f, "arguments", args);
+      free(args);
+      cJSON_AddItemToObject(c, "function", f);
+      cJSON_AddItemToArray(calls, c);
+    } else if (!user && !strcmp(t, "thinking") && cJSON_IsString(get(b, "thinking"))) {
+      sb_put(&think, get(b, "thinking")->valuestring, strlen(get(b, "thinking")->valuestring));
+    } else if (!user && !strcmp(t, "redacted_thinking")) {
+      /* nothing to read */
+    } else {
+      rc = refuse(e, "messages", "%s[%d]: '%.40s' blocks are not supported in a%s message%s", where, k,
+                  *t ? t : "(untyped)", user ? " user" : "n assistant",
+                  !strcmp(t, "image") || !strcmp(t, "document") ? " (this model reads text only)" : "");
+      break;
+    }
+    k++;
+  }
+  if (!rc && (text.oom || think.oom)) rc = -1;
+  if (!rc && (text.n || !user || !k)) { /* a user message of tool results alone adds none */
+    char *t = text.n || user ? strndup(text.p ? text.p : "", text.n) : NULL;
+    if ((text.n || user) && !t) {
+      rc = -1;
+    } else {
+      cJSON *msg = message(role->valuestring, t);
+      if (think.n) {
+        char *r = strndup(think.p, think.n);
+        if (r) cJSON_AddStringToObject(msg, "reasoning_content", r);
+        else rc = -1;
+        free(r);
+      }
+      if (calls) cJSON_AddItemToObject(msg, "tool_calls", calls), calls = NULL;
+      cJSON_AddItemToArray(msgs, msg);
+    }
+  }
+  cJSON_Delete(calls);
+  free(text.p), free(think.p);
+  return rc;
+}
+
+/* tools {name, description, input_schema} as chat's function tools */
+static int msg_tools(const cJSON *tools, cJSON *chat, resp_err *e) {
+  if (!cJSON_IsArray(tools)) return refuse(e, "tools", "'tools' must be an array");
+  cJSON *out = cJSON_AddArrayToObject(chat, "tools");
+  const cJSON *t;
+  int i = 0;
+  cJSON_ArrayForEach(t, tools) {
+    const cJSON *type = get(t, "type"), *name = get(t, "name"), *schema = get(t, "input_schema");
+    if (given(type) && (!cJSON_IsString(type) || strcmp(type->valuestring, "custom")))
+      return refuse(e, "tools", "tools[%d]: '%.40s' tools are not supported (only client tools with an input_schema)",
+                    i, cJSON_IsString(type) ? type->valuestring : "?");
+    if (!cJSON_IsString(name) || !cJSON_IsObject(schema))
+      return refuse(e, "tools", "tools[%d] needs a name and an input_schema (an object)", i);
+    cJSON *c = cJSON_CreateObject(), *f = cJSON_CreateObject();
+    cJSON_AddStringToObject(c, "type", "function");
+    cJSON_AddStringToObject(f, "name", name->valuestring);
+    if (given(get(t, "description"))) cJSON_AddItemToObject(f, "description", cJSON_Duplicate(get(t, "description"), 1));
+    cJSON_AddItemToObject(f, "parameters", cJSON_Duplicate(schema, 1));
+    cJSON_AddItemToObject(c, "function", f);
+    cJSON_AddItemToArray(out, c);
+    i++;
+  }
+  return 0;
+}
+
+/* tool_choice {"type": auto | any | tool (with name) | none} */
+static int msg_tool_choice(const cJSON *tc, cJSON *chat, resp_err *e) {
+  const cJSON *type = cJSON_IsObject(tc) ? get(tc, "type") : NULL, *name = cJSON_IsObject(tc) ? get(tc, "name") : NULL;
+  const char *t = cJSON_IsString(type) ? type->valuestring : "";
+  if (!strcmp(t, "auto") || !strcmp(t, "none")) {
+    cJSON_AddStringToObject(chat, "tool_choice", t);
+  } else if (!strcmp(t, "any")) {
+    cJSON_AddStringToObject(chat, "tool_choice", "required");
+  } else if (!strcmp(t, "tool") && cJSON_IsString(name)) {
+    cJSON *c = cJSON_AddObjectToObject(chat, "tool_choice"), *f = cJSON_CreateObject();
+    cJSON_AddStringToObject(c, "type", "function");
+    cJSON_AddStringToObject(f, "name", name->valuestring);
+    cJSON_AddItemToObject(c, "function", f);
+  } else {
+    return refuse(e, "tool_choice", "'tool_choice' must be {\"type\": \"auto\"}, {\"type\": \"any\"}, {\"type\": "
+                  "\"none\"} or {\"type\": \"tool\", \"name\": ...}");
+  }
+  return 0;
+}
+
+/* the Messages fields read here, and chat's that must not come in under
+ * their own names */
+static const char *const k_msg_drop[] = {
+  "messages", "system", "stop_sequences", "tools", "tool_choice", "thinking", "metadata", "service_tier", "container",
+  "mcp_servers", "n", "max_completion_tokens", "logprobs", "top_logprobs", "echo", "stream_options", "response_format",
+  "stop", "context_management",
+};
+
+int msg_to_chat(const cJSON *body, int count_only, cJSON **out, resp_err *e) {
+  *out = NULL;
+  e->param = NULL;
+  e->msg[0] = 0;
+  const cJSON *msgs = get(body, "messages"), *sys = get(body, "system"), *mt = get(body, "max_tokens"), *v;
+  if (!count_only && !given(mt)) return refuse(e, "max_tokens", "'max_tokens' is required");
+  if (!cJSON_IsArray(msgs) || !cJSON_GetArraySize(msgs))
+    return refuse(e, "messages", "'messages' must be a non-empty array of messages");
+  if (given(get(body, "mcp_servers"))) return refuse(e, "mcp_servers", "'mcp_servers' is not supported");
+  if (given(get(body, "container"))) return refuse(e, "container", "'container' is not supported");
+  cJSON *chat = cJSON_Duplicate(body, 1);
+  if (!chat) return -1;
+  for (size_t k = 0; k < sizeof k_msg_drop / sizeof *k_msg_drop; k++)
+    cJSON_DeleteItemFromObjectCaseSensitive(chat, k_msg_drop[k]);
+  if (count_only) cJSON_DeleteItemFromObjectCaseSensitive(chat, "max_tokens");
+  cJSON *cm = cJSON_AddArrayToObject(chat, "messages");
+  int rc = cm ? 0 : -1, oom = 0, i = 0;
+  if (!rc && given(sys)) {
+    char *t = blocks_text(sys, "'system'", e, &oom);
+    if (t) cJSON_AddItemToArray(cm, message("system", t));
+    else rc = oom ? -1 : (e->param = "system", 1);
+  }
+  const cJSON *m;
+  cJSON_ArrayForEach(m, msgs) {
+    if (rc) break;
+    rc = cJSON_IsObject(m) ? message_blocks(m, i, cm, e) : refuse(e, "messages", "messages[%d] must be an object", i);
+    i++;
+  }
+  if (!rc && given(v = get(body, "stop_sequences"))) {
+    if (!cJSON_IsArray(v)) rc = refuse(e, "stop_sequences", "'stop_sequences' must be an array of strings");
+    else cJSON_AddItemToObject(chat, "stop", cJSON_Duplicate(v, 1)); /* the chat side checks the strings */
+  }
+  if (!rc && given(v = get(body, "tools"))) rc = msg_tools(v, chat, e);
+  if (!rc && given(v = get(body, "tool_choice"))) rc = msg_tool_choice(v, chat, e);
+  if (!rc && given(v = get(body, "thinking"))) { /* the template's switch (V3.1's {"thinking": true}) */
+    const cJSON *type = cJSON_IsObject(v) ? get(v, "type") : NULL;
+    if (!cJSON_IsString(type) || (strcmp(type->valuestring, "enabled") && strcmp(type->valuestring, "disabled")))
+      rc = refuse(e, "thinking", "'thinking' must be {\"type\": \"enabled\"} or {\"type\": \"disabled\"}");
+    else {
+      cJSON *kw = cJSON_GetObjectItemCaseSensitive(chat, "chat_template_kwargs");
+      if (!cJSON_IsObject(kw)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(chat, "chat_template_kwargs");
+        kw = cJSON_AddObjectToObject(chat, "chat_template_kwargs");
+      }
+      cJSON_DeleteItemFromObjectCaseSensitive(kw, "thinking");
+      cJSON_AddBoolToObject(kw, "thinking", !strcmp(type->valuestring, "enabled"));
+    }
+  }
+  if (!rc && dsi_json_oom()) rc = -1;
   if (rc) {
     cJSON_Delete(chat);
     return rc;
