@@ -572,7 +572,8 @@ int dsi_chat_prompt_in_reasoning(const char *prompt);
 /* The model's output, streamed back into a message: reasoning (<think>…
  * </think>) apart from the answer, DeepSeek tool calls (V3/R1 and V3.1
  * forms) into name + arguments. Both fields are trimmed of white space at
- * their ends; an <｜end▁of▁sentence｜> ends the message. */
+ * their ends (but DSI_CHAT_OUT_CONTINUES); an <｜end▁of▁sentence｜> ends
+ * the message. */
 typedef struct dsi_chat_out dsi_chat_out;
 /* What one piece made final; text borrowed until the next call. A delta
  * never holds part of a tag or of a UTF-8 character. */
@@ -583,7 +584,13 @@ typedef struct dsi_chat_out_delta {
   size_t content_len;
   int n_tool_calls; /* tool calls parsed so far */
 } dsi_chat_out_delta;
-int dsi_chat_out_open(dsi_chat_out **out, int in_reasoning, dsi_err *err);
+/* flags: DSI_CHAT_OUT_IN_REASONING (the prompt ended inside <think>:
+ * dsi_chat_prompt_in_reasoning), DSI_CHAT_OUT_CONTINUES (the output
+ * continues text that ends the prompt, a prefill: the field it starts in
+ * keeps its leading white space) */
+#define DSI_CHAT_OUT_IN_REASONING 1
+#define DSI_CHAT_OUT_CONTINUES 2
+int dsi_chat_out_open(dsi_chat_out **out, int flags, dsi_err *err);
 int dsi_chat_out_feed(dsi_chat_out *o, const char *piece, size_t len, dsi_chat_out_delta *d, dsi_err *err);
 /* The text is over: what was held back (a possible tag's start) is decided. */
 int dsi_chat_out_finish(dsi_chat_out *o, dsi_chat_out_delta *d, dsi_err *err);

@@ -733,6 +733,11 @@ static void tool_use_id(char out[48], uint64_t rid, int k) {
   snprintf(out, 48, "toolu_%016llx%02x", (unsigned long long)(rid * 0x9e3779b97f4a7c15ull), k & 0xff);
 }
 
+/* the chat output parser's flags for an answer */
+static int out_flags(int in_reasoning, const params *p) {
+  return (in_reasoning ? DSI_CHAT_OUT_IN_REASONING : 0) | (p->continues ? DSI_CHAT_OUT_CONTINUES : 0);
+}
+
 /* ---- streaming ---- */
 
 /* one choice of a stream: a completion of one of its requests */
@@ -1351,7 +1356,7 @@ static void reply_stream(dsi_server *srv, reply *rp, int kind, sreq **reqs, int 
       ch->q = reqs[r];
       ch->i = i;
       ch->index = r * n + i;
-      if (chat && dsi_chat_out_open(&ch->out, in_reasoning, NULL)) st->out.oom = 1; /* the first read says so */
+      if (chat && dsi_chat_out_open(&ch->out, out_flags(in_reasoning, p), NULL)) st->out.oom = 1; /* the first read says so */
     }
   rp->status = 200;
   rp->resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, api_stream_read, st, stream_free);
@@ -1755,16 +1760,49 @@ static cJSON *parse_body(const char *body, size_t len, reply *rp) {
   return root;
 }
 
+/* continue_final_message (vLLM's; the Anthropic API's prefill): the
+ * conversation is rendered with its last message, the assistant's, left
+ * open after its text, so that the answer continues it. open_final puts a
+ * marker in that message's place (its text to *final); close_final cuts
+ * the rendered text at the marker and writes the text there. 0, or -1
+ * with the error reply set. */
+#define MARK_FINAL "DSI_FINAL_MESSAGE_MARK"
+static int open_final(in *j, cJSON *msgs, char **final) {
+  cJSON *last = cJSON_GetArrayItem(msgs, cJSON_GetArraySize(msgs) - 1);
+  const cJSON *role = cJSON_GetObjectItemCaseSensitive(last, "role");
+  cJSON *content = cJSON_GetObjectItemCaseSensitive(last, "content");
+  if (!cJSON_IsString(role) || strcmp(role->valuestring, "assistant") || !cJSON_IsString(content) ||
+      cJSON_GetObjectItemCaseSensitive(last, "tool_calls"))
+    return bad(j, "continue_final_message",
+               "'%s' needs the last message to be the assistant's, with text and no tool calls%s", "");
+  if (!(*final = strdup(content->valuestring)) ||
+      !cJSON_ReplaceItemInObjectCaseSensitive(last, "content", cJSON_CreateString(MARK_FINAL)))
+    return oom(j, "for the messages");
+  return 0;
+}
+
+static int close_final(in *j, char **text, const char *final) {
+  char *at = NULL;
+  for (char *p = strstr(*text, MARK_FINAL); p; p = strstr(p + 1, MARK_FINAL)) at = p;
+  if (!at) return bad(j, "continue_final_message", "'%s': the chat template does not write the assistant's text%s", "");
+  size_t head = (size_t)(at - *text), fl = strlen(final);
+  char *t = realloc(*text, head + fl + 1);
+  if (!t) return oom(j, "for the prompt");
+  memcpy(t + head, final, fl + 1);
+  *text = t;
+  return 0;
+}
+
 /* a chat request's JSON object (root, taken) read into cr: 0, or -1 with
  * the error reply set */
 static int chat_parse_root(dsi_server *srv, cJSON *root, chat_req *cr, reply *rp) {
   in j = {root, rp, 0};
   cJSON *msgs = NULL, *extra = NULL;
-  char *mj = NULL, *xj = NULL;
+  char *mj = NULL, *xj = NULL, *final = NULL;
   size_t n = 0;
-  int rc = -1;
-  if (check_model(srv, &j) || get_params(srv, &j, &cr->p, 1) || !(msgs = chat_messages(&j)) ||
-      !(extra = chat_extra(&j)))
+  int rc = -1, cont = 0;
+  if (check_model(srv, &j) || get_params(srv, &j, &cr->p, 1) || get_bool(&j, "continue_final_message", &cont) < 0 ||
+      !(msgs = chat_messages(&j)) || !(extra = chat_extra(&j)) || (cont && open_final(&j, msgs, &final)))
     goto out;
   mj = cJSON_PrintUnformatted(msgs);
   xj = cJSON_PrintUnformatted(extra);
@@ -1773,15 +1811,21 @@ static int chat_parse_root(dsi_server *srv, cJSON *root, chat_req *cr, reply *rp
     goto out;
   }
   dsi_err err = {0};
-  if (dsi_chat_fmt_render(srv->fmt, mj, 1, xj, &cr->text, &err)) {
+  if (dsi_chat_fmt_render(srv->fmt, mj, !cont, xj, &cr->text, &err)) {
     if (err.status == DSI_E_NOMEM) reply_nomem(rp, &err);
     else reply_error(rp, 400, "invalid_request_error", "messages", NULL, "the chat template failed: %s", err.msg);
     goto out;
   }
+  if (cont && close_final(&j, &cr->text, final)) goto out;
+  cr->p.continues = cont;
   cr->in_reasoning = dsi_chat_prompt_in_reasoning(cr->text);
   /* tool_choice required or named: the answer starts with the call */
   const char *fname = tool_choice_name(&j, field(&j, "tools"), field(&j, "tool_choice"));
   if (j.bad) goto out;
+  if (cont && (fname || cr->p.r.json || cr->p.r.regex)) {
+    bad(&j, "continue_final_message", "'%s' cannot go with held output or a tool_choice that requires a call%s", "");
+    goto out;
+  }
   if (fname && (cr->p.r.json || cr->p.r.regex)) {
     bad(&j, cr->p.r.json ? "response_format" : "guided_regex",
         "'%s' held output cannot go with a tool_choice that requires a call%s", "");
@@ -1825,7 +1869,7 @@ out:
   cJSON_Delete(msgs);
   cJSON_Delete(extra);
   cJSON_Delete(root);
-  free(mj), free(xj);
+  free(mj), free(xj), free(final);
   if (rc) chat_req_free(cr);
   return rc;
 }
@@ -1845,7 +1889,7 @@ void chat_req_free(chat_req *cr) {
 /* a whole answer through the chat format's parser: its forced start, its
  * text, a named tool's trailer, the end. -1: out of memory */
 static int parse_answer(const params *p, const scomp *c, int in_reasoning, dsi_chat_out **o, dsi_chat_out_delta *d) {
-  if (dsi_chat_out_open(o, in_reasoning, NULL)) return -1; /* the parser fails only for want of memory */
+  if (dsi_chat_out_open(o, out_flags(in_reasoning, p), NULL)) return -1; /* the parser fails only for want of memory */
   if ((p->forced && dsi_chat_out_feed(*o, p->forced, strlen(p->forced), d, NULL)) ||
       dsi_chat_out_feed(*o, c->text.p ? c->text.p : "", c->text.n, d, NULL) ||
       (p->trailer && c->json_closed && dsi_chat_out_feed(*o, p->trailer, strlen(p->trailer), d, NULL)) ||
@@ -2353,22 +2397,27 @@ void api_tokenize(dsi_server *srv, const char *body, size_t len, reply *rp) {
   in j = {root, rp, 0};
   int32_t *ids = NULL;
   size_t n = 0;
-  char *text = NULL, *mj = NULL, *xj = NULL;
+  char *text = NULL, *mj = NULL, *xj = NULL, *final = NULL;
   cJSON *msgs = NULL, *extra = NULL;
   dsi_err err = {0};
   if (check_model(srv, &j)) goto out;
   if (field(&j, "messages")) {
-    int gen = 1;
-    get_bool(&j, "add_generation_prompt", &gen);
-    if (!(msgs = chat_messages(&j)) || !(extra = chat_extra(&j))) goto out;
+    int gen = 1, cont = 0;
+    if (get_bool(&j, "add_generation_prompt", &gen) < 0 || get_bool(&j, "continue_final_message", &cont) < 0 ||
+        !(msgs = chat_messages(&j)) || !(extra = chat_extra(&j)) || (cont && open_final(&j, msgs, &final)))
+      goto out;
     mj = cJSON_PrintUnformatted(msgs);
     xj = cJSON_PrintUnformatted(extra);
     if (!mj || !xj || dsi_json_oom()) {
       oom(&j, "for the messages");
       goto out;
     }
-    if (dsi_chat_fmt_render(srv->fmt, mj, gen, xj, &text, &err) ||
-        dsi_tok_encode(srv->tok, text, strlen(text), DSI_TOK_REPLACE_INVALID, &ids, &n, &err)) {
+    if (dsi_chat_fmt_render(srv->fmt, mj, gen && !cont, xj, &text, &err)) {
+      reply_failed(rp, "messages", &err);
+      goto out;
+    }
+    if (cont && close_final(&j, &text, final)) goto out;
+    if (dsi_tok_encode(srv->tok, text, strlen(text), DSI_TOK_REPLACE_INVALID, &ids, &n, &err)) {
       reply_failed(rp, "messages", &err);
       goto out;
     }
@@ -2396,7 +2445,7 @@ out:
   cJSON_Delete(msgs);
   cJSON_Delete(extra);
   cJSON_Delete(root);
-  free(ids), free(text), free(mj), free(xj);
+  free(ids), free(text), free(mj), free(xj), free(final);
 }
 
 void api_detokenize(dsi_server *srv, const char *body, size_t len, reply *rp) {

@@ -150,6 +150,7 @@ typedef struct params {
   const char *trailer;  /* chat, a named tool: the call's end (chat_req's), read by the output parser after
                            the arguments once their JSON closed */
   long long max_tokens; /* 0: to the end of the context */
+  int continues;        /* chat: the answer continues the last message (continue_final_message) */
 } params;
 
 typedef struct chat_req {

@@ -5,8 +5,9 @@
  * `max_output_tokens` max_tokens — and Anthropic's Messages API (POST
  * /v1/messages, msg_to_chat) — `system` and the content blocks become
  * messages (tool_use blocks tool calls, tool_result blocks tool messages,
- * thinking blocks reasoning), `input_schema` tools function tools,
- * `stop_sequences` stop, `thinking` the template's switch. The sampling
+ * thinking blocks reasoning; a last assistant message a prefill the
+ * answer continues), `input_schema` tools function tools, `stop_sequences`
+ * stop, `thinking` the template's switch. The sampling
  * fields pass through. What this server cannot do (stored responses,
  * built-in and server tools, images and files) is refused by name. The
  * answers' shapes (items, blocks, the streams' events) are openai.c's. */
@@ -511,6 +512,12 @@ int msg_to_chat(const cJSON *body, int count_only, cJSON **out, resp_err *e) {
     rc = cJSON_IsObject(m) ? message_blocks(m, i, cm, e) : refuse(e, "messages", "messages[%d] must be an object", i);
     i++;
   }
+  /* a last message of the assistant's is a prefill: the answer continues it */
+  cJSON_DeleteItemFromObjectCaseSensitive(chat, "continue_final_message");
+  const cJSON *last = cJSON_GetArrayItem(cm, cJSON_GetArraySize(cm) - 1);
+  if (!rc && last && !strcmp(cJSON_GetObjectItemCaseSensitive(last, "role")->valuestring, "assistant") &&
+      !cJSON_GetObjectItemCaseSensitive(last, "tool_calls"))
+    cJSON_AddTrueToObject(chat, "continue_final_message");
   if (!rc && given(v = get(body, "stop_sequences"))) {
     if (!cJSON_IsArray(v)) rc = refuse(e, "stop_sequences", "'stop_sequences' must be an array of strings");
     else cJSON_AddItemToObject(chat, "stop", cJSON_Duplicate(v, 1)); /* the chat side checks the strings */

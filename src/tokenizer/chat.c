@@ -353,6 +353,10 @@ int dsi_chat_stream_open(dsi_chat_stream **out, const dsi_chat_opts *opts, dsi_e
     s->state = ST_THINK_START;
     s->saw_reasoning = 1;
   }
+  if (opts && opts->continues) { /* no <think> to look for at the start, no white space to drop */
+    s->state = opts->in_reasoning ? ST_THINK : ST_CONTENT;
+    (opts->in_reasoning ? &s->reasoning : &s->content)->started = 1;
+  }
   *out = s;
   return DSI_OK;
 }

@@ -28,6 +28,9 @@ typedef struct dsi_chat_opts {
   /* 1 when the prompt ended inside <think> (R1's generation prompt, V3.1
    * with thinking): the output starts in the reasoning. */
   int in_reasoning;
+  /* 1 when the output continues text that ends the prompt (a prefill):
+   * the field it starts in keeps its leading white space. */
+  int continues;
 } dsi_chat_opts;
 
 /* dsi_chat_prompt_in_reasoning (dsinfer.h): 1 when after the prompt's last

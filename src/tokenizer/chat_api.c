@@ -156,9 +156,10 @@ static void to_public(const dsi_chat_delta *in, int n_calls, dsi_chat_out_delta 
   d->n_tool_calls = n_calls;
 }
 
-int dsi_chat_out_open(dsi_chat_out **out, int in_reasoning, dsi_err *err) {
+int dsi_chat_out_open(dsi_chat_out **out, int flags, dsi_err *err) {
   *out = NULL;
-  dsi_chat_opts o = {.in_reasoning = in_reasoning != 0};
+  dsi_chat_opts o = {.in_reasoning = (flags & DSI_CHAT_OUT_IN_REASONING) != 0,
+                     .continues = (flags & DSI_CHAT_OUT_CONTINUES) != 0};
   dsi_chat_out *c = calloc(1, sizeof *c);
   if (!c) return dsi_errf(err, DSI_E_NOMEM, "chat output: out of memory");
   int st = dsi_chat_stream_open(&c->s, &o, err);

@@ -211,6 +211,24 @@ for (const p of prompts) {
     anthropic.messages.create({ model: "claude-x", max_tokens: 4, messages: [{ role: "user", content: "hi" }] }));
   await anthropicError("messages: over the context", 400, "invalid_request_error", () =>
     anthropic.messages.create({ model, max_tokens: 4, messages: [{ role: "user", content: "word ".repeat(3000) }] }));
+
+  // ---- a prefill: chat's continue_final_message (vLLM's) and a last assistant message here ----
+  const pre = [{ role: "user", content: p }, { role: "assistant", content: "The answer is" }];
+  const api = (path, body) => fetch(base + path, { method: "POST", body: JSON.stringify(body),
+    headers: { Authorization: "Bearer " + key, "Content-Type": "application/json" } }).then((x) => x.json());
+  const tk = await api("/tokenize", { messages: pre, continue_final_message: true });
+  const shown = (await api("/detokenize", { tokens: tk.tokens })).prompt;
+  check(shown.endsWith("<｜User｜>" + p + "<｜Assistant｜>The answer is"),
+    `continue_final_message renders the assistant's text open: ${JSON.stringify(shown)}`);
+  const cc = await client.chat.completions.create({ model, messages: pre, continue_final_message: true, max_tokens: 8,
+    temperature: 0 });
+  const raw = await client.completions.create({ model, prompt: tk.tokens, max_tokens: 8, temperature: 0 });
+  check(cc.choices[0].message.content === raw.choices[0].text.trimEnd() && /^\s/.test(raw.choices[0].text) ===
+    /^\s/.test(cc.choices[0].message.content), `continue_final_message: the continuation as completions gives it ` +
+    `from the same tokens, its leading space kept: ${JSON.stringify(cc.choices[0].message.content)}`);
+  const mp = await anthropic.messages.create({ model, max_tokens: 8, temperature: 0, messages: pre });
+  check(textOf(mp) === cc.choices[0].message.content && mp.usage.input_tokens + mp.usage.cache_read_input_tokens ===
+    tk.count, `messages ending with the assistant's text continue it: ${JSON.stringify(textOf(mp))}`);
 }
 
 // ---- logprobs ----

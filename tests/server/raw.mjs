@@ -103,6 +103,10 @@ const bad = [
   ["a huge number", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":1e400}"],
   ["nesting 5000 deep", "[".repeat(5000) + "]".repeat(5000)],
   ["chat_template_kwargs a list", JSON.stringify({ ...good, chat_template_kwargs: [1] })],
+  ["continue_final_message a string", JSON.stringify({ ...good, continue_final_message: "yes" })],
+  ["continue_final_message after a user message", JSON.stringify({ ...good, continue_final_message: true })],
+  ["continue_final_message with json output", JSON.stringify({ messages: [{ role: "user", content: "hi" },
+    { role: "assistant", content: "{" }], continue_final_message: true, response_format: { type: "json_object" } })],
 ];
 for (const [what, body] of bad) {
   const r = await post("/v1/chat/completions", body);

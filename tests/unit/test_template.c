@@ -475,7 +475,7 @@ static void check_msg(const parse_case *c, const dsi_chat_msg *m, const char *ho
 /* feed text in pieces cut at cuts[0..ncuts); the deltas must add up to the
  * whole parse, and never hold part of a tag */
 static void stream_pieces(const parse_case *c, const size_t *cuts, int ncuts, const char *how) {
-  dsi_chat_opts o = {c->in_reasoning};
+  dsi_chat_opts o = {.in_reasoning = c->in_reasoning};
   dsi_chat_stream *s;
   dsi_err err = {0};
   CHECK(dsi_chat_stream_open(&s, &o, &err) == 0);
@@ -519,7 +519,7 @@ static void stream_pieces(const parse_case *c, const size_t *cuts, int ncuts, co
 static void test_chat_parse(void) {
   for (size_t i = 0; i < DSI_ARRAY_LEN(PARSE_CASES); i++) {
     const parse_case *c = &PARSE_CASES[i];
-    dsi_chat_opts o = {c->in_reasoning};
+    dsi_chat_opts o = {.in_reasoning = c->in_reasoning};
     dsi_chat_msg m;
     dsi_err err = {0};
     CHECK(dsi_chat_parse(c->text, strlen(c->text), &o, &m, &err) == 0);
@@ -540,6 +540,38 @@ static void test_chat_parse(void) {
       stream_pieces(c, all, n, "random cuts");
     }
     free(all);
+  }
+  /* an output that continues a prefill keeps the leading white space of
+   * the field it starts in (and looks for no <think> there), whole and
+   * streamed through the public parser one byte at a time */
+  static const struct {
+    int flags;
+    const char *text, *reasoning, *content;
+  } cont[] = {
+      {DSI_CHAT_OUT_CONTINUES, " world.\n", NULL, " world."},
+      {DSI_CHAT_OUT_CONTINUES, "\n\n- two<think>", NULL, "\n\n- two<think>"},
+      {DSI_CHAT_OUT_CONTINUES | DSI_CHAT_OUT_IN_REASONING, " more</think>\n\nAnswer", " more", "Answer"},
+      {0, " world.\n", NULL, "world."},
+  };
+  for (size_t i = 0; i < DSI_ARRAY_LEN(cont); i++) {
+    dsi_chat_out *o;
+    dsi_chat_out_delta d;
+    char rs[64] = "", ct[64] = "";
+    CHECK(dsi_chat_out_open(&o, cont[i].flags, NULL) == 0);
+    for (const char *p = cont[i].text; *p; p++) {
+      CHECK(dsi_chat_out_feed(o, p, 1, &d, NULL) == 0);
+      strncat(rs, d.reasoning ? d.reasoning : "", d.reasoning_len);
+      strncat(ct, d.content ? d.content : "", d.content_len);
+    }
+    CHECK(dsi_chat_out_finish(o, &d, NULL) == 0);
+    strncat(rs, d.reasoning ? d.reasoning : "", d.reasoning_len);
+    strncat(ct, d.content ? d.content : "", d.content_len);
+    const char *wr = dsi_chat_out_reasoning(o);
+    CHECKF((cont[i].reasoning ? wr && !strcmp(wr, cont[i].reasoning) && !strcmp(rs, cont[i].reasoning) : !wr) &&
+               !strcmp(dsi_chat_out_content(o), cont[i].content) && !strcmp(ct, cont[i].content),
+           "continuation %zu: reasoning [%s] content [%s], streamed [%s] [%s]", i, wr ? wr : "(none)",
+           dsi_chat_out_content(o), rs, ct);
+    dsi_chat_out_free(o);
   }
   /* which prompts leave the model inside <think> */
   CHECK(dsi_chat_prompt_in_reasoning("<｜User｜>hi<｜Assistant｜><think>\n") == 1);      /* R1 */
