@@ -360,12 +360,12 @@ static int get_params(dsi_server *srv, in *j, params *p, int chat) {
   return j->bad ? -1 : 0;
 }
 
-/* the model named, if any, is the one served */
+/* the model named, if any, is the one served (by one of its names) */
 static int check_model(dsi_server *srv, in *j) {
   const cJSON *m = field(j, "model");
   if (!m) return 0;
   if (!cJSON_IsString(m)) return bad(j, "model", "'%s' must be a string%s", "");
-  if (strcmp(m->valuestring, srv->model_name)) {
+  if (!server_serves(srv, m->valuestring)) {
     reply_error(j->rp, 404, "invalid_request_error", "model", "model_not_found", "the model '%s' does not exist",
                 m->valuestring);
     j->bad = 1;
@@ -2492,7 +2492,7 @@ out:
 }
 
 void api_models(dsi_server *srv, const char *id, reply *rp) {
-  if (id && strcmp(id, srv->model_name)) {
+  if (id && !server_serves(srv, id)) {
     reply_error(rp, 404, "invalid_request_error", "model", "model_not_found", "the model '%s' does not exist", id);
     return;
   }

@@ -273,6 +273,16 @@ void reply_error(reply *rp, unsigned status, const char *type, const char *param
 }
 
 
+int server_serves(const dsi_server *srv, const char *name) {
+  size_t n = strlen(name);
+  for (const char *p = srv->model_names; *p;) {
+    size_t k = strcspn(p, ",");
+    if (k == n && !memcmp(p, name, n)) return 1;
+    p += k + (p[k] == ',');
+  }
+  return 0;
+}
+
 /* ---- one HTTP request ---- */
 
 enum {
@@ -495,7 +505,9 @@ int dsi_server_open(dsi_server **out, dsi_sched *s, const dsi_tok *tok, const ds
   if (!srv->o.max_body) srv->o.max_body = (size_t)16 << 20;
   if (srv->o.max_waiting <= 0) srv->o.max_waiting = 256;
   srv->host = strdup(o->host ? o->host : "127.0.0.1");
-  srv->model_name = strdup(o->model_name ? o->model_name : "dsinfer");
+  srv->model_names = strdup(o->model_name && *o->model_name ? o->model_name : "dsinfer");
+  if ((srv->model_name = srv->model_names ? strdup(srv->model_names) : NULL)) /* the first name */
+    srv->model_name[strcspn(srv->model_name, ",")] = 0;
   srv->api_key = o->api_key && *o->api_key ? strdup(o->api_key) : NULL;
   srv->created = (long)time(NULL);
   srv->n_valid = dsi_tok_vocab_size(tok);
@@ -564,6 +576,7 @@ void dsi_server_free(dsi_server *srv) {
   pthread_cond_destroy(&srv->quiet);
   free(srv->host);
   free(srv->model_name);
+  free(srv->model_names);
   free(srv->model_label);
   free(srv->api_key);
   free(srv);

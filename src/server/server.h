@@ -15,7 +15,8 @@ typedef struct dsi_server_opts {
   const char *host;       /* address to bind (NULL = "127.0.0.1") */
   int port;               /* 0 = any free port (dsi_server_port says which) */
   const char *api_key;    /* NULL or "": none asked */
-  const char *model_name; /* what /v1/models lists and requests may name */
+  const char *model_name; /* what /v1/models lists and requests may name; "NAME,ALIAS,...": requests may
+                             name any of them, answers and /v1/models say the first */
   int ctx;                /* the longest sequence: prompt + completion */
   size_t max_body;        /* request body bytes (0 = 16 MiB) */
   int max_waiting;        /* requests waiting beyond which new ones get 503 (0 = 256) */

@@ -79,6 +79,7 @@ struct dsi_server {
   const dsi_chat_fmt *fmt;
   dsi_server_opts o;
   char *model_name, *model_label, *api_key, *host; /* model_label: escaped for /metrics */
+  char *model_names;        /* the served names, comma-separated (model_name the first) */
   int port, vocab, n_valid; /* vocab: the model's; n_valid: ids the tokenizer has */
   int32_t chat_eos;         /* the chat format's end token when not the model's EOS; -1 */
   long created;             /* start time, for /v1/models */
@@ -90,6 +91,9 @@ struct dsi_server {
   atomic_ulong next_id;
   metrics m;
 };
+
+/* 1 when name is one of the served model's names */
+int server_serves(const dsi_server *srv, const char *name);
 
 /* a request to the scheduler with the server's callback; NULL and *err set
  * when the scheduler refuses it. The HTTP side holds one reference. */

@@ -28,8 +28,10 @@ int dsi_cmd_serve(int argc, char **argv) {
     {"--model", NULL, OPT_STR, &model, "checkpoint directory (config.json, safetensors, tokenizer.json)"},
     {"--host", NULL, OPT_STR, &host, "address to listen on (default 127.0.0.1; 0.0.0.0 or :: for every interface)"},
     {"--port", NULL, OPT_INT, &port, "TCP port (default 8000; 0: any free one, printed)", 0, 65535},
-    {"--api-key", NULL, OPT_STR, &key, "clients must send Authorization: Bearer KEY (default: $DSINFER_API_KEY, else none)"},
-    {"--served-model-name", NULL, OPT_STR, &name, "the model's name in the API (default: the checkpoint folder's name)"},
+    {"--api-key", NULL, OPT_STR, &key, "clients must send Authorization: Bearer KEY or x-api-key: KEY "
+                                       "(default: $DSINFER_API_KEY, else none)"},
+    {"--served-model-name", NULL, OPT_STR, &name, "the model's name in the API (default: the checkpoint folder's name); "
+                                                  "NAME,ALIAS,...: requests may name any, answers say the first"},
     {"--max-seqs", NULL, OPT_INT, &max_seqs, "completions running at once (default 64)", 0, 4096},
     {"--max-batched-tokens", NULL, OPT_INT, &max_tokens, "tokens in one step (default 512)", 0, DSI_CLI_MAX_TOKENS},
     {"--prefill-chunk", NULL, OPT_INT, &chunk, "prompt tokens in one step while requests decode in it (default: sized on the fly)",
@@ -47,6 +49,8 @@ int dsi_cmd_serve(int argc, char **argv) {
   if (rc) return rc == 1 ? 0 : rc;
   if (!model) return dsi_cli_usage_error("serve", "--model is required");
   if (port < 0 || port > 65535) return dsi_cli_usage_error("serve", "--port must be in [0, 65535]");
+  if (name && (!*name || *name == ',' || strstr(name, ",,") || name[strlen(name) - 1] == ','))
+    return dsi_cli_usage_error("serve", "--served-model-name: names separated by single commas, none empty");
   if (max_seqs < 0 || max_tokens < 0 || chunk < 0 || ctx < 0 || max_waiting < 0 || kv_blocks < 0 || grace < 0)
     return dsi_cli_usage_error("serve", "--max-seqs, --max-batched-tokens, --prefill-chunk, --ctx, --kv-blocks, --max-waiting and "
                                         "--shutdown-timeout must be >= 0");

@@ -15,6 +15,7 @@ expect 2 "unknown command" -- "$bin" frobnicate
 expect 2 "needs a value" -- "$bin" generate --model
 expect 2 "expects an integer" -- "$bin" generate --model x --tokens 1 -n lots
 expect 2 "required" -- "$bin" logits --model x
+expect 2 "names separated by single commas" -- "$bin" serve --model x --served-model-name "a,,b"
 expect 2 "--tokens expects" -- "$bin" generate --model x --tokens 1,,2
 "$bin" --version | grep -q "dsinfer" && ok || bad "--version"
 

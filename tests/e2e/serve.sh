@@ -43,7 +43,7 @@ for (const l of fs.readFileSync(process.argv[1], "utf8").split("\n").filter(Bool
 fs.writeFileSync(process.argv[2], JSON.stringify(o));' "$S/expected.tsv" "$S/expected.json"
 
 . "$(dirname "$0")/lib/serve_port.sh"
-"$bin" serve --model "$M" --port 0 --api-key test-key --served-model-name tiny --ctx 512 2>"$S/serve.log" &
+"$bin" serve --model "$M" --port 0 --api-key test-key --served-model-name tiny,claude-x-alias --ctx 512 2>"$S/serve.log" &
 pid=$!
 port=$(serve_port "$S/serve.log" $pid)
 [ -n "$port" ] || { cat "$S/serve.log"; echo "FAIL: the server did not start"; exit 1; }

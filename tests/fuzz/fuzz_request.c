@@ -30,6 +30,7 @@ static void setup(void) {
   g_srv.o.ctx = 256;
   g_srv.n_valid = dsi_tok_vocab_size(tok);
   g_srv.model_name = "tiny";
+  g_srv.model_names = "tiny";
   g_srv.chat_eos = dsi_tok_eos_id(tok);
 }
 

@@ -59,7 +59,13 @@ async function metric(name) {
 
 // ---- models, the key ----
 const models = await client.models.list();
-check(models.data.some((m) => m.id === model), `models.list has ${model}`);
+check(models.data.length === 1 && models.data[0].id === model, `models.list has ${model}`);
+{ // a served name's alias (--served-model-name tiny,claude-x-alias): taken, the answer naming the first
+  const a = await client.chat.completions.create({ model: "claude-x-alias", messages: [{ role: "user", content: "hi" }],
+    max_tokens: 2 });
+  const m = await client.models.retrieve("claude-x-alias");
+  check(a.model === model && m.id === model, `an alias of the served name: answered as ${a.model}, /v1/models/{alias} ${m.id}`);
+}
 const noKey = new OpenAI({ baseURL: base + "/v1", apiKey: "wrong-key", maxRetries: 0 });
 await expectError("a wrong API key", 401, () => noKey.models.list());
 await expectError("a wrong API key on chat", 401, () =>

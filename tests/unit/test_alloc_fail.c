@@ -306,7 +306,7 @@ static int read_stream(reply *rp, const char *what) {
 /* the server's endpoints on scheduler s, called directly */
 static int serve_some(dsi_sched *s, const dsi_tok *tok, const dsi_chat_fmt *fmt, int ctx) {
   dsi_server srv = {.s = s, .tok = tok, .fmt = fmt, .o = {.ctx = ctx, .max_waiting = 16, .quiet = 1},
-                    .model_name = "tiny", .model_label = "tiny", .n_valid = dsi_tok_vocab_size(tok),
+                    .model_name = "tiny", .model_names = "tiny", .model_label = "tiny", .n_valid = dsi_tok_vocab_size(tok),
                     .chat_eos = dsi_tok_eos_id(tok)};
   pthread_mutex_init(&srv.mu, NULL);
   pthread_cond_init(&srv.quiet, NULL);

@@ -92,7 +92,8 @@ int main(void) {
   DSI_ASSERT(dsi_tok_write_checkpoint(dir, NULL, 0, 512, &made, &err) == 0);
   dsi_tok *plain;
   tiny_tokenizer(dir, &plain, NULL);
-  g_srv = (dsi_server){.tok = plain, .o = {.ctx = 64}, .n_valid = dsi_tok_vocab_size(plain), .model_name = "tiny"};
+  g_srv = (dsi_server){.tok = plain, .o = {.ctx = 64}, .n_valid = dsi_tok_vocab_size(plain), .model_name = "tiny",
+                      .model_names = "tiny"};
 
   /* without the FIM tokens: refused, naming them */
   compl_req cr;
