@@ -773,6 +773,7 @@ typedef struct stream {
   int in_reasoning;
   uint64_t rid;
   double t0;
+  double t_out;     /* when the stream last had something to send (a keep-alive after keepalive_s without) */
   /* /v1/responses and /v1/messages: events, not chunks (one choice) */
   int resp, msg;
   int seq;          /* the next event's sequence_number */
@@ -1198,8 +1199,25 @@ static void finish_stream(stream *st) {
   st->done = 1;
 }
 
-/* one round: wait for news (on the first request still running), then
- * turn what every choice has into chunks. -1: the client left */
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* after keepalive_s with nothing sent (the request waiting in the queue,
+ * or a long prompt's prefill): an SSE comment, which clients pass over, or
+ * Anthropic's ping event; so that a client's idle timeout (Node's fetch:
+ * 300 s) does not end a stream whose first token is minutes away */
+static void keepalive(stream *st) {
+  double t = now_s(), every = st->srv->o.keepalive_s ? st->srv->o.keepalive_s : 15.0;
+  if (every < 0 || t - st->t_out < every) return;
+  if (st->msg) SB_LIT(&st->out, "event: ping\ndata: {\"type\":\"ping\"}\n\n");
+  else SB_LIT(&st->out, ": keep-alive\n\n");
+}
+
+/* one round: wait for news (on the first request still running, 50 ms at
+ * most), then turn what every choice has into chunks. -1: the client left */
 static int stream_round(stream *st) {
   sreq *wait_on = NULL;
   for (int k = 0; k < st->n_choice && !wait_on; k++)
@@ -1217,9 +1235,10 @@ static int stream_round(stream *st) {
       ended[st->ch[k].i] = (char)st->ch[k].ended;
     }
   pthread_mutex_lock(&wait_on->mu);
-  int gone = sreq_wait(wait_on, seen, ended, st->fd, st->n_req > 1) < 0;
+  int gone = sreq_wait(wait_on, seen, ended, st->fd, 1) < 0;
   pthread_mutex_unlock(&wait_on->mu);
   if (gone) return -1;
+  keepalive(st);
   for (int k = 0; k < st->n_choice; k++) {
     choice *ch = &st->ch[k];
     if (ch->ended) continue;
@@ -1270,6 +1289,7 @@ ssize_t api_stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     st->out.n = 0;
     st->off = 0;
     if (stream_round(st) < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
+    if (st->out.n) st->t_out = now_s();
   }
   size_t n = have - st->off;
   if (n > max) n = max;
@@ -1344,9 +1364,7 @@ static void reply_stream(dsi_server *srv, reply *rp, int kind, sreq **reqs, int 
   st->in_reasoning = in_reasoning;
   st->created = (long)time(NULL);
   st->rid = reqs[0]->id;
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  st->t0 = (double)t.tv_sec + t.tv_nsec * 1e-9;
+  st->t0 = st->t_out = now_s();
   snprintf(st->id, sizeof st->id, "%s", id);
   int n = reqs[0]->n;
   st->n_choice = n_req * n;

@@ -21,6 +21,8 @@ typedef struct dsi_server_opts {
   size_t max_body;        /* request body bytes (0 = 16 MiB) */
   int max_waiting;        /* requests waiting beyond which new ones get 503 (0 = 256) */
   int quiet;              /* 1: no line per request on stderr */
+  double keepalive_s;     /* a stream silent this long (waiting in the queue, a long prefill) gets a keep-alive
+                             event, so that clients' idle timeouts do not end it (0 = 15 s; < 0: never) */
   const dsi_gen_config *gen; /* the checkpoint's generation_config.json: temperature, top_p and
                                 top_k a request leaves out (NULL: OpenAI's 1, 1, off) */
 } dsi_server_opts;

@@ -22,7 +22,7 @@ static int fail(const dsi_err *err) {
 int dsi_cmd_serve(int argc, char **argv) {
   const char *model = NULL, *host = "127.0.0.1", *key = NULL, *name = NULL, *tmpl = NULL;
   int port = 8000, max_seqs = 0, max_tokens = 0, ctx = 0, max_waiting = 0, quiet = 0, kv_blocks = 0, chunk = 0;
-  float grace = 30.0f;
+  float grace = 30.0f, keepalive = 15.0f;
   run_opts ro = {0};
   const dsi_opt opts[] = {
     {"--model", NULL, OPT_STR, &model, "checkpoint directory (config.json, safetensors, tokenizer.json)"},
@@ -42,6 +42,8 @@ int dsi_cmd_serve(int argc, char **argv) {
     {"--chat-template", NULL, OPT_STR, &tmpl, "a Jinja chat template file instead of tokenizer_config.json's"},
     {"--max-waiting", NULL, OPT_INT, &max_waiting, "waiting completions past which new requests get 503 (default 256)"},
     {"--shutdown-timeout", NULL, OPT_FLOAT, &grace, "seconds requests in flight may finish after SIGINT/SIGTERM (default 30)", 0, 86400},
+    {"--sse-keepalive", NULL, OPT_FLOAT, &keepalive, "seconds a stream may stay silent (queued, a long prefill) before "
+                                                     "a keep-alive event (default 15; 0: never)", 0, 86400},
     {"--quiet", NULL, OPT_FLAG, &quiet, "no line per request on stderr"},
     RUN_OPTS(ro),
     {0}};
@@ -111,7 +113,8 @@ int dsi_cmd_serve(int argc, char **argv) {
     goto out;
   }
   dsi_server_opts sv = {.host = host, .port = port, .api_key = key, .model_name = name ? name : dflt,
-                        .ctx = max_context, .max_waiting = max_waiting, .quiet = quiet, .gen = &gen};
+                        .ctx = max_context, .max_waiting = max_waiting, .quiet = quiet, .gen = &gen,
+                        .keepalive_s = keepalive > 0 ? keepalive : -1};
   if (dsi_server_open(&srv, s, tok, fmt, &sv, &err)) {
     rc = fail(&err);
     goto out;

@@ -6,7 +6,8 @@
 # its KV blocks) and Anthropic's (the Messages API), the
 # other routes and a corpus of malformed requests over plain HTTP, 16
 # streaming clients for 60 s, the chat page in headless Chromium (an answer
-# streamed, one stopped), then SIGTERM: exit 0 with the requests ended.
+# streamed, one stopped), then SIGTERM: exit 0 with the requests ended; and
+# on a second server with one place, keep-alive events on queued streams.
 # Usage: serve.sh DSINFER SCRATCH
 set -uo pipefail
 bin=$(realpath "$1")
@@ -91,6 +92,19 @@ wait $npid
 [ $rc -eq 0 ] || bad "serve exited $rc after SIGTERM"
 grep -q "stopped" "$S/serve.log" || bad "no 'stopped' line after SIGTERM"
 grep -q "ended" "$S/long.txt" || bad "the request in flight at SIGTERM did not end cleanly: $(cat "$S/long.txt")"
+
+# one place (--max-seqs 1) and keep-alives every 10 ms: streams queued behind
+# long completions get them before their first token, and read through them
+"$bin" serve --model "$M" --port 0 --api-key test-key --served-model-name tiny --ctx 512 --max-seqs 1 \
+  --sse-keepalive 0.01 --quiet 2>"$S/serve2.log" &
+pid2=$!
+port2=$(serve_port "$S/serve2.log" $pid2)
+if [ -n "$port2" ]; then
+  node "$T/keepalive.mjs" "http://127.0.0.1:$port2" test-key || bad "the keep-alive checks (above)"
+  kill -TERM $pid2; wait $pid2 || bad "the second server exited $? after SIGTERM"
+else
+  cat "$S/serve2.log"; bad "the second server did not start"
+fi
 
 if [ $fails -gt 0 ]; then
   echo "--- serve.log (tail)"; tail -20 "$S/serve.log"
