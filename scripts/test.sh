@@ -2,7 +2,8 @@
 # The whole test suite (ctest). `--asan` builds with ASan+UBSan into
 # build-asan and runs the suite there; `--tsan` builds with ThreadSanitizer
 # into build-tsan and runs the tests of what runs on several threads (the
-# scheduler, and run/chat through it). Tests run as many at a time as the
+# scheduler, run/chat through it, and the server's HTTP threads beside its
+# loop). Tests run as many at a time as the
 # machine has cores (ctest -j; each test's scratch files are its own).
 # Extra arguments go to ctest.
 set -euo pipefail
@@ -12,7 +13,7 @@ extra=()
 if [ "${1:-}" = "--asan" ]; then
   shift; dir=build-asan; cfg=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DDSINFER_SANITIZE=ON)
 elif [ "${1:-}" = "--tsan" ]; then
-  shift; dir=build-tsan; cfg=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DDSINFER_TSAN=ON); extra=(-R "test_sched|e2e_run_chat")
+  shift; dir=build-tsan; cfg=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DDSINFER_TSAN=ON); extra=(-R "test_sched|e2e_run_chat|test_server")
   export TSAN_OPTIONS="halt_on_error=1 ${TSAN_OPTIONS:-}"
 fi
 [ -n "${CI:-}" ] && cfg+=(-DDSINFER_WERROR=ON)

@@ -1142,11 +1142,16 @@ static void *loop(void *arg) {
 }
 
 int dsi_sched_testing_script(dsi_sched *s, const int32_t *ids, int n) {
+  int32_t *c = malloc((size_t)(n > 0 ? n : 1) * sizeof *ids);
+  if (!c) return DSI_E_NOMEM;
+  memcpy(c, ids, (size_t)n * sizeof *ids);
+  /* under mu, which the loop takes between steps: a step before this one
+   * read the old script, a step after reads the new */
+  pthread_mutex_lock(&s->mu);
   free(s->script);
-  s->n_script = 0;
-  if (!(s->script = malloc((size_t)(n > 0 ? n : 1) * sizeof *ids))) return DSI_E_NOMEM;
-  memcpy(s->script, ids, (size_t)n * sizeof *ids);
+  s->script = c;
   s->n_script = n;
+  pthread_mutex_unlock(&s->mu);
   return DSI_OK;
 }
 

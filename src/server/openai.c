@@ -774,6 +774,7 @@ typedef struct stream {
   uint64_t rid;
   double t0;
   double t_out;     /* when the stream last had something to send (a keep-alive after keepalive_s without) */
+  int n_prompt;     /* the first request's prompt tokens */
   /* /v1/responses and /v1/messages: events, not chunks (one choice) */
   int resp, msg;
   int seq;          /* the next event's sequence_number */
@@ -1110,9 +1111,10 @@ static void take(stream *st, choice *ch, const char *text, size_t len, int a, in
       ev_begin(st, "message_start");
       sb_printf(&st->out, ",\"message\":{\"id\":\"%s\",\"type\":\"message\",\"role\":\"assistant\",\"model\":", st->id);
       jcstr(&st->out, st->srv->model_name);
-      SB_LIT(&st->out, ",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":");
-      msg_usage(&st->out, c, 0);
-      SB_LIT(&st->out, "}");
+      /* the prompt's tokens (its cache reads are told with the end, in message_delta) */
+      sb_printf(&st->out, ",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":%d,"
+                          "\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":0,\"output_tokens\":0}}",
+                st->n_prompt);
       ev_end(st);
     } else if (st->chat) {
       static const char role[] = "{\"role\":\"assistant\",\"content\":\"\"}";
@@ -1258,10 +1260,12 @@ static int stream_round(stream *st) {
     ch->seen_text = c->text.n;
     ch->seen_tok = e;
     pthread_mutex_unlock(&q->mu);
+    /* a choice opens with its first token (or its end): its prompt's
+     * counts are in by then, and the scomp's tokens up to e and its end
+     * fields are not written again once read (the loop only appends) */
+    int news = e > a || len || ended;
     if (st->prompt_only) e = a, len = 0; /* the token drawn is not said */
-    /* the scomp's tokens up to e and its end fields are not written again
-     * once read (the loop only appends) */
-    take(st, ch, text, len, a, e, c, ended);
+    if (news || ch->started) take(st, ch, text, len, a, e, c, ended);
     free(text);
   }
   return 0;
@@ -1365,6 +1369,7 @@ static void reply_stream(dsi_server *srv, reply *rp, int kind, sreq **reqs, int 
   st->created = (long)time(NULL);
   st->rid = reqs[0]->id;
   st->t0 = st->t_out = now_s();
+  st->n_prompt = p->r.n_prompt;
   snprintf(st->id, sizeof st->id, "%s", id);
   int n = reqs[0]->n;
   st->n_choice = n_req * n;
