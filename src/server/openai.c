@@ -70,7 +70,7 @@ typedef struct in {
 } in;
 
 static int bad(in *j, const char *param, const char *fmt, const char *detail) {
-  if (!j->bad) reply_error(j->rp, 400, "invalid_request_error", param, NULL, fmt, param, detail);
+  if (!j->bad) reply_error(j->rp, 400, "invalid_request_error", param, NULL, fmt, reply_name(j->rp, param), detail);
   j->bad = 1;
   return -1;
 }
@@ -171,7 +171,8 @@ static int take_schema(in *j, params *p, const char *param, const cJSON *schema)
   dsi_err err = {0};
   if (hold_to_schema(p, &err)) {
     if (err.status == DSI_E_NOMEM) return oom(j, "for the schema");
-    if (!j->bad) reply_error(j->rp, 400, "invalid_request_error", param, NULL, "'%s': %s", param, err.msg);
+    if (!j->bad)
+      reply_error(j->rp, 400, "invalid_request_error", param, NULL, "'%s': %s", reply_name(j->rp, param), err.msg);
     j->bad = 1;
     return -1;
   }
@@ -382,8 +383,9 @@ static int check_length(dsi_server *srv, reply *rp, size_t n_prompt, params *p) 
   }
   if ((long long)n_prompt + (p->max_tokens ? p->max_tokens : 1) > srv->o.ctx) {
     reply_error(rp, 400, "invalid_request_error", p->max_tokens ? "max_tokens" : "messages", "context_length_exceeded",
-                "this model's maximum context length is %d tokens; the prompt has %zu tokens%s", srv->o.ctx, n_prompt,
-                p->max_tokens ? " and max_tokens asks for more than the rest" : "");
+                "this model's maximum context length is %d tokens; the prompt has %zu tokens%s%s%s", srv->o.ctx,
+                n_prompt, p->max_tokens ? " and " : "", p->max_tokens ? reply_name(rp, "max_tokens") : "",
+                p->max_tokens ? " asks for more than the rest" : "");
     return -1;
   }
   p->r.max_tokens = (int)(p->max_tokens ? p->max_tokens : srv->o.ctx - (long long)n_prompt);
@@ -2020,9 +2022,15 @@ static sreq *one_answer(dsi_server *srv, reply *rp, int kind, chat_req *cr, char
   return q;
 }
 
+/* the chat fields a translated request calls otherwise, for its errors */
+static const char *const k_resp_names[] = {"max_tokens", "max_output_tokens", "messages", "input",
+                                           "response_format", "text.format", NULL};
+static const char *const k_msg_names[] = {"stop", "stop_sequences", NULL};
+
 int api_responses_parse(dsi_server *srv, const char *body, size_t len, chat_req *cr, char **echo, reply *rp) {
   memset(cr, 0, sizeof *cr);
   *echo = NULL;
+  rp->names = k_resp_names;
   cJSON *root = parse_body(body, len, rp), *chat = NULL;
   if (!root) return -1;
   resp_err e;
@@ -2102,6 +2110,7 @@ out:
 
 int api_messages_parse(dsi_server *srv, const char *body, size_t len, int count_only, chat_req *cr, reply *rp) {
   memset(cr, 0, sizeof *cr);
+  rp->names = k_msg_names;
   cJSON *root = parse_body(body, len, rp), *chat = NULL;
   if (!root) return -1;
   resp_err e;

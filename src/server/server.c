@@ -237,6 +237,12 @@ void reply_oom(reply *rp, const char *what) {
   reply_error(rp, 503, "server_error", NULL, "out_of_memory", "out of memory %s", what);
 }
 
+const char *reply_name(const reply *rp, const char *field) {
+  for (const char *const *n = rp->names; field && n && n[0]; n += 2)
+    if (!strcmp(n[0], field)) return n[1];
+  return field;
+}
+
 void reply_error(reply *rp, unsigned status, const char *type, const char *param, const char *code, const char *fmt,
                  ...) {
   char msg[512];
@@ -260,7 +266,7 @@ void reply_error(reply *rp, unsigned status, const char *type, const char *param
     SB_LIT(&b, ",\"type\":");
     sb_json(&b, type);
     SB_LIT(&b, ",\"param\":");
-    if (param) sb_json(&b, param);
+    if (param) sb_json(&b, reply_name(rp, param));
     else SB_LIT(&b, "null");
     SB_LIT(&b, ",\"code\":");
     if (code) sb_json(&b, code);

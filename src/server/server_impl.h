@@ -116,8 +116,14 @@ typedef struct reply {
   void *stream;    /* a streamed reply's state, which api_stream_read reads as MHD does */
   const char *log; /* what the request line says of it (static, or in logbuf) */
   int anthropic;   /* errors in Anthropic's shape (/v1/messages) */
+  const char *const *names; /* a translated request's fields: (chat's, the request's) pairs, NULL-ended; errors
+                               name the request's (reply_name) */
   char logbuf[200];
 } reply;
+
+/* the name the request gave the chat field `field` (itself, but in a
+ * translated request: rp->names) */
+const char *reply_name(const reply *rp, const char *field);
 
 /* an OpenAI error object as the response */
 void reply_error(reply *rp, unsigned status, const char *type, const char *param, const char *code, const char *fmt,

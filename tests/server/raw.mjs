@@ -200,6 +200,22 @@ for (const [what, body] of badm) {
   check(r.status === 400 && r.j && r.j.type === "error" && r.j.error.type === "invalid_request_error" &&
     typeof r.j.error.message === "string", `messages, ${what}: ${r.status} ${r.j && r.j.error ? r.j.error.message : r.text.slice(0, 80)}`);
 }
+{ // a translated request's errors name its own fields, not chat's
+  const named = [
+    ["/v1/responses", { input: "hi", max_output_tokens: 100000 }, "max_output_tokens", /max_output_tokens asks for more/],
+    ["/v1/responses", { input: "word ".repeat(3000) }, "input", /maximum context length/],
+    ["/v1/responses", { input: "hi", text: { format: { type: "json_schema", name: "x", schema: { type: "integer",
+      multipleOf: 3 } } } }, "text.format", /^'text\.format': json_schema at \/: 'multipleOf'/],
+    ["/v1/messages", { max_tokens: 4, messages: u("hi"), stop_sequences: Array(17).fill("x") }, "stop_sequences",
+      /^'stop_sequences' holds at most 16/],
+  ];
+  for (const [path, body, param, re] of named) {
+    const r = await post(path, JSON.stringify(body));
+    const e = r.j && r.j.error, msg = e && e.message;
+    check(r.status === 400 && (path === "/v1/messages" || e.param === param) && re.test(msg),
+      `${path}: ${param} named in its error: ${msg}`);
+  }
+}
 {
   const r = await post("/v1/messages/count_tokens", JSON.stringify({ messages: u("hi") }));
   check(r.status === 200 && r.j.input_tokens > 1, `count_tokens without max_tokens: ${r.text}`);
