@@ -12,6 +12,7 @@
  * built-in and server tools, images and files) is refused by name. The
  * answers' shapes (items, blocks, the streams' events) are openai.c's. */
 #include "base/base.h"
+#include "base/sbuf.h"
 #include "server/server_impl.h"
 
 #include <cjson/cJSON.h>
@@ -35,51 +36,59 @@ static const cJSON *get(const cJSON *o, const char *k) { return cJSON_GetObjectI
 /* present and not null */
 static int given(const cJSON *v) { return v && !cJSON_IsNull(v); }
 
-/* a message's content: a string, or input_text / output_text parts (their
- * texts joined); NULL with e set (or *oom) for anything else */
-static char *content_string(const cJSON *c, int i, resp_err *e, int *oom) {
-  if (cJSON_IsString(c)) {
-    char *s = strdup(c->valuestring);
-    if (!s) *oom = 1;
-    return s;
-  }
-  if (!cJSON_IsArray(c)) {
-    refuse(e, "input", "input[%d].content must be a string or an array of content parts", i);
+/* the text of one part of an array: its text, or NULL with e set */
+typedef const char *(*part_text_fn)(const cJSON *part, const char *where, resp_err *e);
+
+/* v as one text: a string as it is, or an array of parts whose texts
+ * part_text gives, joined. NULL with e set (param: the field at fault;
+ * where: the place, for the message), or with *oom. */
+static char *join_parts(const cJSON *v, const char *param, const char *where, part_text_fn part_text, resp_err *e,
+                        int *oom) {
+  if (!cJSON_IsString(v) && !cJSON_IsArray(v)) {
+    refuse(e, param, "%s must be a string or an array of parts", where);
     return NULL;
   }
-  size_t n = 0;
-  const cJSON *p;
-  cJSON_ArrayForEach(p, c) {
-    const cJSON *type = get(p, "type"), *text = get(p, "text");
-    if (!cJSON_IsString(type)) {
-      refuse(e, "input", "input[%d].content: each part needs a type", i);
-      return NULL;
+  sbuf b = {0};
+  if (cJSON_IsString(v)) {
+    sb_put(&b, v->valuestring, strlen(v->valuestring));
+  } else {
+    const cJSON *p;
+    cJSON_ArrayForEach(p, v) {
+      const char *t = part_text(p, where, e);
+      if (!t) {
+        e->param = param;
+        free(b.p);
+        return NULL;
+      }
+      sb_put(&b, t, strlen(t));
     }
-    const char *t = type->valuestring;
-    if (strcmp(t, "input_text") && strcmp(t, "output_text") && strcmp(t, "text") && strcmp(t, "refusal")) {
-      refuse(e, "input", "input[%d].content: '%.40s' parts are not supported (this model reads text only)", i, t);
-      return NULL;
-    }
-    const cJSON *s = strcmp(t, "refusal") ? text : get(p, "refusal");
-    if (!cJSON_IsString(s)) {
-      refuse(e, "input", "input[%d].content: a '%.40s' part needs its text as a string", i, t);
-      return NULL;
-    }
-    n += strlen(s->valuestring);
   }
-  char *out = malloc(n + 1), *at = out;
-  if (!out) {
+  sb_put(&b, "", 1); /* the text, even empty, in memory */
+  if (b.oom) {
+    free(b.p);
     *oom = 1;
     return NULL;
   }
-  cJSON_ArrayForEach(p, c) {
-    const cJSON *s = strcmp(get(p, "type")->valuestring, "refusal") ? get(p, "text") : get(p, "refusal");
-    size_t k = strlen(s->valuestring);
-    memcpy(at, s->valuestring, k);
-    at += k;
-  }
-  *at = 0;
-  return out;
+  return b.p;
+}
+
+/* a Responses content part: input_text, output_text (or text), refusal */
+static const char *input_part(const cJSON *p, const char *where, resp_err *e) {
+  const cJSON *type = get(p, "type");
+  if (!cJSON_IsString(type)) return refuse(e, NULL, "%s: each part needs a type", where), NULL;
+  const char *t = type->valuestring;
+  if (strcmp(t, "input_text") && strcmp(t, "output_text") && strcmp(t, "text") && strcmp(t, "refusal"))
+    return refuse(e, NULL, "%s: '%.40s' parts are not supported (this model reads text only)", where, t), NULL;
+  const cJSON *s = get(p, strcmp(t, "refusal") ? "text" : "refusal");
+  if (!cJSON_IsString(s)) return refuse(e, NULL, "%s: a '%.40s' part needs its text as a string", where, t), NULL;
+  return s->valuestring;
+}
+
+/* item i's content (or a function call's output) as text */
+static char *content_string(const cJSON *c, int i, resp_err *e, int *oom) {
+  char where[40];
+  snprintf(where, sizeof where, "input[%d].content", i);
+  return join_parts(c, "input", where, input_part, e, oom);
 }
 
 /* one chat message {role, content} (content taken; NULL: null) */
@@ -299,41 +308,18 @@ int resp_to_chat(const cJSON *body, cJSON **out, resp_err *e) {
 
 /* ---- Anthropic's Messages API ---- */
 
-/* text blocks' texts joined: a string as it is, or an array of
- * {"type": "text", "text"} blocks (what a system prompt and a
- * tool_result's content may be); NULL with e set (or *oom) otherwise */
-static char *blocks_text(const cJSON *v, const char *where, resp_err *e, int *oom) {
-  if (cJSON_IsString(v)) {
-    char *s = strdup(v->valuestring);
-    if (!s) *oom = 1;
-    return s;
-  }
-  if (!cJSON_IsArray(v)) {
-    refuse(e, "messages", "%s must be a string or an array of text blocks", where);
-    return NULL;
-  }
-  size_t n = 0;
-  const cJSON *b;
-  cJSON_ArrayForEach(b, v) {
-    const cJSON *type = get(b, "type"), *text = get(b, "text");
-    if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") || !cJSON_IsString(text)) {
-      refuse(e, "messages", "%s: only text blocks ({\"type\": \"text\", \"text\": ...}) are supported here", where);
-      return NULL;
-    }
-    n += strlen(text->valuestring);
-  }
-  char *out = malloc(n + 1), *at = out;
-  if (!out) {
-    *oom = 1;
-    return NULL;
-  }
-  cJSON_ArrayForEach(b, v) {
-    size_t k = strlen(get(b, "text")->valuestring);
-    memcpy(at, get(b, "text")->valuestring, k);
-    at += k;
-  }
-  *at = 0;
-  return out;
+/* an Anthropic text block: {"type": "text", "text"}, the only one a
+ * system prompt or a tool_result's content may hold here */
+static const char *text_block_part(const cJSON *b, const char *where, resp_err *e) {
+  const cJSON *type = get(b, "type"), *text = get(b, "text");
+  if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") || !cJSON_IsString(text))
+    return refuse(e, NULL, "%s: only text blocks ({\"type\": \"text\", \"text\": ...}) are supported here", where),
+           NULL;
+  return text->valuestring;
+}
+
+static char *blocks_text(const cJSON *v, const char *param, const char *where, resp_err *e, int *oom) {
+  return join_parts(v, param, where, text_block_part, e, oom);
 }
 
 /* one message's content blocks as chat messages appended to msgs: a
@@ -369,7 +355,7 @@ static int message_blocks(const cJSON *m, int i, cJSON *msgs, resp_err *e) {
         rc = refuse(e, "messages", "%s[%d]: a tool_result needs its tool_use_id", where, k);
         break;
       }
-      char *r = given(c) ? blocks_text(c, where, e, &oom) : strdup("");
+      char *r = given(c) ? blocks_text(c, "messages", where, e, &oom) : strdup("");
       if (!r) {
         rc = oom || !given(c) ? -1 : 1;
         break;
@@ -502,9 +488,9 @@ int msg_to_chat(const cJSON *body, int count_only, cJSON **out, resp_err *e) {
   cJSON *cm = cJSON_AddArrayToObject(chat, "messages");
   int rc = cm ? 0 : -1, oom = 0, i = 0;
   if (!rc && given(sys)) {
-    char *t = blocks_text(sys, "'system'", e, &oom);
+    char *t = blocks_text(sys, "system", "'system'", e, &oom);
     if (t) cJSON_AddItemToArray(cm, message("system", t));
-    else rc = oom ? -1 : (e->param = "system", 1);
+    else rc = oom ? -1 : 1;
   }
   const cJSON *m;
   cJSON_ArrayForEach(m, msgs) {
