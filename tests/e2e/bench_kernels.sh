@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # e2e: `bench kernels` runs its table and its ceilings, and prints positive
-# figures (a kernel or a buffer that failed prints 0): kv_a's row at M=1
+# figures (a kernel or a buffer that failed prints 0; a row's time and
+# GFLOP/s, not its GB/s, whose one decimal a slow run under the sanitizers
+# beside another test rounds to 0.0): kv_a's row at M=1
 # and 16 (BF16, FP8, INT4) beside the measured peaks; the ceilings' matvec rates, and where
 # AMX is in use the tile peak, the four stages of the GEMM's tile loop and
 # the GEMM itself; with the ISA capped below AMX, no tile loop. On AVX2
@@ -34,7 +36,7 @@ fi
 grep -q "; precision f32;" "$scratch/f32.txt" || fail "precision not printed" "" "$scratch/f32.txt"
 for m in 1 4; do
   line=$(awk -v m=$m '$1 == "kv_a" && $4 == "int8" && $5 == m' "$scratch/f32.txt")
-  awk '{ exit !($6 > 0 && $7 > 0 && $9 > 0) }' <<< "$line" || fail "kv_a int8 f32 M=$m: $line" "" "$scratch/f32.txt"
+  awk '{ exit !($6 > 0 && $9 > 0) }' <<< "$line" || fail "kv_a int8 f32 M=$m: $line" "" "$scratch/f32.txt"
   ! grep -q "int8" <<< "${line##*(}" || fail "f32 activations on an int8 kernel: $line" "" "$scratch/f32.txt"
 done
 if grep -q "isa avx2;" "$scratch/table.txt"; then
@@ -45,7 +47,7 @@ for dt in bf16 fp8 int4; do
   for m in 1 16; do
     line=$(awk -v d=$dt -v m=$m '$1 == "kv_a" && $4 == d && $5 == m' "$scratch/table.txt")
     [ -n "$line" ] || fail "no kv_a $dt M=$m row" "" "$scratch/table.txt"
-    awk '{ exit !($6 > 0 && $7 > 0 && $9 > 0) }' <<< "$line" || fail "kv_a $dt M=$m: $line" "" "$scratch/table.txt"
+    awk '{ exit !($6 > 0 && $9 > 0) }' <<< "$line" || fail "kv_a $dt M=$m: $line" "" "$scratch/table.txt"
   done
 done
 "$bin" bench kernels --ceilings --reps 1 > "$scratch/ceil.txt"
