@@ -445,8 +445,9 @@ typedef struct dsi_peaks {
 } dsi_peaks;
 int dsi_measure_peaks(int n_threads, dsi_peaks *out);
 /* The matrix peak that kernel level `isa` (dsi_engine_isa, dsi_isa_name)
- * multiplies bf16 activations at: AMX tiles, vdpbf16ps, else (and for
- * any other string, e.g. "f32") f32 FMA; *name says which. */
+ * multiplies bf16 activations at: AMX tiles, vdpbf16ps where it is faster
+ * than the FMAs (AMD's cores; $DSINFER_BF16_DOT), else (and for any other
+ * string, e.g. "f32") f32 FMA; *name says which. */
 double dsi_matrix_peak(const dsi_peaks *pk, const char *isa, const char **name);
 
 /* ---- the CPU this runs on ---- */

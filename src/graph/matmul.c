@@ -103,7 +103,7 @@ static void gemm_units_run(void *ctx, long u0, long u1, void *scratch) {
 }
 
 dsi_mm dsi_mm_make(const dsi_kern *k, int precision, int packed, int nth) {
-  int bf16 = precision == DSI_ACT_BF16 || (precision == DSI_ACT_AUTO && packed && (k->amx || k->dot_bf16));
+  int bf16 = precision == DSI_ACT_BF16 || (precision == DSI_ACT_AUTO && packed && k->level >= DSI_ISA_AVX512BF16);
   int i16 = precision == DSI_ACT_AUTO && packed && k->level == DSI_ISA_AVX2;
   return (dsi_mm){.k = k, .act_bf16 = bf16, .act_i8 = bf16, .act_i16 = i16, .nth = nth};
 }

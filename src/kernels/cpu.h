@@ -14,6 +14,10 @@ typedef struct dsi_cpu {
   int avx2, fma, f16c;
   int avx512f, avx512bw, avx512vl, avx512bf16, avx512vbmi, avx512vnni;
   int amx_tile, amx_bf16, amx_int8; /* and the OS granted tile data */
+  int intel;                        /* GenuineIntel */
+  int dpbf16_fast; /* vdpbf16ps multiply-adds faster than the FMAs do: AMD's Zen 4 and
+                      Zen 5, not Intel's cores (one every one or two cycles against two
+                      FMAs: as fast, or half); $DSINFER_BF16_DOT=on|off overrides */
   dsi_isa best;    /* what the hardware and OS support */
 } dsi_cpu;
 
@@ -28,8 +32,10 @@ struct dsi_vec_ops;
 typedef struct dsi_kern {
   dsi_isa level;                 /* the CPU's best, capped */
   const struct dsi_vec_ops *vec; /* the vector primitives of that level */
-  int dot_bf16;                  /* the AVX512-BF16 matmul runs (bf16 activations; levels
-                                    with it and without AMX) */
+  int dot_bf16;                  /* the AVX512-BF16 matmul runs (bf16 activations; the
+                                    AVX512BF16 level where vdpbf16ps is fast, dpbf16_fast;
+                                    elsewhere the f32 route multiplies the same bf16-rounded
+                                    activations) */
   int amx;                       /* the AMX BF16 tile kernels run (matmul, attention) */
   int amx_int8;                  /* and the AMX INT8 matmul */
   int vnni;                      /* AVX512-VNNI (vpdpbusd) at the AVX512BF16 level and

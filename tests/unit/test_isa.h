@@ -21,13 +21,25 @@ static inline const dsi_kern *test_kern(void) {
 
 /* $DSINFER_ISA caps at or above this CPU's best level: the run would be
  * the uncapped one again (a cap never raises the level), so the capped
- * copies of a test skip it; prints why */
+ * copies of a test skip it; and with $DSINFER_BF16_DOT (on | off) the
+ * level (capped) is not AVX512BF16, the only one where it picks the
+ * matmul, or this CPU does that anyway. Prints why. */
 static inline int test_isa_redundant(void) {
-  const char *e = getenv("DSINFER_ISA");
+  const dsi_cpu *c = dsi_cpu_get();
+  const char *e = getenv("DSINFER_ISA"), *d = getenv("DSINFER_BF16_DOT");
   int l = e && *e ? dsi_isa_parse(e) : -1;
-  if (l < 0 || l < (int)dsi_cpu_get()->best) return 0;
+  if (d && *d) {
+    const int on = !strcmp(d, "on"), lv = l >= 0 && l < (int)c->best ? l : (int)c->best;
+    if (lv != DSI_ISA_AVX512BF16 || on == !c->intel) {
+      printf("skipped: DSINFER_BF16_DOT=%s changes nothing here (level %s, %s)\n", d, dsi_isa_str((dsi_isa)lv),
+             c->intel ? "Intel: off by default" : "on by default");
+      return 1;
+    }
+    return 0;
+  }
+  if (l < 0 || l < (int)c->best) return 0;
   printf("skipped: DSINFER_ISA=%s is at or above this CPU's best level (%s): the uncapped run covers it\n", e,
-         dsi_isa_str(dsi_cpu_get()->best));
+         dsi_isa_str(c->best));
   return 1;
 }
 
