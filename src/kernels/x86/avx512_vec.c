@@ -123,8 +123,11 @@ static void vec_bf16_panel_t_avx512(const float *x, int ldx, int nu, int ni, uin
 }
 
 #include "kernels/x86/i4_group.h"
+#include "kernels/x86/scores_t.h"
 #define vec_to_i4_avx512 i4_group8
+#define vec_scores_t_avx512 scores_t8
 #define VEC_I4_OWN
+#define VEC_SCORES_OWN
 #define VEC_SUFFIX avx512
 #define VEC_NAME "avx512"
 #define VEC_ATTN_OWN
