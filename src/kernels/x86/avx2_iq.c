@@ -297,7 +297,7 @@ static void iq_epi_silu(const dsi_gemm *g, int i, int r2, const float *ta, const
 }
 
 void dsi_gemm_avx2_i4(const dsi_gemm *g, int r0, int r1, void *scratch) {
-  iq_gemm_run(g, r0, r1, scratch, pass_n, MB_I4, 1, 1);
+  iq_gemm_run(g, r0, r1, scratch, pass_n, MB_I4, 1, 1, NULL);
 }
 
 void dsi_gemm_avx2_i8(const dsi_gemm *g, int r0, int r1, void *scratch) {
@@ -305,7 +305,7 @@ void dsi_gemm_avx2_i8(const dsi_gemm *g, int r0, int r1, void *scratch) {
    * 127 x 32767 < 2^31 */
   DSI_ASSERT(g->w->block % 32 == 0 && g->w->block <= 256 && g->w->kpad % 32 == 0);
   if (!g->xw) {
-    iq_gemm_run(g, r0, r1, scratch, pass_i8, MB_I8, 0, 1);
+    iq_gemm_run(g, r0, r1, scratch, pass_i8, MB_I8, 0, 1, NULL);
     return;
   }
   /* int16 rows through the driver's int8 fields: the epilogues read the
@@ -314,5 +314,5 @@ void dsi_gemm_avx2_i8(const dsi_gemm *g, int r0, int r1, void *scratch) {
   g16.xq = (const int8_t *)g->xw;
   g16.xq_scale = g->xw_scale;
   g16.xq_sum = NULL;
-  iq_gemm_run(&g16, r0, r1, scratch, pass_i16, MB_I8, 0, 2);
+  iq_gemm_run(&g16, r0, r1, scratch, pass_i16, MB_I8, 0, 2, NULL);
 }

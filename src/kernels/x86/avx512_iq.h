@@ -11,6 +11,7 @@
 #include "kernels/x86/iq_driver.h"
 
 #include <immintrin.h>
+#include <string.h>
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 /* bytes of W prefetched ahead into L2, as the other AVX-512 kernels (avx512.c) */
@@ -22,6 +23,102 @@
 ALWAYS_INLINE __m512i dot_vnni(__m512i acc, __m512i w, const int8_t *x) {
   __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const int32_t *)x));
   return acc;
+}
+
+/* ---- passes over unpacked panels (iq_unpacked) ----
+ * Two panels (32 outputs) times up to MB_U activation rows, the panels'
+ * lines already vpdpbusd's unsigned operand (line c of a 32-column
+ * sub-block: its columns 4c..4c+3 of the 16 rows) and their scales f32,
+ * 16 a block: each broadcast of 4 activation bytes serves both panels'
+ * lines, each line load all the rows. One integer chain a row and panel,
+ * exact; at a block's end its sum times the scale added in f32, in block
+ * order, onto what out holds (the driver zeroes it, then calls once a
+ * chunk of blocks): the operations of the direct passes, in their order. */
+#define MB_U 6
+
+ALWAYS_INLINE int32_t x4(const int8_t *p) {
+  int32_t v;
+  memcpy(&v, p, 4);
+  return v;
+}
+
+/* u8 x s8 dot products without VNNI: vpmaddubsw + vpmaddwd */
+ALWAYS_INLINE __m512i dot_bw(__m512i acc, __m512i w, const int8_t *x) {
+  const __m512i xb = _mm512_set1_epi32(x4(x));
+  return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(w, xb), _mm512_set1_epi16(1)));
+}
+
+/* NP panels (1 or 2) times MB rows: one integer chain a row and panel */
+ALWAYS_INLINE void iq_upass(const uint8_t *u0, const float *sc0, const uint8_t *u1, const float *sc1, int ng,
+                            int nsub, const int8_t *xq, size_t ldq, const int32_t *zp, int zld, int MB, int NP,
+                            int vnni, float *out0, float *out1) {
+  __m512 acc[2][MB_U];
+#pragma GCC unroll 16
+  for (int i = 0; i < MB; i++) {
+    acc[0][i] = _mm512_loadu_ps(out0 + 16 * i);
+    acc[1][i] = NP > 1 ? _mm512_loadu_ps(out1 + 16 * i) : acc[0][i];
+  }
+  const int8_t *x = xq;
+  for (int q = 0; q < ng; q++) {
+    __m512i s[2][MB_U];
+#pragma GCC unroll 16
+    for (int i = 0; i < MB; i++) s[0][i] = s[1][i] = _mm512_set1_epi32(zp[i * zld + q]);
+    for (int b = 0; b < nsub; b++, u0 += 512, u1 += NP > 1 ? 512 : 0, x += 32) {
+#pragma GCC unroll 8
+      for (int l = 0; l < 8; l++) {
+        const __m512i v0 = _mm512_load_si512(u0 + 64 * l);
+        const __m512i v1 = NP > 1 ? _mm512_load_si512(u1 + 64 * l) : v0;
+#pragma GCC unroll 16
+        for (int i = 0; i < MB; i++) {
+          const int8_t *xi = x + i * ldq + 4 * l;
+          s[0][i] = vnni ? dot_vnni(s[0][i], v0, xi) : dot_bw(s[0][i], v0, xi);
+          if (NP > 1) s[1][i] = vnni ? dot_vnni(s[1][i], v1, xi) : dot_bw(s[1][i], v1, xi);
+        }
+      }
+    }
+    const __m512 d0 = _mm512_loadu_ps(sc0 + 16 * q), d1 = NP > 1 ? _mm512_loadu_ps(sc1 + 16 * q) : d0;
+#pragma GCC unroll 16
+    for (int i = 0; i < MB; i++) {
+      acc[0][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[0][i]), d0, acc[0][i]);
+      if (NP > 1) acc[1][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[1][i]), d1, acc[1][i]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < MB; i++) {
+    _mm512_storeu_ps(out0 + 16 * i, acc[0][i]);
+    if (NP > 1) _mm512_storeu_ps(out1 + 16 * i, acc[1][i]);
+  }
+}
+
+#define CASES_MB_U(F) F(1) F(2) F(3) F(4) F(5) F(6) /* up to MB_U */
+
+ALWAYS_INLINE void upass_any(const uint8_t *u0, const float *sc0, const uint8_t *u1, const float *sc1, int ng,
+                             int nsub, const int8_t *xq, size_t ldq, const int32_t *zp, int zld, int mb, int vnni,
+                             float *out0, float *out1) {
+  switch (mb * 2 + (u1 != NULL)) {
+#define F(n)                                                                                     \
+  case 2 * n + 1:                                                                                \
+    if (vnni) iq_upass(u0, sc0, u1, sc1, ng, nsub, xq, ldq, zp, zld, n, 2, 1, out0, out1);      \
+    else iq_upass(u0, sc0, u1, sc1, ng, nsub, xq, ldq, zp, zld, n, 2, 0, out0, out1);           \
+    break;                                                                                       \
+  case 2 * n:                                                                                    \
+    if (vnni) iq_upass(u0, sc0, u0, sc0, ng, nsub, xq, ldq, zp, zld, n, 1, 1, out0, out1);      \
+    else iq_upass(u0, sc0, u0, sc0, ng, nsub, xq, ldq, zp, zld, n, 1, 0, out0, out1);           \
+    break;
+    CASES_MB_U(F)
+#undef F
+  default: DSI_ASSERT(0);
+  }
+}
+
+static inline void iq_upass_vnni(const uint8_t *u0, const float *sc0, const uint8_t *u1, const float *sc1, int ng, int nsub,
+                       const int8_t *xq, size_t ldq, const int32_t *zp, int zld, int mb, float *out0, float *out1) {
+  upass_any(u0, sc0, u1, sc1, ng, nsub, xq, ldq, zp, zld, mb, 1, out0, out1);
+}
+
+static inline void iq_upass_bw(const uint8_t *u0, const float *sc0, const uint8_t *u1, const float *sc1, int ng, int nsub,
+                     const int8_t *xq, size_t ldq, const int32_t *zp, int zld, int mb, float *out0, float *out1) {
+  upass_any(u0, sc0, u1, sc1, ng, nsub, xq, ldq, zp, zld, mb, 0, out0, out1);
 }
 
 /* ---- epilogues: the row's scale multiplied in, then stored / added ---- */

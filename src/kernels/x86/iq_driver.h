@@ -19,6 +19,9 @@
 
 /* activation rows whose zero-point sums are kept at a time */
 #define IQ_GROUP_ROWS 64
+/* columns of two panels unpacked at a time (iq_unpacked): 16 KB of
+ * operand lines, which stay in L1 for all the passes */
+#define IQ_CHUNK_COLS 512
 
 /* out[i * 16 + j] = sum over the panel's blocks (INT4 groups, INT8 scale
  * blocks), in order, of fma(isum, d_j, .) for activation rows i < mb (xq:
@@ -26,6 +29,25 @@
  * zp[i * zld + q]) */
 typedef void (*iq_pass_fn)(const dsi_mat *w, int panel, const int8_t *xq, size_t ldq, const int32_t *zp, int zld,
                            int mb, float *out);
+
+/* Where panels are worth unpacking once for all their passes (the
+ * AVX-512 INT4 and INT8 kernels in prefill): unpack writes a panel's weights as the passes'
+ * operand bytes into lines (line_bytes a column of kpad) and its scales as
+ * f32 into scales (16 a block); pass then multiplies two such panels (a
+ * gate/up pair, or two consecutive panels; one where there is no second:
+ * lines1 NULL) by mb activation rows, the sums as iq_pass_fn's into out0
+ * and out1. From min_rows activation rows in a group, in passes of at
+ * most mb. */
+typedef void (*iq_unpack_fn)(const dsi_mat *w, int panel, int q0, int nq, uint8_t *lines, float *scales);
+typedef void (*iq_upass_fn)(const uint8_t *lines0, const float *scales0, const uint8_t *lines1, const float *scales1,
+                            int ng, int nsub, const int8_t *xq, size_t ldq, const int32_t *zp, int zld, int mb,
+                            float *out0, float *out1);
+typedef struct {
+  iq_unpack_fn unpack;
+  iq_upass_fn pass;
+  int mb, min_rows;
+  size_t line_bytes;
+} iq_unpacked;
 
 /* y row (16 outputs, nj valid) from a pass's sums t of one activation row */
 static void iq_epi_row(const dsi_gemm *g, int i, int r, int nj, const float *t);
@@ -37,7 +59,7 @@ static void iq_epi_silu(const dsi_gemm *g, int i, int r2, const float *ta, const
  * element takes in g->xq (2: int16 rows there, which the passes read as
  * such; then no zero point) */
 static void iq_gemm_run(const dsi_gemm *g, int r0, int r1, void *scratch, iq_pass_fn pass, int mbmax, int zero_point,
-                        int xsz) {
+                        int xsz, const iq_unpacked *up) {
   const dsi_mat *w = g->w;
   const int i4 = w->dtype == DSI_DTYPE_I4;
   DSI_ASSERT((i4 || w->dtype == DSI_DTYPE_I8) && w->layout == DSI_LAYOUT_TILES && g->xq && g->xq_scale);
@@ -49,9 +71,18 @@ static void iq_gemm_run(const dsi_gemm *g, int r0, int r1, void *scratch, iq_pas
   const int ng = DSI_CEIL_DIV(w->kpad, w->block), zero = i4 ? 8 : 128;
   const size_t ldq = DSI_XQ_LD(w->kpad);
   DSI_ASSERT(xsz == 1 || !zero_point);
-  /* scratch: two result tiles [64][16] and the sums [64][ng] (ng <= kpad / 32) */
+  /* scratch: two result tiles [64][16], the sums [64][ng] (ng <= kpad /
+   * 32), and where up runs two unpacked panels and their scales */
   float *ta = scratch, *tb = ta + IQ_GROUP_ROWS * DSI_TILE_N;
   int32_t *zp = (int32_t *)(tb + IQ_GROUP_ROWS * DSI_TILE_N);
+  const int kc = DSI_MAX(1, IQ_CHUNK_COLS / w->block); /* blocks a chunk */
+  const size_t lb = up ? up->line_bytes * (size_t)kc * w->block : 0;
+  uint8_t *ul[2] = {(uint8_t *)(zp + (size_t)IQ_GROUP_ROWS * ng), NULL};
+  ul[0] += (64 - (uintptr_t)ul[0] % 64) % 64;
+  ul[1] = ul[0] + lb;
+  float *us[2] = {(float *)(ul[1] + lb), (float *)(ul[1] + lb) + (size_t)kc * DSI_TILE_N};
+  DSI_ASSERT(!up || (size_t)((uint8_t *)(us[1] + (size_t)kc * DSI_TILE_N) - (uint8_t *)scratch) <=
+                        DSI_GEMM_SCRATCH(w->cols));
   for (int ig = 0; ig < g->m; ig += IQ_GROUP_ROWS) {
     const int n = DSI_MIN(IQ_GROUP_ROWS, g->m - ig);
     const int8_t *xq = g->xq + (size_t)ig * ldq * xsz;
@@ -75,9 +106,37 @@ static void iq_gemm_run(const dsi_gemm *g, int r0, int r1, void *scratch, iq_pas
         }
     }
     /* passes of nearly equal height */
-    const int npass = DSI_CEIL_DIV(n, mbmax);
+    const int unp = up && n >= up->min_rows;
+    const int npass = DSI_CEIL_DIV(n, unp ? up->mb : mbmax);
     int at[IQ_GROUP_ROWS + 1];
     for (int q = 0; q <= npass; q++) at[q] = (int)((int64_t)n * q / npass);
+    if (unp) { /* two panels at a time, unpacked a chunk of blocks at a time */
+      for (int r = r0; r < rows_out; r += 32) {
+        const int p = r / DSI_TILE_N, two = silu || r + DSI_TILE_N < rows_out;
+        memset(ta, 0, (size_t)n * DSI_TILE_N * sizeof(float));
+        memset(tb, 0, (size_t)n * DSI_TILE_N * sizeof(float));
+        for (int q0 = 0; q0 < ng; q0 += kc) {
+          const int nq = DSI_MIN(kc, ng - q0);
+          up->unpack(w, p, q0, nq, ul[0], us[0]);
+          if (two) up->unpack(w, p + 1, q0, nq, ul[1], us[1]);
+          for (int q = 0; q < npass; q++) {
+            const int i0 = at[q];
+            up->pass(ul[0], us[0], two ? ul[1] : NULL, us[1], nq, w->block / 32,
+                     xq + (size_t)i0 * ldq + (size_t)q0 * w->block, ldq, zp + i0 * ng + q0, ng, at[q + 1] - i0,
+                     ta + i0 * DSI_TILE_N, tb + i0 * DSI_TILE_N);
+          }
+        }
+        for (int i = 0; i < n; i++) {
+          if (silu) {
+            iq_epi_silu(g, ig + i, r / 2, ta + i * DSI_TILE_N, tb + i * DSI_TILE_N);
+            continue;
+          }
+          iq_epi_row(g, ig + i, r, DSI_MIN(DSI_TILE_N, rows_out - r), ta + i * DSI_TILE_N);
+          if (two) iq_epi_row(g, ig + i, r + DSI_TILE_N, DSI_MIN(DSI_TILE_N, rows_out - r - DSI_TILE_N), tb + i * DSI_TILE_N);
+        }
+      }
+      continue;
+    }
     for (int r = r0; r < rows_out; r += silu ? 32 : DSI_TILE_N) {
       const int p = r / DSI_TILE_N;
       for (int q = 0; q < npass; q++) {
