@@ -110,6 +110,7 @@ typedef struct dsi_engine_opts {
                         "avx512bf16" | "amx": no higher than that (tests and comparisons;
                         never raises) */
   int mla_form;      /* DSI_MLA_*: the attention form of prefill segments (0 = the cost model's pick) */
+  int bf16_dot;      /* DSI_BF16_DOT_* (0 = this CPU's default) */
   int kv_dtype;      /* DSI_KV_*: what the latent cache holds (0 = auto) */
   int no_hugepage;   /* 1: do not advise huge pages for the KV cache and the activation arena */
   dsi_dist *dist;    /* NULL or a world of one: this process alone. Else the ranks share each
@@ -162,6 +163,11 @@ typedef enum dsi_mla_form { DSI_MLA_AUTO = 0, DSI_MLA_ABSORB = 1, DSI_MLA_NAIVE 
  * results do not depend on the batch it ran in. AUTO: BF16 where a bf16
  * kernel runs (AMX, or AVX512-BF16's dot products), F32 elsewhere. */
 enum { DSI_ACT_AUTO = 0, DSI_ACT_F32 = 1, DSI_ACT_BF16 = 2 };
+/* whether BF16 and FP8 weights take the AVX512-BF16 matmul (vdpbf16ps) at
+ * the avx512bf16 level: this CPU's default (on for AMD, off for Intel,
+ * whose vdpbf16ps multiply-adds no faster than its FMAs), or as told; else
+ * the f32 route multiplies the same bf16-rounded activations */
+enum { DSI_BF16_DOT_AUTO = 0, DSI_BF16_DOT_ON = 1, DSI_BF16_DOT_OFF = 2 };
 
 /* What the latent KV cache holds. BF16: bf16 values, as DeepSeek's own
  * inference caches them (half the memory of f32, and half the bytes a
@@ -445,9 +451,10 @@ typedef struct dsi_peaks {
 } dsi_peaks;
 int dsi_measure_peaks(int n_threads, dsi_peaks *out);
 /* The matrix peak that kernel level `isa` (dsi_engine_isa, dsi_isa_name)
- * multiplies bf16 activations at: AMX tiles, vdpbf16ps where it is faster
- * than the FMAs (AMD's cores; $DSINFER_BF16_DOT), else (and for any other
- * string, e.g. "f32") f32 FMA; *name says which. */
+ * multiplies bf16 activations at: AMX tiles, vdpbf16ps, else (and for
+ * any other string, e.g. "f32") f32 FMA; *name says which. An engine's
+ * own: dsi_engine_matrix_peak (the f32 FMA's where its BF16 and FP8
+ * weights do not take vdpbf16ps, DSI_BF16_DOT_*). */
 double dsi_matrix_peak(const dsi_peaks *pk, const char *isa, const char **name);
 
 /* ---- the CPU this runs on ---- */

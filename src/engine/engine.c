@@ -32,7 +32,7 @@ double dsi_engine_matrix_peak(const dsi_engine *e, const dsi_peaks *pk, const ch
   if (e->m->quant == DSI_QUANT_INT4 && !strcmp(dsi_engine_isa(e), "avx2") && pk->maddubs_gops > 0)
     return *name = "vpmaddubsw", pk->maddubs_gops;
   if (i8 && !strcmp(dsi_engine_isa(e), "avx2") && pk->maddwd_gops > 0) return *name = "vpmaddwd", pk->maddwd_gops;
-  return dsi_matrix_peak(pk, (act & DSI_ACT_RED_BF16) ? dsi_engine_isa(e) : "f32", name);
+  return dsi_matrix_peak(pk, dsi_fwd_matrix_isa(e->fwd), name);
 }
 
 void dsi_engine_kv_blocks(const dsi_engine *e, int *available, int *total, int *block_size) {
@@ -225,7 +225,7 @@ int dsi_engine_open(dsi_engine **out, dsi_model *m, const dsi_engine_opts *o, ds
   }
   /* the forward decides its kernels, precision and cache layout */
   dsi_fwd_opts fo = {.max_tokens = e->max_tokens, .max_context = e->max_context, .isa = o->isa,
-                     .precision = o->act_precision, .kv_block_size = bs, .mla_form = o->mla_form, .kv_dtype = o->kv_dtype,
+                     .precision = o->act_precision, .bf16_dot = o->bf16_dot, .kv_block_size = bs, .mla_form = o->mla_form, .kv_dtype = o->kv_dtype,
                      .hugepage = !o->no_hugepage};
   int row = c->kv_lora_rank + c->qk_rope_head_dim;
   if (o->dist && o->dist->size > 1) {

@@ -803,7 +803,9 @@ int dsi_fwd_new(dsi_fwd **out, const dsi_model *m, dsi_pool *pool, const dsi_fwd
    * dtype, half the bytes of f32 rows; the row-major attention reads f32
    * rows), multiplied as bf16 where AMX runs the bf16 forward and widened
    * to f32 elsewhere */
-  const dsi_kern *k = dsi_kern_get((dsi_isa)cap);
+  _Static_assert((int)DSI_BF16_DOT_ON == (int)DSI_KERN_DOT_ON && (int)DSI_BF16_DOT_OFF == (int)DSI_KERN_DOT_OFF,
+                 "the kernels' bf16_dot values are dsinfer.h's");
+  const dsi_kern *k = dsi_kern_get_dot((dsi_isa)cap, o->bf16_dot);
   f->mm = dsi_mm_make(k, o->precision, m->packed, dsi_pool_size(pool));
   f->mm_lat = f->mm;
   f->mm_lat.act_i8 = 0;
@@ -902,6 +904,10 @@ int dsi_fwd_act(const dsi_fwd *fw) { return dsi_mm_act(&fw->f.mm); }
 int dsi_fwd_kv_pairs(const dsi_fwd *fw) { return fw->f.kv_pairs; }
 const char *dsi_fwd_isa(const dsi_fwd *fw) { return dsi_isa_str(fw->f.mm.k->level); }
 const char *dsi_fwd_isa_best(void) { return dsi_isa_str(dsi_kern_best()->level); }
+const char *dsi_fwd_matrix_isa(const dsi_fwd *fw) {
+  const dsi_kern *k = fw->f.mm.k;
+  return !fw->f.mm.act_bf16 || (k->level == DSI_ISA_AVX512BF16 && !k->dot_bf16) ? "f32" : dsi_isa_str(k->level);
+}
 
 void dsi_fwd_free(dsi_fwd *fw) {
   if (!fw) return;

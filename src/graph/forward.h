@@ -65,6 +65,7 @@ typedef struct dsi_fwd_opts {
   const char *isa;   /* the kernels' level: NULL for the best this CPU runs, or a cap
                         (one of DSI_ISA_NAMES, kernels/cpu.h) */
   int precision;     /* DSI_ACT_* (dsinfer.h) */
+  int bf16_dot;      /* DSI_BF16_DOT_* (dsinfer.h) */
   int kv_block_size; /* the cache's block size: pair rows need a multiple of 32 */
   int kv_dtype;      /* DSI_KV_* (dsinfer.h) */
   int mla_form;      /* DSI_MLA_* (dsinfer.h): the prefill attention's form */
@@ -100,6 +101,10 @@ int dsi_fwd_act(const dsi_fwd *f);
 int dsi_fwd_kv_pairs(const dsi_fwd *f);
 /* the level of the kernels it runs ("amx", "avx512", ...) */
 const char *dsi_fwd_isa(const dsi_fwd *f);
+/* the level whose matrix peak its matmuls on bf16 activations run at
+ * (dsi_matrix_peak): its own, or "f32" where they take the f32 route
+ * (f32 activations, or BF16 and FP8 weights off vdpbf16ps at avx512bf16) */
+const char *dsi_fwd_matrix_isa(const dsi_fwd *f);
 /* the best level this CPU runs */
 const char *dsi_fwd_isa_best(void);
 /* label every op in p (NULL: stop); p observes the pool the forward runs on */

@@ -58,8 +58,7 @@ static void compute_task(void *ctx, int ith, int nth) {
 
 double dsi_matrix_peak(const dsi_peaks *pk, const char *isa, const char **name) {
   if (!strcmp(isa, "amx") && pk->amx_bf16_gflops > 0) return *name = "AMX BF16", pk->amx_bf16_gflops;
-  /* where vdpbf16ps is slow the BF16 and FP8 weights take the f32 FMA route */
-  if ((!strcmp(isa, "amx") || !strcmp(isa, "avx512bf16")) && dsi_cpu_get()->dpbf16_fast && pk->dpbf16_gflops > 0)
+  if ((!strcmp(isa, "amx") || !strcmp(isa, "avx512bf16")) && pk->dpbf16_gflops > 0)
     return *name = "vdpbf16ps", pk->dpbf16_gflops;
   return *name = "f32 FMA", pk->fma_gflops;
 }

@@ -65,9 +65,6 @@ done:
   /* measured (bench kernels' peaks, 2 cores): Zen 4 vdpbf16ps 452 GFLOP/s
    * against f32 FMA 218; an Emerald Rapids Xeon 170 against 348 */
   c->dpbf16_fast = c->avx512bf16 && !c->intel;
-  const char *v = getenv("DSINFER_BF16_DOT");
-  if (v && !strcmp(v, "on")) c->dpbf16_fast = c->avx512bf16;
-  else if (v && !strcmp(v, "off")) c->dpbf16_fast = 0;
   c->best = DSI_ISA_SCALAR;
   if (c->avx2) c->best = DSI_ISA_AVX2;
   if (c->best == DSI_ISA_AVX2 && c->avx512f && c->avx512bw && c->avx512vl) c->best = DSI_ISA_AVX512;
@@ -90,39 +87,44 @@ int dsi_isa_parse(const char *s) {
 }
 
 /* ---- kernel tables ---- */
-static dsi_kern g_kern[DSI_ISA_AMX + 1];
+/* per level, and per bf16_dot choice (DSI_KERN_DOT_*: this CPU's, on, off) */
+static dsi_kern g_kern[DSI_ISA_AMX + 1][3];
 static pthread_once_t g_kern_once = PTHREAD_ONCE_INIT;
 
 static void make_tables(void) {
   const dsi_cpu *c = dsi_cpu_get();
-  for (int l = DSI_ISA_SCALAR; l <= DSI_ISA_AMX; l++) {
-    dsi_kern *k = &g_kern[l];
-    k->level = (dsi_isa)l < c->best ? (dsi_isa)l : c->best;
-    k->vec = &dsi_vec_ops_generic;
+  for (int l = DSI_ISA_SCALAR; l <= DSI_ISA_AMX; l++)
+    for (int dot = 0; dot < 3; dot++) {
+      dsi_kern *k = &g_kern[l][dot];
+      k->level = (dsi_isa)l < c->best ? (dsi_isa)l : c->best;
+      k->vec = &dsi_vec_ops_generic;
 #if defined(__x86_64__)
-    if (k->level >= DSI_ISA_AVX512) k->vec = &dsi_vec_ops_avx512;
-    else if (k->level >= DSI_ISA_AVX2) k->vec = &dsi_vec_ops_avx2;
+      if (k->level >= DSI_ISA_AVX512) k->vec = &dsi_vec_ops_avx512;
+      else if (k->level >= DSI_ISA_AVX2) k->vec = &dsi_vec_ops_avx2;
 #endif
 #if DSI_HAVE_AVX512
-    /* not beside AMX, nor where vdpbf16ps is slow (Intel's cores: one
-     * every one or two cycles against two FMAs): there the f32 route
-     * multiplies the same bf16-rounded activations faster
-     * (docs/perf-notes.md) */
-    k->dot_bf16 = k->level == DSI_ISA_AVX512BF16 && c->dpbf16_fast;
-    /* every CPU with AVX512-BF16 has VNNI; capped to avx512, the INT4
-     * matmul takes the vpmaddubsw route (tests run both here) */
-    k->vnni = k->level >= DSI_ISA_AVX512BF16 && c->avx512vnni;
+      /* not beside AMX, nor where vdpbf16ps is slow (Intel's cores: one
+       * every one or two cycles against two FMAs): there the f32 route
+       * multiplies the same bf16-rounded activations faster
+       * (docs/perf-notes.md) */
+      k->dot_bf16 = k->level == DSI_ISA_AVX512BF16 &&
+                    (dot == DSI_KERN_DOT_ON || (dot == DSI_KERN_DOT_AUTO && c->dpbf16_fast));
+      /* every CPU with AVX512-BF16 has VNNI; capped to avx512, the INT4
+       * matmul takes the vpmaddubsw route (tests run both here) */
+      k->vnni = k->level >= DSI_ISA_AVX512BF16 && c->avx512vnni;
 #endif
 #if DSI_HAVE_AMX
-    k->amx = k->level >= DSI_ISA_AMX;
-    k->amx_int8 = k->amx && c->amx_int8;
+      k->amx = k->level >= DSI_ISA_AMX;
+      k->amx_int8 = k->amx && c->amx_int8;
 #endif
-  }
+    }
 }
 
-const dsi_kern *dsi_kern_get(dsi_isa cap) {
+const dsi_kern *dsi_kern_get_dot(dsi_isa cap, int bf16_dot) {
   pthread_once(&g_kern_once, make_tables);
-  return &g_kern[(unsigned)cap <= DSI_ISA_AMX ? cap : DSI_ISA_AMX];
+  return &g_kern[(unsigned)cap <= DSI_ISA_AMX ? cap : DSI_ISA_AMX][(unsigned)bf16_dot <= DSI_KERN_DOT_OFF ? bf16_dot : 0];
 }
+
+const dsi_kern *dsi_kern_get(dsi_isa cap) { return dsi_kern_get_dot(cap, DSI_KERN_DOT_AUTO); }
 
 const dsi_kern *dsi_kern_best(void) { return dsi_kern_get(DSI_ISA_AMX); }

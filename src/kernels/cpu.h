@@ -17,7 +17,7 @@ typedef struct dsi_cpu {
   int intel;                        /* GenuineIntel */
   int dpbf16_fast; /* vdpbf16ps multiply-adds faster than the FMAs do: AMD's Zen 4 and
                       Zen 5, not Intel's cores (one every one or two cycles against two
-                      FMAs: as fast, or half); $DSINFER_BF16_DOT=on|off overrides */
+                      FMAs: as fast, or half) */
   dsi_isa best;    /* what the hardware and OS support */
 } dsi_cpu;
 
@@ -33,9 +33,9 @@ typedef struct dsi_kern {
   dsi_isa level;                 /* the CPU's best, capped */
   const struct dsi_vec_ops *vec; /* the vector primitives of that level */
   int dot_bf16;                  /* the AVX512-BF16 matmul runs (bf16 activations; the
-                                    AVX512BF16 level where vdpbf16ps is fast, dpbf16_fast;
-                                    elsewhere the f32 route multiplies the same bf16-rounded
-                                    activations) */
+                                    AVX512BF16 level where vdpbf16ps is fast, dpbf16_fast,
+                                    or as told, dsi_kern_get_dot; elsewhere the f32 route
+                                    multiplies the same bf16-rounded activations) */
   int amx;                       /* the AMX BF16 tile kernels run (matmul, attention) */
   int amx_int8;                  /* and the AMX INT8 matmul */
   int vnni;                      /* AVX512-VNNI (vpdpbusd) at the AVX512BF16 level and
@@ -43,6 +43,10 @@ typedef struct dsi_kern {
 } dsi_kern;
 /* the table for this CPU at min(cap, its best level) */
 const dsi_kern *dsi_kern_get(dsi_isa cap);
+/* the same with the AVX512-BF16 matmul as bf16_dot says: this CPU's
+ * default, on, off (the values of dsinfer.h's DSI_BF16_DOT_*) */
+enum { DSI_KERN_DOT_AUTO = 0, DSI_KERN_DOT_ON = 1, DSI_KERN_DOT_OFF = 2 };
+const dsi_kern *dsi_kern_get_dot(dsi_isa cap, int bf16_dot);
 /* the best this CPU runs: dsi_kern_get(DSI_ISA_AMX) */
 const dsi_kern *dsi_kern_best(void);
 

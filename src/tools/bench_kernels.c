@@ -183,7 +183,8 @@ static void bench_grouped(FILE *out, const dsi_kern *k, const dsi_peaks *pk, int
     /* the matrix peak of the level the matmuls run at, as the engine sets it (the FMA's unless
      * the driver rounds activations to bf16) */
     const char *pname;
-    double mpeak = dsi_matrix_peak(pk, (dsi_mm_act(&mm) & DSI_ACT_RED_BF16) ? dsi_isa_str(k->level) : "f32", &pname);
+    const int on_dot = (dsi_mm_act(&mm) & DSI_ACT_RED_BF16) && (k->level != DSI_ISA_AVX512BF16 || k->dot_bf16);
+    double mpeak = dsi_matrix_peak(pk, on_dot ? dsi_isa_str(k->level) : "f32", &pname);
     fprintf(out, "grouped experts (%s): %d tokens top-%d over %d experts (%d..%d tokens each) at V3 expert dims: "
                  "%.0f GFLOP/s (%.0f%% of the %s peak); plain matmuls of the same FLOPs: %.0f GFLOP/s; "
                  "grouped/plain %.0f%%\n",
@@ -499,7 +500,7 @@ int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) 
   int nth = o->n_threads > 0 ? o->n_threads : dsi_ncpu();
   int cap = o->isa ? dsi_isa_parse(o->isa) : DSI_ISA_AMX;
   if (cap < 0) return dsi_errf(err, DSI_E_INVAL, "isa '%s' is not one of " DSI_ISA_NAMES, o->isa);
-  const dsi_kern *k = dsi_kern_get((dsi_isa)cap);
+  const dsi_kern *k = dsi_kern_get_dot((dsi_isa)cap, o->bf16_dot);
   int reps = o->reps > 0 ? o->reps : 5;
   static const int default_ms[] = {1, 4, 16, 64, 256, 1024};
   const int *ms = o->n_ms ? o->ms : default_ms;

@@ -228,6 +228,11 @@ void dsi_cli_env_opts(dsi_load_opts *lo, dsi_engine_opts *eo) {
     if (dsi_isa_parse(v) >= 0) eo->isa = v;
     else fprintf(stderr, "dsinfer: DSINFER_ISA=%s is not one of " DSI_ISA_NAMES "; ignored\n", v);
   }
+  if (eo && (v = env("DSINFER_BF16_DOT"))) {
+    if (!strcmp(v, "on")) eo->bf16_dot = DSI_BF16_DOT_ON;
+    else if (!strcmp(v, "off")) eo->bf16_dot = DSI_BF16_DOT_OFF;
+    else fprintf(stderr, "dsinfer: DSINFER_BF16_DOT=%s is not on or off; ignored\n", v);
+  }
   if (eo && (v = env("DSINFER_MLA"))) {
     if (!strcmp(v, "absorb")) eo->mla_form = DSI_MLA_ABSORB;
     else if (!strcmp(v, "naive")) eo->mla_form = DSI_MLA_NAIVE;

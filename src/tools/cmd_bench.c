@@ -50,6 +50,7 @@ static int bench_kernels(int argc, char **argv) {
   dsi_engine_opts eo = {0};
   dsi_cli_env_opts(NULL, &eo);
   o.isa = eo.isa;
+  o.bf16_dot = eo.bf16_dot;
   dsi_err err = {0};
   rc = dsi_bench_kernels(&o, stdout, &err);
   free(mv);

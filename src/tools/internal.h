@@ -58,6 +58,7 @@ typedef struct dsi_bench_kernels_opts {
   const int *ms;       /* batch sizes (default 1,4,16,64,256,1024) */
   int n_ms;
   int precision;       /* DSI_ACT_*: the activations the matmuls take, as dsi_engine_opts.act_precision */
+  int bf16_dot;        /* DSI_BF16_DOT_*, as dsi_engine_opts.bf16_dot */
   int grouped;         /* instead: the grouped expert matmul (256 tokens, top-6 of 64
                           experts at V3 dims) vs plain matmuls of the same FLOPs */
   int attention;       /* instead: a decode token's latent attention at V3 widths, f32 vector

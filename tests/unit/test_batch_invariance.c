@@ -61,7 +61,7 @@ static void alone(dsi_model *m, const int32_t *prompt, int np, int V, int32_t *g
   dsi_engine *e;
   dsi_err err;
   dsi_engine_opts o = {.n_threads = g_exec->threads, .kv_block_size = g_block, .exec = g_exec->exec, .streams = g_exec->streams,
-                       .stream_team_min = g_exec->team_min, .isa = test_isa(), .mla_form = mla_form(),
+                       .stream_team_min = g_exec->team_min, .isa = test_isa(), .mla_form = mla_form(), .bf16_dot = test_bf16_dot(),
                        .act_precision = g_act};
   DSI_ASSERT(dsi_engine_open(&e, m, &o, &err) == 0);
   int s = dsi_seq_new(e);
@@ -148,7 +148,7 @@ static void run_case(int quant) {
    * of 2, so every step mixes prefill chunks with decode tokens */
   dsi_engine *e;
   dsi_engine_opts o = {.n_threads = g_exec->threads, .kv_block_size = g_block, .exec = g_exec->exec, .streams = g_exec->streams,
-                       .stream_team_min = g_exec->team_min, .isa = test_isa(), .mla_form = mla_form(),
+                       .stream_team_min = g_exec->team_min, .isa = test_isa(), .mla_form = mla_form(), .bf16_dot = test_bf16_dot(),
                        .act_precision = g_act};
   DSI_ASSERT(dsi_engine_open(&e, m, &o, &err) == 0);
   int ids[N_SEQ], fed[N_SEQ] = {0}, ngen[N_SEQ] = {0};

@@ -106,7 +106,8 @@ static void run_mode(const golden *g, const char *mode, int chunk, int n_other, 
   if (g_exec->threads && threads > 1) threads = g_exec->threads;
   dsi_engine_opts eo = {.n_threads = threads, .kv_block_size = 8, .max_tokens = 64, .act_precision = DSI_ACT_F32,
                         .exec = g_exec->exec, .streams = g_exec->streams, .stream_team_min = g_exec->team_min,
-                        .isa = test_isa(), .mla_form = test_mla_form()};
+                        .isa = test_isa(), .mla_form = test_mla_form(),
+                        .bf16_dot = test_bf16_dot()};
   if (dsi_engine_open(&e, g->m, &eo, &err)) { CHECKF(0, "%s", err.msg); return; }
   if (g_exec->poison) dsi_engine_set_poison(e, 1);
   int V = g->vocab, seq = dsi_seq_new(e);

@@ -8,12 +8,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dsinfer.h"
 #include "kernels/cpu.h"
+
+/* $DSINFER_BF16_DOT (on | off) as dsi_engine_opts.bf16_dot, as the
+ * command maps it (0: this CPU's default) */
+static inline int test_bf16_dot(void) {
+  const char *d = getenv("DSINFER_BF16_DOT");
+  return !d ? DSI_BF16_DOT_AUTO : !strcmp(d, "on") ? DSI_BF16_DOT_ON : !strcmp(d, "off") ? DSI_BF16_DOT_OFF : DSI_BF16_DOT_AUTO;
+}
 
 static inline const dsi_kern *test_kern(void) {
   const char *e = getenv("DSINFER_ISA");
   int l = e && *e ? dsi_isa_parse(e) : -1;
-  return dsi_kern_get(l >= 0 ? (dsi_isa)l : DSI_ISA_AMX);
+  return dsi_kern_get_dot(l >= 0 ? (dsi_isa)l : DSI_ISA_AMX, test_bf16_dot());
 }
 
 /* the exit status ctest counts as skipped (tests/CMakeLists.txt) */
