@@ -111,8 +111,8 @@ static void unpack_panel(const dsi_mat *w, int panel, int q0, int nq, uint8_t *l
   }
 }
 
-static const iq_unpacked k_unp_vnni = {unpack_panel, iq_upass_vnni, MB_U, 8, 16};
-static const iq_unpacked k_unp_bw = {unpack_panel, iq_upass_bw, MB_U, 8, 16};
+static const iq_unpacked k_unp_vnni = {unpack_panel, iq_upass_vnni, MB_U, 8};
+static const iq_unpacked k_unp_bw = {unpack_panel, iq_upass_bw, MB_U, 8};
 
 static void pass_bw(const dsi_mat *w, int panel, const int8_t *xq, size_t ldq, const int32_t *zp, int zld, int mb,
                     float *out) {

@@ -27,11 +27,17 @@
  * in turn and are added at the block's end (exact); the block's sum times
  * its scale is added into out in f32 (the first block: fma onto zero, as
  * the oracle's). MB, NCH are constants after inlining. */
+/* a panel's 64-byte line as vpdpbusd's unsigned operand: row j's four k
+ * in dword j (vpermw), made unsigned (xor 0x80) */
+static const uint16_t k_order[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                     8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+ALWAYS_INLINE __m512i i8_operand(const int8_t *l, __m512i idx) {
+  return _mm512_xor_si512(_mm512_permutexvar_epi16(idx, _mm512_loadu_si512(l)), _mm512_set1_epi8((char)0x80));
+}
+
 ALWAYS_INLINE void i8_pass(const int8_t *wp, const float *sc, int kpad, int block, const int8_t *xq, size_t ldq,
                            const int32_t *zp, int zld, int MB, int NCH, float *out) {
-  static const uint16_t order[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
-                                     8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-  const __m512i idx = _mm512_loadu_si512(order), flip = _mm512_set1_epi8((char)0x80);
+  const __m512i idx = _mm512_loadu_si512(k_order);
   const int nt = kpad / 4, bt = block / 4; /* lines in the panel, in a block (multiples of 8) */
 #pragma GCC unroll 16
   for (int i = 0; i < MB; i++) _mm512_storeu_ps(out + 16 * i, _mm512_setzero_ps());
@@ -48,7 +54,7 @@ ALWAYS_INLINE void i8_pass(const int8_t *wp, const float *sc, int kpad, int bloc
       for (int u = 0; u < 4; u++) {
         const int8_t *l = wp + (size_t)(t + u) * 64;
         _mm_prefetch((const char *)l + PF_AHEAD, _MM_HINT_T1);
-        const __m512i v = _mm512_xor_si512(_mm512_permutexvar_epi16(idx, _mm512_loadu_si512(l)), flip);
+        const __m512i v = i8_operand(l, idx);
         const int c = u % NCH;
 #pragma GCC unroll 16
         for (int i = 0; i < MB; i++) s[i][c] = dot_vnni(s[i][c], v, xq + i * ldq + 4 * (t + u));
@@ -82,20 +88,18 @@ static void pass_vnni(const dsi_mat *w, int panel, const int8_t *xq, size_t ldq,
 /* prefill: blocks q0..q0+nq of a panel as vpdpbusd's operand lines, each
  * block's scale repeated 16 times (iq_unpacked; the passes avx512_iq.h's) */
 static void unpack_panel(const dsi_mat *w, int panel, int q0, int nq, uint8_t *lines, float *scales) {
-  static const uint16_t order[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
-                                     8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-  const __m512i idx = _mm512_loadu_si512(order), flip = _mm512_set1_epi8((char)0x80);
+  const __m512i idx = _mm512_loadu_si512(k_order);
   const int8_t *wp = (const int8_t *)w->data + (size_t)panel * DSI_TILE_N * w->kpad + (size_t)q0 * w->block * DSI_TILE_N;
   const float *sc = w->scale + (size_t)panel * w->scale_cols + q0;
   for (int t = 0; t < nq * w->block / 4; t++)
-    _mm512_store_si512(lines + 64 * t, _mm512_xor_si512(_mm512_permutexvar_epi16(idx, _mm512_loadu_si512(wp + 64 * t)), flip));
+    _mm512_store_si512(lines + 64 * t, i8_operand(wp + 64 * t, idx));
   for (int q = 0; q < nq; q++) _mm512_storeu_ps(scales + 16 * q, _mm512_set1_ps(sc[q]));
 }
 
 /* from 16 rows: on an Emerald Rapids Xeon without AMX (bench kernels,
  * expert_up 2048 x 7168, 2 threads, medians of 5 alternating runs) 1.25x
  * the direct passes at 16 rows, 1.7x at 64 and 256, 0.76x at 8 */
-static const iq_unpacked k_unp = {unpack_panel, iq_upass_vnni, MB_U, 16, 16};
+static const iq_unpacked k_unp = {unpack_panel, iq_upass_vnni, MB_U, 16};
 
 void dsi_gemm_avx512_vnni_i8(const dsi_gemm *g, int r0, int r1, void *scratch) {
   DSI_ASSERT(g->w->block % 32 == 0 && g->w->kpad % 32 == 0);

@@ -31,9 +31,9 @@ typedef void (*iq_pass_fn)(const dsi_mat *w, int panel, const int8_t *xq, size_t
                            int mb, float *out);
 
 /* Where panels are worth unpacking once for all their passes (the
- * AVX-512 INT4 and INT8 kernels in prefill): unpack writes a panel's weights as the passes'
- * operand bytes into lines (line_bytes a column of kpad) and its scales as
- * f32 into scales (16 a block); pass then multiplies two such panels (a
+ * AVX-512 INT4 and INT8 kernels in prefill): unpack writes a panel's
+ * weights as the passes' operand bytes into lines (a byte a weight, 16 a
+ * column) and its scales as f32 into scales (16 a block); pass then multiplies two such panels (a
  * gate/up pair, or two consecutive panels; one where there is no second:
  * lines1 NULL) by mb activation rows, the sums as iq_pass_fn's into out0
  * and out1. From min_rows activation rows in a group, in passes of at
@@ -46,7 +46,6 @@ typedef struct {
   iq_unpack_fn unpack;
   iq_upass_fn pass;
   int mb, min_rows;
-  size_t line_bytes;
 } iq_unpacked;
 
 /* y row (16 outputs, nj valid) from a pass's sums t of one activation row */
@@ -76,7 +75,7 @@ static void iq_gemm_run(const dsi_gemm *g, int r0, int r1, void *scratch, iq_pas
   float *ta = scratch, *tb = ta + IQ_GROUP_ROWS * DSI_TILE_N;
   int32_t *zp = (int32_t *)(tb + IQ_GROUP_ROWS * DSI_TILE_N);
   const int kc = DSI_MAX(1, IQ_CHUNK_COLS / w->block); /* blocks a chunk */
-  const size_t lb = up ? up->line_bytes * (size_t)kc * w->block : 0;
+  const size_t lb = up ? (size_t)DSI_TILE_N * kc * w->block : 0;
   uint8_t *ul[2] = {(uint8_t *)(zp + (size_t)IQ_GROUP_ROWS * ng), NULL};
   ul[0] += (64 - (uintptr_t)ul[0] % 64) % 64;
   ul[1] = ul[0] + lb;
