@@ -14,13 +14,16 @@
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
 /* Activation rows of one pass, most rows of x a pass holds in registers:
- * BF16 keeps one accumulator per row (two for short passes), F32 two (the
- * pair layout below), FP8 a block partial of one or two and a sum (see
- * also MB_FP8_W). */
+ * BF16 and FP8 two chains a row (side by side up to MB_SHORT rows, in
+ * turns in a taller pass), F32 two (the pair layout below), INT8 a block
+ * partial of two and a sum. Each kernel does the same operations
+ * for a row whatever the pass height, so a row's result does not depend
+ * on the batch it came in (test_gemm checks each row of a tall call
+ * against short calls). */
 #define MB_BF16 16
 #define MB_F32 12
 #define MB_FP8 16
-#define MB_FP8_PAIRS 8
+#define MB_SHORT 8 /* BF16, FP8: up to this many rows, both chains side by side */
 #define MB_MAX 16
 /* Rows of x staged at once; more make more passes over the weights. */
 #define GROUP 64
@@ -80,28 +83,84 @@ ALWAYS_INLINE __m512 fold_pairs(__m512 lo, __m512 hi) {
 
 /* BF16: a 64-byte line is 16 rows x (k even in the low half of each dword,
  * k odd in the high half); shifting / masking gives the two f32 vectors.
- * Short passes split each row's sum into even and odd accumulators so the
- * FMA latency chains overlap. */
-ALWAYS_INLINE void bf16_pass(const uint8_t *wp, int nl, const float *xs, int MB, float *out) {
-  const int split = MB <= 8;
-  const __m512i hi_mask = _mm512_set1_epi32((int)0xffff0000u);
-  __m512 acc[MB_BF16], acc2[MB_BF16];
+ * Each row's sum runs in two chains, which take the panel's lines in turns
+ * of BF16_RUN (chain 0 lines 0-31, chain 1 lines 32-63, chain 0 64-95,
+ * ...), added at the end. A pass of up to MB_SHORT rows runs both side by
+ * side (two FMA latency chains a row; its two streams 2 KB apart move on
+ * together, each prefetching PF_AHEAD on: its own next turn). A taller one
+ * (16 rows would need 32 accumulators) sweeps the panel once, keeping the
+ * chain whose turn it is in registers and the other's in out or a buffer.
+ * The same operations in the same order for every row, whatever the pass
+ * height. */
+#define BF16_RUN 32
+_Static_assert(PF_AHEAD == 2 * BF16_RUN * 64, "a chain's prefetch lands in its own next turn");
+
+ALWAYS_INLINE void bf16_widen(const uint8_t *p, __m512 *we, __m512 *wo) {
+  const __m512i v = _mm512_loadu_si512(p);
+  *we = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+  *wo = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xffff0000u)));
+}
+
+ALWAYS_INLINE void bf16_line(const uint8_t *wp, int kk, const float *xs, int MB, __m512 *acc) {
+  const float *xk = xs + (size_t)kk * 2 * MB;
+  __m512 we, wo;
+  _mm_prefetch((const char *)wp + (size_t)kk * 64 + PF_AHEAD, PF_HINT);
+  bf16_widen(wp + (size_t)kk * 64, &we, &wo);
 #pragma GCC unroll 16
-  for (int i = 0; i < MB; i++) acc[i] = acc2[i] = _mm512_setzero_ps();
-  for (int kk = 0; kk < nl; kk++, wp += 64, xs += 2 * MB) {
-    _mm_prefetch((const char *)wp + PF_AHEAD, PF_HINT);
-    __m512i v = _mm512_loadu_si512(wp);
-    __m512 we = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
-    __m512 wo = _mm512_castsi512_ps(_mm512_and_si512(v, hi_mask));
+  for (int i = 0; i < MB; i++) {
+    acc[i] = _mm512_fmadd_ps(we, _mm512_set1_ps(xk[2 * i]), acc[i]);
+    acc[i] = _mm512_fmadd_ps(wo, _mm512_set1_ps(xk[2 * i + 1]), acc[i]);
+  }
+}
+
+ALWAYS_INLINE void bf16_pass(const uint8_t *wp, int nl, const float *xs, int MB, float *out) {
+  __m512 a[MB_BF16], b[MB_SHORT];
+  if (MB > MB_SHORT) {
+    float odd[MB_BF16 * 16] __attribute__((aligned(64))); /* chain 1 between its turns (chain 0: out) */
 #pragma GCC unroll 16
     for (int i = 0; i < MB; i++) {
-      acc[i] = _mm512_fmadd_ps(we, _mm512_set1_ps(xs[2 * i]), acc[i]);
-      if (split) acc2[i] = _mm512_fmadd_ps(wo, _mm512_set1_ps(xs[2 * i + 1]), acc2[i]);
-      else acc[i] = _mm512_fmadd_ps(wo, _mm512_set1_ps(xs[2 * i + 1]), acc[i]);
+      _mm512_storeu_ps(out + 16 * i, _mm512_setzero_ps());
+      _mm512_store_ps(odd + 16 * i, _mm512_setzero_ps());
     }
-  }
+    for (int c0 = 0; c0 < nl; c0 += BF16_RUN) {
+      float *sum = (c0 / BF16_RUN) & 1 ? odd : out;
 #pragma GCC unroll 16
-  for (int i = 0; i < MB; i++) _mm512_storeu_ps(out + 16 * i, split ? _mm512_add_ps(acc[i], acc2[i]) : acc[i]);
+      for (int i = 0; i < MB; i++) a[i] = _mm512_loadu_ps(sum + 16 * i);
+      for (int kk = c0; kk < DSI_MIN(c0 + BF16_RUN, nl); kk++) bf16_line(wp, kk, xs, MB, a);
+#pragma GCC unroll 16
+      for (int i = 0; i < MB; i++) _mm512_storeu_ps(sum + 16 * i, a[i]);
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < MB; i++)
+      _mm512_storeu_ps(out + 16 * i, _mm512_add_ps(_mm512_loadu_ps(out + 16 * i), _mm512_load_ps(odd + 16 * i)));
+    return;
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < MB; i++) a[i] = b[i] = _mm512_setzero_ps();
+  for (int c0 = 0; c0 < nl; c0 += 2 * BF16_RUN) {
+    /* a turn of each chain: chain 1's is chain 0's length or shorter */
+    const int na = DSI_MIN(BF16_RUN, nl - c0), nb = DSI_MAX(0, DSI_MIN(BF16_RUN, nl - c0 - BF16_RUN));
+    int t = 0;
+    for (; t < nb; t++) {
+      const int ka = c0 + t, kb = ka + BF16_RUN;
+      const float *xa = xs + (size_t)ka * 2 * MB, *xb = xs + (size_t)kb * 2 * MB;
+      _mm_prefetch((const char *)wp + (size_t)ka * 64 + PF_AHEAD, PF_HINT);
+      _mm_prefetch((const char *)wp + (size_t)kb * 64 + PF_AHEAD, PF_HINT);
+      __m512 ea, oa, eb, ob;
+      bf16_widen(wp + (size_t)ka * 64, &ea, &oa);
+      bf16_widen(wp + (size_t)kb * 64, &eb, &ob);
+#pragma GCC unroll 8
+      for (int i = 0; i < MB; i++) {
+        a[i] = _mm512_fmadd_ps(ea, _mm512_set1_ps(xa[2 * i]), a[i]);
+        b[i] = _mm512_fmadd_ps(eb, _mm512_set1_ps(xb[2 * i]), b[i]);
+        a[i] = _mm512_fmadd_ps(oa, _mm512_set1_ps(xa[2 * i + 1]), a[i]);
+        b[i] = _mm512_fmadd_ps(ob, _mm512_set1_ps(xb[2 * i + 1]), b[i]);
+      }
+    }
+    for (; t < na; t++) bf16_line(wp, c0 + t, xs, MB, a);
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < MB; i++) _mm512_storeu_ps(out + 16 * i, _mm512_add_ps(a[i], b[i]));
 }
 
 /* F32: a line is 128 bytes, 16 rows x 2 columns in the pair layout; one
@@ -127,14 +186,7 @@ ALWAYS_INLINE void f32_pass(const float *wp, int nl, const float *xs, int MB, fl
 
 /* FP8: a line is 32 bytes, 16 rows x 2 columns. Each block of lb lines (one
  * scale per panel and block) is summed apart, then added in times its scale
- * (x 2^8, see fp8_widen).
- *
- * 32 e4m3 bytes -> 32 f16 of the same value x 2^-8, exactly (normals and
- * subnormals): sign-extend each byte to 16 bits, shift the 7 magnitude bits
- * into f16's exponent/mantissa place; the extended sign lands in bits 14
- * and 15, and bit 14 is cleared. With perm, vpermw also moves the 16
- * even-column values ahead of the 16 odd ones (the BF16 kernel's order);
- * without, lo / hi come out in the pair layout. */
+ * (x 2^8: the f16 words below are the values x 2^-8). */
 /* E4M3FN's NaN (magnitude 0x7f) comes out of the shifts as 0x3f80 (480 x
  * 2^-8): made an f16 NaN (0x7f80), as the scalar table has it. */
 ALWAYS_INLINE __m512i fp8_f16_nan(__m512i h) {
@@ -142,105 +194,28 @@ ALWAYS_INLINE __m512i fp8_f16_nan(__m512i h) {
   return _mm512_mask_mov_epi16(h, nan, _mm512_or_si512(h, _mm512_set1_epi16(0x7c00)));
 }
 
-ALWAYS_INLINE void fp8_widen(const uint8_t *p, const __m512i *perm, __m512 *lo, __m512 *hi) {
-  __m512i s = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)p));
-  __m512i h = fp8_f16_nan(_mm512_and_si512(_mm512_slli_epi16(s, 7), _mm512_set1_epi16((short)0xbfff)));
-  if (perm) h = _mm512_permutexvar_epi16(*perm, h);
-  *lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
-  *hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
-}
-
-/* Short passes (the decode case): the pair layout, one uop a line cheaper;
- * a row's block partial is two registers and its sum a third. */
-ALWAYS_INLINE void fp8_pass_pairs(const uint8_t *wp, int nl, int lb, const float *sc, const float *xs, int MB,
-                                  float *out) {
-  __m512 acc[MB_FP8_PAIRS];
-#pragma GCC unroll 8
-  for (int i = 0; i < MB; i++) acc[i] = _mm512_setzero_ps();
-  for (int l0 = 0; l0 < nl; l0 += lb, sc++) {
-    int l1 = DSI_MIN(l0 + lb, nl);
-    __m512 lo[MB_FP8_PAIRS], hi[MB_FP8_PAIRS];
-#pragma GCC unroll 8
-    for (int i = 0; i < MB; i++) lo[i] = hi[i] = _mm512_setzero_ps();
-    for (int kk = l0; kk < l1; kk++) {
-      const uint8_t *p = wp + (size_t)kk * 32;
-      const float *xk = xs + (size_t)kk * 2 * MB;
-      if (!(kk & 1)) _mm_prefetch((const char *)p + PF_AHEAD, PF_HINT);
-      __m512 wl, wh;
-      fp8_widen(p, NULL, &wl, &wh);
-#pragma GCC unroll 8
-      for (int i = 0; i < MB; i++) {
-        __m512 xp = bcast_pair(xk + 2 * i);
-        lo[i] = _mm512_fmadd_ps(wl, xp, lo[i]);
-        hi[i] = _mm512_fmadd_ps(wh, xp, hi[i]);
-      }
-    }
-    __m512 s = _mm512_set1_ps(*sc * 256.0f);
-#pragma GCC unroll 8
-    for (int i = 0; i < MB; i++) acc[i] = _mm512_fmadd_ps(fold_pairs(lo[i], hi[i]), s, acc[i]);
-  }
-#pragma GCC unroll 8
-  for (int i = 0; i < MB; i++) _mm512_storeu_ps(out + 16 * i, acc[i]);
-}
-
-/* Tall passes: even/odd order, one register per row for its block partial
- * and the sums in out, so 16 rows of x fit in one pass. */
-ALWAYS_INLINE void fp8_pass_eo(const uint8_t *wp, const float *wide, int nl, int lb, const float *sc, const float *xs,
-                               int MB, float *out) {
-  const __m512i perm = _mm512_set_epi16(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1, 30, 28, 26, 24,
-                                        22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-#pragma GCC unroll 16
-  for (int i = 0; i < MB; i++) _mm512_storeu_ps(out + 16 * i, _mm512_setzero_ps());
-  for (int l0 = 0; l0 < nl; l0 += lb, sc++) {
-    int l1 = DSI_MIN(l0 + lb, nl);
-    __m512 acc[MB_FP8];
-#pragma GCC unroll 16
-    for (int i = 0; i < MB; i++) acc[i] = _mm512_setzero_ps();
-    for (int kk = l0; kk < l1; kk++) {
-      const uint8_t *p = wp + (size_t)kk * 32;
-      const float *xk = xs + (size_t)kk * 2 * MB;
-      __m512 we, wo;
-      if (wide) {
-        we = _mm512_load_ps(wide + (size_t)kk * 32);
-        wo = _mm512_load_ps(wide + (size_t)kk * 32 + 16);
-      } else {
-        if (!(kk & 1)) _mm_prefetch((const char *)p + PF_AHEAD, PF_HINT);
-        fp8_widen(p, &perm, &we, &wo);
-      }
-#pragma GCC unroll 16
-      for (int i = 0; i < MB; i++) {
-        acc[i] = _mm512_fmadd_ps(we, _mm512_set1_ps(xk[2 * i]), acc[i]);
-        acc[i] = _mm512_fmadd_ps(wo, _mm512_set1_ps(xk[2 * i + 1]), acc[i]);
-      }
-    }
-    __m512 s = _mm512_set1_ps(*sc * 256.0f);
-#pragma GCC unroll 16
-    for (int i = 0; i < MB; i++)
-      _mm512_storeu_ps(out + 16 * i, _mm512_fmadd_ps(acc[i], s, _mm512_loadu_ps(out + 16 * i)));
-  }
-}
-
-/* FP8, word order: 64 bytes (lines kk, kk + 1) are 32 words, each the
+/* FP8, word order: two 32-byte lines side by side are 32 words, each the
  * (even column, odd column) pair of one row. The odd byte becomes an f16
  * word by an arithmetic shift right (sign stays in bit 15, the 7 magnitude
  * bits land in f16's exponent/mantissa place, value x 2^-8 exactly for
- * normals and subnormals, as fp8_widen), the even byte by a shift left
- * first; a mask clears the sign copy in bit 14 and the other byte's bits.
- * The two f16 vectors go to a small buffer and are widened from memory
- * (vcvtph2ps m256), which spares the lane-crossing extract of the upper
- * halves: per 64 bytes, 5 shift/mask uops and 4 conversions, where the
- * route above spends 2 sign extensions, 4 shift/mask, 2 extracts and 4
+ * normals and subnormals), the even byte by a shift left first; a mask
+ * clears the sign copy in bit 14 and the other byte's bits. The two f16
+ * vectors go to a small buffer and are widened from memory (vcvtph2ps
+ * m256), which spares the lane-crossing extract of the upper halves: per
+ * 64 bytes, 5 shift/mask uops and 4 conversions, where sign-extending
+ * each line spends 2 sign extensions, 4 shift/mask, 2 extracts and 4
  * conversions — shuffle-port uops that on 2 cores were the limit, not
- * memory. The four f32 vectors are columns 2kk .. 2kk + 3, rows 0-15 in
- * order, so a row's sum needs no fold. Each row keeps lines kk and kk + 1
- * in two chains (latency) and its scaled sum: 3 registers a row, and the
- * same operations whatever the pass height, so a row's result does not
- * depend on the batch it came in. */
-#define MB_FP8_W 8
-
-ALWAYS_INLINE void fp8_f16_words(const uint8_t *p, uint16_t *buf) {
+ * memory. The four f32 vectors are the two lines' even and odd columns,
+ * rows 0-15 in order, so a row's sum needs no fold.
+ * Each scale block's sum runs in two chains a row, its first half of
+ * lines and the rest, then adds times the block's scale to the row's
+ * total: a pass of up to MB_SHORT rows runs the two side by side (the two
+ * lines of a 64-byte word vector, 3 registers a row), a taller one one
+ * after the other (over the panel widened once where the group takes
+ * several passes, fp8_widen_panel): the same operations whatever the pass
+ * height. */
+ALWAYS_INLINE void fp8_f16_words(__m512i v, uint16_t *buf) {
   const __m512i mask = _mm512_set1_epi16((short)0xbf80);
-  __m512i v = _mm512_loadu_si512(p);
   __m512i od = fp8_f16_nan(_mm512_and_si512(_mm512_srai_epi16(v, 1), mask));
   __m512i ev = fp8_f16_nan(_mm512_and_si512(_mm512_srai_epi16(_mm512_slli_epi16(v, 8), 1), mask));
   _mm512_store_si512(buf, ev);
@@ -255,50 +230,121 @@ ALWAYS_INLINE __m512 cvtph_mem(const uint16_t *p) {
   return r;
 }
 
-ALWAYS_INLINE void fp8_pass_w(const uint8_t *wp, int nl, int lb, const float *sc, const float *xs, int MB,
-                              float *out) {
-  uint16_t buf[64] __attribute__((aligned(64)));
-  __m512 tot[MB_FP8_W];
+/* the 16 rows' columns of line pa (ea, oa: even, odd) and of line pb */
+ALWAYS_INLINE void fp8_two(const uint8_t *pa, const uint8_t *pb, uint16_t *buf, __m512 *ea, __m512 *oa, __m512 *eb,
+                           __m512 *ob) {
+  const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)pa)),
+                                       _mm256_loadu_si256((const __m256i *)pb), 1);
+  fp8_f16_words(v, buf);
+  *ea = cvtph_mem(buf), *eb = cvtph_mem(buf + 16);
+  *oa = cvtph_mem(buf + 32), *ob = cvtph_mem(buf + 48);
+}
+
+/* rows' chains acc over lines kk and kk + 1 (w: their 64 bytes), or line
+ * kk alone (one: its 32 bytes and the next line's are read; a panel holds
+ * a multiple of 16 lines, so after an odd count of lines comes padding) */
+ALWAYS_INLINE void fp8_fma_lines(const uint8_t *w, int one, uint16_t *buf, const float *xk, int MB, __m512 *acc) {
+  __m512 e0, o0, e1, o1;
+  fp8_f16_words(_mm512_loadu_si512(w), buf);
+  e0 = cvtph_mem(buf), o0 = cvtph_mem(buf + 32);
 #pragma GCC unroll 8
-  for (int i = 0; i < MB; i++) tot[i] = _mm512_setzero_ps();
+  for (int i = 0; i < MB; i++) {
+    acc[i] = _mm512_fmadd_ps(e0, _mm512_set1_ps(xk[2 * i]), acc[i]);
+    acc[i] = _mm512_fmadd_ps(o0, _mm512_set1_ps(xk[2 * i + 1]), acc[i]);
+  }
+  if (one) return;
+  e1 = cvtph_mem(buf + 16), o1 = cvtph_mem(buf + 48);
+#pragma GCC unroll 8
+  for (int i = 0; i < MB; i++) {
+    acc[i] = _mm512_fmadd_ps(e1, _mm512_set1_ps(xk[2 * MB + 2 * i]), acc[i]);
+    acc[i] = _mm512_fmadd_ps(o1, _mm512_set1_ps(xk[2 * MB + 2 * i + 1]), acc[i]);
+  }
+}
+
+/* up to MB_SHORT rows: a block's two chains side by side, two lines of
+ * each at a time (one 64-byte word vector each), the totals in out */
+ALWAYS_INLINE void fp8_pass_short(const uint8_t *wp, int nl, int lb, const float *sc, const float *xs, int MB, float *out) {
+  uint16_t ba[64] __attribute__((aligned(64))), bb[64] __attribute__((aligned(64)));
+#pragma GCC unroll 8
+  for (int i = 0; i < MB; i++) _mm512_storeu_ps(out + 16 * i, _mm512_setzero_ps());
   for (int l0 = 0; l0 < nl; l0 += lb, sc++) {
-    const int l1 = DSI_MIN(l0 + lb, nl);
-    __m512 pa[MB_FP8_W], pb[MB_FP8_W];
+    const int l1 = DSI_MIN(l0 + lb, nl), h = (l1 - l0) / 2, hb = l0 + h;
+    __m512 a[MB_SHORT], b[MB_SHORT];
 #pragma GCC unroll 8
-    for (int i = 0; i < MB; i++) pa[i] = pb[i] = _mm512_setzero_ps();
-    int kk = l0;
-    for (; kk + 2 <= l1; kk += 2) {
-      const uint8_t *p = wp + (size_t)kk * 32;
-      const float *xk = xs + (size_t)kk * 2 * MB;
-      _mm_prefetch((const char *)p + PF_AHEAD, PF_HINT);
-      fp8_f16_words(p, buf);
-      const __m512 e0 = cvtph_mem(buf), e1 = cvtph_mem(buf + 16);
-      const __m512 o0 = cvtph_mem(buf + 32), o1 = cvtph_mem(buf + 48);
-#pragma GCC unroll 8
-      for (int i = 0; i < MB; i++) {
-        pa[i] = _mm512_fmadd_ps(e0, _mm512_set1_ps(xk[2 * i]), pa[i]);
-        pb[i] = _mm512_fmadd_ps(e1, _mm512_set1_ps(xk[2 * MB + 2 * i]), pb[i]);
-        pa[i] = _mm512_fmadd_ps(o0, _mm512_set1_ps(xk[2 * i + 1]), pa[i]);
-        pb[i] = _mm512_fmadd_ps(o1, _mm512_set1_ps(xk[2 * MB + 2 * i + 1]), pb[i]);
-      }
+    for (int i = 0; i < MB; i++) a[i] = b[i] = _mm512_setzero_ps();
+    int j = 0;
+    for (; j + 2 <= h; j += 2) {
+      const uint8_t *pa = wp + (size_t)(l0 + j) * 32, *pb = wp + (size_t)(hb + j) * 32;
+      _mm_prefetch((const char *)pa + PF_AHEAD, PF_HINT);
+      _mm_prefetch((const char *)pb + PF_AHEAD, PF_HINT);
+      fp8_fma_lines(pa, 0, ba, xs + (size_t)(l0 + j) * 2 * MB, MB, a);
+      fp8_fma_lines(pb, 0, bb, xs + (size_t)(hb + j) * 2 * MB, MB, b);
     }
-    if (kk < l1) { /* an odd last line (x is staged that far only; the next line is padding) */
-      const uint8_t *p = wp + (size_t)kk * 32;
-      const float *xk = xs + (size_t)kk * 2 * MB;
-      fp8_f16_words(p, buf);
-      const __m512 e0 = cvtph_mem(buf), o0 = cvtph_mem(buf + 32);
-#pragma GCC unroll 8
-      for (int i = 0; i < MB; i++) {
-        pa[i] = _mm512_fmadd_ps(e0, _mm512_set1_ps(xk[2 * i]), pa[i]);
-        pa[i] = _mm512_fmadd_ps(o0, _mm512_set1_ps(xk[2 * i + 1]), pa[i]);
-      }
-    }
+    /* the halves' last lines: one of the first (h odd), one or two of the second */
+    if (j < h) fp8_fma_lines(wp + (size_t)(l0 + j) * 32, 1, ba, xs + (size_t)(l0 + j) * 2 * MB, MB, a);
+    for (int kk = hb + j; kk < l1; kk += 2)
+      fp8_fma_lines(wp + (size_t)kk * 32, kk + 1 == l1, bb, xs + (size_t)kk * 2 * MB, MB, b);
     const __m512 s = _mm512_set1_ps(*sc * 256.0f);
 #pragma GCC unroll 8
-    for (int i = 0; i < MB; i++) tot[i] = _mm512_fmadd_ps(_mm512_add_ps(pa[i], pb[i]), s, tot[i]);
+    for (int i = 0; i < MB; i++)
+      _mm512_storeu_ps(out + 16 * i, _mm512_fmadd_ps(_mm512_add_ps(a[i], b[i]), s, _mm512_loadu_ps(out + 16 * i)));
   }
-#pragma GCC unroll 8
-  for (int i = 0; i < MB; i++) _mm512_storeu_ps(out + 16 * i, tot[i]);
+}
+
+/* one chain, lines [k0, k1), for each row of a tall pass: from the panel
+ * widened (wide: line kk's even columns at wide + 32 kk, its odd ones 16
+ * floats on) or, without it, from its bytes */
+ALWAYS_INLINE void fp8_chain(const uint8_t *wp, const float *wide, int k0, int k1, const float *xs, int MB, __m512 *acc) {
+  uint16_t buf[64] __attribute__((aligned(64)));
+#pragma GCC unroll 16
+  for (int i = 0; i < MB; i++) acc[i] = _mm512_setzero_ps();
+  for (int kk = k0; kk < k1;) {
+    const float *xk = xs + (size_t)kk * 2 * MB;
+    __m512 e, o, e2, o2;
+    int two = 0;
+    if (wide) {
+      e = _mm512_load_ps(wide + (size_t)kk * 32), o = _mm512_load_ps(wide + (size_t)kk * 32 + 16);
+    } else { /* lines kk and kk + 1 widened together, the second used where it is the chain's */
+      const uint8_t *p = wp + (size_t)kk * 32;
+      if (!(kk & 1)) _mm_prefetch((const char *)p + PF_AHEAD, PF_HINT);
+      fp8_two(p, p + 32, buf, &e, &o, &e2, &o2);
+      two = kk + 1 < k1;
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < MB; i++) {
+      acc[i] = _mm512_fmadd_ps(e, _mm512_set1_ps(xk[2 * i]), acc[i]);
+      acc[i] = _mm512_fmadd_ps(o, _mm512_set1_ps(xk[2 * i + 1]), acc[i]);
+    }
+    if (two)
+#pragma GCC unroll 16
+      for (int i = 0; i < MB; i++) {
+        acc[i] = _mm512_fmadd_ps(e2, _mm512_set1_ps(xk[2 * MB + 2 * i]), acc[i]);
+        acc[i] = _mm512_fmadd_ps(o2, _mm512_set1_ps(xk[2 * MB + 2 * i + 1]), acc[i]);
+      }
+    kk += 1 + two;
+  }
+}
+
+/* more than MB_SHORT rows: per scale block the two chains one after the
+ * other, then the block's sum times its scale onto the totals in out */
+ALWAYS_INLINE void fp8_pass_tall(const uint8_t *wp, const float *wide, int nl, int lb, const float *sc, const float *xs,
+                                 int MB, float *out) {
+  __m512 acc[MB_FP8];
+  float first[MB_FP8 * 16] __attribute__((aligned(64)));
+#pragma GCC unroll 16
+  for (int i = 0; i < MB; i++) _mm512_storeu_ps(out + 16 * i, _mm512_setzero_ps());
+  for (int l0 = 0; l0 < nl; l0 += lb, sc++) {
+    const int l1 = DSI_MIN(l0 + lb, nl), h = (l1 - l0) / 2;
+    fp8_chain(wp, wide, l0, l0 + h, xs, MB, acc);
+#pragma GCC unroll 16
+    for (int i = 0; i < MB; i++) _mm512_store_ps(first + 16 * i, acc[i]);
+    fp8_chain(wp, wide, l0 + h, l1, xs, MB, acc);
+    const __m512 s = _mm512_set1_ps(*sc * 256.0f);
+#pragma GCC unroll 16
+    for (int i = 0; i < MB; i++)
+      _mm512_storeu_ps(out + 16 * i, _mm512_fmadd_ps(_mm512_add_ps(_mm512_load_ps(first + 16 * i), acc[i]), s,
+                                                     _mm512_loadu_ps(out + 16 * i)));
+  }
 }
 
 /* ---- INT8 (weights quantized at load) ----
@@ -367,56 +413,49 @@ static void f32_pass_n(const float *wp, int nl, const float *xs, int mb, float *
   }
 }
 
-static void fp8_pass_n(const uint8_t *wp, int nl, int lb, const float *sc, const float *xs, int mb, float *out) {
-  switch (mb) {
-#define F(n) case n: fp8_pass_pairs(wp, nl, lb, sc, xs, n, out); break;
-    CASES_8(F)
+/* FP8, wide: the panel widened (fp8_widen_panel) or NULL, for tall passes */
+static void fp8_pass_n(const uint8_t *wp, const float *wide, int nl, int lb, const float *sc, const float *xs, int mb,
+                       float *out) {
+  if (mb <= MB_SHORT) switch (mb) {
+#define F(n) case n: fp8_pass_short(wp, nl, lb, sc, xs, n, out); return;
+      CASES_8(F)
 #undef F
-#define F(n) case n: fp8_pass_eo(wp, NULL, nl, lb, sc, xs, n, out); break;
-    F(9) F(10) F(11) F(12) F(13) F(14) F(15) F(16)
+    }
+  else if (wide) switch (mb) {
+#define F(n) case n: fp8_pass_tall(wp, wide, nl, lb, sc, xs, n, out); return;
+      F(9) F(10) F(11) F(12) F(13) F(14) F(15) F(16)
 #undef F
-  default: DSI_ASSERT(0);
-  }
+    }
+  else switch (mb) {
+#define F(n) case n: fp8_pass_tall(wp, NULL, nl, lb, sc, xs, n, out); return;
+      F(9) F(10) F(11) F(12) F(13) F(14) F(15) F(16)
+#undef F
+    }
+  DSI_ASSERT(0);
 }
 
 /* ---- prefill: FP8 panels widened once ----
  * With more than one pass over a group, a panel's lines are widened once
- * into f32 lines in the scratch, in the tall passes' even/odd order, and
- * those passes load them: 2 loads a line where each pass spent about 10
- * widening uops beside its 32 FMAs. The same values and operations:
- * bitwise the passes that widen. On an Emerald Rapids Xeon without AMX
- * (2 threads): expert_up 1.31x at 64 rows, 1.46x at 256; FP8 prefill
- * 1.16-1.35x. INT8's passes (8 rows, 16 FMAs a line) measured slower
- * reading f32 lines from L2 than widening their 32 bytes. */
+ * into f32 lines in the scratch (line kk's even columns, then its odd
+ * ones), and the tall passes load them: 2 loads a line where each pass
+ * spent 5 shift/mask uops and 4 conversions a line pair widening it.
+ * The same values and operations: bitwise the passes that widen. On an Emerald Rapids
+ * Xeon without AMX (2 threads): expert_up 1.31x at 64 rows, 1.46x at 256;
+ * FP8 prefill 1.16-1.35x. INT8's passes (8 rows, 16 FMAs a line)
+ * measured slower reading f32 lines from L2 than widening their 32 bytes. */
 static void fp8_widen_panel(const uint8_t *wp, int nl, float *wide) {
-  const __m512i perm = _mm512_set_epi16(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1, 30, 28, 26, 24,
-                                        22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-  for (int kk = 0; kk < nl; kk++) {
-    __m512 we, wo;
-    fp8_widen(wp + (size_t)kk * 32, &perm, &we, &wo);
-    _mm512_store_ps(wide + (size_t)kk * 32, we);
-    _mm512_store_ps(wide + (size_t)kk * 32 + 16, wo);
-  }
-}
-
-/* FP8 passes of 9 or more rows over the widened panel (fewer: the pair
- * route, widening itself) */
-static void fp8_wide_pass_n(const uint8_t *wp, const float *wide, int nl, int lb, const float *sc, const float *xs,
-                            int mb, float *out) {
-  switch (mb) {
-#define F(n) case n: fp8_pass_eo(wp, wide, nl, lb, sc, xs, n, out); break;
-    F(9) F(10) F(11) F(12) F(13) F(14) F(15) F(16)
-#undef F
-  default: fp8_pass_n(wp, nl, lb, sc, xs, mb, out);
-  }
-}
-
-static void fp8_pass_w_n(const uint8_t *wp, int nl, int lb, const float *sc, const float *xs, int mb, float *out) {
-  switch (mb) {
-#define F(n) case n: fp8_pass_w(wp, nl, lb, sc, xs, n, out); break;
-    CASES_8(F)
-#undef F
-  default: DSI_ASSERT(0);
+  uint16_t buf[64] __attribute__((aligned(64)));
+  for (int kk = 0; kk < nl; kk += 2) {
+    const uint8_t *p = wp + (size_t)kk * 32;
+    __m512 e0, o0, e1, o1;
+    _mm_prefetch((const char *)p + PF_AHEAD, PF_HINT);
+    fp8_two(p, p + 32, buf, &e0, &o0, &e1, &o1);
+    _mm512_store_ps(wide + (size_t)kk * 32, e0);
+    _mm512_store_ps(wide + (size_t)kk * 32 + 16, o0);
+    if (kk + 1 < nl) { /* an odd last line: the next 32 bytes are padding, not stored */
+      _mm512_store_ps(wide + (size_t)kk * 32 + 32, e1);
+      _mm512_store_ps(wide + (size_t)kk * 32 + 48, o1);
+    }
   }
 }
 
@@ -617,12 +656,12 @@ static void panel_run(const plan *pl, int p, float *t) {
     }
     return;
   }
-  if (pl->widef && pl->npass > 1 && pl->mbmax == MB_FP8) {
+  if (pl->widef && pl->npass > 1) {
     fp8_widen_panel(wp, pl->nl, pl->widef);
     for (int q = 0; q < pl->npass; q++) {
       const int i0 = pl->pass_i0[q];
-      fp8_wide_pass_n(wp, pl->widef, pl->nl, w->block / 2, sc, pl->xs + (size_t)i0 * 2 * pl->nl,
-                      pl->pass_i0[q + 1] - i0, t + (size_t)i0 * DSI_TILE_N);
+      fp8_pass_n(wp, pl->widef, pl->nl, w->block / 2, sc, pl->xs + (size_t)i0 * 2 * pl->nl,
+                 pl->pass_i0[q + 1] - i0, t + (size_t)i0 * DSI_TILE_N);
     }
     return;
   }
@@ -634,8 +673,7 @@ static void panel_run(const plan *pl, int p, float *t) {
     else if (w->dtype == DSI_DTYPE_BF16) bf16_pass_n(wp, pl->nl, xs, mb, out);
     else if (w->dtype == DSI_DTYPE_F32) f32_pass_n((const float *)wp, pl->nl, xs, mb, out);
     else if (w->dtype == DSI_DTYPE_I8) i8_pass_n(wp, pl->nl, w->block / 2, sc, xs, mb, out);
-    else if (pl->mbmax == MB_FP8_W) fp8_pass_w_n(wp, pl->nl, w->block / 2, sc, xs, mb, out);
-    else fp8_pass_n(wp, pl->nl, w->block / 2, sc, xs, mb, out);
+    else fp8_pass_n(wp, NULL, pl->nl, w->block / 2, sc, xs, mb, out);
   }
 }
 
@@ -654,10 +692,6 @@ static void gemm_run(const dsi_gemm *g, int r0, int r1, void *scratch, int dp) {
 
   plan pl = {.g = g, .dp = dp, .nl = (w->cols + 1) / 2};
   pl.mbmax = w->dtype == DSI_DTYPE_BF16 ? MB_BF16 : w->dtype == DSI_DTYPE_F32 ? MB_F32 : w->dtype == DSI_DTYPE_I8 ? MB_I8 : MB_FP8;
-  /* FP8 decode and small batches: the word-order route (fp8_pass_w), one
-   * pass; taller batches keep the route above, which takes 16 rows a pass
-   * and so widens each panel half as often */
-  if (w->dtype == DSI_DTYPE_F8_E4M3 && g->m <= MB_FP8_W) pl.mbmax = MB_FP8_W;
   if (dp) pl.mbmax = MB_DP;
 
   /* scratch, DSI_GEMM_SCRATCH(cols) = (cols + 64) * 64 floats, holds GROUP
