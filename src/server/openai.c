@@ -1820,7 +1820,7 @@ static int close_final(in *j, char **text, const char *final) {
 
 /* a chat request's JSON object (root, taken) read into cr: 0, or -1 with
  * the error reply set */
-static int chat_parse_root(dsi_server *srv, cJSON *root, chat_req *cr, reply *rp) {
+static int chat_parse_root(dsi_server *srv, cJSON *root, int count_only, chat_req *cr, reply *rp) {
   in j = {root, rp, 0};
   cJSON *msgs = NULL, *extra = NULL;
   char *mj = NULL, *xj = NULL, *final = NULL;
@@ -1885,7 +1885,8 @@ static int chat_parse_root(dsi_server *srv, cJSON *root, chat_req *cr, reply *rp
     reply_failed(rp, "messages", &err);
     goto out;
   }
-  if (check_length(srv, rp, n, &cr->p)) goto out;
+  /* counting tokens tells a client how long its prompt is, whatever the context */
+  if (!count_only && check_length(srv, rp, n, &cr->p)) goto out;
   cr->p.r.prompt = cr->ids;
   cr->p.r.n_prompt = (int)n;
   cr->p.forced = cr->forced;
@@ -1902,7 +1903,7 @@ out:
 int api_chat_parse(dsi_server *srv, const char *body, size_t len, chat_req *cr, reply *rp) {
   memset(cr, 0, sizeof *cr);
   cJSON *root = parse_body(body, len, rp);
-  return root ? chat_parse_root(srv, root, cr, rp) : -1;
+  return root ? chat_parse_root(srv, root, 0, cr, rp) : -1;
 }
 
 void chat_req_free(chat_req *cr) {
@@ -2047,7 +2048,7 @@ int api_responses_parse(dsi_server *srv, const char *body, size_t len, chat_req 
     reply_oom(rp, "reading the request");
     return -1;
   }
-  if (chat_parse_root(srv, chat, cr, rp)) {
+  if (chat_parse_root(srv, chat, 0, cr, rp)) {
     free(*echo), *echo = NULL;
     return -1;
   }
@@ -2124,7 +2125,7 @@ int api_messages_parse(dsi_server *srv, const char *body, size_t len, int count_
     reply_oom(rp, "reading the request");
     return -1;
   }
-  return chat_parse_root(srv, chat, cr, rp);
+  return chat_parse_root(srv, chat, count_only, cr, rp);
 }
 
 void api_messages(dsi_server *srv, const char *body, size_t len, int fd, reply *rp) {

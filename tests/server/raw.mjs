@@ -219,6 +219,12 @@ for (const [what, body] of badm) {
 {
   const r = await post("/v1/messages/count_tokens", JSON.stringify({ messages: u("hi") }));
   check(r.status === 200 && r.j.input_tokens > 1, `count_tokens without max_tokens: ${r.text}`);
+  // a prompt over the context: counted (the client asks how long it is), refused to generate
+  const long = u("word ".repeat(3000));
+  const rl = await post("/v1/messages/count_tokens", JSON.stringify({ messages: long }));
+  const gl = await post("/v1/messages", JSON.stringify({ max_tokens: 2, messages: long }));
+  check(rl.status === 200 && rl.j.input_tokens > 3000 && gl.status === 400 && /maximum context length/.test(gl.text),
+    `count_tokens over the context: ${rl.text.slice(0, 80)}; generating: ${gl.status}`);
   const k = await post("/v1/messages", JSON.stringify({ max_tokens: 2, messages: u("hi") }),
     { "x-api-key": key, "Content-Type": "application/json" });
   check(k.status === 200 && k.j.type === "message", "the key as x-api-key: 200");
