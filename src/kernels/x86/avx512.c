@@ -209,15 +209,19 @@ ALWAYS_INLINE __m512i fp8_f16_nan(__m512i h) {
  * rows 0-15 in order, so a row's sum needs no fold.
  * Each scale block's sum runs in two chains a row, its first half of
  * lines and the rest, then adds times the block's scale to the row's
- * total: a pass of up to MB_SHORT rows runs the two side by side (the two
- * lines of a 64-byte word vector, 3 registers a row), a taller one one
- * after the other (over the panel widened once where the group takes
+ * total: a pass of up to MB_SHORT rows runs the two side by side (two
+ * lines of each half per 64-byte word vector, 2 registers a row), a
+ * taller one one after the other (over the panel widened once where the group takes
  * several passes, fp8_widen_panel): the same operations whatever the pass
  * height. */
-ALWAYS_INLINE void fp8_f16_words(__m512i v, uint16_t *buf) {
+/* nan: 0 when the weights hold no NaN byte (dsi_mat.nan_free, as the
+ * loader finds a checkpoint's): the fix-up is 8 of a word vector's 21
+ * uops on the FMA ports, which at one row bound the pass on this CPU */
+ALWAYS_INLINE void fp8_f16_words(__m512i v, int nan, uint16_t *buf) {
   const __m512i mask = _mm512_set1_epi16((short)0xbf80);
-  __m512i od = fp8_f16_nan(_mm512_and_si512(_mm512_srai_epi16(v, 1), mask));
-  __m512i ev = fp8_f16_nan(_mm512_and_si512(_mm512_srai_epi16(_mm512_slli_epi16(v, 8), 1), mask));
+  __m512i od = _mm512_and_si512(_mm512_srai_epi16(v, 1), mask);
+  __m512i ev = _mm512_and_si512(_mm512_srai_epi16(_mm512_slli_epi16(v, 8), 1), mask);
+  if (nan) od = fp8_f16_nan(od), ev = fp8_f16_nan(ev);
   _mm512_store_si512(buf, ev);
   _mm512_store_si512(buf + 32, od);
 }
@@ -235,7 +239,7 @@ ALWAYS_INLINE void fp8_two(const uint8_t *pa, const uint8_t *pb, uint16_t *buf, 
                            __m512 *ob) {
   const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)pa)),
                                        _mm256_loadu_si256((const __m256i *)pb), 1);
-  fp8_f16_words(v, buf);
+  fp8_f16_words(v, 1, buf);
   *ea = cvtph_mem(buf), *eb = cvtph_mem(buf + 16);
   *oa = cvtph_mem(buf + 32), *ob = cvtph_mem(buf + 48);
 }
@@ -243,9 +247,10 @@ ALWAYS_INLINE void fp8_two(const uint8_t *pa, const uint8_t *pb, uint16_t *buf, 
 /* rows' chains acc over lines kk and kk + 1 (w: their 64 bytes), or line
  * kk alone (one: its 32 bytes and the next line's are read; a panel holds
  * a multiple of 16 lines, so after an odd count of lines comes padding) */
-ALWAYS_INLINE void fp8_fma_lines(const uint8_t *w, int one, uint16_t *buf, const float *xk, int MB, __m512 *acc) {
+ALWAYS_INLINE void fp8_fma_lines(const uint8_t *w, int one, int nan, uint16_t *buf, const float *xk, int MB,
+                                 __m512 *acc) {
   __m512 e0, o0, e1, o1;
-  fp8_f16_words(_mm512_loadu_si512(w), buf);
+  fp8_f16_words(_mm512_loadu_si512(w), nan, buf);
   e0 = cvtph_mem(buf), o0 = cvtph_mem(buf + 32);
 #pragma GCC unroll 8
   for (int i = 0; i < MB; i++) {
@@ -263,7 +268,8 @@ ALWAYS_INLINE void fp8_fma_lines(const uint8_t *w, int one, uint16_t *buf, const
 
 /* up to MB_SHORT rows: a block's two chains side by side, two lines of
  * each at a time (one 64-byte word vector each), the totals in out */
-ALWAYS_INLINE void fp8_pass_short(const uint8_t *wp, int nl, int lb, const float *sc, const float *xs, int MB, float *out) {
+ALWAYS_INLINE void fp8_pass_short(const uint8_t *wp, int nan, int nl, int lb, const float *sc, const float *xs, int MB,
+                                  float *out) {
   uint16_t ba[64] __attribute__((aligned(64))), bb[64] __attribute__((aligned(64)));
 #pragma GCC unroll 8
   for (int i = 0; i < MB; i++) _mm512_storeu_ps(out + 16 * i, _mm512_setzero_ps());
@@ -277,13 +283,13 @@ ALWAYS_INLINE void fp8_pass_short(const uint8_t *wp, int nl, int lb, const float
       const uint8_t *pa = wp + (size_t)(l0 + j) * 32, *pb = wp + (size_t)(hb + j) * 32;
       _mm_prefetch((const char *)pa + PF_AHEAD, PF_HINT);
       _mm_prefetch((const char *)pb + PF_AHEAD, PF_HINT);
-      fp8_fma_lines(pa, 0, ba, xs + (size_t)(l0 + j) * 2 * MB, MB, a);
-      fp8_fma_lines(pb, 0, bb, xs + (size_t)(hb + j) * 2 * MB, MB, b);
+      fp8_fma_lines(pa, 0, nan, ba, xs + (size_t)(l0 + j) * 2 * MB, MB, a);
+      fp8_fma_lines(pb, 0, nan, bb, xs + (size_t)(hb + j) * 2 * MB, MB, b);
     }
     /* the halves' last lines: one of the first (h odd), one or two of the second */
-    if (j < h) fp8_fma_lines(wp + (size_t)(l0 + j) * 32, 1, ba, xs + (size_t)(l0 + j) * 2 * MB, MB, a);
+    if (j < h) fp8_fma_lines(wp + (size_t)(l0 + j) * 32, 1, nan, ba, xs + (size_t)(l0 + j) * 2 * MB, MB, a);
     for (int kk = hb + j; kk < l1; kk += 2)
-      fp8_fma_lines(wp + (size_t)kk * 32, kk + 1 == l1, bb, xs + (size_t)kk * 2 * MB, MB, b);
+      fp8_fma_lines(wp + (size_t)kk * 32, kk + 1 == l1, nan, bb, xs + (size_t)kk * 2 * MB, MB, b);
     const __m512 s = _mm512_set1_ps(*sc * 256.0f);
 #pragma GCC unroll 8
     for (int i = 0; i < MB; i++)
@@ -413,11 +419,17 @@ static void f32_pass_n(const float *wp, int nl, const float *xs, int mb, float *
   }
 }
 
-/* FP8, wide: the panel widened (fp8_widen_panel) or NULL, for tall passes */
-static void fp8_pass_n(const uint8_t *wp, const float *wide, int nl, int lb, const float *sc, const float *xs, int mb,
-                       float *out) {
-  if (mb <= MB_SHORT) switch (mb) {
-#define F(n) case n: fp8_pass_short(wp, nl, lb, sc, xs, n, out); return;
+/* FP8, wide: the panel widened (fp8_widen_panel) or NULL, for tall
+ * passes; nan: the short passes' NaN fix-up (fp8_f16_words) */
+static void fp8_pass_n(const uint8_t *wp, const float *wide, int nan, int nl, int lb, const float *sc, const float *xs,
+                       int mb, float *out) {
+  if (mb <= MB_SHORT && nan) switch (mb) {
+#define F(n) case n: fp8_pass_short(wp, 1, nl, lb, sc, xs, n, out); return;
+      CASES_8(F)
+#undef F
+    }
+  else if (mb <= MB_SHORT) switch (mb) {
+#define F(n) case n: fp8_pass_short(wp, 0, nl, lb, sc, xs, n, out); return;
       CASES_8(F)
 #undef F
     }
@@ -660,7 +672,7 @@ static void panel_run(const plan *pl, int p, float *t) {
     fp8_widen_panel(wp, pl->nl, pl->widef);
     for (int q = 0; q < pl->npass; q++) {
       const int i0 = pl->pass_i0[q];
-      fp8_pass_n(wp, pl->widef, pl->nl, w->block / 2, sc, pl->xs + (size_t)i0 * 2 * pl->nl,
+      fp8_pass_n(wp, pl->widef, !w->nan_free, pl->nl, w->block / 2, sc, pl->xs + (size_t)i0 * 2 * pl->nl,
                  pl->pass_i0[q + 1] - i0, t + (size_t)i0 * DSI_TILE_N);
     }
     return;
@@ -673,7 +685,7 @@ static void panel_run(const plan *pl, int p, float *t) {
     else if (w->dtype == DSI_DTYPE_BF16) bf16_pass_n(wp, pl->nl, xs, mb, out);
     else if (w->dtype == DSI_DTYPE_F32) f32_pass_n((const float *)wp, pl->nl, xs, mb, out);
     else if (w->dtype == DSI_DTYPE_I8) i8_pass_n(wp, pl->nl, w->block / 2, sc, xs, mb, out);
-    else fp8_pass_n(wp, NULL, pl->nl, w->block / 2, sc, xs, mb, out);
+    else fp8_pass_n(wp, NULL, !w->nan_free, pl->nl, w->block / 2, sc, xs, mb, out);
   }
 }
 
