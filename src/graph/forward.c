@@ -904,10 +904,7 @@ int dsi_fwd_act(const dsi_fwd *fw) { return dsi_mm_act(&fw->f.mm); }
 int dsi_fwd_kv_pairs(const dsi_fwd *fw) { return fw->f.kv_pairs; }
 const char *dsi_fwd_isa(const dsi_fwd *fw) { return dsi_isa_str(fw->f.mm.k->level); }
 const char *dsi_fwd_isa_best(void) { return dsi_isa_str(dsi_kern_best()->level); }
-const char *dsi_fwd_matrix_isa(const dsi_fwd *fw) {
-  const dsi_kern *k = fw->f.mm.k;
-  return !fw->f.mm.act_bf16 || (k->level == DSI_ISA_AVX512BF16 && !k->dot_bf16) ? "f32" : dsi_isa_str(k->level);
-}
+const char *dsi_fwd_matrix_isa(const dsi_fwd *fw) { return dsi_mm_matrix_isa(&fw->f.mm); }
 
 void dsi_fwd_free(dsi_fwd *fw) {
   if (!fw) return;

@@ -58,6 +58,15 @@ static inline int dsi_mm_act(const dsi_mm *mm) {
   return (mm->act_bf16 ? DSI_ACT_RED_BF16 : 0) | (mm->act_i8 ? DSI_ACT_RED_I8 : 0) | (mm->act_i16 ? DSI_ACT_RED_I16 : 0);
 }
 
+/* the level whose matrix peak these matmuls on bf16 activations run at
+ * (dsi_matrix_peak): the kernels' own, or "f32" where they take the f32
+ * route (f32 activations, or BF16 and FP8 weights off vdpbf16ps at
+ * avx512bf16) */
+static inline const char *dsi_mm_matrix_isa(const dsi_mm *mm) {
+  const dsi_kern *k = mm->k;
+  return !mm->act_bf16 || (k->level == DSI_ISA_AVX512BF16 && !k->dot_bf16) ? "f32" : dsi_isa_str(k->level);
+}
+
 /* Work split into units, claimed in chunks from tm->st by the team and
  * by helpers; the team's threads return when every unit is finished.
  * streaming: memory-bound work, one contiguous chunk per thread of the

@@ -183,8 +183,7 @@ static void bench_grouped(FILE *out, const dsi_kern *k, const dsi_peaks *pk, int
     /* the matrix peak of the level the matmuls run at, as the engine sets it (the FMA's unless
      * the driver rounds activations to bf16) */
     const char *pname;
-    const int on_dot = (dsi_mm_act(&mm) & DSI_ACT_RED_BF16) && (k->level != DSI_ISA_AVX512BF16 || k->dot_bf16);
-    double mpeak = dsi_matrix_peak(pk, on_dot ? dsi_isa_str(k->level) : "f32", &pname);
+    double mpeak = dsi_matrix_peak(pk, dsi_mm_matrix_isa(&mm), &pname);
     fprintf(out, "grouped experts (%s): %d tokens top-%d over %d experts (%d..%d tokens each) at V3 expert dims: "
                  "%.0f GFLOP/s (%.0f%% of the %s peak); plain matmuls of the same FLOPs: %.0f GFLOP/s; "
                  "grouped/plain %.0f%%\n",
