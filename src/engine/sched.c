@@ -750,7 +750,10 @@ static int fit_solve(const dsi_sched *s, double abc[3]) {
 
 /* prompt tokens the step may take in all, with `decoding` completions
  * decoding in it: a mixed step at most about two decode steps long, so long
- * prompts do not stall the others' tokens */
+ * prompts do not stall the others' tokens. `decoding` counts those waiting
+ * for a place too (up to max_seqs): held to the step of the few decoding
+ * now, prompts would come in too slowly for the batch ever to fill (a
+ * steady stream of requests would settle with some of them waiting) */
 static int chunk_cap(const dsi_sched *s, int decoding, int budget) {
   if (s->o.prefill_chunk > 0) return DSI_MIN(s->o.prefill_chunk, budget);
   if (!decoding) return budget;
@@ -804,7 +807,9 @@ static int plan_step(dsi_sched *s, int *n_tokens, int *n_decode) {
   int plp_left = s->o.prompt_logprob_rows;
   const dsi_kv *kv = &s->e->kv;
   for (int i = 0; i < s->n_run; i++) decoding += s->run[i]->n_tok - s->run[i]->computed == 1;
-  int prefill = chunk_cap(s, decoding, budget); /* prompt tokens left to the step */
+  int full = s->n_run; /* the batch once those waiting have a place */
+  for (const completion *c = s->wait_head; c && full < s->o.max_seqs; c = c->next) full++;
+  int prefill = chunk_cap(s, decoding ? DSI_MAX(decoding, full) : 0, budget); /* prompt tokens left to the step */
   *n_decode = 0;
   for (int i = 0; i < s->n_run && T < budget;) {
     completion *c = s->run[i];

@@ -81,6 +81,10 @@ void metrics_render(metrics *m, const dsi_sched_stats *st, const char *model, sb
   counter(o, "generation_tokens_total", model, "Tokens generated.", (double)st->generation_tokens);
   counter(o, "num_preemptions_total", model, "Completions preempted (KV blocks let go, recomputed later).",
           (double)st->preemptions);
+  counter(o, "engine_steps_total", model, "Steps the engine loop ran (one forward pass each).", (double)st->steps);
+  counter(o, "engine_step_seconds_total", model,
+          "The engine loop's time in steps: planning, forward pass, sampling, delivery.", st->step_seconds);
+  counter(o, "engine_forward_seconds_total", model, "Of the steps' time, the forward passes'.", st->forward_seconds);
   head(o, "request_success_total", "counter", "Completions ended, by reason.");
   static const char *reasons[] = {"stop", "length", "abort", "error"};
   static const dsi_finish fin[] = {DSI_FINISH_STOP, DSI_FINISH_LENGTH, DSI_FINISH_CANCELLED, DSI_FINISH_ERROR};

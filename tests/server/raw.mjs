@@ -248,6 +248,11 @@ for (const [what, body] of badm) {
   check(rm.status === 200 && rm.j.type === "message" && rm.j.content.length === 1, "a good message after all that: 200");
   const h = await fetch(base + "/health");
   check(h.status === 200, "healthy");
+  // the engine loop's counters: steps run, their time, the forward passes' part of it
+  const m = await (await fetch(base + "/metrics")).text();
+  const v = (n) => Number((m.match(new RegExp(`^dsinfer:${n}\\{[^}]*\\} (\\S+)$`, "m")) || [])[1]);
+  const [steps, ss, fs] = ["engine_steps_total", "engine_step_seconds_total", "engine_forward_seconds_total"].map(v);
+  check(steps >= 3 && fs > 0 && ss >= fs, `engine counters: ${steps} steps, ${ss} s in steps, ${fs} s forward`);
 }
 console.log(failures ? `${failures} failed` : "all passed");
 process.exit(failures ? 1 : 0);
