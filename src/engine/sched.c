@@ -759,7 +759,10 @@ static int chunk_cap(const dsi_sched *s, int decoding, int budget) {
   if (!decoding) return budget;
   double abc[3];
   if (!fit_solve(s, abc)) return DSI_MIN(64, budget); /* until the model knows better */
-  double decode_step = abc[0] + abc[1] * decoding;
+  /* b < 0 (the intercept taking the experts' reading, the few-token decode
+   * steps read fewer: docs/perf-notes.md) would shrink the step of a fuller
+   * batch below the present one's */
+  double decode_step = abc[0] + DSI_MAX(abc[1], 0.0) * decoding;
   int cap = (int)(decode_step / abc[2]);
   return DSI_MAX(16, DSI_MIN(cap, budget));
 }
