@@ -4,6 +4,8 @@
 #include <string.h>
 
 #include "dsinfer.h"
+#include "kernels/cpu.h"
+#include "kernels/gemm.h"
 #include "tools/commands.h"
 #include "tools/cli.h"
 
@@ -53,10 +55,22 @@ static int run(int argc, char **argv) {
   }
   const char *cmd = argv[1];
   if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
-    /* the best kernels this CPU runs, and the cap DSINFER_ISA sets the commands */
-    const char *cap = getenv("DSINFER_ISA");
-    printf("dsinfer %s (isa: %s%s%s; mpi: %s)\n", DSINFER_VERSION, dsi_isa_name(),
-           cap && *cap ? "; DSINFER_ISA caps it at " : "", cap && *cap ? cap : "", dsi_dist_has_mpi() ? "yes" : "no");
+    /* the best kernels this CPU runs, the cap DSINFER_ISA sets the commands,
+     * and what BF16 and FP8 weights multiply on under it (and DSINFER_BF16_DOT) */
+    const char *cap = getenv("DSINFER_ISA"), *dot = getenv("DSINFER_BF16_DOT");
+    int level = cap && *cap ? dsi_isa_parse(cap) : -1;
+    const dsi_kern *k = dsi_kern_get_dot(level >= 0 ? (dsi_isa)level : DSI_ISA_AMX,
+                                         dot && !strcmp(dot, "on")    ? DSI_KERN_DOT_ON
+                                         : dot && !strcmp(dot, "off") ? DSI_KERN_DOT_OFF
+                                                                      : DSI_KERN_DOT_AUTO);
+    char route[64];
+    if (k->amx) snprintf(route, sizeof route, "AMX tiles, the f32 FMAs under %d rows", DSI_AMX_MIN_ROWS);
+    else snprintf(route, sizeof route, "%s", k->dot_bf16                 ? "vdpbf16ps"
+                                             : k->level >= DSI_ISA_AVX2 ? "f32 FMAs"
+                                                                        : "scalar");
+    printf("dsinfer %s (isa: %s%s%s; bf16/fp8 matmul: %s; mpi: %s)\n", DSINFER_VERSION, dsi_isa_name(),
+           cap && *cap ? "; DSINFER_ISA caps it at " : "", cap && *cap ? cap : "", route,
+           dsi_dist_has_mpi() ? "yes" : "no");
     return 0;
   }
   if (!strcmp(cmd, "--help") || !strcmp(cmd, "help") || !strcmp(cmd, "-h")) {

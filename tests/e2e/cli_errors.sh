@@ -18,6 +18,12 @@ expect 2 "required" -- "$bin" logits --model x
 expect 2 "names separated by single commas" -- "$bin" serve --model x --served-model-name "a,,b"
 expect 2 "--tokens expects" -- "$bin" generate --model x --tokens 1,,2
 "$bin" --version | grep -q "dsinfer" && ok || bad "--version"
+# the route BF16 and FP8 weights take, under the cap and DSINFER_BF16_DOT
+DSINFER_ISA=scalar "$bin" --version | grep -q "bf16/fp8 matmul: scalar;" && ok || bad "--version capped to scalar"
+if "$bin" --version | grep -q "isa: avx512bf16"; then
+  DSINFER_BF16_DOT=on "$bin" --version | grep -q "bf16/fp8 matmul: vdpbf16ps;" && ok || bad "--version with the bf16 dot on"
+  DSINFER_BF16_DOT=off "$bin" --version | grep -q "bf16/fp8 matmul: f32 FMAs;" && ok || bad "--version with it off"
+fi
 
 good=golden/tiny-bf16/model
 expect 1 "config.json" -- "$bin" generate --model "$scratch/nope" --tokens 1
