@@ -812,7 +812,7 @@ static int plan_step(dsi_sched *s, int *n_tokens, int *n_decode) {
   for (int i = 0; i < s->n_run; i++) decoding += s->run[i]->n_tok - s->run[i]->computed == 1;
   int full = s->n_run; /* the batch once those waiting have a place */
   for (const completion *c = s->wait_head; c && full < s->o.max_seqs; c = c->next) full++;
-  int prefill = chunk_cap(s, decoding ? DSI_MAX(decoding, full) : 0, budget); /* prompt tokens left to the step */
+  int prefill = chunk_cap(s, decoding ? full : 0, budget); /* prompt tokens left to the step */
   *n_decode = 0;
   for (int i = 0; i < s->n_run && T < budget;) {
     completion *c = s->run[i];

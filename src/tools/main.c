@@ -56,20 +56,18 @@ static int run(int argc, char **argv) {
   const char *cmd = argv[1];
   if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
     /* the best kernels this CPU runs, the cap DSINFER_ISA sets the commands,
-     * and what BF16 and FP8 weights multiply on under it (and DSINFER_BF16_DOT) */
-    const char *cap = getenv("DSINFER_ISA"), *dot = getenv("DSINFER_BF16_DOT");
-    int level = cap && *cap ? dsi_isa_parse(cap) : -1;
-    const dsi_kern *k = dsi_kern_get_dot(level >= 0 ? (dsi_isa)level : DSI_ISA_AMX,
-                                         dot && !strcmp(dot, "on")    ? DSI_KERN_DOT_ON
-                                         : dot && !strcmp(dot, "off") ? DSI_KERN_DOT_OFF
-                                                                      : DSI_KERN_DOT_AUTO);
+     * and what BF16 and FP8 weights multiply on under it and DSINFER_BF16_DOT
+     * (read as every command reads them) */
+    dsi_engine_opts eo = {0};
+    dsi_cli_env_opts(NULL, &eo);
+    const dsi_kern *k = dsi_kern_get_dot(eo.isa ? (dsi_isa)dsi_isa_parse(eo.isa) : DSI_ISA_AMX, eo.bf16_dot);
     char route[64];
     if (k->amx) snprintf(route, sizeof route, "AMX tiles, the f32 FMAs under %d rows", DSI_AMX_MIN_ROWS);
     else snprintf(route, sizeof route, "%s", k->dot_bf16                 ? "vdpbf16ps"
                                              : k->level >= DSI_ISA_AVX2 ? "f32 FMAs"
                                                                         : "scalar");
     printf("dsinfer %s (isa: %s%s%s; bf16/fp8 matmul: %s; mpi: %s)\n", DSINFER_VERSION, dsi_isa_name(),
-           cap && *cap ? "; DSINFER_ISA caps it at " : "", cap && *cap ? cap : "", route,
+           eo.isa ? "; DSINFER_ISA caps it at " : "", eo.isa ? eo.isa : "", route,
            dsi_dist_has_mpi() ? "yes" : "no");
     return 0;
   }
