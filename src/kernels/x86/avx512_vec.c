@@ -39,6 +39,10 @@ static void vec_attn_qk_avx512(float *restrict s, int lds, const float *restrict
                                const float *const *rows, int nu, int n, float scale);
 static void vec_attn_pv_avx512(float *restrict o, int ldo, const float *restrict p, int ldp, int nh,
                                const float *const *rows, int nu, int n);
+static void vec_attn_qk_pairs_avx512(float *restrict s, int lds, const float *restrict q, int ldq, int nh,
+                                     const uint16_t *const *rows, int nu, int n, float scale);
+static void vec_attn_pv_pairs_avx512(float *restrict o, int ldo, const float *restrict p, int ldp, int nh,
+                                     const uint16_t *const *rows, int nu, int n);
 static void vec_softmax_avx512(float *x, int n);
 static float vec_softmax_step_avx512(float *x, int n, float scale, float *m);
 
@@ -131,15 +135,30 @@ static void vec_bf16_panel_t_avx512(const float *x, int ldx, int nu, int ni, uin
 #define VEC_SUFFIX avx512
 #define VEC_NAME "avx512"
 #define VEC_ATTN_OWN
+#define VEC_ATTN_PAIRS_OWN
 #define VEC_TILES_OWN
 #include "kernels/vec_impl.h"
 
+/* columns i.. i + 15 of a row (lanes in m; the others zero): f32, or a
+ * bf16 pair row's element odd (tensor/paged.h), widened exactly in the
+ * register — one shift or mask beside the load, where widening the block
+ * into f32 rows first writes and reads each row again */
+static inline __attribute__((always_inline)) __m512 row16(const void *row, int odd, int i, __mmask16 m, int pairs) {
+  if (!pairs) return _mm512_maskz_loadu_ps(m, (const float *)row + i);
+  const __m512i w = _mm512_maskz_loadu_epi32(m, (const uint16_t *)row + 2 * (size_t)i);
+  return _mm512_castsi512_ps(odd ? _mm512_and_si512(w, _mm512_set1_epi32((int)0xffff0000u)) : _mm512_slli_epi32(w, 16));
+}
+
 /* two rows at a time, so each load of q serves two multiply-adds */
-static void vec_attn_qk_avx512(float *restrict s, int lds, const float *restrict q, int ldq, int nh,
-                               const float *const *rows, int nu, int n, float scale) {
+static inline __attribute__((always_inline)) void qk_at(float *restrict s, int lds, const float *restrict q, int ldq,
+                                                        int nh, const void *const *rows, int nu, int n, float scale,
+                                                        int pairs) {
   if (nh != PV_HEADS) {
     for (int u = 0; u < nu; u++)
-      for (int h = 0; h < nh; h++) s[(size_t)h * lds + u] = vec_dot_avx512(q + (size_t)h * ldq, rows[u], n) * scale;
+      for (int h = 0; h < nh; h++)
+        s[(size_t)h * lds + u] = (pairs ? vec_dot_pair_avx512(q + (size_t)h * ldq, rows[u], u & 1, n)
+                                        : vec_dot_avx512(q + (size_t)h * ldq, rows[u], n)) *
+                                 scale;
     return;
   }
   const int nb = n / 16 * 16;
@@ -147,12 +166,12 @@ static void vec_attn_qk_avx512(float *restrict s, int lds, const float *restrict
   const __m512 sc = _mm512_set1_ps(scale);
   int u = 0;
   for (; u < nu; u += 2) {
-    const int two = u + 1 < nu;
-    const float *x0 = rows[u], *x1 = rows[two ? u + 1 : u];
+    const int two = u + 1 < nu, u1 = two ? u + 1 : u;
+    const void *x0 = rows[u], *x1 = rows[u1];
     __m512 a0[PV_HEADS], a1[PV_HEADS];
     for (int h = 0; h < PV_HEADS; h++) a0[h] = a1[h] = _mm512_setzero_ps();
     for (int i = 0; i < nb; i += 16) {
-      const __m512 v0 = _mm512_loadu_ps(x0 + i), v1 = _mm512_loadu_ps(x1 + i);
+      const __m512 v0 = row16(x0, u & 1, i, 0xffff, pairs), v1 = row16(x1, u1 & 1, i, 0xffff, pairs);
 #pragma GCC unroll 8
       for (int h = 0; h < PV_HEADS; h++) {
         const __m512 qh = _mm512_loadu_ps(q + (size_t)h * ldq + i);
@@ -161,7 +180,7 @@ static void vec_attn_qk_avx512(float *restrict s, int lds, const float *restrict
       }
     }
     if (tail) {
-      const __m512 v0 = _mm512_maskz_loadu_ps(tail, x0 + nb), v1 = _mm512_maskz_loadu_ps(tail, x1 + nb);
+      const __m512 v0 = row16(x0, u & 1, nb, tail, pairs), v1 = row16(x1, u1 & 1, nb, tail, pairs);
       for (int h = 0; h < PV_HEADS; h++) {
         const __m512 qh = _mm512_maskz_loadu_ps(tail, q + (size_t)h * ldq + nb);
         a0[h] = _mm512_mask3_fmadd_ps(qh, v0, a0[h], tail);
@@ -177,12 +196,20 @@ static void vec_attn_qk_avx512(float *restrict s, int lds, const float *restrict
     }
   }
 }
+static void vec_attn_qk_avx512(float *restrict s, int lds, const float *restrict q, int ldq, int nh,
+                               const float *const *rows, int nu, int n, float scale) {
+  qk_at(s, lds, q, ldq, nh, (const void *const *)rows, nu, n, scale, 0);
+}
+static void vec_attn_qk_pairs_avx512(float *restrict s, int lds, const float *restrict q, int ldq, int nh,
+                                     const uint16_t *const *rows, int nu, int n, float scale) {
+  qk_at(s, lds, q, ldq, nh, (const void *const *)rows, nu, n, scale, 1);
+}
 
 /* a block of 32 columns of 8 heads' sums in registers while the rows
  * stream past; the last columns (n % 32) and other head counts one head
  * at a time, 16 columns (masked at the end) per register */
-static void vec_attn_pv_avx512(float *restrict o, int ldo, const float *restrict p, int ldp, int nh,
-                               const float *const *rows, int nu, int n) {
+static inline __attribute__((always_inline)) void pv_at(float *restrict o, int ldo, const float *restrict p, int ldp,
+                                                        int nh, const void *const *rows, int nu, int n, int pairs) {
   int c0 = 0;
   if (nh == PV_HEADS)
     for (; c0 + PV_COLS <= n; c0 += PV_COLS) {
@@ -192,7 +219,7 @@ static void vec_attn_pv_avx512(float *restrict o, int ldo, const float *restrict
         hi[h] = _mm512_loadu_ps(o + (size_t)h * ldo + c0 + 16);
       }
       for (int u = 0; u < nu; u++) {
-        const __m512 xl = _mm512_loadu_ps(rows[u] + c0), xh = _mm512_loadu_ps(rows[u] + c0 + 16);
+        const __m512 xl = row16(rows[u], u & 1, c0, 0xffff, pairs), xh = row16(rows[u], u & 1, c0 + 16, 0xffff, pairs);
 #pragma GCC unroll 8
         for (int h = 0; h < PV_HEADS; h++) {
           const __m512 a = _mm512_set1_ps(p[(size_t)h * ldp + u]);
@@ -211,9 +238,17 @@ static void vec_attn_pv_avx512(float *restrict o, int ldo, const float *restrict
       float *oh = o + (size_t)h * ldo + c;
       __m512 acc = _mm512_maskz_loadu_ps(m, oh);
       for (int u = 0; u < nu; u++)
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(p[(size_t)h * ldp + u]), _mm512_maskz_loadu_ps(m, rows[u] + c), acc);
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(p[(size_t)h * ldp + u]), row16(rows[u], u & 1, c, m, pairs), acc);
       _mm512_mask_storeu_ps(oh, m, acc);
     }
+}
+static void vec_attn_pv_avx512(float *restrict o, int ldo, const float *restrict p, int ldp, int nh,
+                               const float *const *rows, int nu, int n) {
+  pv_at(o, ldo, p, ldp, nh, (const void *const *)rows, nu, n, 0);
+}
+static void vec_attn_pv_pairs_avx512(float *restrict o, int ldo, const float *restrict p, int ldp, int nh,
+                                     const uint16_t *const *rows, int nu, int n) {
+  pv_at(o, ldo, p, ldp, nh, (const void *const *)rows, nu, n, 1);
 }
 
 /* exp512 (1-2 ulp) 16 lanes at a time, the sum in 16 lanes folded at the
