@@ -111,8 +111,13 @@ static void unpack_panel(const dsi_mat *w, int panel, int q0, int nq, uint8_t *l
   }
 }
 
-static const iq_unpacked k_unp_vnni = {unpack_panel, iq_upass_vnni, MB_U, 8};
-static const iq_unpacked k_unp_bw = {unpack_panel, iq_upass_bw, MB_U, 8};
+static const uint8_t *chunk_bytes(const dsi_mat *w, int panel, int q0, int nq, size_t *bytes) {
+  *bytes = (size_t)nq * dsi_i4_group_bytes(w->block);
+  return (const uint8_t *)w->data + (size_t)panel * dsi_i4_panel_bytes(w) + (size_t)q0 * dsi_i4_group_bytes(w->block);
+}
+
+static const iq_unpacked k_unp_vnni = {unpack_panel, chunk_bytes, iq_upass_vnni, MB_U, 8};
+static const iq_unpacked k_unp_bw = {unpack_panel, chunk_bytes, iq_upass_bw, MB_U, 8};
 
 static void pass_bw(const dsi_mat *w, int panel, const int8_t *xq, size_t ldq, const int32_t *zp, int zld, int mb,
                     float *out) {

@@ -99,7 +99,12 @@ static void unpack_panel(const dsi_mat *w, int panel, int q0, int nq, uint8_t *l
 /* from 16 rows: on an Emerald Rapids Xeon without AMX (bench kernels,
  * expert_up 2048 x 7168, 2 threads, medians of 5 alternating runs) 1.25x
  * the direct passes at 16 rows, 1.7x at 64 and 256, 0.76x at 8 */
-static const iq_unpacked k_unp = {unpack_panel, iq_upass_vnni, MB_U, 16};
+static const uint8_t *chunk_bytes(const dsi_mat *w, int panel, int q0, int nq, size_t *bytes) {
+  *bytes = (size_t)nq * w->block * DSI_TILE_N;
+  return (const uint8_t *)w->data + (size_t)panel * DSI_TILE_N * w->kpad + (size_t)q0 * w->block * DSI_TILE_N;
+}
+
+static const iq_unpacked k_unp = {unpack_panel, chunk_bytes, iq_upass_vnni, MB_UV, 16};
 
 void dsi_gemm_avx512_vnni_i8(const dsi_gemm *g, int r0, int r1, void *scratch) {
   DSI_ASSERT(g->w->block % 32 == 0 && g->w->kpad % 32 == 0);

@@ -15,6 +15,7 @@
 #include "base/base.h"
 #include "kernels/gemm.h"
 
+#include <immintrin.h>
 #include <string.h>
 
 /* activation rows whose zero-point sums are kept at a time */
@@ -39,14 +40,26 @@ typedef void (*iq_pass_fn)(const dsi_mat *w, int panel, const int8_t *xq, size_t
  * and out1. From min_rows activation rows in a group, in passes of at
  * most mb. */
 typedef void (*iq_unpack_fn)(const dsi_mat *w, int panel, int q0, int nq, uint8_t *lines, float *scales);
+/* the weight bytes unpack reads for those blocks: where they start, how many */
+typedef const uint8_t *(*iq_chunk_fn)(const dsi_mat *w, int panel, int q0, int nq, size_t *bytes);
 typedef void (*iq_upass_fn)(const uint8_t *lines0, const float *scales0, const uint8_t *lines1, const float *scales1,
                             int ng, int nsub, const int8_t *xq, size_t ldq, const int32_t *zp, int zld, int mb,
                             float *out0, float *out1);
 typedef struct {
   iq_unpack_fn unpack;
+  iq_chunk_fn chunk;
   iq_upass_fn pass;
   int mb, min_rows;
 } iq_unpacked;
+
+/* part `part` of `parts` of a chunk's weight bytes prefetched into L2 */
+static inline void iq_prefetch_part(const iq_unpacked *up, const dsi_mat *w, int panel, int q0, int nq, int part,
+                                    int parts) {
+  size_t n;
+  const uint8_t *p = up->chunk(w, panel, q0, nq, &n);
+  const size_t lines = (n + 63) / 64, a = lines * part / parts, e = lines * (part + 1) / parts;
+  for (size_t l = a; l < e; l++) _mm_prefetch((const char *)(p + 64 * l), _MM_HINT_T1);
+}
 
 /* y row (16 outputs, nj valid) from a pass's sums t of one activation row */
 static void iq_epi_row(const dsi_gemm *g, int i, int r, int nj, const float *t);
@@ -118,7 +131,14 @@ static void iq_gemm_run(const dsi_gemm *g, int r0, int r1, void *scratch, iq_pas
           const int nq = DSI_MIN(kc, ng - q0);
           up->unpack(w, p, q0, nq, ul[0], us[0]);
           if (two) up->unpack(w, p + 1, q0, nq, ul[1], us[1]);
+          /* the next chunk (the same panels' next blocks, or the next two
+           * panels' first) on its way from memory while this one's passes
+           * run, a slice before each pass: else its unpack waits on it */
+          const int np = q0 + kc < ng ? p : p + 2, nq0 = q0 + kc < ng ? q0 + kc : 0;
+          const int nnq = DSI_MIN(kc, ng - nq0);
           for (int q = 0; q < npass; q++) {
+            for (int i = 0; i < 2; i++)
+              if ((np + i) * DSI_TILE_N < rows_out) iq_prefetch_part(up, w, np + i, nq0, nnq, q, npass);
             const int i0 = at[q];
             up->pass(ul[0], us[0], two ? ul[1] : NULL, us[1], nq, w->block / 32,
                      xq + (size_t)i0 * ldq + (size_t)q0 * w->block, ldq, zp + i0 * ng + q0, ng, at[q + 1] - i0,
