@@ -37,8 +37,8 @@ ALWAYS_INLINE __m512i dot_vnni_r(__m512i acc, __m512i w, __m512i xb) {
  * scales f32, 16 a block: each broadcast of 4 activation bytes serves both
  * panels' lines, each line load all the rows. One integer chain a row and
  * panel, exact; at a block's end its sum times the scale added in f32, in
- * block order, onto what out holds (the driver zeroes it, then calls once
- * a chunk of blocks): the operations of the direct passes, in their order.
+ * block order, onto what out holds (or onto zero in a chunk's pass that
+ * is first: the driver calls once a chunk of blocks): the operations of the direct passes, in their order.
  * With VNNI a row's 4 bytes are broadcast once into a register for both
  * panels: a line pair's two loads and MB broadcasts against 2 MB
  * vpdpbusd. Up to MB_U rows the f32 sums stay in registers; taller
@@ -67,13 +67,13 @@ ALWAYS_INLINE __m512i dot_bw(__m512i acc, __m512i w, const int8_t *x) {
 /* NP panels (1 or 2) times MB rows: one integer chain a row and panel */
 ALWAYS_INLINE void iq_upass(const uint8_t *u0, const float *sc0, const uint8_t *u1, const float *sc1, int ng,
                             int nsub, const int8_t *xq, size_t ldq, const int32_t *zp, int zld, int MB, int NP,
-                            int vnni, float *out0, float *out1) {
+                            int vnni, int first, float *out0, float *out1) {
   const int regs = MB <= MB_U; /* the f32 sums in registers */
   __m512 acc[2][MB_UV];
 #pragma GCC unroll 16
   for (int i = 0; i < MB && regs; i++) {
-    acc[0][i] = _mm512_loadu_ps(out0 + 16 * i);
-    acc[1][i] = NP > 1 ? _mm512_loadu_ps(out1 + 16 * i) : acc[0][i];
+    acc[0][i] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(out0 + 16 * i);
+    acc[1][i] = NP > 1 && !first ? _mm512_loadu_ps(out1 + 16 * i) : acc[0][i];
   }
   const int8_t *x = xq;
   for (int q = 0; q < ng; q++) {
@@ -107,9 +107,12 @@ ALWAYS_INLINE void iq_upass(const uint8_t *u0, const float *sc0, const uint8_t *
         if (NP > 1) acc[1][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[1][i]), d1, acc[1][i]);
         continue;
       }
-      _mm512_storeu_ps(out0 + 16 * i, _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[0][i]), d0, _mm512_loadu_ps(out0 + 16 * i)));
+      const int zero = first && q == 0; /* the first block: fma onto zero, as the oracle's */
+      _mm512_storeu_ps(out0 + 16 * i, _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[0][i]), d0,
+                                                      zero ? _mm512_setzero_ps() : _mm512_loadu_ps(out0 + 16 * i)));
       if (NP > 1)
-        _mm512_storeu_ps(out1 + 16 * i, _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[1][i]), d1, _mm512_loadu_ps(out1 + 16 * i)));
+        _mm512_storeu_ps(out1 + 16 * i, _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[1][i]), d1,
+                                                        zero ? _mm512_setzero_ps() : _mm512_loadu_ps(out1 + 16 * i)));
     }
   }
 #pragma GCC unroll 16
@@ -121,15 +124,16 @@ ALWAYS_INLINE void iq_upass(const uint8_t *u0, const float *sc0, const uint8_t *
 
 /* the pass of mb rows and one or two panels, every height a constant */
 #define UPASS_CASE(n, vnni)                                                                 \
-  case 2 * n + 1: iq_upass(u0, sc0, u1, sc1, ng, nsub, xq, ldq, zp, zld, n, 2, vnni, out0, out1); break; \
-  case 2 * n: iq_upass(u0, sc0, u0, sc0, ng, nsub, xq, ldq, zp, zld, n, 1, vnni, out0, out1); break;
+  case 2 * n + 1: iq_upass(u0, sc0, u1, sc1, ng, nsub, xq, ldq, zp, zld, n, 2, vnni, first, out0, out1); break; \
+  case 2 * n: iq_upass(u0, sc0, u0, sc0, ng, nsub, xq, ldq, zp, zld, n, 1, vnni, first, out0, out1); break;
 #define UPASS_V(n) UPASS_CASE(n, 1)
 #define UPASS_B(n) UPASS_CASE(n, 0)
 #define CASES_MB_U(F) F(1) F(2) F(3) F(4) F(5) F(6)                             /* up to MB_U */
 #define CASES_MB_UV(F) CASES_MB_U(F) F(7) F(8) /* up to MB_UV */
 
 static inline void iq_upass_vnni(const uint8_t *u0, const float *sc0, const uint8_t *u1, const float *sc1, int ng, int nsub,
-                       const int8_t *xq, size_t ldq, const int32_t *zp, int zld, int mb, float *out0, float *out1) {
+                       const int8_t *xq, size_t ldq, const int32_t *zp, int zld, int mb, int first, float *out0,
+                       float *out1) {
   switch (mb * 2 + (u1 != NULL)) {
     CASES_MB_UV(UPASS_V)
   default: DSI_ASSERT(0);
@@ -137,7 +141,8 @@ static inline void iq_upass_vnni(const uint8_t *u0, const float *sc0, const uint
 }
 
 static inline void iq_upass_bw(const uint8_t *u0, const float *sc0, const uint8_t *u1, const float *sc1, int ng, int nsub,
-                     const int8_t *xq, size_t ldq, const int32_t *zp, int zld, int mb, float *out0, float *out1) {
+                     const int8_t *xq, size_t ldq, const int32_t *zp, int zld, int mb, int first, float *out0,
+                       float *out1) {
   switch (mb * 2 + (u1 != NULL)) {
     CASES_MB_U(UPASS_B)
   default: DSI_ASSERT(0);

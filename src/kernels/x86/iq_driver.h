@@ -37,14 +37,14 @@ typedef void (*iq_pass_fn)(const dsi_mat *w, int panel, const int8_t *xq, size_t
  * column) and its scales as f32 into scales (16 a block); pass then multiplies two such panels (a
  * gate/up pair, or two consecutive panels; one where there is no second:
  * lines1 NULL) by mb activation rows, the sums as iq_pass_fn's into out0
- * and out1. From min_rows activation rows in a group, in passes of at
+ * and out1 (added to what they hold, or, first, written). From min_rows activation rows in a group, in passes of at
  * most mb. */
 typedef void (*iq_unpack_fn)(const dsi_mat *w, int panel, int q0, int nq, uint8_t *lines, float *scales);
 /* the weight bytes unpack reads for those blocks: where they start, how many */
 typedef const uint8_t *(*iq_chunk_fn)(const dsi_mat *w, int panel, int q0, int nq, size_t *bytes);
 typedef void (*iq_upass_fn)(const uint8_t *lines0, const float *scales0, const uint8_t *lines1, const float *scales1,
                             int ng, int nsub, const int8_t *xq, size_t ldq, const int32_t *zp, int zld, int mb,
-                            float *out0, float *out1);
+                            int first, float *out0, float *out1);
 typedef struct {
   iq_unpack_fn unpack;
   iq_chunk_fn chunk;
@@ -125,8 +125,6 @@ static void iq_gemm_run(const dsi_gemm *g, int r0, int r1, void *scratch, iq_pas
     if (unp) { /* two panels at a time, unpacked a chunk of blocks at a time */
       for (int r = r0; r < rows_out; r += 32) {
         const int p = r / DSI_TILE_N, two = silu || r + DSI_TILE_N < rows_out;
-        memset(ta, 0, (size_t)n * DSI_TILE_N * sizeof(float));
-        memset(tb, 0, (size_t)n * DSI_TILE_N * sizeof(float));
         for (int q0 = 0; q0 < ng; q0 += kc) {
           const int nq = DSI_MIN(kc, ng - q0);
           up->unpack(w, p, q0, nq, ul[0], us[0]);
@@ -142,7 +140,7 @@ static void iq_gemm_run(const dsi_gemm *g, int r0, int r1, void *scratch, iq_pas
             const int i0 = at[q];
             up->pass(ul[0], us[0], two ? ul[1] : NULL, us[1], nq, w->block / 32,
                      xq + (size_t)i0 * ldq + (size_t)q0 * w->block, ldq, zp + i0 * ng + q0, ng, at[q + 1] - i0,
-                     ta + i0 * DSI_TILE_N, tb + i0 * DSI_TILE_N);
+                     q0 == 0, ta + i0 * DSI_TILE_N, tb + i0 * DSI_TILE_N);
           }
         }
         for (int i = 0; i < n; i++) {
