@@ -95,8 +95,15 @@ ALWAYS_INLINE void pass_any(const uint8_t *wp, int ng, int nsub, const int8_t *x
  * runs): 1.07x the direct passes at 8 rows, 1.37x at 16, 1.5x at 64 and
  * 256; unpacking whole panels (112 KB here, past L1) gained nothing at
  * this K (1.37x at K = 1536), chunks of 512 columns the most. */
+/* where groups q0..q0+nq of a panel lie (iq_unpacked's chunk) */
+static const uint8_t *chunk_bytes(const dsi_mat *w, int panel, int q0, int nq, size_t *bytes) {
+  *bytes = (size_t)nq * dsi_i4_group_bytes(w->block);
+  return (const uint8_t *)w->data + (size_t)panel * dsi_i4_panel_bytes(w) + (size_t)q0 * dsi_i4_group_bytes(w->block);
+}
+
 static void unpack_panel(const dsi_mat *w, int panel, int q0, int nq, uint8_t *lines, float *scales) {
-  const uint8_t *wp = (const uint8_t *)w->data + (size_t)panel * dsi_i4_panel_bytes(w) + (size_t)q0 * dsi_i4_group_bytes(w->block);
+  size_t bytes;
+  const uint8_t *wp = chunk_bytes(w, panel, q0, nq, &bytes);
   const __m512i m4 = _mm512_set1_epi8(0x0f);
   const int nsub = w->block / 32;
   for (int q = 0; q < nq; q++) {
@@ -109,11 +116,6 @@ static void unpack_panel(const dsi_mat *w, int panel, int q0, int nq, uint8_t *l
     _mm512_storeu_ps(scales + 16 * q, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)wp)));
     wp += 32;
   }
-}
-
-static const uint8_t *chunk_bytes(const dsi_mat *w, int panel, int q0, int nq, size_t *bytes) {
-  *bytes = (size_t)nq * dsi_i4_group_bytes(w->block);
-  return (const uint8_t *)w->data + (size_t)panel * dsi_i4_panel_bytes(w) + (size_t)q0 * dsi_i4_group_bytes(w->block);
 }
 
 static const iq_unpacked k_unp_vnni = {unpack_panel, chunk_bytes, iq_upass_vnni, MB_U, 8};

@@ -85,13 +85,20 @@ static void pass_vnni(const dsi_mat *w, int panel, const int8_t *xq, size_t ldq,
   }
 }
 
-/* prefill: blocks q0..q0+nq of a panel as vpdpbusd's operand lines, each
- * block's scale repeated 16 times (iq_unpacked; the passes avx512_iq.h's) */
+/* prefill: where blocks q0..q0+nq of a panel lie (iq_unpacked's chunk) */
+static const uint8_t *chunk_bytes(const dsi_mat *w, int panel, int q0, int nq, size_t *bytes) {
+  *bytes = (size_t)nq * w->block * DSI_TILE_N;
+  return (const uint8_t *)w->data + (size_t)panel * DSI_TILE_N * w->kpad + (size_t)q0 * w->block * DSI_TILE_N;
+}
+
+/* those blocks as vpdpbusd's operand lines, each block's scale repeated
+ * 16 times (iq_unpacked; the passes avx512_iq.h's) */
 static void unpack_panel(const dsi_mat *w, int panel, int q0, int nq, uint8_t *lines, float *scales) {
   const __m512i idx = _mm512_loadu_si512(k_order);
-  const int8_t *wp = (const int8_t *)w->data + (size_t)panel * DSI_TILE_N * w->kpad + (size_t)q0 * w->block * DSI_TILE_N;
+  size_t bytes;
+  const int8_t *wp = (const int8_t *)chunk_bytes(w, panel, q0, nq, &bytes);
   const float *sc = w->scale + (size_t)panel * w->scale_cols + q0;
-  for (int t = 0; t < nq * w->block / 4; t++)
+  for (size_t t = 0; t < bytes / 64; t++)
     _mm512_store_si512(lines + 64 * t, i8_operand(wp + 64 * t, idx));
   for (int q = 0; q < nq; q++) _mm512_storeu_ps(scales + 16 * q, _mm512_set1_ps(sc[q]));
 }
@@ -99,11 +106,6 @@ static void unpack_panel(const dsi_mat *w, int panel, int q0, int nq, uint8_t *l
 /* from 16 rows: on an Emerald Rapids Xeon without AMX (bench kernels,
  * expert_up 2048 x 7168, 2 threads, medians of 5 alternating runs) 1.25x
  * the direct passes at 16 rows, 1.7x at 64 and 256, 0.76x at 8 */
-static const uint8_t *chunk_bytes(const dsi_mat *w, int panel, int q0, int nq, size_t *bytes) {
-  *bytes = (size_t)nq * w->block * DSI_TILE_N;
-  return (const uint8_t *)w->data + (size_t)panel * DSI_TILE_N * w->kpad + (size_t)q0 * w->block * DSI_TILE_N;
-}
-
 static const iq_unpacked k_unp = {unpack_panel, chunk_bytes, iq_upass_vnni, MB_UV, 16};
 
 void dsi_gemm_avx512_vnni_i8(const dsi_gemm *g, int r0, int r1, void *scratch) {

@@ -34,14 +34,14 @@ ALWAYS_INLINE __m512i dot_vnni_r(__m512i acc, __m512i w, __m512i xb) {
  * Two panels (32 outputs) times up to MB_UV activation rows (MB_U without
  * VNNI), the panels' lines already vpdpbusd's unsigned operand (line c of
  * a 32-column sub-block: its columns 4c..4c+3 of the 16 rows) and their
- * scales f32, 16 a block: each broadcast of 4 activation bytes serves both
- * panels' lines, each line load all the rows. One integer chain a row and
- * panel, exact; at a block's end its sum times the scale added in f32, in
- * block order, onto what out holds (or onto zero in a chunk's pass that
- * is first: the driver calls once a chunk of blocks): the operations of the direct passes, in their order.
- * With VNNI a row's 4 bytes are broadcast once into a register for both
- * panels: a line pair's two loads and MB broadcasts against 2 MB
- * vpdpbusd. Up to MB_U rows the f32 sums stay in registers; taller
+ * scales f32, 16 a block: each line load serves all the rows, each row's
+ * 4 activation bytes both panels (with VNNI broadcast once into a
+ * register: a line pair's two loads and MB broadcasts against 2 MB
+ * vpdpbusd). One integer chain a row and panel, exact; at a block's end
+ * its sum times the scale added in f32, in block order, onto what out
+ * holds, or onto zero in the first chunk's pass (the driver calls once a
+ * chunk of blocks): the operations of the direct passes, in their order.
+ * Up to MB_U rows the f32 sums stay in registers; taller
  * passes (INT8's, whose 128-column blocks end a quarter as often as
  * INT4's 32-column groups) keep them in out, leaving the registers to
  * the integer chains. Measured on one core of an Emerald Rapids Xeon
