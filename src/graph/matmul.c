@@ -144,14 +144,22 @@ static void prep_rows(const dsi_vec_ops *v, const dsi_gemm *g, int kind, long s0
 }
 
 /* whether what is ready is what the call's kernel wants */
-static int have_ready(int wants, const dsi_ready *ready) { return ready && wants != DSI_PREP_NONE && ready->kind == wants; }
+static int have_ready(const dsi_gemm *g, int wants, const dsi_ready *ready) {
+  if (!ready || wants == DSI_PREP_NONE || ready->kind != wants) return 0;
+#if DSI_HAVE_AVX512
+  if (wants == DSI_PREP_PAIRS) return ready->height == dsi_gemm_pairs_height(g->w->dtype);
+#endif
+  (void)g;
+  return 1;
+}
 
 /* the preparation a call's kernel wants, given what is ready: a kernel
  * that reads f32 multiplies, under bf16 precision, what the integer kernels
  * would for INT8 weights where mm lets them take int8 activations, else
- * bf16-rounded rows */
+ * bf16-rounded rows (the f32 route's staged pairs are only taken ready:
+ * staged per call, they would cost what the kernel's own staging does) */
 static int prep_kind(const dsi_mm *mm, const dsi_gemm *g, int wants, int x_ready, const dsi_ready *ready) {
-  if (have_ready(wants, ready)) return P_NONE;
+  if (have_ready(g, wants, ready)) return P_NONE;
   return wants == DSI_PREP_BF16 ? P_BF16
          : wants == DSI_PREP_DP ? P_DP
          : wants == DSI_PREP_I8 ? P_I8
@@ -162,9 +170,10 @@ static int prep_kind(const dsi_mm *mm, const dsi_gemm *g, int wants, int x_ready
 
 /* the call's prepared-row fields set to what is ready */
 static void set_ready(dsi_gemm *g, int wants, const dsi_ready *ready) {
-  const int have = have_ready(wants, ready);
+  const int have = have_ready(g, wants, ready);
   g->xb = have && wants == DSI_PREP_BF16 ? ready->x : NULL;
   g->xd = have && wants == DSI_PREP_DP ? ready->x : NULL;
+  g->xf = have && wants == DSI_PREP_PAIRS ? ready->x : NULL;
   g->xq = have && wants == DSI_PREP_I8 ? ready->x : NULL;
   g->xq_scale = g->xq ? ready->scale : NULL;
   g->xq_sum = g->xq ? ready->sum : NULL;

@@ -94,7 +94,9 @@ size_t dsi_mm_prep_bytes(long m, int cols, int kpad, int calls);
  * pairs at x; DSI_PREP_I8: int8 rows at x, DSI_XQ_LD(kpad) bytes apart,
  * with their scales and 32-column sums, as dsi_rows_to_i8 writes them;
  * DSI_PREP_I16: int16 rows at x, DSI_XQ_LD(kpad) elements apart, and
- * their scales, as dsi_rows_to_i16 writes them).
+ * their scales, as dsi_rows_to_i16 writes them; DSI_PREP_PAIRS:
+ * dsi_gemm_pairs_stage's pairs at x, staged for weights of pass height
+ * `height`: a call whose weight has another stages its own).
  * A call whose kernel wants that kind reads them; any other prepares its
  * own. */
 typedef struct dsi_ready {
@@ -102,6 +104,7 @@ typedef struct dsi_ready {
   const void *x;
   const float *scale;
   const int32_t *sum;
+  int height;
 } dsi_ready;
 
 /* Run th.gs[0..n) (all with the same cols and kpad), `rows` output rows

@@ -55,7 +55,9 @@ typedef struct {
                             when the matmuls take bf16) */
   uint16_t *latb;        /* the same as bf16 AMX tiles (gemm.h), [cb, kvl], when the expansion runs on AMX;
                             or as the AVX512-BF16 kernel's staged pairs (dsi_gemm_dp_stage), a
-                            MLA_EXPAND_ROWS chunk of positions after another, when it runs there */
+                            MLA_EXPAND_ROWS chunk of positions after another, when it runs there;
+                            or as the AVX-512 f32 route's (dsi_gemm_pairs_stage), then, where the
+                            values' weight has another pass height, again for it (block_prep) */
   float *mx, *sum;       /* [max_tokens, hg] online softmax: running max and sum per (query, head) */
   int32_t *iota;         /* [qb] 0, 1, 2, ... (P V accumulates rows in place) */
   float *ones;           /* [qb] */
@@ -80,7 +82,7 @@ static void layout(dsi_mla_prefill *p) {
   size_t at = 64; /* the claim counter */
   p->o_lat = at, at += align64((size_t)p->cb * p->row * sizeof(float));
   p->o_latb = at, at += align64(DSI_MAX(DSI_XB_ROWS(p->cb) * round_up((size_t)p->kvl, DSI_TILE_K) * sizeof(uint16_t),
-                                        DSI_XD_WORDS(p->cb, p->kvl) * sizeof(uint32_t)));
+                                        2 * DSI_XF_FLOATS(p->cb, p->kvl) * sizeof(float)));
   p->o_mx = at, at += align64((size_t)p->max_tokens * p->hg * sizeof(float));
   p->o_sum = at, at += align64((size_t)p->max_tokens * p->hg * sizeof(float));
   p->o_iota = at, at += align64((size_t)p->qb * sizeof(int32_t));
@@ -436,11 +438,72 @@ static void group_init(const naive_job *j, int ith, int nth) {
     }
 }
 
+/* A block's latents as the expansion's kernels take them, prepared once
+ * for all heads (in latb): what the kernels picked for the block's first
+ * chunk of rows want for W_UK (k) and W_UV (v) */
+typedef struct {
+  int kind_k, kind_v;    /* DSI_PREP_* */
+  uint16_t *tiles;       /* bf16 AMX tiles (k: BF16; v reads them where it wants the same) */
+  uint32_t *dp;          /* the AVX512-BF16 kernel's staged pairs (k: DP; the same for v) */
+  float *pk, *pv;        /* the f32 route's staged pairs for W_UK's and W_UV's pass heights (PAIRS; one
+                            buffer where the heights agree), or NULL */
+  int hk, hv;            /* those heights */
+} block_prep;
+
+static block_prep block_prep_plan(const dsi_mla_prefill *p, const seg_bufs *b, const dsi_mm *mm,
+                                  const dsi_layer_weights *w, int nb) {
+  block_prep bp = {0};
+  const int m0 = DSI_MIN(nb, MLA_EXPAND_ROWS);
+  dsi_gemm_pick(mm->k, &w->w_uk, m0, dsi_mm_act(mm), &bp.kind_k);
+  dsi_gemm_pick(mm->k, &w->w_uv, m0, dsi_mm_act(mm), &bp.kind_v);
+  uint8_t *at = (uint8_t *)b->latb;
+  if (bp.kind_k == DSI_PREP_BF16) bp.tiles = (uint16_t *)at;
+  if (bp.kind_k == DSI_PREP_DP) bp.dp = (uint32_t *)at;
+#if DSI_HAVE_AVX512
+  if (bp.kind_k == DSI_PREP_PAIRS) bp.pk = (float *)at, bp.hk = dsi_gemm_pairs_height(w->w_uk.dtype);
+  if (bp.kind_v == DSI_PREP_PAIRS) {
+    bp.hv = dsi_gemm_pairs_height(w->w_uv.dtype);
+    bp.pv = bp.pk && bp.hk == bp.hv ? bp.pk
+                                     : (float *)(at + (bp.kind_k != DSI_PREP_NONE ? DSI_XF_FLOATS(p->cb, p->kvl) * sizeof(float) : 0));
+  }
+#else
+  (void)p;
+#endif
+  return bp;
+}
+
+/* what chunk u0's call for W_UK (v = 0) or W_UV (v = 1) finds ready, or
+ * NULL (its kernel stages its own rows) */
+static const dsi_ready *block_ready(const dsi_mla_prefill *p, const block_prep *bp, int v, int u0, dsi_ready *r) {
+  const int kind = v ? bp->kind_v : bp->kind_k;
+  const size_t tile_words = DSI_TILE_N * round_up((size_t)p->kvl, DSI_TILE_K); /* 16 rows' */
+  *r = (dsi_ready){.kind = kind};
+  if (kind == DSI_PREP_PAIRS && (v ? bp->pv : bp->pk))
+    r->x = (v ? bp->pv : bp->pk) + DSI_XF_FLOATS(u0, p->kvl), r->height = v ? bp->hv : bp->hk;
+  else if (kind == bp->kind_k && bp->tiles) r->x = bp->tiles + (size_t)(u0 / DSI_TILE_N) * tile_words;
+  else if (kind == bp->kind_k && bp->dp) r->x = bp->dp + DSI_XD_WORDS(u0, p->kvl);
+  return r->x ? r : NULL;
+}
+
+#if DSI_HAVE_AVX512
+/* rows [a, e) of the block staged for the expansion chunks' calls on w,
+ * each chunk's rows as one call's (the same for every head): the
+ * AVX512-BF16 kernel's pairs into dp, or the f32 route's into pf */
+static void stage_chunks(const naive_job *j, long a, long e, const dsi_mat *w, uint32_t *dp, float *pf) {
+  const dsi_mla_prefill *p = j->p;
+  for (long u0 = a / MLA_EXPAND_ROWS * MLA_EXPAND_ROWS; u0 < e; u0 += MLA_EXPAND_ROWS) {
+    dsi_gemm g = {.w = w, .x = j->b->lat + (size_t)u0 * p->row, .ldx = p->row, .m = (int)DSI_MIN(MLA_EXPAND_ROWS, j->nb - u0)};
+    int s0 = (int)(DSI_MAX(a, u0) - u0), s1 = (int)(DSI_MIN(e, u0 + g.m) - u0);
+    if (dp) dsi_gemm_dp_stage(&g, s0, s1, dp + DSI_XD_WORDS(u0, p->kvl));
+    else dsi_gemm_pairs_stage(&g, s0, s1, pf + DSI_XF_FLOATS(u0, p->kvl));
+  }
+}
+#endif
+
 /* this thread's share of the block's latents [c0, c0 + nb) as f32 rows,
  * rounded to bf16 when the matmuls take bf16 (the cache's pair rows are
- * bf16 already), and as AMX tiles when tiles is not NULL, or staged for
- * the AVX512-BF16 kernel (w: the expansion's weight) when staged is */
-static void gather_latents(const naive_job *j, int c0, int nb, uint16_t *tiles, uint32_t *staged, const dsi_mat *w,
+ * bf16 already), then prepared as bp says */
+static void gather_latents(const naive_job *j, int c0, int nb, const block_prep *bp, const dsi_layer_weights *w,
                            int ith, int nth) {
   const dsi_mla_prefill *p = j->p;
   const dsi_mla_segment *seg = j->seg;
@@ -463,17 +526,17 @@ static void gather_latents(const naive_job *j, int c0, int nb, uint16_t *tiles, 
       memcpy(dst, seg->cache + (size_t)slot * p->row, (size_t)p->row * sizeof(float));
     }
   }
-  if (tiles && e > a)
+  if (bp->tiles && e > a)
     dsi_rows_to_bf16_tiles(v, j->b->lat + (size_t)a * p->row, p->row, NULL, (int)(e - a), p->kvl,
-                           (int)round_up((size_t)p->kvl, DSI_TILE_K), (int)a, nb, tiles);
+                           (int)round_up((size_t)p->kvl, DSI_TILE_K), (int)a, nb, bp->tiles);
 #if DSI_HAVE_AVX512
   /* each expansion chunk's rows as one call's: the same for every head */
-  for (long u0 = a / MLA_EXPAND_ROWS * MLA_EXPAND_ROWS; staged && u0 < e; u0 += MLA_EXPAND_ROWS) {
-    dsi_gemm g = {.w = w, .x = j->b->lat + (size_t)u0 * p->row, .ldx = p->row, .m = (int)DSI_MIN(MLA_EXPAND_ROWS, nb - u0)};
-    dsi_gemm_dp_stage(&g, (int)(DSI_MAX(a, u0) - u0), (int)(DSI_MIN(e, u0 + g.m) - u0), staged + DSI_XD_WORDS(u0, p->kvl));
-  }
+  if (bp->dp) stage_chunks(j, a, e, &w->w_uk, bp->dp, NULL);
+  if (bp->pk) stage_chunks(j, a, e, &w->w_uk, NULL, bp->pk);
+  if (bp->pv && bp->pv != bp->pk) stage_chunks(j, a, e, &w->w_uv, NULL, bp->pv);
 #else
-  DSI_ASSERT(!staged);
+  DSI_ASSERT(!bp->dp && !bp->pk && !bp->pv);
+  (void)w;
 #endif
 }
 
@@ -508,7 +571,6 @@ void dsi_mla_prefill_naive(const dsi_mla_prefill *p, dsi_team *tm, const dsi_mm 
   int tiles = p->tiles && dt == DSI_DTYPE_BF16 && mm->k->amx, rows = dt == DSI_DTYPE_F32;
   float *kt = (float *)bf.kv, *vr = kt + (size_t)p->cb * p->qk; /* the f32 rows' core: this thread's keys, values */
   for (int u = 0; rows && u < p->cb; u++) bf.vrows[u] = vr + (size_t)u * vd;
-  size_t latb_block = DSI_TILE_N * round_up((size_t)p->kvl, DSI_TILE_K); /* words of 16 rows */
   void *prep = bf.tws + (size_t)p->qb * p->cb;
   size_t prep_bytes = (p->tws_len - (size_t)p->qb * p->cb) * sizeof(float);
   int nqb = (int)DSI_CEIL_DIV(seg->L, p->qb_step);
@@ -522,16 +584,12 @@ void dsi_mla_prefill_naive(const dsi_mla_prefill *p, dsi_team *tm, const dsi_mm 
                    .tiles = tiles, .rows = rows};
     group_init(&j, ith, nth);
     for (int c0 = 0; c0 < ctx; c0 += p->cb_step) {
-      int nb = DSI_MIN(p->cb_step, ctx - c0), wants = DSI_PREP_NONE;
+      int nb = DSI_MIN(p->cb_step, ctx - c0);
       j.nb = nb;
       j.c0 = c0;
-      /* the latents as bf16 tiles when the expansion's first chunk of rows
-       * takes AMX, staged when it takes AVX512-BF16: once for all heads */
-      dsi_gemm_pick(mm->k, &w->w_uk, DSI_MIN(nb, MLA_EXPAND_ROWS), dsi_mm_act(mm), &wants);
-      uint16_t *latb = wants == DSI_PREP_BF16 ? bf.latb : NULL;
-      uint32_t *latd = wants == DSI_PREP_DP ? (uint32_t *)bf.latb : NULL;
+      const block_prep bp = block_prep_plan(p, &bf, mm, w, nb);
       dsi_barrier_wait(tm->bar); /* the group's init; the last block's heads done with the latents */
-      gather_latents(&j, c0, nb, latb, latd, &w->w_uk, ith, nth);
+      gather_latents(&j, c0, nb, &bp, w, ith, nth);
       if (ith == 0) atomic_store_explicit(bf.next, 0, memory_order_relaxed);
       dsi_barrier_wait(tm->bar); /* the latents */
       dsi_mat ks = {.dtype = dt, .rows = nb, .cols = p->qk}, vs = {.dtype = dt, .rows = vd, .cols = nb}, K, Vt;
@@ -547,11 +605,8 @@ void dsi_mla_prefill_naive(const dsi_mla_prefill *p, dsi_team *tm, const dsi_mm 
           const int nu = DSI_MIN(MLA_EXPAND_ROWS, nb - u0);
           const float *x = bf.lat + (size_t)u0 * p->row;
           /* what the block prepared, for the chunk's kernels that take it (a short last chunk's may not) */
-          const dsi_ready rb = {.kind = wants,
-                                .x = latb ? (const void *)(latb + (size_t)(u0 / DSI_TILE_N) * latb_block)
-                                     : latd ? (const void *)(latd + DSI_XD_WORDS(u0, p->kvl))
-                                            : NULL};
-          const dsi_ready *rk = rb.x ? &rb : NULL, *rv = rk;
+          dsi_ready rbk, rbv;
+          const dsi_ready *rk = block_ready(p, &bp, 0, u0, &rbk), *rv = block_ready(p, &bp, 1, u0, &rbv);
           /* f32 rows: the values straight into the rows, the keys transposed into panels */
           dsi_gemm gk = {.w = &wkh, .x = x, .ldx = p->row, .m = nu, .y = bf.kx, .ldy = nope, .epi = DSI_EPI_STORE};
           dsi_gemm gv = {.w = &wvh, .x = x, .ldx = p->row, .m = nu, .y = rows ? vr + (size_t)u0 * vd : bf.vx,

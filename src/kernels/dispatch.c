@@ -51,7 +51,10 @@ dsi_gemm_fn dsi_gemm_pick(const dsi_kern *k, const dsi_mat *w, int m, int act, i
     *prep = DSI_PREP_DP;
     return dsi_gemm_avx512_bf16;
   }
-  if (k->level >= DSI_ISA_AVX512 && (kernel_dtype || w->dtype == DSI_DTYPE_I8)) return dsi_gemm_avx512;
+  if (k->level >= DSI_ISA_AVX512 && (kernel_dtype || w->dtype == DSI_DTYPE_I8)) {
+    *prep = DSI_PREP_PAIRS;
+    return dsi_gemm_avx512;
+  }
 #endif
 #if DSI_HAVE_AVX2
   /* vpmaddwd on int16 or int8 activations: 1.6-2.3x the f32 widening

@@ -51,6 +51,10 @@ typedef struct dsi_gemm {
   /* the same rows staged as the AVX512-BF16 kernel's passes read them (see
    * dsi_gemm_dp_stage), for that kernel; NULL: it stages them itself */
   const uint32_t *xd;
+  /* the same rows staged as the AVX-512 kernel's f32-route passes read
+   * them for weights of w's pass height (see dsi_gemm_pairs_stage), for
+   * that kernel; NULL: it stages them itself */
+  const float *xf;
   int m;
   float *y;
   int ldy;
@@ -107,6 +111,7 @@ enum {
   DSI_PREP_I8,   /* g->xq, g->xq_scale */
   DSI_PREP_DP,   /* g->xd (or x as it is: the kernel stages it itself) */
   DSI_PREP_I16,  /* g->xw, g->xw_scale */
+  DSI_PREP_PAIRS, /* g->xf (or x as it is: the kernel stages it itself) */
 };
 /* Rows [s0, s1) of g's m activation rows rounded to bf16 and staged as the
  * AVX512-BF16 kernel's passes read them, into xd (DSI_XD_WORDS(m, cols)
@@ -114,6 +119,15 @@ enum {
  * a team's threads take, where the kernel would stage them per unit. */
 #define DSI_XD_WORDS(m, cols) ((size_t)(m) * (((size_t)(cols) + 1) / 2))
 void dsi_gemm_dp_stage(const dsi_gemm *g, int s0, int s1, uint32_t *xd);
+/* The same for the AVX-512 kernel's f32 route (dsi_gemm_avx512): rows
+ * [s0, s1) of g's m rows, as they are (rounded already where the
+ * precision rounds them), staged as its passes read them for weights of
+ * g->w's dtype into xf (DSI_XF_FLOATS(m, cols) floats). The layout
+ * follows the passes' height, dsi_gemm_pairs_height(dtype): rows staged
+ * for one weight serve another of the same cols and height. */
+#define DSI_XF_FLOATS(m, cols) ((size_t)(m) * 2 * (((size_t)(cols) + 1) / 2))
+void dsi_gemm_pairs_stage(const dsi_gemm *g, int s0, int s1, float *xf);
+int dsi_gemm_pairs_height(dsi_dtype dt);
 /* row stride of int8 activations: the AMX INT8 kernel steps K 64 at a time */
 #define DSI_XQ_LD(kpad) (((kpad) + 63) / 64 * 64)
 /* sums of 32 columns in a row of them (g->xq_sum) */

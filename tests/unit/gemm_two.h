@@ -28,7 +28,7 @@ static void gemm_two_share(void *ctx, int ith, int nth) {
 }
 
 /* fn over all of g's rows, split at a unit boundary (32 rows for SiLU pairs) on pool's 2 threads */
-static void gemm_two(dsi_pool *pool, dsi_gemm_fn fn, const dsi_gemm *g, int silu) {
+static inline void gemm_two(dsi_pool *pool, dsi_gemm_fn fn, const dsi_gemm *g, int silu) {
   int unit = silu ? 32 : DSI_TILE_N, rows = g->w->rows;
   gemm_two_job j = {.g = g, .fn = fn, .split = rows / 2 / unit * unit, .end = DSI_CEIL_DIV(rows, unit) * unit};
   for (int t = 0; t < 2; t++) j.scratch[t] = dsi_alloc_aligned(DSI_GEMM_SCRATCH(g->w->cols));
@@ -40,7 +40,7 @@ static void gemm_two(dsi_pool *pool, dsi_gemm_fn fn, const dsi_gemm *g, int silu
  * gathering `per` rows each from x, [*, cols], SiLU pairs of pk), against
  * each call alone (dsi_mm_one, which prepares its own gathered rows): 1
  * where every output is bitwise the same. *kernel: what the batch ran. */
-static int batch_vs_alone(dsi_pool *pool, const dsi_mm *mm, const dsi_mat *pk, const float *x, int cols,
+static inline int batch_vs_alone(dsi_pool *pool, const dsi_mm *mm, const dsi_mat *pk, const float *x, int cols,
                           const int32_t *x_rows, int calls, int per, const char **kernel) {
   const int total = calls * per, outs = pk->rows / 2;
   float *y = dsi_xcalloc((size_t)total * outs, sizeof(float)), *yone = dsi_xcalloc((size_t)total * outs, sizeof(float));
@@ -66,5 +66,23 @@ static int batch_vs_alone(dsi_pool *pool, const dsi_mm *mm, const dsi_mat *pk, c
   free(y), free(yone);
   return same;
 }
+
+#if DSI_HAVE_AVX512
+/* g's rows staged for the AVX-512 kernel's f32 route (dsi_gemm_pairs_stage)
+ * in two ranges, the later first, as two threads stage them; *intact: the
+ * 64 bytes past DSI_XF_FLOATS(m, cols) are as they were. Free with
+ * dsi_free_aligned. */
+static inline float *pairs_staged(const dsi_gemm *g, int *intact) {
+  const size_t n = DSI_XF_FLOATS(g->m, g->w->cols);
+  float *xf = dsi_alloc_aligned((n + 16) * sizeof(float));
+  memset(xf, 0x7f, (n + 16) * sizeof(float));
+  dsi_gemm_pairs_stage(g, g->m / 3, g->m, xf);
+  dsi_gemm_pairs_stage(g, 0, g->m / 3, xf);
+  const uint8_t *tail = (const uint8_t *)(xf + n);
+  *intact = 1;
+  for (int b = 0; b < 64; b++) *intact &= tail[b] == 0x7f;
+  return xf;
+}
+#endif
 
 #endif

@@ -9,6 +9,7 @@
 #include "base/base.h"
 #include "check.h"
 #include "test_isa.h"
+#include "gemm_two.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -120,6 +121,8 @@ static void run_case(const gcase *c, dsi_rng *rng) {
   size_t yn = (size_t)ny * ldy;
   float *y = dsi_xmalloc(yn * sizeof(float)), *yref = dsi_xmalloc(yn * sizeof(float));
   for (size_t i = 0; i < yn; i++) yref[i] = y[i] = dsi_rng_normal(rng);
+  float *y0 = dsi_xmalloc(yn * sizeof(float));
+  memcpy(y0, y, yn * sizeof(float));
   int32_t *y_rows = dsi_xmalloc(c->m * sizeof(int32_t));
   float *y_scale = dsi_xmalloc(c->m * sizeof(float));
   for (int i = 0; i < c->m; i++) {
@@ -164,6 +167,20 @@ static void run_case(const gcase *c, dsi_rng *rng) {
   double e = norm_err(y, yref, yn);
   CHECKF(e <= 1e-5, "%s %s rows %d cols %d m %d gather %d: normalized error %.3g", dsi_dtype_st_name(c->t),
          epi_name(c->epi), c->rows, c->cols, c->m, c->gather, e);
+
+  /* on rows staged for the call (dsi_gemm_pairs_stage): the same bits */
+  int intact;
+  float *ys = dsi_xmalloc(yn * sizeof(float));
+  memcpy(ys, y0, yn * sizeof(float));
+  g.y = ys;
+  g.xf = pairs_staged(&g, &intact);
+  dsi_gemm_avx512(&g, split, end, scr);
+  dsi_gemm_avx512(&g, 0, split, scr);
+  CHECKF(intact && !memcmp(y, ys, yn * sizeof(float)), "%s %s rows %d cols %d m %d: staged rows give other bits (or staging wrote past DSI_XF_FLOATS: %d)",
+         dsi_dtype_st_name(c->t), epi_name(c->epi), c->rows, c->cols, c->m, !intact);
+  dsi_free_aligned((void *)g.xf);
+  free(ys);
+  free(y0);
 
   dsi_free_aligned(scr);
   free(x);

@@ -23,6 +23,7 @@
 #define MB_BF16 16
 #define MB_F32 12
 #define MB_FP8 16
+#define MB_I8 8
 #define MB_SHORT 8 /* BF16, FP8: up to this many rows, both chains side by side */
 #define MB_MAX 16
 /* Rows of x staged at once; more make more passes over the weights. */
@@ -50,19 +51,87 @@ static const float *x_row(const dsi_gemm *g, int i) {
   return g->x + (size_t)(g->x_rows ? g->x_rows[i] : i) * g->ldx;
 }
 
-static void stage_x(const dsi_gemm *g, int i0, int mb, int cols, float *xs) {
+/* pairs kk0 .. kk0 + 7 of the 8 rows xr[0 .. 7] into those lines' slots
+ * of the rows (line kk at xs + 2 mb kk): an 8 x 8 transpose of 64-bit
+ * pairs, moved as they are (no arithmetic: every bit kept) */
+ALWAYS_INLINE void stage_8x8(const float *const *xr, int kk0, int mb, float *xs) {
+  __m512d r[8], t[8], u[8];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; i++) r[i] = _mm512_loadu_pd((const double *)(xr[i] + 2 * kk0));
+  /* t[2h]: rows 2h, 2h+1 at pairs 0, 2, 4, 6; t[2h+1]: at 1, 3, 5, 7 */
+#pragma GCC unroll 4
+  for (int i = 0; i < 8; i += 2) t[i] = _mm512_unpacklo_pd(r[i], r[i + 1]), t[i + 1] = _mm512_unpackhi_pd(r[i], r[i + 1]);
+  /* u[c + 4h]: rows 4h .. 4h+3 at pair c, then at pair c + 4 */
+  const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+#pragma GCC unroll 2
+  for (int h = 0; h < 8; h += 4) {
+    u[h] = _mm512_permutex2var_pd(t[h], lo, t[h + 2]);
+    u[h + 1] = _mm512_permutex2var_pd(t[h + 1], lo, t[h + 3]);
+    u[h + 2] = _mm512_permutex2var_pd(t[h], hi, t[h + 2]);
+    u[h + 3] = _mm512_permutex2var_pd(t[h + 1], hi, t[h + 3]);
+  }
+  const __m512i a = _mm512_setr_epi64(0, 1, 2, 3, 8, 9, 10, 11), b = _mm512_setr_epi64(4, 5, 6, 7, 12, 13, 14, 15);
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; c++) {
+    _mm512_storeu_pd(xs + (size_t)(kk0 + c) * 2 * mb, _mm512_permutex2var_pd(u[c], a, u[c + 4]));
+    _mm512_storeu_pd(xs + (size_t)(kk0 + c + 4) * 2 * mb, _mm512_permutex2var_pd(u[c], b, u[c + 4]));
+  }
+}
+
+/* rows [ia, ib) of the pass of mb rows from row i0 (x's rows i0 + ia ..) */
+static void stage_x(const dsi_gemm *g, int i0, int mb, int ia, int ib, int cols, float *xs) {
   int nl = (cols + 1) / 2, full = cols / 2;
   const float *xr[MB_MAX];
-  for (int i = 0; i < mb; i++) xr[i] = x_row(g, i0 + i);
-  if (mb == 1) memcpy(xs, xr[0], (size_t)full * 2 * sizeof(float));
-  else /* written in order, read from mb streams: each line of xs is filled at once */
-    for (int kk = 0; kk < full; kk++)
-      for (int i = 0; i < mb; i++) memcpy(xs + ((size_t)kk * mb + i) * 2, xr[i] + 2 * kk, 2 * sizeof(float));
+  for (int i = ia; i < ib; i++) xr[i] = x_row(g, i0 + i);
+  if (mb == 1) {
+    memcpy(xs, xr[0], (size_t)full * 2 * sizeof(float));
+  } else { /* 8 rows x 8 pairs at a time, then what is left a pair at a time */
+    const int i8 = ia + (ib - ia) / 8 * 8, k8 = full / 8 * 8;
+    for (int kk = 0; kk < k8; kk += 8) {
+      for (int i = ia; i < i8; i += 8) stage_8x8(xr + i, kk, mb, xs + (size_t)i * 2);
+      for (int c = kk; c < kk + 8; c++)
+        for (int i = i8; i < ib; i++) memcpy(xs + ((size_t)c * mb + i) * 2, xr[i] + 2 * c, 2 * sizeof(float));
+    }
+    for (int kk = k8; kk < full; kk++)
+      for (int i = ia; i < ib; i++) memcpy(xs + ((size_t)kk * mb + i) * 2, xr[i] + 2 * kk, 2 * sizeof(float));
+  }
   if (full < nl)
-    for (int i = 0; i < mb; i++) {
+    for (int i = ia; i < ib; i++) {
       xs[((size_t)full * mb + i) * 2] = xr[i][cols - 1];
       xs[((size_t)full * mb + i) * 2 + 1] = 0.0f;
     }
+}
+
+/* The passes of a group of n rows (at most GROUP), at most mbmax rows
+ * each: nearly equal heights; their first rows in pass_i0[0 .. npass]. */
+static int passes(int n, int mbmax, int *pass_i0) {
+  int npass = DSI_CEIL_DIV(n, mbmax);
+  for (int q = 0; q <= npass; q++) pass_i0[q] = (int)((int64_t)n * q / npass);
+  return npass;
+}
+
+/* the f32 route's pass height for weights of dtype dt */
+static int pairs_mbmax(dsi_dtype dt) {
+  return dt == DSI_DTYPE_BF16 ? MB_BF16 : dt == DSI_DTYPE_F32 ? MB_F32 : dt == DSI_DTYPE_I8 ? MB_I8 : MB_FP8;
+}
+
+int dsi_gemm_pairs_height(dsi_dtype dt) { return pairs_mbmax(dt); }
+
+/* All of a call's rows staged as gemm_run's groups and passes read them
+ * on the f32 route: group ig's rows at xf + 2 nl ig, within it pass q's at
+ * + 2 nl pass_i0[q]. */
+void dsi_gemm_pairs_stage(const dsi_gemm *g, int s0, int s1, float *xf) {
+  const int cols = g->w->cols, mbmax = pairs_mbmax(g->w->dtype);
+  const size_t nl = ((size_t)cols + 1) / 2;
+  int pass_i0[GROUP + 1];
+  for (int ig = s0 / GROUP * GROUP; ig < s1; ig += GROUP) {
+    const int npass = passes(DSI_MIN(GROUP, g->m - ig), mbmax, pass_i0);
+    for (int q = 0; q < npass; q++) {
+      const int i0 = ig + pass_i0[q], mb = pass_i0[q + 1] - pass_i0[q];
+      const int ia = DSI_MAX(s0, i0) - i0, ib = DSI_MIN(s1, i0 + mb) - i0;
+      if (ia < ib) stage_x(g, i0, mb, ia, ib, cols, xf + (size_t)i0 * 2 * nl);
+    }
+  }
 }
 
 ALWAYS_INLINE __m512 bcast_pair(const float *p) {
@@ -359,7 +428,6 @@ ALWAYS_INLINE void fp8_pass_tall(const uint8_t *wp, const float *wide, int nl, i
  * (lb lines) has one scale per panel, so its sum is kept apart in lo / hi
  * and added in times the scale; a row then holds three registers, so a
  * pass takes up to MB_I8 rows. Half of BF16's bytes per weight. */
-#define MB_I8 8
 
 ALWAYS_INLINE void i8_widen(const uint8_t *p, __m512 *lo, __m512 *hi) {
   *lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
@@ -524,21 +592,13 @@ DP_TARGET static void stage_x_dp(const dsi_gemm *g, int i0, int mb, int cols, ui
   for (int i = 0; i < mb; i++) stage_row_dp(x_row(g, i0 + i), cols, mb, xs + i);
 }
 
-/* The passes of a group of n rows (at most GROUP): nearly equal heights of
- * at most MB_DP; their first rows in pass_i0[0 .. npass]. */
-static int dp_passes(int n, int *pass_i0) {
-  int npass = DSI_CEIL_DIV(n, MB_DP);
-  for (int q = 0; q <= npass; q++) pass_i0[q] = (int)((int64_t)n * q / npass);
-  return npass;
-}
-
 /* All of a call's rows staged as gemm_run's groups and passes read them:
  * group ig's rows at xd + ig nl, within it pass q's at + pass_i0[q] nl. */
 DP_TARGET void dsi_gemm_dp_stage(const dsi_gemm *g, int s0, int s1, uint32_t *xd) {
   const size_t nl = ((size_t)g->w->cols + 1) / 2;
   int pass_i0[GROUP / MB_DP + 2];
   for (int r = s0; r < s1;) {
-    const int ig = r / GROUP * GROUP, n = DSI_MIN(GROUP, g->m - ig), npass = dp_passes(n, pass_i0);
+    const int ig = r / GROUP * GROUP, n = DSI_MIN(GROUP, g->m - ig), npass = passes(n, MB_DP, pass_i0);
     for (int q = 0; q < npass && r < s1; q++) {
       const int i0 = pass_i0[q], mb = pass_i0[q + 1] - i0;
       uint32_t *xs = xd + (size_t)(ig + i0) * nl;
@@ -648,7 +708,7 @@ typedef struct plan {
   int mbmax;          /* rows of x per pass */
   int n, npass;       /* rows of x in this group, and passes over them */
   int pass_i0[GROUP + 1];
-  float *xs;          /* staged rows of the group, pass after pass (dp: bf16 pairs) */
+  const float *xs;    /* staged rows of the group, pass after pass (dp: bf16 pairs) */
   uint16_t *wide;     /* dp, FP8, more than one pass: a panel widened to bf16 (dp_widen_panel) */
   float *widef;       /* not dp, FP8, more than one pass: a panel widened to f32 (fp8_widen_panel) */
 } plan;
@@ -702,9 +762,7 @@ static void gemm_run(const dsi_gemm *g, int r0, int r1, void *scratch, int dp) {
   int rows_out = silu_pairs ? r1 : DSI_MIN(r1, w->rows);
   if (g->m <= 0 || rows_out <= r0) return;
 
-  plan pl = {.g = g, .dp = dp, .nl = (w->cols + 1) / 2};
-  pl.mbmax = w->dtype == DSI_DTYPE_BF16 ? MB_BF16 : w->dtype == DSI_DTYPE_F32 ? MB_F32 : w->dtype == DSI_DTYPE_I8 ? MB_I8 : MB_FP8;
-  if (dp) pl.mbmax = MB_DP;
+  plan pl = {.g = g, .dp = dp, .nl = (w->cols + 1) / 2, .mbmax = dp ? MB_DP : pairs_mbmax(w->dtype)};
 
   /* scratch, DSI_GEMM_SCRATCH(cols) = (cols + 64) * 64 floats, holds GROUP
    * rows of x: two result tiles ([GROUP][16] each) and the staged rows
@@ -718,19 +776,18 @@ static void gemm_run(const dsi_gemm *g, int r0, int r1, void *scratch, int dp) {
   /* or, not dp, FP8's f32 lines (64 bytes a column) */
   if (!dp && w->dtype == DSI_DTYPE_F8_E4M3 && (size_t)pl.nl * 128 <= ((size_t)1 << 20))
     pl.widef = (float *)((uint8_t *)scratch + (size_t)(w->cols + 64) * 64 * 4);
-  const int staged = dp && g->xd; /* for the call: dsi_gemm_dp_stage */
+  /* for the call: dsi_gemm_dp_stage, dsi_gemm_pairs_stage */
+  const int staged = dp ? g->xd != NULL : g->xf != NULL;
 
   for (int ig = 0; ig < g->m; ig += gmax) {
     /* the group's rows in passes of nearly equal height */
     pl.n = DSI_MIN(gmax, g->m - ig);
-    pl.npass = dp ? dp_passes(pl.n, pl.pass_i0) : DSI_CEIL_DIV(pl.n, pl.mbmax);
-    if (!dp)
-      for (int q = 0; q <= pl.npass; q++) pl.pass_i0[q] = (int)((int64_t)pl.n * q / pl.npass);
-    pl.xs = staged ? (float *)(g->xd + (size_t)ig * pl.nl) : xs_own;
+    pl.npass = passes(pl.n, pl.mbmax, pl.pass_i0);
+    pl.xs = !staged ? xs_own : dp ? (const float *)(g->xd + (size_t)ig * pl.nl) : g->xf + (size_t)ig * 2 * pl.nl;
     for (int q = 0; q < pl.npass && !staged; q++) {
-      int i0 = pl.pass_i0[q];
-      if (dp) stage_x_dp(g, ig + i0, pl.pass_i0[q + 1] - i0, w->cols, (uint32_t *)pl.xs + (size_t)i0 * pl.nl);
-      else stage_x(g, ig + i0, pl.pass_i0[q + 1] - i0, w->cols, pl.xs + (size_t)i0 * 2 * pl.nl);
+      const int i0 = pl.pass_i0[q], mb = pl.pass_i0[q + 1] - i0;
+      if (dp) stage_x_dp(g, ig + i0, mb, w->cols, (uint32_t *)xs_own + (size_t)i0 * pl.nl);
+      else stage_x(g, ig + i0, mb, 0, mb, w->cols, xs_own + (size_t)i0 * 2 * pl.nl);
     }
 
     if (silu_pairs) {
