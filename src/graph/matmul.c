@@ -29,7 +29,7 @@ dsi_mm_thread dsi_mm_thread_at(void *mem, int calls) {
 /* bytes a row takes in the region of rows prepared in f32 (rounded) or
  * as int16: a call's int16 rows, then their scales, fill m of them */
 static size_t wide_row_bytes(int cols, int kpad) {
-  return DSI_MAX((size_t)cols * sizeof(float), DSI_XQ_LD(kpad) * sizeof(int16_t) + sizeof(float));
+  return DSI_MAX(DSI_XF_FLOATS(1, cols) * sizeof(float), DSI_XQ_LD(kpad) * sizeof(int16_t) + sizeof(float));
 }
 
 size_t dsi_mm_prep_bytes(long m, int cols, int kpad, int calls) {
@@ -109,8 +109,9 @@ dsi_mm dsi_mm_make(const dsi_kern *k, int precision, int packed, int nth) {
 }
 
 /* ---- preparing activations ---- */
-/* How a call's activations are prepared for its kernel. */
-enum { P_NONE, P_ROUND, P_BF16, P_I8, P_DP, P_ROUND_I8, P_I16 };
+/* How a call's activations are prepared for its kernel (P_PAIRS: staged
+ * for the f32 route, P_PAIRS_ROUND: and rounded to bf16 on the way). */
+enum { P_NONE, P_ROUND, P_BF16, P_I8, P_DP, P_ROUND_I8, P_I16, P_PAIRS, P_PAIRS_ROUND };
 
 /* where a call's int16 rows' scales follow its rows in xr */
 static float *i16_scales(const dsi_gemm *g, void *xr, size_t ldq) {
@@ -128,11 +129,12 @@ static void prep_rows(const dsi_vec_ops *v, const dsi_gemm *g, int kind, long s0
   int cols = g->w->cols, kpad = g->w->kpad, nr = (int)(s1 - s0);
   const float *x = g->x_rows ? g->x : g->x + (size_t)s0 * g->ldx;
   const int32_t *rows = g->x_rows ? g->x_rows + s0 : NULL;
-  if (kind == P_DP) {
+  if (kind == P_DP || kind == P_PAIRS || kind == P_PAIRS_ROUND) {
 #if DSI_HAVE_AVX512
-    dsi_gemm_dp_stage(g, (int)s0, (int)s1, (uint32_t *)xb);
+    if (kind == P_DP) dsi_gemm_dp_stage(g, (int)s0, (int)s1, (uint32_t *)xb);
+    else dsi_gemm_pairs_stage(g, (int)s0, (int)s1, kind == P_PAIRS_ROUND, (float *)xr);
 #else
-    DSI_ASSERT(0); /* no AVX512-BF16 kernel in this build */
+    DSI_ASSERT(0); /* no AVX-512 kernel in this build */
 #endif
   } else if (kind == P_BF16) dsi_rows_to_bf16_tiles(v, x, g->ldx, rows, nr, cols, kpad, (int)s0, g->m, xb);
   else if (kind == P_I8)
@@ -156,8 +158,7 @@ static int have_ready(const dsi_gemm *g, int wants, const dsi_ready *ready) {
 /* the preparation a call's kernel wants, given what is ready: a kernel
  * that reads f32 multiplies, under bf16 precision, what the integer kernels
  * would for INT8 weights where mm lets them take int8 activations, else
- * bf16-rounded rows (the f32 route's staged pairs are only taken ready:
- * staged per call, they would cost what the kernel's own staging does) */
+ * bf16-rounded rows (see pairs_kind for the f32 route's staged pairs) */
 static int prep_kind(const dsi_mm *mm, const dsi_gemm *g, int wants, int x_ready, const dsi_ready *ready) {
   if (have_ready(g, wants, ready)) return P_NONE;
   return wants == DSI_PREP_BF16 ? P_BF16
@@ -166,6 +167,16 @@ static int prep_kind(const dsi_mm *mm, const dsi_gemm *g, int wants, int x_ready
          : wants == DSI_PREP_I16 ? P_I16
          : mm->act_bf16 && !x_ready ? (mm->act_i8 && g->w->dtype == DSI_DTYPE_I8 ? P_ROUND_I8 : P_ROUND)
                                    : P_NONE;
+}
+
+/* The f32 route's rows (kind wants DSI_PREP_PAIRS) of a call of several
+ * rows staged by the caller, rounded on the way where kind rounds them:
+ * for a team once (team), where each unit a thread takes would stage them
+ * again; for one call only where they are rounded, which spares the pass
+ * that rounds them apart. */
+static int pairs_kind(const dsi_gemm *g, int wants, int kind, int team) {
+  if (wants != DSI_PREP_PAIRS || g->m < 2 || g->xf) return kind;
+  return kind == P_ROUND ? P_PAIRS_ROUND : kind == P_NONE && team ? P_PAIRS : kind;
 }
 
 /* the call's prepared-row fields set to what is ready */
@@ -212,11 +223,13 @@ void dsi_mm_team(dsi_team *tm, const dsi_mm *mm, dsi_mm_thread th, int n, int ro
     int wants = DSI_PREP_NONE;
     fns[i] = dsi_gemm_pick(mm->k, gs[i].w, gs[i].m, dsi_mm_act(mm), &wants);
     set_ready(&gs[i], wants, ready);
-    kind[i] = (uint8_t)prep_kind(mm, &gs[i], wants, x_ready, ready);
+    kind[i] = (uint8_t)pairs_kind(&gs[i], wants, prep_kind(mm, &gs[i], wants, x_ready, ready), 1);
     if (kind[i] == P_BF16) slot[i] = n_b, n_b += DSI_XB_ROWS(gs[i].m);
     else if (kind[i] == P_DP) slot[i] = n_b, n_b += gs[i].m; /* m rows of kpad bf16 hold the staged pairs */
     else if (kind[i] == P_I8) slot[i] = n_q, n_q += gs[i].m;
-    else if (kind[i] == P_ROUND || kind[i] == P_ROUND_I8 || kind[i] == P_I16) slot[i] = n_r, n_r += gs[i].m;
+    else if (kind[i] == P_ROUND || kind[i] == P_ROUND_I8 || kind[i] == P_I16 || kind[i] == P_PAIRS ||
+             kind[i] == P_PAIRS_ROUND)
+      slot[i] = n_r, n_r += gs[i].m;
     any_prep |= kind[i] != P_NONE;
     /* not AMX, nor the integer kernels' */
     streaming &= wants != DSI_PREP_BF16 && wants != DSI_PREP_I8 && wants != DSI_PREP_I16;
@@ -300,6 +313,8 @@ void dsi_mm_team(dsi_team *tm, const dsi_mm *mm, dsi_mm_thread th, int n, int ro
       } else if (kind[i] == P_I16) {
         gs[i].xw = (const int16_t *)(xr + slot[i] * rb);
         gs[i].xw_scale = i16_scales(&gs[i], xr + slot[i] * rb, ldq);
+      } else if (kind[i] == P_PAIRS || kind[i] == P_PAIRS_ROUND) {
+        gs[i].xf = (const float *)(xr + slot[i] * rb);
       } else if (kind[i] == P_ROUND || kind[i] == P_ROUND_I8) {
         gs[i].x = (const float *)(xr + slot[i] * rb);
         gs[i].ldx = cols;
@@ -326,9 +341,9 @@ void dsi_mm_one(const dsi_mm *mm, dsi_gemm *g, int r0, int r1, void *prep, size_
                 int x_ready, const dsi_ready *ready) {
   int wants = DSI_PREP_NONE;
   dsi_gemm_fn fn = dsi_gemm_pick(mm->k, g->w, g->m, dsi_mm_act(mm), &wants);
-  int kind = prep_kind(mm, g, wants, x_ready, ready);
-  size_t ldq = DSI_XQ_LD(g->w->kpad);
   set_ready(g, wants, ready);
+  int kind = pairs_kind(g, wants, prep_kind(mm, g, wants, x_ready, ready), 0);
+  size_t ldq = DSI_XQ_LD(g->w->kpad);
   if (kind != P_NONE) {
     DSI_ASSERT(dsi_mm_prep_bytes(g->m, g->w->cols, g->w->kpad, 1) <= prep_bytes);
     uint8_t *base = prep;
@@ -337,6 +352,7 @@ void dsi_mm_one(const dsi_mm *mm, dsi_gemm *g, int r0, int r1, void *prep, size_
     prep_rows(mm->k->vec, g, kind, 0, g->m, ldq, prep, prep, prep, xq_scale, xq_sum);
     if (kind == P_BF16) g->xb = prep;
     else if (kind == P_DP) g->xd = prep;
+    else if (kind == P_PAIRS || kind == P_PAIRS_ROUND) g->xf = prep;
     else if (kind == P_I8) g->xq = prep, g->xq_scale = xq_scale, g->xq_sum = xq_sum;
     else if (kind == P_I16) g->xw = prep, g->xw_scale = i16_scales(g, prep, ldq);
     else g->x = prep, g->ldx = g->w->cols, g->x_rows = NULL;

@@ -495,7 +495,7 @@ static void stage_chunks(const naive_job *j, long a, long e, const dsi_mat *w, u
     dsi_gemm g = {.w = w, .x = j->b->lat + (size_t)u0 * p->row, .ldx = p->row, .m = (int)DSI_MIN(MLA_EXPAND_ROWS, j->nb - u0)};
     int s0 = (int)(DSI_MAX(a, u0) - u0), s1 = (int)(DSI_MIN(e, u0 + g.m) - u0);
     if (dp) dsi_gemm_dp_stage(&g, s0, s1, dp + DSI_XD_WORDS(u0, p->kvl));
-    else dsi_gemm_pairs_stage(&g, s0, s1, pf + DSI_XF_FLOATS(u0, p->kvl));
+    else dsi_gemm_pairs_stage(&g, s0, s1, 0, pf + DSI_XF_FLOATS(u0, p->kvl));
   }
 }
 #endif

@@ -120,13 +120,14 @@ enum {
 #define DSI_XD_WORDS(m, cols) ((size_t)(m) * (((size_t)(cols) + 1) / 2))
 void dsi_gemm_dp_stage(const dsi_gemm *g, int s0, int s1, uint32_t *xd);
 /* The same for the AVX-512 kernel's f32 route (dsi_gemm_avx512): rows
- * [s0, s1) of g's m rows, as they are (rounded already where the
- * precision rounds them), staged as its passes read them for weights of
- * g->w's dtype into xf (DSI_XF_FLOATS(m, cols) floats). The layout
- * follows the passes' height, dsi_gemm_pairs_height(dtype): rows staged
- * for one weight serve another of the same cols and height. */
+ * [s0, s1) of g's m rows, as they are or rounded to bf16 on the way
+ * (round_bf16: bitwise as dsi_rows_round_bf16 rounds them), staged as its
+ * passes read them for weights of g->w's dtype into xf (DSI_XF_FLOATS(m,
+ * cols) floats). The layout follows the passes' height,
+ * dsi_gemm_pairs_height(dtype): rows staged for one weight serve another
+ * of the same cols and height. */
 #define DSI_XF_FLOATS(m, cols) ((size_t)(m) * 2 * (((size_t)(cols) + 1) / 2))
-void dsi_gemm_pairs_stage(const dsi_gemm *g, int s0, int s1, float *xf);
+void dsi_gemm_pairs_stage(const dsi_gemm *g, int s0, int s1, int round_bf16, float *xf);
 int dsi_gemm_pairs_height(dsi_dtype dt);
 /* row stride of int8 activations: the AMX INT8 kernel steps K 64 at a time */
 #define DSI_XQ_LD(kpad) (((kpad) + 63) / 64 * 64)

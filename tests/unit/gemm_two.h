@@ -76,12 +76,29 @@ static inline float *pairs_staged(const dsi_gemm *g, int *intact) {
   const size_t n = DSI_XF_FLOATS(g->m, g->w->cols);
   float *xf = dsi_alloc_aligned((n + 16) * sizeof(float));
   memset(xf, 0x7f, (n + 16) * sizeof(float));
-  dsi_gemm_pairs_stage(g, g->m / 3, g->m, xf);
-  dsi_gemm_pairs_stage(g, 0, g->m / 3, xf);
+  dsi_gemm_pairs_stage(g, g->m / 3, g->m, 0, xf);
+  dsi_gemm_pairs_stage(g, 0, g->m / 3, 0, xf);
   const uint8_t *tail = (const uint8_t *)(xf + n);
   *intact = 1;
   for (int b = 0; b < 64; b++) *intact &= tail[b] == 0x7f;
   return xf;
+}
+
+/* g's rows staged rounded to bf16 on the way: bitwise the rows
+ * dsi_rows_round_bf16 rounds, staged as they are */
+static inline int pairs_round_same(const dsi_gemm *g, const struct dsi_vec_ops *v) {
+  const int cols = g->w->cols;
+  const size_t n = DSI_XF_FLOATS(g->m, cols);
+  float *a = dsi_alloc_aligned(n * sizeof(float)), *b = dsi_alloc_aligned(n * sizeof(float));
+  float *r = dsi_xmalloc((size_t)g->m * cols * sizeof(float));
+  dsi_gemm_pairs_stage(g, 0, g->m, 1, a);
+  dsi_rows_round_bf16(v, g->x, g->ldx, g->x_rows, g->m, cols, r);
+  dsi_gemm gr = *g;
+  gr.x = r, gr.ldx = cols, gr.x_rows = NULL;
+  dsi_gemm_pairs_stage(&gr, 0, g->m, 0, b);
+  int same = !memcmp(a, b, n * sizeof(float));
+  dsi_free_aligned(a), dsi_free_aligned(b), free(r);
+  return same;
 }
 #endif
 

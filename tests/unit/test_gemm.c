@@ -179,6 +179,9 @@ static void run_case(const gcase *c, dsi_rng *rng) {
   CHECKF(intact && !memcmp(y, ys, yn * sizeof(float)), "%s %s rows %d cols %d m %d: staged rows give other bits (or staging wrote past DSI_XF_FLOATS: %d)",
          dsi_dtype_st_name(c->t), epi_name(c->epi), c->rows, c->cols, c->m, !intact);
   dsi_free_aligned((void *)g.xf);
+  g.xf = NULL;
+  CHECKF(pairs_round_same(&g, test_kern()->vec), "%s rows %d cols %d m %d: rows rounded as they are staged differ from rows rounded first",
+         dsi_dtype_st_name(c->t), c->rows, c->cols, c->m);
   free(ys);
   free(y0);
 

@@ -51,10 +51,29 @@ static const float *x_row(const dsi_gemm *g, int i) {
   return g->x + (size_t)(g->x_rows ? g->x_rows[i] : i) * g->ldx;
 }
 
+/* rnd: the values rounded to bf16 on the way, bitwise as
+ * dsi_rows_round_bf16 rounds them (the vector primitives' integer
+ * rounding to nearest even, kept in f32) */
+ALWAYS_INLINE __m512d round_pairs(__m512d v, int rnd) {
+  if (!rnd) return v;
+  const __m512i u = _mm512_castpd_si512(v);
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i up = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), odd);
+  return _mm512_castsi512_pd(_mm512_and_si512(up, _mm512_set1_epi32((int)0xffff0000u)));
+}
+
+/* a pair (two floats) copied, rounded as round_pairs rounds */
+static inline void stage_pair(float *d, const float *s, int rnd) {
+  uint32_t u[2];
+  memcpy(u, s, sizeof u);
+  for (int t = 0; t < 2 && rnd; t++) u[t] = (u[t] + 0x7fffu + ((u[t] >> 16) & 1)) & 0xffff0000u;
+  memcpy(d, u, sizeof u);
+}
+
 /* pairs kk0 .. kk0 + 7 of the 8 rows xr[0 .. 7] into those lines' slots
  * of the rows (line kk at xs + 2 mb kk): an 8 x 8 transpose of 64-bit
- * pairs, moved as they are (no arithmetic: every bit kept) */
-ALWAYS_INLINE void stage_8x8(const float *const *xr, int kk0, int mb, float *xs) {
+ * pairs, moved as they are (no arithmetic but rnd's rounding) */
+ALWAYS_INLINE void stage_8x8(const float *const *xr, int kk0, int mb, int rnd, float *xs) {
   __m512d r[8], t[8], u[8];
 #pragma GCC unroll 8
   for (int i = 0; i < 8; i++) r[i] = _mm512_loadu_pd((const double *)(xr[i] + 2 * kk0));
@@ -73,32 +92,33 @@ ALWAYS_INLINE void stage_8x8(const float *const *xr, int kk0, int mb, float *xs)
   const __m512i a = _mm512_setr_epi64(0, 1, 2, 3, 8, 9, 10, 11), b = _mm512_setr_epi64(4, 5, 6, 7, 12, 13, 14, 15);
 #pragma GCC unroll 4
   for (int c = 0; c < 4; c++) {
-    _mm512_storeu_pd(xs + (size_t)(kk0 + c) * 2 * mb, _mm512_permutex2var_pd(u[c], a, u[c + 4]));
-    _mm512_storeu_pd(xs + (size_t)(kk0 + c + 4) * 2 * mb, _mm512_permutex2var_pd(u[c], b, u[c + 4]));
+    _mm512_storeu_pd(xs + (size_t)(kk0 + c) * 2 * mb, round_pairs(_mm512_permutex2var_pd(u[c], a, u[c + 4]), rnd));
+    _mm512_storeu_pd(xs + (size_t)(kk0 + c + 4) * 2 * mb, round_pairs(_mm512_permutex2var_pd(u[c], b, u[c + 4]), rnd));
   }
 }
 
-/* rows [ia, ib) of the pass of mb rows from row i0 (x's rows i0 + ia ..) */
-static void stage_x(const dsi_gemm *g, int i0, int mb, int ia, int ib, int cols, float *xs) {
+/* rows [ia, ib) of the pass of mb rows from row i0 (x's rows i0 + ia ..),
+ * rounded to bf16 when rnd */
+static void stage_x(const dsi_gemm *g, int i0, int mb, int ia, int ib, int cols, int rnd, float *xs) {
   int nl = (cols + 1) / 2, full = cols / 2;
   const float *xr[MB_MAX];
   for (int i = ia; i < ib; i++) xr[i] = x_row(g, i0 + i);
-  if (mb == 1) {
+  if (mb == 1 && !rnd) {
     memcpy(xs, xr[0], (size_t)full * 2 * sizeof(float));
   } else { /* 8 rows x 8 pairs at a time, then what is left a pair at a time */
     const int i8 = ia + (ib - ia) / 8 * 8, k8 = full / 8 * 8;
     for (int kk = 0; kk < k8; kk += 8) {
-      for (int i = ia; i < i8; i += 8) stage_8x8(xr + i, kk, mb, xs + (size_t)i * 2);
+      for (int i = ia; i < i8; i += 8) stage_8x8(xr + i, kk, mb, rnd, xs + (size_t)i * 2);
       for (int c = kk; c < kk + 8; c++)
-        for (int i = i8; i < ib; i++) memcpy(xs + ((size_t)c * mb + i) * 2, xr[i] + 2 * c, 2 * sizeof(float));
+        for (int i = i8; i < ib; i++) stage_pair(xs + ((size_t)c * mb + i) * 2, xr[i] + 2 * c, rnd);
     }
     for (int kk = k8; kk < full; kk++)
-      for (int i = ia; i < ib; i++) memcpy(xs + ((size_t)kk * mb + i) * 2, xr[i] + 2 * kk, 2 * sizeof(float));
+      for (int i = ia; i < ib; i++) stage_pair(xs + ((size_t)kk * mb + i) * 2, xr[i] + 2 * kk, rnd);
   }
   if (full < nl)
     for (int i = ia; i < ib; i++) {
-      xs[((size_t)full * mb + i) * 2] = xr[i][cols - 1];
-      xs[((size_t)full * mb + i) * 2 + 1] = 0.0f;
+      const float last[2] = {xr[i][cols - 1], 0.0f};
+      stage_pair(xs + ((size_t)full * mb + i) * 2, last, rnd);
     }
 }
 
@@ -120,7 +140,7 @@ int dsi_gemm_pairs_height(dsi_dtype dt) { return pairs_mbmax(dt); }
 /* All of a call's rows staged as gemm_run's groups and passes read them
  * on the f32 route: group ig's rows at xf + 2 nl ig, within it pass q's at
  * + 2 nl pass_i0[q]. */
-void dsi_gemm_pairs_stage(const dsi_gemm *g, int s0, int s1, float *xf) {
+void dsi_gemm_pairs_stage(const dsi_gemm *g, int s0, int s1, int round_bf16, float *xf) {
   const int cols = g->w->cols, mbmax = pairs_mbmax(g->w->dtype);
   const size_t nl = ((size_t)cols + 1) / 2;
   int pass_i0[GROUP + 1];
@@ -129,7 +149,7 @@ void dsi_gemm_pairs_stage(const dsi_gemm *g, int s0, int s1, float *xf) {
     for (int q = 0; q < npass; q++) {
       const int i0 = ig + pass_i0[q], mb = pass_i0[q + 1] - pass_i0[q];
       const int ia = DSI_MAX(s0, i0) - i0, ib = DSI_MIN(s1, i0 + mb) - i0;
-      if (ia < ib) stage_x(g, i0, mb, ia, ib, cols, xf + (size_t)i0 * 2 * nl);
+      if (ia < ib) stage_x(g, i0, mb, ia, ib, cols, round_bf16, xf + (size_t)i0 * 2 * nl);
     }
   }
 }
@@ -787,7 +807,7 @@ static void gemm_run(const dsi_gemm *g, int r0, int r1, void *scratch, int dp) {
     for (int q = 0; q < pl.npass && !staged; q++) {
       const int i0 = pl.pass_i0[q], mb = pl.pass_i0[q + 1] - i0;
       if (dp) stage_x_dp(g, ig + i0, mb, w->cols, (uint32_t *)xs_own + (size_t)i0 * pl.nl);
-      else stage_x(g, ig + i0, mb, 0, mb, w->cols, xs_own + (size_t)i0 * 2 * pl.nl);
+      else stage_x(g, ig + i0, mb, 0, mb, w->cols, 0, xs_own + (size_t)i0 * 2 * pl.nl);
     }
 
     if (silu_pairs) {
