@@ -131,17 +131,15 @@ static int passes(int n, int mbmax, int *pass_i0) {
 }
 
 /* the f32 route's pass height for weights of dtype dt */
-static int pairs_mbmax(dsi_dtype dt) {
+int dsi_gemm_pairs_height(dsi_dtype dt) {
   return dt == DSI_DTYPE_BF16 ? MB_BF16 : dt == DSI_DTYPE_F32 ? MB_F32 : dt == DSI_DTYPE_I8 ? MB_I8 : MB_FP8;
 }
-
-int dsi_gemm_pairs_height(dsi_dtype dt) { return pairs_mbmax(dt); }
 
 /* All of a call's rows staged as gemm_run's groups and passes read them
  * on the f32 route: group ig's rows at xf + 2 nl ig, within it pass q's at
  * + 2 nl pass_i0[q]. */
 void dsi_gemm_pairs_stage(const dsi_gemm *g, int s0, int s1, int round_bf16, float *xf) {
-  const int cols = g->w->cols, mbmax = pairs_mbmax(g->w->dtype);
+  const int cols = g->w->cols, mbmax = dsi_gemm_pairs_height(g->w->dtype);
   const size_t nl = ((size_t)cols + 1) / 2;
   int pass_i0[GROUP + 1];
   for (int ig = s0 / GROUP * GROUP; ig < s1; ig += GROUP) {
@@ -782,7 +780,7 @@ static void gemm_run(const dsi_gemm *g, int r0, int r1, void *scratch, int dp) {
   int rows_out = silu_pairs ? r1 : DSI_MIN(r1, w->rows);
   if (g->m <= 0 || rows_out <= r0) return;
 
-  plan pl = {.g = g, .dp = dp, .nl = (w->cols + 1) / 2, .mbmax = dp ? MB_DP : pairs_mbmax(w->dtype)};
+  plan pl = {.g = g, .dp = dp, .nl = (w->cols + 1) / 2, .mbmax = dp ? MB_DP : dsi_gemm_pairs_height(w->dtype)};
 
   /* scratch, DSI_GEMM_SCRATCH(cols) = (cols + 64) * 64 floats, holds GROUP
    * rows of x: two result tiles ([GROUP][16] each) and the staged rows
