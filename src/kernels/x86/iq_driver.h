@@ -52,13 +52,23 @@ typedef struct {
   int mb, min_rows;
 } iq_unpacked;
 
-/* part `part` of `parts` of a chunk's weight bytes prefetched into L2 */
-static inline void iq_prefetch_part(const iq_unpacked *up, const dsi_mat *w, int panel, int q0, int nq, int part,
-                                    int parts) {
+/* a chunk's weight bytes to prefetch into L2 in `parts` slices of `per`
+ * lines (located once a chunk: a pass takes one slice) */
+typedef struct {
+  const uint8_t *p;
+  size_t lines, per;
+} iq_next;
+
+static inline iq_next iq_next_chunk(const iq_unpacked *up, const dsi_mat *w, int panel, int q0, int nq, int parts) {
   size_t n;
   const uint8_t *p = up->chunk(w, panel, q0, nq, &n);
-  const size_t lines = (n + 63) / 64, a = lines * part / parts, e = lines * (part + 1) / parts;
-  for (size_t l = a; l < e; l++) _mm_prefetch((const char *)(p + 64 * l), _MM_HINT_T1);
+  const size_t lines = (n + 63) / 64;
+  return (iq_next){p, lines, (lines + (size_t)parts - 1) / (size_t)parts};
+}
+
+static inline void iq_prefetch_slice(const iq_next *c, int part) {
+  const size_t a = c->per * (size_t)part, e = DSI_MIN(a + c->per, c->lines);
+  for (size_t l = a; l < e; l++) _mm_prefetch((const char *)(c->p + 64 * l), _MM_HINT_T1);
 }
 
 /* y row (16 outputs, nj valid) from a pass's sums t of one activation row */
@@ -133,10 +143,12 @@ static void iq_gemm_run(const dsi_gemm *g, int r0, int r1, void *scratch, iq_pas
            * panels' first) on its way from memory while this one's passes
            * run, a slice before each pass: else its unpack waits on it */
           const int np = q0 + kc < ng ? p : p + 2, nq0 = q0 + kc < ng ? q0 + kc : 0;
-          const int nnq = DSI_MIN(kc, ng - nq0);
+          iq_next nx[2];
+          int nn = 0;
+          for (int i = 0; i < 2; i++)
+            if ((np + i) * DSI_TILE_N < rows_out) nx[nn++] = iq_next_chunk(up, w, np + i, nq0, DSI_MIN(kc, ng - nq0), npass);
           for (int q = 0; q < npass; q++) {
-            for (int i = 0; i < 2; i++)
-              if ((np + i) * DSI_TILE_N < rows_out) iq_prefetch_part(up, w, np + i, nq0, nnq, q, npass);
+            for (int i = 0; i < nn; i++) iq_prefetch_slice(&nx[i], q);
             const int i0 = at[q];
             up->pass(ul[0], us[0], two ? ul[1] : NULL, us[1], nq, w->block / 32,
                      xq + (size_t)i0 * ldq + (size_t)q0 * w->block, ldq, zp + i0 * ng + q0, ng, at[q + 1] - i0,
