@@ -40,6 +40,7 @@ typedef struct dsi_load_opts {
   int op_opt_off; /* 1: keep weights row-major as in the file (the ablation's
                      baseline); 0: repack into the kernels' layout (default) */
   int quant;     /* DSI_QUANT_*: quantize the packed linear weights while loading */
+  int quant_head; /* DSI_QUANT_HEAD_*: what quant makes of lm_head (0: INT8, the default) */
   int no_hugepage; /* 1: do not advise transparent huge pages for the weights (where the
                       kernel's synchronous compaction stalls loading) */
   int ep_rank, ep_size; /* expert parallel: load only the routed experts
@@ -64,12 +65,17 @@ typedef struct dsi_load_opts {
  * Needs packed weights (not with mlock or op_opt_off).
  * DSI_QUANT_INT4: the MLP weights (routed and shared experts, dense MLPs)
  * and the attention projections (q, kv_a, o) become 4-bit with one f16
- * scale per row and 32 columns, lm_head and W_UV int8 as above; INT4
- * matmuls multiply int8 activations (one scale per row) in every
- * precision mode. Under either, W_UK (exact) and W_UV multiply f32 (bf16)
+ * scale per row and 32 columns, lm_head (as quant_head says) and W_UV
+ * int8 as above; INT4 matmuls multiply int8 activations (one scale per
+ * row) in every precision mode. Under either, W_UK (exact) and W_UV multiply f32 (bf16)
  * activations, never int8 ones, so that the two attention forms agree and
  * a prompt's result does not depend on how it was cut into chunks. */
 enum { DSI_QUANT_NONE = 0, DSI_QUANT_INT8 = 1, DSI_QUANT_INT4 = 2 };
+/* lm_head under DSI_QUANT_INT8 or INT4: INT8 (the default), INT4 (as
+ * INT4's MLP weights: a decode token reads fewer bytes, for accuracy; the
+ * README's INT4 section measures the three), or kept as stored (packed,
+ * its checkpoint dtype). Needs quant. */
+enum { DSI_QUANT_HEAD_INT8 = 0, DSI_QUANT_HEAD_INT4 = 1, DSI_QUANT_HEAD_KEEP = 2 };
 
 /* Open a Hugging Face checkpoint directory (config.json + model.safetensors
  * or model.safetensors.index.json with shards). */

@@ -472,16 +472,19 @@ static dsi_mat quant_shape(const dsi_mat *src, int qdt) {
 }
 
 /* the roles --quant int4 makes INT4, a bit per ROLE_* */
-#define I4_ROLES (1 << ROLE_MLP | 1 << ROLE_ATTN)
+#define I4_ROLES (1 << ROLE_MLP | 1 << ROLE_ATTN) /* lm_head: quant_head */
 
-/* what --quant makes of a packed linear weight: INT8, or with int4 INT4
- * for the MLP and attention projections, and INT8 for lm_head (README,
- * --quant int4: measured, INT4 attention halves its prefill time where
- * INT8 has no VNNI kernel, for a little accuracy; INT4 lm_head costs more
- * than all the rest) and for W_UV (kv_b_proj's): the attention's latent
- * side multiplies f32 or bf16 activations, never int8 ones (dsi_fctx's
- * mm_lat), and the INT4 kernels take only int8 */
+/* what --quant makes of a packed linear weight (0: kept as stored): INT8,
+ * or with int4 INT4 for the MLP and attention projections (README, --quant
+ * int4: measured, INT4 attention halves its prefill time where INT8 has no
+ * VNNI kernel, for a little accuracy); lm_head as --quant-head says (INT8
+ * by default: INT4 costs more accuracy than all the rest); INT8 for W_UV
+ * (kv_b_proj's): the attention's latent side multiplies f32 or bf16
+ * activations, never int8 ones (dsi_fctx's mm_lat), and the INT4 kernels
+ * take only int8 */
 static int quant_dtype(const dsi_model *m, const spec *s) {
+  if (s->role == ROLE_HEAD)
+    return m->quant_head == DSI_QUANT_HEAD_INT4 ? DSI_DTYPE_I4 : m->quant_head == DSI_QUANT_HEAD_KEEP ? 0 : DSI_DTYPE_I8;
   if (m->quant == DSI_QUANT_INT4 && (I4_ROLES >> s->role & 1) && !s->mla) return DSI_DTYPE_I4;
   return DSI_DTYPE_I8;
 }
@@ -921,6 +924,12 @@ int dsi_model_open(dsi_model **out, const char *dir, const dsi_load_opts *opts, 
   m->quant = opts->quant;
   if (m->quant != DSI_QUANT_NONE && m->quant != DSI_QUANT_INT8 && m->quant != DSI_QUANT_INT4) {
     rc = dsi_errf(err, DSI_E_INVAL, "%s: unknown quantization %d (0 = none, 1 = int8, 2 = int4)", dir, m->quant);
+    goto fail;
+  }
+  m->quant_head = opts->quant_head;
+  if (m->quant_head < DSI_QUANT_HEAD_INT8 || m->quant_head > DSI_QUANT_HEAD_KEEP || (m->quant_head && !m->quant)) {
+    rc = dsi_errf(err, DSI_E_INVAL, "%s: %s", dir, m->quant ? "unknown lm_head quantization (0 = int8, 1 = int4, 2 = none)"
+                                                           : "an lm_head quantization (--quant-head) needs --quant int8 or int4");
     goto fail;
   }
   if (m->quant && !m->packed) {

@@ -66,6 +66,7 @@ struct dsi_model {
   dsi_layer_weights *layers;       /* [num_hidden_layers] */
   int packed;                      /* 1: weights in the kernels' TILES layout (--op-opt on) */
   int quant;                       /* DSI_QUANT_*: packed linear weights quantized at load */
+  int quant_head;                  /* DSI_QUANT_HEAD_*: what quant made of lm_head */
   int exp_lo, exp_hi, ep_size;     /* the routed experts loaded here: [exp_lo, exp_hi) of every
                                       MoE layer, this rank's share of ep_size (1: all) */
   int vocab_lo, vocab_split;       /* lm_head split by vocabulary: this rank holds its rows

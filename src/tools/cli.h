@@ -100,8 +100,8 @@ int dsi_cli_check_par(const char *cmd, dsi_cli_par *p);
 
 /* Options every command that runs the model shares (cmd_model.c). */
 typedef struct {
-  int threads, mlock, op_opt_off, quant_mode, allow_nonfinite, kv_mode;
-  const char *precision, *op_opt, *quant, *exec, *kv_dtype;
+  int threads, mlock, op_opt_off, quant_mode, quant_head_mode, allow_nonfinite, kv_mode;
+  const char *precision, *op_opt, *quant, *quant_head, *exec, *kv_dtype;
   int exec_mode, streams;
   int profile;   /* set by the command: open the engine with the profiler on */
   int kv_blocks; /* set by the command: KV blocks (0 = the engine's default; -1 = one full context
@@ -109,12 +109,15 @@ typedef struct {
   dsi_cli_par par; /* under mpirun */
 } run_opts;
 
+#define QUANT_HEAD_HELP "with --quant: what lm_head becomes, int8 (default) | int4 (fewer bytes a decode token, for accuracy) | none (kept as stored)"
+
 #define RUN_OPTS(r)                                                                                    \
   {"--threads", NULL, OPT_INT, &(r).threads, "worker threads (default: all cores)", 0, dsi_cli_max_threads()},                   \
   {"--mlock", NULL, OPT_FLAG, &(r).mlock, "lock the file mapping and compute from it (row-major)"},   \
   {"--op-opt", NULL, OPT_STR, &(r).op_opt, "on: pack weights into the kernels' layout (default); off: keep row-major"}, \
   {"--precision", NULL, OPT_STR, &(r).precision, "activations into matmuls: auto | f32 | bf16 (default auto: bf16 where AMX or AVX512-BF16 runs)"}, \
   {"--quant", NULL, OPT_STR, &(r).quant, "none | int8 | int4: quantize the packed weights while loading (default none)"}, \
+  {"--quant-head", NULL, OPT_STR, &(r).quant_head, QUANT_HEAD_HELP}, \
   {"--kv-dtype", NULL, OPT_STR, &(r).kv_dtype, "auto | bf16 | f32: what the KV cache holds (default auto: bf16, as DeepSeek caches it, but under --precision f32 or row-major weights)"}, \
   {"--exec", NULL, OPT_STR, &(r).exec, "graph: replay a plan captured per shape bucket (default); eager: op by op"}, \
   {"--streams", NULL, OPT_INT, &(r).streams, "1, or 2: shared expert beside routed experts, q beside kv (default 1)", 0, 2}, \
@@ -134,6 +137,10 @@ int dsi_cli_tok_flags(void);
 
 /* --quant's value as DSI_QUANT_* (NULL: none); -1 when it is not one */
 int dsi_cli_quant_mode(const char *s);
+/* --quant-head's value as DSI_QUANT_HEAD_* (NULL: int8); -1 when it is not one */
+int dsi_cli_quant_head(const char *s);
+/* check --quant and --quant-head into *quant, *head; 0 or a usage error's exit code */
+int dsi_cli_check_quant(const char *cmd, const char *quant_s, const char *head_s, int *quant, int *head);
 /* --kv-dtype's value as DSI_KV_* (NULL: auto); -1 when it is not one */
 int dsi_cli_kv_dtype(const char *s);
 /* --precision's value s (NULL: auto) into *act as DSI_ACT_*; returns 0, or

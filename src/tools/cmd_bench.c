@@ -165,8 +165,9 @@ out:
 }
 
 static int bench_model(int argc, char **argv) {
-  const char *model = NULL, *precision = NULL, *op_opt = NULL, *quant = NULL, *profile = NULL, *exec = NULL, *kv = NULL;
-  int P = 512, G = 64, B = 1, reps = 3, threads = 0, json = 0, streams = 1, ablation = 0;
+  const char *model = NULL, *precision = NULL, *op_opt = NULL, *quant = NULL, *quant_head = NULL, *profile = NULL,
+             *exec = NULL, *kv = NULL;
+  int P = 512, G = 64, B = 1, reps = 3, threads = 0, json = 0, streams = 1, ablation = 0, qmode, qhead;
   dsi_cli_par par = {0};
   const dsi_opt opts[] = {
     {"--model", NULL, OPT_STR, &model, "checkpoint directory"},
@@ -178,6 +179,7 @@ static int bench_model(int argc, char **argv) {
     {"--precision", NULL, OPT_STR, &precision, "auto | f32 | bf16 (see generate --help)"},
     {"--op-opt", NULL, OPT_STR, &op_opt, "on (packed weights, default) | off (row-major)"},
     {"--quant", NULL, OPT_STR, &quant, "none (default) | int8 | int4: quantize the packed weights while loading"},
+    {"--quant-head", NULL, OPT_STR, &quant_head, QUANT_HEAD_HELP},
     {"--kv-dtype", NULL, OPT_STR, &kv, "auto (default) | bf16 | f32: what the KV cache holds (see generate --help)"},
     {"--exec", NULL, OPT_STR, &exec, "graph (default) | eager"},
     {"--streams", NULL, OPT_INT, &streams, "1 (default) | 2", 1, 2},
@@ -198,7 +200,7 @@ static int bench_model(int argc, char **argv) {
   int act, urc = dsi_cli_precision("bench", precision, &act);
   if (urc) return urc;
   if (op_opt && strcmp(op_opt, "on") && strcmp(op_opt, "off")) return dsi_cli_usage_error("bench", "--op-opt must be on or off");
-  if (dsi_cli_quant_mode(quant) < 0) return dsi_cli_usage_error("bench", "--quant must be none, int8 or int4");
+  if ((rc = dsi_cli_check_quant("bench", quant, quant_head, &qmode, &qhead))) return rc;
   if (dsi_cli_kv_dtype(kv) < 0) return dsi_cli_usage_error("bench", "--kv-dtype must be auto, bf16 or f32");
   if (exec && strcmp(exec, "graph") && strcmp(exec, "eager")) return dsi_cli_usage_error("bench", "--exec must be graph or eager");
   if (streams != 1 && streams != 2) return dsi_cli_usage_error("bench", "--streams must be 1 or 2");
@@ -229,7 +231,7 @@ static int bench_model(int argc, char **argv) {
   dsi_err err = {0};
   dsi_model *m;
   dsi_load_opts lo = {.progress = !json, .n_threads = threads, .op_opt_off = op_opt && !strcmp(op_opt, "off"),
-                      .quant = dsi_cli_quant_mode(quant)};
+                      .quant = qmode, .quant_head = qhead};
   dsi_engine_opts eo = {.n_threads = threads, .max_tokens = 512, .max_context = P + G + 1,
                         .kv_blocks = (P + G + 64) / 64 * B + B, .act_precision = act, .profile = profile != NULL,
                         .kv_dtype = dsi_cli_kv_dtype(kv),

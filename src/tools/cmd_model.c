@@ -35,8 +35,7 @@ int dsi_cli_check_run_opts(const char *cmd, run_opts *r, int *act) {
   if (r->op_opt && strcmp(r->op_opt, "on") && strcmp(r->op_opt, "off"))
     return dsi_cli_usage_error(cmd, "--op-opt must be on or off, got '%s'", r->op_opt);
   r->op_opt_off = r->op_opt && !strcmp(r->op_opt, "off");
-  r->quant_mode = dsi_cli_quant_mode(r->quant);
-  if (r->quant_mode < 0) return dsi_cli_usage_error(cmd, "--quant must be none, int8 or int4, got '%s'", r->quant);
+  if ((rc = dsi_cli_check_quant(cmd, r->quant, r->quant_head, &r->quant_mode, &r->quant_head_mode))) return rc;
   r->kv_mode = dsi_cli_kv_dtype(r->kv_dtype);
   if (r->kv_mode < 0) return dsi_cli_usage_error(cmd, "--kv-dtype must be auto, bf16 or f32, got '%s'", r->kv_dtype);
   r->exec_mode = DSI_EXEC_GRAPH;
@@ -259,6 +258,21 @@ int dsi_cli_quant_mode(const char *s) {
   return !s || !strcmp(s, "none") ? DSI_QUANT_NONE : !strcmp(s, "int8") ? DSI_QUANT_INT8 : !strcmp(s, "int4") ? DSI_QUANT_INT4 : -1;
 }
 
+int dsi_cli_quant_head(const char *s) {
+  return !s || !strcmp(s, "int8") ? DSI_QUANT_HEAD_INT8 : !strcmp(s, "int4") ? DSI_QUANT_HEAD_INT4
+         : !strcmp(s, "none")     ? DSI_QUANT_HEAD_KEEP : -1;
+}
+
+int dsi_cli_check_quant(const char *cmd, const char *quant_s, const char *head_s, int *quant, int *head) {
+  *quant = dsi_cli_quant_mode(quant_s);
+  if (*quant < 0) return dsi_cli_usage_error(cmd, "--quant must be none, int8 or int4, got '%s'", quant_s);
+  *head = dsi_cli_quant_head(head_s);
+  if (*head < 0) return dsi_cli_usage_error(cmd, "--quant-head must be int8, int4 or none, got '%s'", head_s);
+  if (head_s && *quant == DSI_QUANT_NONE)
+    return dsi_cli_usage_error(cmd, "--quant-head sets what --quant makes of lm_head; it needs --quant int8 or int4");
+  return 0;
+}
+
 static const char *const k_precision_names[] = {[DSI_ACT_AUTO] = "auto", [DSI_ACT_F32] = "f32", [DSI_ACT_BF16] = "bf16"};
 
 int dsi_cli_precision(const char *cmd, const char *s, int *act) {
@@ -375,7 +389,7 @@ int dsi_cli_open(const char *cmd, const char *dir, dsi_load_opts *lo, dsi_engine
 
 static dsi_load_opts load_opts(const run_opts *r) {
   dsi_load_opts lo = {.mlock = r->mlock, .progress = 1, .n_threads = r->threads, .op_opt_off = r->op_opt_off,
-                      .quant = r->quant_mode, .allow_nonfinite = r->allow_nonfinite};
+                      .quant = r->quant_mode, .quant_head = r->quant_head_mode, .allow_nonfinite = r->allow_nonfinite};
   dsi_cli_env_opts(&lo, NULL);
   return lo;
 }

@@ -32,6 +32,8 @@ long=$(seq 1 600 | awk '{printf "%s%d", (NR > 1 ? "," : ""), $1 % 500}')
 expect 1 "context limit" -- "$bin" generate --model $good --tokens "$long" -n 1
 expect 2 "--quant must be none, int8 or int4" -- "$bin" generate --model $good --tokens 1 --quant int2
 expect 2 "--quant must be none, int8 or int4" -- "$bin" bench --model $good --quant fp4
+expect 2 "--quant-head must be int8, int4 or none" -- "$bin" generate --model $good --tokens 1 --quant int4 --quant-head int2
+expect 2 "it needs --quant int8 or int4" -- "$bin" bench --model $good --quant-head int4
 expect 1 "cannot be combined with --op-opt off" -- "$bin" generate --model $good --tokens 1 -n 1 --quant int8 --op-opt off
 expect 1 "int4 quantization packs the weights" -- "$bin" generate --model $good --tokens 1 -n 1 --quant int4 --mlock
 expect 2 "--exec must be graph or eager" -- "$bin" generate --model $good --tokens 1 --exec lazy
@@ -53,6 +55,7 @@ g=$("$bin" generate --model $good --tokens 3,1,4 -n 6 --exec graph --streams 2 2
 [ -n "$e" ] && [ "$e" = "$g" ] && ok || bad "eager ($e) and graph ($g) generate differently"
 "$bin" generate --model $good --tokens 5,6,7 -n 3 --quant int8 2>/dev/null | grep -qE '^[0-9]+(,[0-9]+){2}$' && ok || bad "generate --quant int8"
 "$bin" generate --model $good --tokens 5,6,7 -n 3 --quant int4 2>/dev/null | grep -qE '^[0-9]+(,[0-9]+){2}$' && ok || bad "generate --quant int4"
+"$bin" generate --model $good --tokens 5,6,7 -n 3 --quant int4 --quant-head int4 2>/dev/null | grep -qE '^[0-9]+(,[0-9]+){2}$' && ok || bad "generate --quant int4 --quant-head int4"
 
 mk() { rm -rf "$scratch/$1"; cp -r $good "$scratch/$1"; chmod -R u+w "$scratch/$1"; }
 mk shape; sed -i 's/"intermediate_size": 320/"intermediate_size": 300/' "$scratch/shape/config.json"

@@ -88,13 +88,15 @@ static void alone(dsi_model *m, const int32_t *prompt, int np, int V, int32_t *g
 }
 
 static void run_case(int quant);
+/* in quants: INT4 with lm_head INT4 too (--quant-head int4) */
+#define HEAD_INT4 0x100
 
 int main(void) {
   if (test_isa_redundant()) return TEST_SKIPPED;
   /* INT8 weights: AVX-512 VNNI on int8 activations at every batch size
    * (AMX CPUs: AMX INT8 from 8 rows), f32 AVX-512 without VNNI; INT4:
    * int8 activations at every batch size */
-  static const int quants[] = {DSI_QUANT_NONE, DSI_QUANT_INT8, DSI_QUANT_INT4};
+  static const int quants[] = {DSI_QUANT_NONE, DSI_QUANT_INT8, DSI_QUANT_INT4, DSI_QUANT_INT4 | HEAD_INT4};
   /* short prompts (per-token attention) and long ones (segments) in
    * every executor, then long ones under f32 activations with the cost
    * model's forms in the first (the executors' bits are compared above) */
@@ -115,7 +117,9 @@ int main(void) {
 static void run_case(int quant) {
   dsi_model *m;
   dsi_err err = {0};
-  dsi_load_opts lo = {.quant = quant};
+  const int head4 = quant & HEAD_INT4;
+  quant &= ~HEAD_INT4;
+  dsi_load_opts lo = {.quant = quant, .quant_head = head4 ? DSI_QUANT_HEAD_INT4 : DSI_QUANT_HEAD_INT8};
   if (dsi_model_open(&m, "golden/tiny-bf16/model", &lo, &err)) {
     CHECKF(0, "%s", err.msg);
     return;
@@ -218,7 +222,7 @@ static void run_case(int quant) {
   if (bitwise) CHECKF(worst == 0, "logits alone vs batched differ by %g: bitwise equal expected here", worst);
   else CHECKF(rel <= (quant ? 2e-3 : 1e-5), "logits alone vs batched differ by %g (%g of the row's largest)", worst, rel);
   printf("%s, %s, %s activations, %s KV cache: greedy tokens alone == batched: %s; max logit diff %g (%.2g relative%s); %d mixed steps\n",
-         quant == DSI_QUANT_INT4 ? "int4 weights" : quant ? "int8 weights" : "checkpoint weights", g_exec->name,
+         head4 ? "int4 weights and lm_head" : quant == DSI_QUANT_INT4 ? "int4 weights" : quant ? "int8 weights" : "checkpoint weights", g_exec->name,
          g_act == DSI_ACT_F32 ? "f32" : "default", dsi_engine_kv_dtype(e), same ? "yes" : "no", worst, rel,
          bitwise ? ", bitwise expected" : "", mixed_steps);
   free(logits);

@@ -306,12 +306,14 @@ static void batch_case(int nx, int calls, int per, dsi_rng *rng) {
  * choices and near-tied top-1s (measured: top-1 11-17 of 24, median
  * cosine 0.94-0.99): the bounds are loose, the figures printed; the
  * README states INT4's accuracy on the trained models/brown. */
-static void golden_case(const char *name) {
+static void golden_case(const char *name, int head) {
+  static const char *const head_name[] = {[DSI_QUANT_HEAD_INT8] = "int8", [DSI_QUANT_HEAD_INT4] = "int4",
+                                          [DSI_QUANT_HEAD_KEEP] = "as stored"};
   char path[256];
   snprintf(path, sizeof path, "golden/%s/model", name);
   dsi_model *m;
   dsi_err err = {0};
-  dsi_load_opts lo = {.quant = DSI_QUANT_INT4};
+  dsi_load_opts lo = {.quant = DSI_QUANT_INT4, .quant_head = head};
   if (dsi_model_open(&m, path, &lo, &err)) {
     CHECKF(0, "%s", err.msg);
     return;
@@ -325,7 +327,11 @@ static void golden_case(const char *name) {
         l0->q_a_proj.dtype == DSI_DTYPE_I4 && l0->o_proj.dtype == DSI_DTYPE_I4);
   /* the attention's latent side: W_UV INT8 (it multiplies f32 activations,
    * which the INT4 kernels do not take), W_UK exact in both forms */
-  CHECK(m->lm_head.dtype == DSI_DTYPE_I8 && l1->gate.dtype != DSI_DTYPE_I4 && l0->w_uv.dtype == DSI_DTYPE_I8 &&
+  /* lm_head as --quant-head says */
+  const dsi_dtype head_dt[] = {[DSI_QUANT_HEAD_INT8] = DSI_DTYPE_I8, [DSI_QUANT_HEAD_INT4] = DSI_DTYPE_I4,
+                         [DSI_QUANT_HEAD_KEEP] = m->embed_tokens.dtype};
+  CHECKF(m->lm_head.dtype == head_dt[head], "%s: lm_head %s is dtype %d", name, head_name[head], m->lm_head.dtype);
+  CHECK(l1->gate.dtype != DSI_DTYPE_I4 && l0->w_uv.dtype == DSI_DTYPE_I8 &&
         l0->w_uk.dtype != DSI_DTYPE_I8 && l0->w_uk.dtype != DSI_DTYPE_I4 && l0->w_uk_t.dtype != DSI_DTYPE_I8 &&
         l0->w_uk_t.dtype != DSI_DTYPE_I4 &&
         m->embed_tokens.dtype != DSI_DTYPE_I4);
@@ -365,13 +371,30 @@ static void golden_case(const char *name) {
   double med = dsi_median(cosv, n);
   CHECKF(agree >= 10 && med >= 0.9, "%s: top-1 agrees at %d of %d positions, median cosine %.4f", name, agree, n,
          med);
-  printf("golden %-10s int4: top-1 %d/%d, median cosine %.5f\n", name, agree, n, med);
+  printf("golden %-10s int4, lm_head %s: top-1 %d/%d, median cosine %.5f\n", name, head_name[head], agree, n, med);
   free(out);
   dsi_engine_free(e);
 done:
   free(buf);
   free(meta);
   dsi_model_free(m);
+}
+
+/* --quant-head: only with a quantization, and only its three values */
+static void head_errors(void) {
+  const struct {
+    int quant, head;
+    const char *says;
+  } bad[] = {{DSI_QUANT_NONE, DSI_QUANT_HEAD_INT4, "needs --quant"},
+             {DSI_QUANT_INT8, 3, "unknown lm_head quantization"},
+             {DSI_QUANT_INT4, -1, "unknown lm_head quantization"}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    dsi_model *m = NULL;
+    dsi_err err = {0};
+    dsi_load_opts lo = {.quant = bad[i].quant, .quant_head = bad[i].head};
+    CHECKF(dsi_model_open(&m, "golden/tiny-bf16/model", &lo, &err) == DSI_E_INVAL && !m && strstr(err.msg, bad[i].says),
+           "quant %d, head %d: '%s'", bad[i].quant, bad[i].head, err.msg);
+  }
 }
 
 int main(void) {
@@ -387,8 +410,11 @@ int main(void) {
   batch_case(20, 6, 12, &rng);  /* each source row in ~3.6 calls: quantized once */
   batch_case(40, 3, 13, &rng);  /* fewer rows gathered than the source has */
   batch_case(10, 4, 5, &rng);   /* under 16 source rows */
-  golden_case("tiny-bf16");
-  golden_case("tiny-fp8");
+  golden_case("tiny-bf16", DSI_QUANT_HEAD_INT8);
+  golden_case("tiny-fp8", DSI_QUANT_HEAD_INT8);
+  golden_case("tiny-bf16", DSI_QUANT_HEAD_INT4);
+  golden_case("tiny-fp8", DSI_QUANT_HEAD_KEEP);
+  head_errors();
   dsi_pool_free(g_pool);
   return check_done();
 }
