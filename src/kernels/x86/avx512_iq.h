@@ -67,7 +67,7 @@ ALWAYS_INLINE __m512i dot_bw(__m512i acc, __m512i w, const int8_t *x) {
 /* NP panels (1 or 2) times MB rows: one integer chain a row and panel */
 ALWAYS_INLINE void iq_upass(const uint8_t *u0, const float *sc0, const uint8_t *u1, const float *sc1, int ng,
                             int nsub, const int8_t *xq, size_t ldq, const int32_t *zp, int zld, int MB, int NP,
-                            int vnni, int first, float *out0, float *out1) {
+                            int vnni, int first, float *out0, float *out1, iq_pf *pf) {
   const int regs = MB <= MB_U; /* the f32 sums in registers */
   __m512 acc[2][MB_UV];
 #pragma GCC unroll 16
@@ -81,6 +81,7 @@ ALWAYS_INLINE void iq_upass(const uint8_t *u0, const float *sc0, const uint8_t *
 #pragma GCC unroll 16
     for (int i = 0; i < MB; i++) s[0][i] = s[1][i] = _mm512_set1_epi32(zp[i * zld + q]);
     for (int b = 0; b < nsub; b++, u0 += 512, u1 += NP > 1 ? 512 : 0, x += 32) {
+      iq_pf_issue(pf, pf->step);
 #pragma GCC unroll 8
       for (int l = 0; l < 8; l++) {
         const __m512i v0 = _mm512_load_si512(u0 + 64 * l);
@@ -115,6 +116,7 @@ ALWAYS_INLINE void iq_upass(const uint8_t *u0, const float *sc0, const uint8_t *
                                                         zero ? _mm512_setzero_ps() : _mm512_loadu_ps(out1 + 16 * i)));
     }
   }
+  iq_pf_issue(pf, SIZE_MAX); /* what the rounding of step left */
 #pragma GCC unroll 16
   for (int i = 0; i < MB && regs; i++) {
     _mm512_storeu_ps(out0 + 16 * i, acc[0][i]);
@@ -124,8 +126,8 @@ ALWAYS_INLINE void iq_upass(const uint8_t *u0, const float *sc0, const uint8_t *
 
 /* the pass of mb rows and one or two panels, every height a constant */
 #define UPASS_CASE(n, vnni)                                                                 \
-  case 2 * n + 1: iq_upass(u0, sc0, u1, sc1, ng, nsub, xq, ldq, zp, zld, n, 2, vnni, first, out0, out1); break; \
-  case 2 * n: iq_upass(u0, sc0, u0, sc0, ng, nsub, xq, ldq, zp, zld, n, 1, vnni, first, out0, out1); break;
+  case 2 * n + 1: iq_upass(u0, sc0, u1, sc1, ng, nsub, xq, ldq, zp, zld, n, 2, vnni, first, out0, out1, pf); break; \
+  case 2 * n: iq_upass(u0, sc0, u0, sc0, ng, nsub, xq, ldq, zp, zld, n, 1, vnni, first, out0, out1, pf); break;
 #define UPASS_V(n) UPASS_CASE(n, 1)
 #define UPASS_B(n) UPASS_CASE(n, 0)
 #define CASES_MB_U(F) F(1) F(2) F(3) F(4) F(5) F(6)                             /* up to MB_U */
@@ -133,7 +135,7 @@ ALWAYS_INLINE void iq_upass(const uint8_t *u0, const float *sc0, const uint8_t *
 
 static inline void iq_upass_vnni(const uint8_t *u0, const float *sc0, const uint8_t *u1, const float *sc1, int ng, int nsub,
                        const int8_t *xq, size_t ldq, const int32_t *zp, int zld, int mb, int first, float *out0,
-                       float *out1) {
+                       float *out1, iq_pf *pf) {
   switch (mb * 2 + (u1 != NULL)) {
     CASES_MB_UV(UPASS_V)
   default: DSI_ASSERT(0);
@@ -142,7 +144,7 @@ static inline void iq_upass_vnni(const uint8_t *u0, const float *sc0, const uint
 
 static inline void iq_upass_bw(const uint8_t *u0, const float *sc0, const uint8_t *u1, const float *sc1, int ng, int nsub,
                      const int8_t *xq, size_t ldq, const int32_t *zp, int zld, int mb, int first, float *out0,
-                       float *out1) {
+                       float *out1, iq_pf *pf) {
   switch (mb * 2 + (u1 != NULL)) {
     CASES_MB_U(UPASS_B)
   default: DSI_ASSERT(0);
