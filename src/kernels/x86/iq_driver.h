@@ -95,7 +95,6 @@ static inline void iq_pass_prefetch(iq_pf *f, const iq_next *nx, int nn, int par
   }
 }
 
-
 /* y row (16 outputs, nj valid) from a pass's sums t of one activation row */
 static void iq_epi_row(const dsi_gemm *g, int i, int r, int nj, const float *t);
 /* the SiLU-mul of a gate panel's and an up panel's sums, 16 outputs at r2 */
@@ -166,7 +165,7 @@ static void iq_gemm_run(const dsi_gemm *g, int r0, int r1, void *scratch, iq_pas
           if (two) up->unpack(w, p + 1, q0, nq, ul[1], us[1]);
           /* the next chunk (the same panels' next blocks, or the next two
            * panels' first) on its way from memory while this one's passes
-           * run, a slice before each pass: else its unpack waits on it */
+           * run, a slice during each pass (iq_pf): else its unpack waits on it */
           const int np = q0 + kc < ng ? p : p + 2, nq0 = q0 + kc < ng ? q0 + kc : 0;
           iq_next nx[2];
           int nn = 0;
