@@ -188,13 +188,10 @@ void dsi_rows_to_i8(const dsi_vec_ops *v, const float *x, int ldx, const int32_t
   DSI_ASSERT(!sums || ld % 32 == 0);
   for (int i = 0; i < m; i++) {
     int8_t *o = out + (size_t)i * ld;
-    scale[i] = v->to_i8(x + (size_t)(rows ? rows[i] : i) * ldx, o, cols);
+    int32_t *si = sums ? sums + (size_t)i * (ld / 32) : NULL;
+    scale[i] = v->to_i8(x + (size_t)(rows ? rows[i] : i) * ldx, o, cols, si);
     memset(o + cols, 0, (size_t)(ld - cols));
-    for (int c = 0; sums && c < ld / 32; c++) {
-      int32_t s = 0;
-      for (int k = 0; k < 32; k++) s += o[32 * c + k];
-      sums[(size_t)i * (ld / 32) + c] = s;
-    }
+    for (int c = DSI_CEIL_DIV(cols, 32); si && c < ld / 32; c++) si[c] = 0; /* the padding's */
   }
 }
 
@@ -213,7 +210,7 @@ void dsi_rows_round_i8(const dsi_vec_ops *v, const float *x, int ldx, const int3
     /* quantize into the front of the output row (int8 takes a quarter of
      * its bytes, read ahead of every write), then widen back from the end */
     int8_t *q = (int8_t *)o;
-    float s = v->to_i8(x + (size_t)(rows ? rows[i] : i) * ldx, q, cols);
+    float s = v->to_i8(x + (size_t)(rows ? rows[i] : i) * ldx, q, cols, NULL);
     for (int c = cols - 1; c >= 0; c--) o[c] = (float)q[c] * s;
   }
 }

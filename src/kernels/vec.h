@@ -32,8 +32,10 @@ typedef struct dsi_vec_ops {
    * position, odd the second (skipped where NULL) */
   void (*pair_to_f32)(const uint16_t *pr, int n, float *even, float *odd);
   /* symmetric int8: returns scale = amax|x| / 127 (0 for a zero row) and
-   * out = round-to-nearest-even(x * (127 / amax)), the same on every ISA */
-  float (*to_i8)(const float *x, int8_t *out, int n);
+   * out = round-to-nearest-even(x * (127 / amax)), the same on every ISA;
+   * sums (NULL: not wanted) gets the sum of each 32 outputs, the last
+   * (n % 32) of the outputs alone */
+  float (*to_i8)(const float *x, int8_t *out, int n, int32_t *sums);
   /* symmetric int16, the same way: scale = amax|x| / 32767 */
   float (*to_i16)(const float *x, int16_t *out, int n);
   /* o[h*ldo + c] += sum_u p[h*ldp + u] * rows[u][c] for h < nh, c < n, u in order */

@@ -269,6 +269,9 @@ static void test_kernels(dsi_rng *rng) {
           one_case(ks, nk, (dsi_epilogue)epi, rows, cols, m, (ri + ci + mi) % 2 ? 128 : 32, rng);
           n++;
         }
+  /* several row groups (64 rows each, 128 where panels are unpacked), the last a short one */
+  for (int epi = 0; epi < 3; epi++)
+    for (int m = 140; m <= 270; m += 130, n++) one_case(ks, nk, (dsi_epilogue)epi, 32, 256, m, 32, rng);
   printf("%d cases:", n);
   for (int k = 0; k < nk; k++) printf(" %s", ks[k].name);
   printf("%s; worst SiLU-mul normalized error %.2e\n", nk ? "" : " (none at this level: the oracle alone)", g_worst_silu);

@@ -1,5 +1,6 @@
 /* tests: INT8 weights — the load-time quantization (error bounds, under
- * FP8's), the AVX-512, AVX-512 VNNI, AVX2 integer and AMX INT8 kernels
+ * FP8's), the activations' (every ISA's bytes and 32-column sums those of
+ * the generic code), the AVX-512, AVX-512 VNNI, AVX2 integer and AMX INT8 kernels
  * against the scalar oracle on the same INT8 matrices (every epilogue,
  * ragged shapes, gathered rows, two row ranges at once; the VNNI and AVX2
  * integer kernels bitwise against the oracle given the same int8
@@ -16,6 +17,7 @@
 #include "dsinfer.h"
 #include "kernels/cpu.h"
 #include "kernels/gemm.h"
+#include "kernels/vec.h"
 #include "graph/matmul.h"
 #include "model/model.h"
 
@@ -196,6 +198,40 @@ static void test_quantization(dsi_rng *rng) {
   void *mem = quantize(&zm, &zq);
   CHECK(zq.scale[0] == 0.0f && ((const int8_t *)zq.data)[5] == 0);
   dsi_free_aligned(mem);
+}
+
+/* ---- activations to int8: every ISA's to_i8 gives the generic one's bytes ----
+ * Rows of every length to 100 and past, ties (x * 127 / amax at k + 1/2),
+ * a zero row, rows holding inf or NaN (nothing to scale by: zeros), a
+ * denormal largest magnitude; and the sums of 32 outputs the integer
+ * kernels' zero point takes, the last piece a partial one. */
+static void test_to_i8(const dsi_vec_ops *v, dsi_rng *rng) {
+  enum { N = 1100 };
+  float *x = dsi_xmalloc(N * sizeof(float));
+  int8_t a[N], b[N];
+  int32_t sa[N / 32 + 1], sb[N / 32 + 1];
+  int n_cases = 0;
+  for (int kind = 0; kind < 6; kind++)
+    for (int n = 1; n <= N; n += n < 100 ? 1 : 333, n_cases++) {
+      for (int i = 0; i < n; i++) x[i] = (float)dsi_rng_normal(rng) * 0.3f;
+      if (kind == 1) /* ties: amax 127, so x * inv lands on halves */
+        for (int i = 0; i < n; i++) x[i] = i ? (float)((int)(dsi_rng_u64(rng) % 253) - 126) + 0.5f : 127.0f;
+      if (kind == 2) memset(x, 0, (size_t)n * sizeof(float));
+      if (kind == 3) x[n / 2] = INFINITY;
+      if (kind == 4) x[n - 1] = NAN;
+      if (kind == 5) x[n / 3] = 1e-39f * (n % 2 ? 1 : -1), x[0] = 0; /* denormals among normals */
+      float ka = dsi_vec_ops_generic.to_i8(x, a, n, sa), kb = v->to_i8(x, b, n, sb);
+      int same = !memcmp(&ka, &kb, sizeof ka) && !memcmp(a, b, (size_t)n) &&
+                 !memcmp(sa, sb, (size_t)(n + 31) / 32 * sizeof(int32_t));
+      CHECKF(same, "%s to_i8, case %d, n %d: scale %g vs %g, bytes or sums differ", v->name, kind, n, ka, kb);
+      if (!same) break;
+      int32_t t = 0; /* the generic sums themselves */
+      for (int i = 0; i < n; i++) t += a[i];
+      for (int c = 0; c < (n + 31) / 32; c++) t -= sa[c];
+      CHECKF(t == 0, "generic to_i8: the sums of 32 outputs do not add up to the row's (n %d)", n);
+    }
+  printf("to_i8 %s: %d rows as the generic one's\n", v->name, n_cases);
+  free(x);
 }
 
 /* ---- the kernels against the oracle ---- */
@@ -462,10 +498,10 @@ static void test_kernels(dsi_rng *rng) {
             n++;
           }
     /* AMX: M chunks (> 256 rows) and K chunks (> 2048 columns) together;
-     * VNNI, AVX2: several row groups (64 rows each) and passes of every
-     * height */
+     * VNNI, AVX2: several row groups (64 rows each, 128 where VNNI unpacks
+     * its panels) and passes of every height */
     int integer = k == K_VNNI || k == K_AVX2I;
-    if (k != K_AVX512) /* VNNI, AVX2: three row groups, the last a short one */
+    if (k != K_AVX512) /* VNNI, AVX2: two or three row groups, the last a short one */
       for (int epi = 0; epi < 3; epi++, n++) one_case((dsi_epilogue)epi, 80, 2100, integer ? 140 : 300, k, rng);
     if (integer)
       for (int epi = 0; epi < 3; epi++)
@@ -687,6 +723,9 @@ int main(void) {
   dsi_rng rng;
   dsi_rng_seed(&rng, 8);
   test_quantization(&rng);
+  dsi_rng rng_i8; /* its own stream: the kernels' cases keep theirs */
+  dsi_rng_seed(&rng_i8, 9);
+  test_to_i8(test_kern()->vec, &rng_i8);
   test_dispatch();
   test_kernels(&rng);
   test_batches(&rng);

@@ -23,7 +23,8 @@
 #define MB_BF16 16
 #define MB_F32 12
 #define MB_FP8 16
-#define MB_I8 8
+#define MB_I8 14     /* up to MB_I8_REGS rows the totals in registers */
+#define MB_I8_REGS 8
 #define MB_SHORT 8 /* BF16, FP8: up to this many rows, both chains side by side */
 #define MB_MAX 16
 /* Rows of x staged at once; more make more passes over the weights. */
@@ -444,8 +445,10 @@ ALWAYS_INLINE void fp8_pass_tall(const uint8_t *wp, const float *wide, int nl, i
  * A line is 32 bytes, 16 rows x 2 columns, as FP8: each half widens
  * exactly (vpmovsxbd, vcvtdq2ps) into the pair layout. A 128-column block
  * (lb lines) has one scale per panel, so its sum is kept apart in lo / hi
- * and added in times the scale; a row then holds three registers, so a
- * pass takes up to MB_I8 rows. Half of BF16's bytes per weight. */
+ * and added in times the scale; up to MB_I8_REGS rows the totals stay in
+ * registers (three a row), taller passes keep them in out (loaded and
+ * stored once a block), leaving two registers a row. Half of BF16's
+ * bytes per weight. */
 
 ALWAYS_INLINE void i8_widen(const uint8_t *p, __m512 *lo, __m512 *hi) {
   *lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
@@ -453,13 +456,14 @@ ALWAYS_INLINE void i8_widen(const uint8_t *p, __m512 *lo, __m512 *hi) {
 }
 
 ALWAYS_INLINE void i8_pass(const uint8_t *wp, int nl, int lb, const float *sc, const float *xs, int MB, float *out) {
-  __m512 acc[MB_I8];
+  const int regs = MB <= MB_I8_REGS;
+  __m512 acc[MB_I8_REGS];
 #pragma GCC unroll 8
-  for (int i = 0; i < MB; i++) acc[i] = _mm512_setzero_ps();
+  for (int i = 0; i < MB && regs; i++) acc[i] = _mm512_setzero_ps();
   for (int l0 = 0; l0 < nl; l0 += lb) {
     const int l1 = DSI_MIN(l0 + lb, nl);
     __m512 lo[MB_I8], hi[MB_I8];
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int i = 0; i < MB; i++) lo[i] = hi[i] = _mm512_setzero_ps();
     const uint8_t *p = wp + (size_t)l0 * 32;
     const float *xk = xs + (size_t)l0 * 2 * MB;
@@ -467,7 +471,7 @@ ALWAYS_INLINE void i8_pass(const uint8_t *wp, int nl, int lb, const float *sc, c
       if (!(kk & 1)) _mm_prefetch((const char *)p + PF_AHEAD, PF_HINT);
       __m512 wl, wh;
       i8_widen(p, &wl, &wh);
-#pragma GCC unroll 8
+#pragma GCC unroll 16
       for (int i = 0; i < MB; i++) {
         __m512 xp = bcast_pair(xk + 2 * i);
         lo[i] = _mm512_fmadd_ps(wl, xp, lo[i]);
@@ -475,11 +479,19 @@ ALWAYS_INLINE void i8_pass(const uint8_t *wp, int nl, int lb, const float *sc, c
       }
     }
     const __m512 s = _mm512_set1_ps(sc[l0 / lb]);
-#pragma GCC unroll 8
-    for (int i = 0; i < MB; i++) acc[i] = _mm512_fmadd_ps(fold_pairs(lo[i], hi[i]), s, acc[i]);
+#pragma GCC unroll 16
+    for (int i = 0; i < MB; i++) {
+      if (regs) {
+        acc[i] = _mm512_fmadd_ps(fold_pairs(lo[i], hi[i]), s, acc[i]);
+        continue;
+      }
+      /* the first block: fma onto zero, as the totals in registers */
+      const __m512 t = l0 ? _mm512_loadu_ps(out + 16 * i) : _mm512_setzero_ps();
+      _mm512_storeu_ps(out + 16 * i, _mm512_fmadd_ps(fold_pairs(lo[i], hi[i]), s, t));
+    }
   }
 #pragma GCC unroll 8
-  for (int i = 0; i < MB; i++) _mm512_storeu_ps(out + 16 * i, acc[i]);
+  for (int i = 0; i < MB && regs; i++) _mm512_storeu_ps(out + 16 * i, acc[i]);
 }
 
 /* One function per pass height, so every accumulator is a register. */
@@ -539,7 +551,7 @@ static void fp8_pass_n(const uint8_t *wp, const float *wide, int nan, int nl, in
  * spent 5 shift/mask uops and 4 conversions a line pair widening it.
  * The same values and operations: bitwise the passes that widen. On an Emerald Rapids
  * Xeon without AMX (2 threads): expert_up 1.31x at 64 rows, 1.46x at 256;
- * FP8 prefill 1.16-1.35x. INT8's passes (8 rows, 16 FMAs a line)
+ * FP8 prefill 1.16-1.35x. INT8's passes (then 8 rows, 16 FMAs a line)
  * measured slower reading f32 lines from L2 than widening their 32 bytes. */
 static void fp8_widen_panel(const uint8_t *wp, int nl, float *wide) {
   uint16_t buf[64] __attribute__((aligned(64)));
@@ -560,7 +572,7 @@ static void fp8_widen_panel(const uint8_t *wp, int nl, float *wide) {
 static void i8_pass_n(const uint8_t *wp, int nl, int lb, const float *sc, const float *xs, int mb, float *out) {
   switch (mb) {
 #define F(n) case n: i8_pass(wp, nl, lb, sc, xs, n, out); break;
-    CASES_8(F)
+    CASES_12(F) F(13) F(14)
 #undef F
   default: DSI_ASSERT(0);
   }

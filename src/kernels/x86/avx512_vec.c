@@ -12,6 +12,7 @@
 #include <immintrin.h>
 #include <math.h>
 #include <stddef.h>
+#include <string.h>
 
 #define PV_COLS 32
 #define PV_HEADS 8
@@ -132,6 +133,9 @@ static void vec_bf16_panel_t_avx512(const float *x, int ldx, int nu, int ni, uin
 #define vec_scores_t_avx512 scores_t8
 #define VEC_I4_OWN
 #define VEC_SCORES_OWN
+/* symmetric int8 (vec.h's to_i8), written out below */
+static float vec_to_i8_avx512(const float *restrict x, int8_t *restrict out, int n, int32_t *restrict sums);
+#define VEC_I8_OWN
 #define VEC_SUFFIX avx512
 #define VEC_NAME "avx512"
 #define VEC_ATTN_OWN
@@ -297,4 +301,35 @@ static float vec_softmax_step_avx512(float *x, int n, float scale, float *m) {
   }
   *m = mx;
   return _mm512_reduce_add_ps(s);
+}
+
+/* The compiler's vectorization of vec_impl.h's to_i8 (rintf, the clamps,
+ * the narrowing) took ~15 uops a vector, and the 32-column sums the
+ * integer kernels' zero point needs were added up byte by byte after it
+ * (3.3% of an INT4 prefill's samples together). Here the same product is
+ * rounded by vcvtps2dq (to nearest even, as rintf), clamped and narrowed
+ * (vpmovdb), the sums taken from the same registers: bitwise vec_impl.h's
+ * bytes and sums (test_gemm_int8). */
+static float vec_to_i8_avx512(const float *restrict x, int8_t *restrict out, int n, int32_t *restrict sums) {
+  const float amax = amax_avx512(x, n);
+  if (amax == 0) { /* a zero row, or inf / NaN: nothing to scale by */
+    if (n > 0) memset(out, 0, (size_t)n);
+    for (int c = 0; sums && c < n; c += 32) sums[c / 32] = 0;
+    return 0;
+  }
+  const __m512 inv = _mm512_set1_ps(127.0f / amax);
+  const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+  for (int c = 0; c < n; c += 32) {
+    __m512i t = _mm512_setzero_si512();
+    for (int h = c; h < c + 32 && h < n; h += 16) {
+      const __mmask16 k = n - h >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - h)) - 1);
+      const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + h), inv);
+      __m512i q = _mm512_cvt_roundps_epi32(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      q = _mm512_max_epi32(_mm512_min_epi32(q, hi), lo);
+      _mm_mask_storeu_epi8(out + h, k, _mm512_cvtepi32_epi8(q));
+      t = _mm512_add_epi32(t, q); /* the lanes past n are 0 */
+    }
+    if (sums) sums[c / 32] = _mm512_reduce_add_epi32(t);
+  }
+  return amax / 127.0f;
 }
