@@ -137,8 +137,6 @@ int dsi_cli_tok_flags(void);
 
 /* --quant's value as DSI_QUANT_* (NULL: none); -1 when it is not one */
 int dsi_cli_quant_mode(const char *s);
-/* --quant-head's value as DSI_QUANT_HEAD_* (NULL: int8); -1 when it is not one */
-int dsi_cli_quant_head(const char *s);
 /* check --quant and --quant-head into *quant, *head; 0 or a usage error's exit code */
 int dsi_cli_check_quant(const char *cmd, const char *quant_s, const char *head_s, int *quant, int *head);
 /* --kv-dtype's value as DSI_KV_* (NULL: auto); -1 when it is not one */

@@ -258,7 +258,8 @@ int dsi_cli_quant_mode(const char *s) {
   return !s || !strcmp(s, "none") ? DSI_QUANT_NONE : !strcmp(s, "int8") ? DSI_QUANT_INT8 : !strcmp(s, "int4") ? DSI_QUANT_INT4 : -1;
 }
 
-int dsi_cli_quant_head(const char *s) {
+/* --quant-head's value as DSI_QUANT_HEAD_* (NULL: int8); -1 when it is not one */
+static int quant_head(const char *s) {
   return !s || !strcmp(s, "int8") ? DSI_QUANT_HEAD_INT8 : !strcmp(s, "int4") ? DSI_QUANT_HEAD_INT4
          : !strcmp(s, "none")     ? DSI_QUANT_HEAD_KEEP : -1;
 }
@@ -266,7 +267,7 @@ int dsi_cli_quant_head(const char *s) {
 int dsi_cli_check_quant(const char *cmd, const char *quant_s, const char *head_s, int *quant, int *head) {
   *quant = dsi_cli_quant_mode(quant_s);
   if (*quant < 0) return dsi_cli_usage_error(cmd, "--quant must be none, int8 or int4, got '%s'", quant_s);
-  *head = dsi_cli_quant_head(head_s);
+  *head = quant_head(head_s);
   if (*head < 0) return dsi_cli_usage_error(cmd, "--quant-head must be int8, int4 or none, got '%s'", head_s);
   if (head_s && *quant == DSI_QUANT_NONE)
     return dsi_cli_usage_error(cmd, "--quant-head sets what --quant makes of lm_head; it needs --quant int8 or int4");
