@@ -116,6 +116,8 @@ static void make_tables(void) {
 #if DSI_HAVE_AMX
       k->amx = k->level >= DSI_ISA_AMX;
       k->amx_int8 = k->amx && c->amx_int8;
+      const char *i4 = getenv("DSINFER_AMX_INT4");
+      k->amx_int4 = k->amx_int8 && i4 && !strcmp(i4, "on");
 #endif
     }
 }

@@ -38,6 +38,9 @@ typedef struct dsi_kern {
                                     multiplies the same bf16-rounded activations) */
   int amx;                       /* the AMX BF16 tile kernels run (matmul, attention) */
   int amx_int8;                  /* and the AMX INT8 matmul */
+  int amx_int4;                  /* and the INT4 matmul's tall passes on AMX INT8 tiles:
+                                    not yet measured on a CPU with AMX, so only where
+                                    DSINFER_AMX_INT4=on asks (else the VNNI kernel) */
   int vnni;                      /* AVX512-VNNI (vpdpbusd) at the AVX512BF16 level and
                                     above: the INT4 matmul uses it */
 } dsi_kern;

@@ -10,9 +10,11 @@ dsi_gemm_fn dsi_gemm_pick(const dsi_kern *k, const dsi_mat *w, int m, int act, i
   const int act_bf16 = (act & DSI_ACT_RED_BF16) != 0, act_i8 = (act & DSI_ACT_RED_I8) != 0;
   if (w->layout != DSI_LAYOUT_TILES) return dsi_gemm_ref;
   if (w->dtype == DSI_DTYPE_I4) {
-    /* int8 activations in every precision mode; no AMX kernel: AMX CPUs
-     * run the VNNI one */
+    /* int8 activations in every precision mode */
     *prep = DSI_PREP_I8;
+#if DSI_HAVE_AMX
+    if (k->amx_int4) return dsi_gemm_amx_int4;
+#endif
 #if DSI_HAVE_AVX512
     if (k->vnni) return dsi_gemm_avx512_vnni_i4;
     if (k->level >= DSI_ISA_AVX512) return dsi_gemm_avx512_i4;
@@ -82,6 +84,7 @@ const char *dsi_gemm_kernel_name(dsi_gemm_fn fn) {
 #if DSI_HAVE_AMX
   if (fn == dsi_gemm_amx) return "amx";
   if (fn == dsi_gemm_amx_int8) return "amx-int8";
+  if (fn == dsi_gemm_amx_int4) return "amx-int4";
 #endif
 #if DSI_HAVE_AVX512
   if (fn == dsi_gemm_avx512) return "avx512";

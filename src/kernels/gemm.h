@@ -96,6 +96,9 @@ void dsi_gemm_avx2(const dsi_gemm *g, int r0, int r1, void *scratch);
 void dsi_gemm_avx512_vnni_i4(const dsi_gemm *g, int r0, int r1, void *scratch);
 void dsi_gemm_avx512_i4(const dsi_gemm *g, int r0, int r1, void *scratch);
 void dsi_gemm_avx2_i4(const dsi_gemm *g, int r0, int r1, void *scratch);
+/* the VNNI one with its passes of 8 rows and more on AMX INT8 tiles, bitwise
+ * its results (x86/amx_int4.c); runs where dsi_kern.amx_int4 says */
+void dsi_gemm_amx_int4(const dsi_gemm *g, int r0, int r1, void *scratch);
 /* INT8 weights times int8 activations (any m; needs xq) with AVX-512 VNNI,
  * for CPUs without AMX INT8 or below its batch sizes, and with AVX2
  * (vpmaddwd; int16 activations, xw, where given) — x86/avx512_int8.c,

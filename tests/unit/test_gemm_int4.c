@@ -159,6 +159,10 @@ static void test_group_levels(dsi_rng *rng) {
   printf("group quantization: %d vector level(s) bitwise the reference's on 20000 groups each\n", tested);
 }
 
+#ifdef DSI_TEST_AMX_EMU
+void dsi_gemm_amx_int4_emu(const dsi_gemm *g, int r0, int r1, void *scratch); /* unit/amx_int4_emu.c */
+#endif
+
 /* ---- the kernels against the oracle ---- */
 static dsi_pool *g_pool;
 static double g_worst_silu;
@@ -239,11 +243,18 @@ static void one_case(const kernel *ks, int nk, dsi_epilogue epi, int rows, int c
 
 static void test_kernels(dsi_rng *rng) {
   const dsi_kern *kt = test_kern();
-  kernel ks[3];
+  kernel ks[5];
   int nk = 0;
+#if DSI_HAVE_AMX
+  if (kt->amx_int4) ks[nk++] = (kernel){"amx-int4", dsi_gemm_amx_int4};
+#endif
 #if DSI_HAVE_AVX512
   if (kt->vnni) ks[nk++] = (kernel){"avx512-vnni-int4", dsi_gemm_avx512_vnni_i4};
   if (kt->level >= DSI_ISA_AVX512) ks[nk++] = (kernel){"avx512-int4", dsi_gemm_avx512_i4};
+#endif
+#ifdef DSI_TEST_AMX_EMU
+  /* the AMX kernel with its tiles emulated (its direct passes are VNNI's) */
+  if (kt->vnni) ks[nk++] = (kernel){"amx-int4 (tiles emulated)", dsi_gemm_amx_int4_emu};
 #endif
 #if DSI_HAVE_AVX2
   if (kt->level >= DSI_ISA_AVX2) ks[nk++] = (kernel){"avx2-int4", dsi_gemm_avx2_i4};

@@ -9,11 +9,10 @@
 
 #include <string.h>
 
-/* activation rows a pass holds: per row a sum and 4 integer chains (5
- * registers). Measured per core on a Zen 4 (expert_up 2048 x 7168, thread
- * CPU time): 4 rows 310-360 GOP/s from 4 to 256 rows; passes of 8 rows
- * (one chain each) 170-200 */
-#define MB_I4 4
+/* MB_I4 (avx512_iq.h), the activation rows a pass holds: per row a sum
+ * and 4 integer chains (5 registers). Measured per core on a Zen 4
+ * (expert_up 2048 x 7168, thread CPU time): 4 rows 310-360 GOP/s from 4 to
+ * 256 rows; passes of 8 rows (one chain each) 170-200 */
 
 /* One panel times MB rows. Each row's integer sum runs in 4 chains (line
  * u's low nibbles in chain u, its high ones in chain u + 2 mod 4: a
@@ -96,14 +95,14 @@ ALWAYS_INLINE void pass_any(const uint8_t *wp, int ng, int nsub, const int8_t *x
  * 256; unpacking whole panels (112 KB here, past L1) gained nothing at
  * this K (1.37x at K = 1536), chunks of 512 columns the most. */
 /* where groups q0..q0+nq of a panel lie (iq_unpacked's chunk) */
-static const uint8_t *chunk_bytes(const dsi_mat *w, int panel, int q0, int nq, size_t *bytes) {
+const uint8_t *dsi_i4_chunk_bytes(const dsi_mat *w, int panel, int q0, int nq, size_t *bytes) {
   *bytes = (size_t)nq * dsi_i4_group_bytes(w->block);
   return (const uint8_t *)w->data + (size_t)panel * dsi_i4_panel_bytes(w) + (size_t)q0 * dsi_i4_group_bytes(w->block);
 }
 
-static void unpack_panel(const dsi_mat *w, int panel, int q0, int nq, uint8_t *lines, float *scales) {
+void dsi_i4_unpack_panel(const dsi_mat *w, int panel, int q0, int nq, uint8_t *lines, float *scales) {
   size_t bytes;
-  const uint8_t *wp = chunk_bytes(w, panel, q0, nq, &bytes);
+  const uint8_t *wp = dsi_i4_chunk_bytes(w, panel, q0, nq, &bytes);
   const __m512i m4 = _mm512_set1_epi8(0x0f);
   const int nsub = w->block / 32;
   for (int q = 0; q < nq; q++) {
@@ -118,8 +117,8 @@ static void unpack_panel(const dsi_mat *w, int panel, int q0, int nq, uint8_t *l
   }
 }
 
-static const iq_unpacked k_unp_vnni = {unpack_panel, chunk_bytes, iq_upass_vnni, MB_U, 8};
-static const iq_unpacked k_unp_bw = {unpack_panel, chunk_bytes, iq_upass_bw, MB_U, 8};
+static const iq_unpacked k_unp_vnni = {dsi_i4_unpack_panel, dsi_i4_chunk_bytes, iq_upass_vnni, MB_U, 8};
+static const iq_unpacked k_unp_bw = {dsi_i4_unpack_panel, dsi_i4_chunk_bytes, iq_upass_bw, MB_U, 8};
 
 static void pass_bw(const dsi_mat *w, int panel, const int8_t *xq, size_t ldq, const int32_t *zp, int zld, int mb,
                     float *out) {
@@ -127,7 +126,7 @@ static void pass_bw(const dsi_mat *w, int panel, const int8_t *xq, size_t ldq, c
   pass_any(wp, w->kpad / w->block, w->block / 32, xq, ldq, zp, zld, mb, 0, out);
 }
 
-static void pass_vnni(const dsi_mat *w, int panel, const int8_t *xq, size_t ldq, const int32_t *zp, int zld, int mb,
+void dsi_i4_pass_vnni(const dsi_mat *w, int panel, const int8_t *xq, size_t ldq, const int32_t *zp, int zld, int mb,
                       float *out) {
   const uint8_t *wp = (const uint8_t *)w->data + (size_t)panel * dsi_i4_panel_bytes(w);
   pass_any(wp, w->kpad / w->block, w->block / 32, xq, ldq, zp, zld, mb, 1, out);
@@ -138,5 +137,5 @@ void dsi_gemm_avx512_i4(const dsi_gemm *g, int r0, int r1, void *scratch) {
 }
 
 void dsi_gemm_avx512_vnni_i4(const dsi_gemm *g, int r0, int r1, void *scratch) {
-  iq_gemm_run(g, r0, r1, scratch, pass_vnni, MB_I4, 1, 1, &k_unp_vnni);
+  iq_gemm_run(g, r0, r1, scratch, dsi_i4_pass_vnni, MB_I4, 1, 1, &k_unp_vnni);
 }

@@ -151,6 +151,16 @@ static inline void iq_upass_bw(const uint8_t *u0, const float *sc0, const uint8_
   }
 }
 
+/* avx512_int4.c's pieces that the AMX INT4 matmul (amx_int4.c) shares: a
+ * chunk of a panel's groups unpacked into vpdpbusd's operand lines (also
+ * AMX's B tiles as they lie), where those bytes are, and the direct VNNI
+ * pass of up to 4 rows (MB_I4) */
+void dsi_i4_unpack_panel(const dsi_mat *w, int panel, int q0, int nq, uint8_t *lines, float *scales);
+const uint8_t *dsi_i4_chunk_bytes(const dsi_mat *w, int panel, int q0, int nq, size_t *bytes);
+void dsi_i4_pass_vnni(const dsi_mat *w, int panel, const int8_t *xq, size_t ldq, const int32_t *zp, int zld, int mb,
+                      float *out);
+#define MB_I4 4
+
 /* ---- epilogues: the row's scale multiplied in, then stored / added ---- */
 static void iq_epi_row(const dsi_gemm *g, int i, int r, int nj, const float *t) {
   const __mmask16 k = (__mmask16)((1u << nj) - 1);
