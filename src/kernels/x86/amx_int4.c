@@ -90,6 +90,14 @@ static void tile_config(int mb) {
 #define GEMM_AMX_I4 dsi_gemm_amx_int4
 #endif
 
+/* the tile state back to its initial one after a call, as the other AMX
+ * kernels leave it (nothing for the OS to save on a switch) */
+static void tiles_done(void) {
+#ifndef DSI_AMX_EMU
+  _tile_release();
+#endif
+}
+
 /* two panels (u1 NULL: one) times mb <= 16 rows over ng groups of nsub
  * 32-column sub-blocks, as iq_upass_fn says (avx512_iq.h's passes): the
  * sums go on from out (or from zero in the first chunk's pass, first),
@@ -138,4 +146,5 @@ static const iq_unpacked k_unp_amx = {dsi_i4_unpack_panel, dsi_i4_chunk_bytes, u
 
 void GEMM_AMX_I4(const dsi_gemm *g, int r0, int r1, void *scratch) {
   iq_gemm_run(g, r0, r1, scratch, dsi_i4_pass_vnni, MB_I4, 1, 1, &k_unp_amx);
+  tiles_done();
 }
