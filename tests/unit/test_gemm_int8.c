@@ -241,8 +241,15 @@ static dsi_pool *g_pool;
  * avx2 on int16 activations vs f32 ones */
 static double g_worst[6];
 /* the kernels one_case runs */
-enum { K_AVX512, K_AMX, K_VNNI, K_AVX2I, K_N };
-static const char *const k_names[K_N] = {"avx512", "amx-int8", "avx512-vnni-int8", "avx2-int8"};
+enum { K_AVX512, K_AMX, K_AMX_EMU, K_VNNI, K_AVX2I, K_N };
+static const char *const k_names[K_N] = {"avx512", "amx-int8", "amx-int8 (tiles emulated)", "avx512-vnni-int8",
+                                         "avx2-int8"};
+#ifdef DSI_TEST_AMX_EMU
+void dsi_gemm_amx_int8_emu(const dsi_gemm *g, int r0, int r1, void *scratch); /* unit/amx_int8_emu.c */
+#define AMX_INT8_EMU_FN dsi_gemm_amx_int8_emu
+#else
+#define AMX_INT8_EMU_FN NULL
+#endif
 
 /* normalized error over [ny, ld]: max |got - want| / max |want - y0| (a
  * scatter-add's change) or max |want| over the outputs written (the rest
@@ -358,7 +365,12 @@ static void one_case(dsi_epilogue epi, int rows, int cols, int m, int kind, dsi_
     g.y = y;
     g.xq = xq;
     g.xq_scale = xs;
-    gemm_two(g_pool, kind == K_VNNI ? VNNI_INT8_FN : kind == K_AVX2I ? AVX2_INT8_FN : AMX_INT8_FN, &g, silu);
+    gemm_two(g_pool,
+             kind == K_VNNI    ? VNNI_INT8_FN
+             : kind == K_AVX2I ? AVX2_INT8_FN
+             : kind == K_AMX   ? AMX_INT8_FN
+                               : AMX_INT8_EMU_FN,
+             &g, silu);
     double e = norm_err(y, yref, y0, epi == DSI_EPI_SCATTER_ADD, yn);
     if (integer) {
       /* bitwise, except the SiLU of the vector kernels (their own exp,
@@ -468,7 +480,7 @@ static void test_kernels(dsi_rng *rng) {
   static const int rows_set[] = {16, 48, 80, 200, 7, 1000};
   static const int cols_set[] = {32, 64, 96, 100, 128, 1000, 33, 2100};
   static const int m_set[] = {1, 3, 16, 17, 64, 100};
-  int have[K_N] = {0, 0, 0, 0};
+  int have[K_N] = {0, 0, 0, 0, 0};
 #if DSI_HAVE_AVX2
   have[K_AVX2I] = kt->level >= DSI_ISA_AVX2;
 #endif
@@ -478,6 +490,9 @@ static void test_kernels(dsi_rng *rng) {
 #endif
 #if DSI_HAVE_AMX
   have[K_AMX] = kt->amx_int8;
+#endif
+#ifdef DSI_TEST_AMX_EMU
+  have[K_AMX_EMU] = kt->level >= DSI_ISA_AVX512; /* its epilogues are AVX-512 */
 #endif
   for (int k = 0; k < K_N; k++) {
     if (!have[k]) {

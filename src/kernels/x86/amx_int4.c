@@ -10,10 +10,10 @@
  * then one f32 multiply-add of the sum times the group's scale, in group
  * order: the VNNI passes' operations, so bitwise their results.
  *
- * Compiled a second time with DSI_AMX_EMU (tests/unit/amx_int4_emu.c):
- * the tile instructions then run as C on a per-thread tile file with
- * AMX's semantics, shape checks included, so this kernel is checked
- * against the oracle on any CPU with VNNI. */
+ * Compiled a second time with DSI_AMX_EMU (tests/unit/amx_int4_emu.c),
+ * its tile instructions in C (amx_tiles.h), so it is checked against the
+ * oracle on any CPU with VNNI. */
+#include "kernels/x86/amx_tiles.h"
 #include "kernels/x86/avx512_iq.h"
 
 #include <stdint.h>
@@ -26,77 +26,23 @@
 #define TB0 6 /* B: a sub-block's 8 unpacked lines of panel 0 and 1 */
 #define TB1 7
 
-#ifdef DSI_AMX_EMU
-/* ---- the tile instructions in C (tests) ---- */
-static _Thread_local struct {
-  uint8_t t[8][16][64];
-  int rows[8], colsb[8];
-} g_emu;
-
-static void tile_config(int mb) {
-  memset(&g_emu, 0, sizeof g_emu);
-  g_emu.rows[TC0] = g_emu.rows[TC1] = g_emu.rows[TA] = mb;
-  g_emu.colsb[TC0] = g_emu.colsb[TC1] = 64;
-  g_emu.colsb[TA] = 32;
-  g_emu.rows[TB0] = g_emu.rows[TB1] = 8;
-  g_emu.colsb[TB0] = g_emu.colsb[TB1] = 64;
-}
-/* a load zeroes what lies past the configured rows and columns */
-static void tile_load(int t, const void *p, size_t stride) {
-  DSI_ASSERT(g_emu.rows[t] > 0); /* a configured tile */
-  memset(g_emu.t[t], 0, sizeof g_emu.t[t]);
-  for (int r = 0; r < g_emu.rows[t]; r++) memcpy(g_emu.t[t][r], (const uint8_t *)p + r * stride, g_emu.colsb[t]);
-}
-static void tile_store(int t, void *p, size_t stride) {
-  for (int r = 0; r < g_emu.rows[t]; r++) memcpy((uint8_t *)p + r * stride, g_emu.t[t][r], g_emu.colsb[t]);
-}
-static void tile_zero(int t) { memset(g_emu.t[t], 0, sizeof g_emu.t[t]); }
-/* tdpbsud c += a (s8) . b (u8): c[m][n] += sum over k, i of a[m][4k + i] b[k][4n + i] */
-static void tile_dpbsud(int c, int a, int b) {
-  /* the shapes AMX requires (else #UD) */
-  DSI_ASSERT(g_emu.rows[c] == g_emu.rows[a] && g_emu.rows[b] == g_emu.colsb[a] / 4 && g_emu.colsb[b] == g_emu.colsb[c]);
-  for (int m = 0; m < g_emu.rows[c]; m++)
-    for (int n = 0; n < g_emu.colsb[c] / 4; n++) {
-      int32_t s;
-      memcpy(&s, g_emu.t[c][m] + 4 * n, 4);
-      for (int k = 0; k < g_emu.colsb[a] / 4; k++)
-        for (int i = 0; i < 4; i++) s += (int8_t)g_emu.t[a][m][4 * k + i] * (int32_t)g_emu.t[b][k][4 * n + i];
-      memcpy(g_emu.t[c][m] + 4 * n, &s, 4);
-    }
-}
-#define GEMM_AMX_I4 dsi_gemm_amx_int4_emu
-#else
-/* ---- the tile instructions ---- */
-/* palette 1: C and A tiles of mb rows (64 and 32 bytes), B of 8 rows of 64
- * bytes. Loaded with an asm whose operand is the whole 64 bytes (GCC 12's
- * _tile_loadconfig lets -O3 drop the stores that fill it: amx_util.h) */
-static void tile_config(int mb) {
+/* palette 1: C and A tiles of mb rows (64 and 32 bytes), B of 8 rows of 64 */
+static void tiles_for(int mb) {
   _Alignas(64) uint8_t cfg[64];
   memset(cfg, 0, sizeof cfg);
-  cfg[0] = 1;
-  const struct {
-    int t, rows, colsb;
-  } shape[] = {{TC0, mb, 64}, {TC1, mb, 64}, {TA, mb, 32}, {TB0, 8, 64}, {TB1, 8, 64}};
-  for (size_t i = 0; i < sizeof shape / sizeof shape[0]; i++) {
-    cfg[16 + 2 * shape[i].t] = (uint8_t)shape[i].colsb; /* bytes a row, 16 bits */
-    cfg[48 + shape[i].t] = (uint8_t)shape[i].rows;
-  }
-  __asm__ volatile("ldtilecfg %0" ::"m"(*(const struct { uint8_t b[64]; } *)cfg));
+  tile_cfg_set(cfg, TC0, mb, 64);
+  tile_cfg_set(cfg, TC1, mb, 64);
+  tile_cfg_set(cfg, TA, mb, 32);
+  tile_cfg_set(cfg, TB0, 8, 64);
+  tile_cfg_set(cfg, TB1, 8, 64);
+  tile_config(cfg);
 }
-#define tile_load(t, p, stride) _tile_loadd(t, p, stride)
-#define tile_store(t, p, stride) _tile_stored(t, p, stride)
-#define tile_zero(t) _tile_zero(t)
-#define tile_dpbsud(c, a, b) _tile_dpbsud(c, a, b)
+
+#ifdef DSI_AMX_EMU
+#define GEMM_AMX_I4 dsi_gemm_amx_int4_emu
+#else
 #define GEMM_AMX_I4 dsi_gemm_amx_int4
 #endif
-
-/* the tile state back to its initial one after a call, as the other AMX
- * kernels leave it (nothing for the OS to save on a switch) */
-static void tiles_done(void) {
-#ifndef DSI_AMX_EMU
-  _tile_release();
-#endif
-}
 
 /* two panels (u1 NULL: one) times mb <= 16 rows over ng groups of nsub
  * 32-column sub-blocks, as iq_upass_fn says (avx512_iq.h's passes): the
@@ -108,7 +54,7 @@ static void upass_amx(const uint8_t *u0, const float *sc0, const uint8_t *u1, co
   _Alignas(64) int32_t c[2][AMX_I4_ROWS * 16];
   DSI_ASSERT(mb >= 1 && mb <= AMX_I4_ROWS);
   const int two = u1 != NULL;
-  tile_config(mb); /* every call: the other AMX kernels load their own shapes */
+  tiles_for(mb); /* every call: the other AMX kernels load their own shapes */
   const int8_t *x = xq;
   for (int q = 0; q < ng; q++) {
     tile_zero(TC0);
@@ -146,5 +92,5 @@ static const iq_unpacked k_unp_amx = {dsi_i4_unpack_panel, dsi_i4_chunk_bytes, u
 
 void GEMM_AMX_I4(const dsi_gemm *g, int r0, int r1, void *scratch) {
   iq_gemm_run(g, r0, r1, scratch, dsi_i4_pass_vnni, MB_I4, 1, 1, &k_unp_amx);
-  tiles_done();
+  tile_release(); /* as the other AMX kernels leave it: nothing for the OS to save on a switch */
 }

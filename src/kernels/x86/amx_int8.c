@@ -2,7 +2,9 @@
  * times int8 activations with one scale per row (g->xq) — prefill and large
  * batches. Owns the regrouping of B tiles into AMX's 4-k order, the
  * dequantization of int32 tiles per 128-column block and the blocking (the
- * epilogues are the BF16 kernel's, in amx_util.h). */
+ * epilogues are the BF16 kernel's, in amx_util.h). Compiled a second time
+ * with DSI_AMX_EMU (tests/unit/amx_int8_emu.c), its tile instructions in
+ * C (amx_tiles.h), so it is checked against the oracle without AMX. */
 #include "kernels/gemm.h"
 #include "kernels/cpu.h"
 #include "base/base.h"
@@ -51,28 +53,28 @@ static inline __attribute__((always_inline)) void block_chunk(const int8_t *a, s
                                                               int32_t *cst, float *acc) {
   const int8_t *a1 = a + 16 * lda;
   for (int s0 = 0; s0 < ks; s0 += BLOCK_STEPS) {
-    _tile_zero(T_C00);
-    if (nn == 2) _tile_zero(T_C01);
-    if (nm == 2) _tile_zero(T_C10);
-    if (nm == 2 && nn == 2) _tile_zero(T_C11);
+    tile_zero(T_C00);
+    if (nn == 2) tile_zero(T_C01);
+    if (nm == 2) tile_zero(T_C10);
+    if (nm == 2 && nn == 2) tile_zero(T_C11);
     for (int s = s0; s < DSI_MIN(s0 + BLOCK_STEPS, ks); s++) {
-      _tile_loadd(T_B0, b0 + (size_t)s * KSTEP_BYTES, 64);
-      _tile_loadd(T_A0, a + (size_t)s * KSTEP, lda);
-      _tile_dpbssd(T_C00, T_A0, T_B0);
+      tile_load(T_B0, b0 + (size_t)s * KSTEP_BYTES, 64);
+      tile_load(T_A0, a + (size_t)s * KSTEP, lda);
+      tile_dpbssd(T_C00, T_A0, T_B0);
       if (nm == 2) {
-        _tile_loadd(T_A1, a1 + (size_t)s * KSTEP, lda);
-        _tile_dpbssd(T_C10, T_A1, T_B0);
+        tile_load(T_A1, a1 + (size_t)s * KSTEP, lda);
+        tile_dpbssd(T_C10, T_A1, T_B0);
       }
       if (nn == 2) {
-        _tile_loadd(T_B1, b1 + (size_t)s * KSTEP_BYTES, 64);
-        _tile_dpbssd(T_C01, T_A0, T_B1);
-        if (nm == 2) _tile_dpbssd(T_C11, T_A1, T_B1);
+        tile_load(T_B1, b1 + (size_t)s * KSTEP_BYTES, 64);
+        tile_dpbssd(T_C01, T_A0, T_B1);
+        if (nm == 2) tile_dpbssd(T_C11, T_A1, T_B1);
       }
     }
-    _tile_stored(T_C00, cst, 128);
-    if (nn == 2) _tile_stored(T_C01, cst + 16, 128);
-    if (nm == 2) _tile_stored(T_C10, cst + 512, 128);
-    if (nm == 2 && nn == 2) _tile_stored(T_C11, cst + 528, 128);
+    tile_store(T_C00, cst, 128);
+    if (nn == 2) tile_store(T_C01, cst + 16, 128);
+    if (nm == 2) tile_store(T_C10, cst + 512, 128);
+    if (nm == 2 && nn == 2) tile_store(T_C11, cst + 528, 128);
     const int blk = s0 / BLOCK_STEPS;
     const __m512 f0 = _mm512_set1_ps(sc0[blk]), f1 = _mm512_set1_ps(nn == 2 ? sc1[blk] : 0.0f);
     for (int r = 0; r < 16 * nm; r++)
@@ -102,11 +104,18 @@ static void block_run(const int8_t *a, size_t lda, const int8_t *b0, const int8_
  * are read and written once per 128 columns anyway, so short chunks cost
  * nothing more). The f32 adding is issued in order: overlapping it with
  * the next block's products gained nothing (docs/perf-notes.md). */
-void dsi_gemm_amx_int8(const dsi_gemm *g, int r0, int r1, void *scratch) {
+#ifdef DSI_AMX_EMU
+#define GEMM_AMX_I8 dsi_gemm_amx_int8_emu
+#else
+#define GEMM_AMX_I8 dsi_gemm_amx_int8
+#endif
+void GEMM_AMX_I8(const dsi_gemm *g, int r0, int r1, void *scratch) {
   const dsi_mat *w = g->w;
   DSI_ASSERT(w->layout == DSI_LAYOUT_TILES && w->dtype == DSI_DTYPE_I8 && g->xq && g->xq_scale);
   DSI_ASSERT(w->block == BLOCK_STEPS * KSTEP);
+#ifndef DSI_AMX_EMU
   DSI_ASSERT(dsi_cpu_get()->amx_int8);
+#endif
   if (r1 > w->rows) r1 = w->rows;
   if (r1 <= r0 || g->m <= 0) return;
   const int kpad = w->kpad, m = g->m;
@@ -174,5 +183,5 @@ void dsi_gemm_amx_int8(const dsi_gemm *g, int r0, int r1, void *scratch) {
       }
     }
   }
-  _tile_release();
+  tile_release();
 }

@@ -7,6 +7,7 @@
 
 #include "kernels/gemm.h"
 #include "base/base.h"
+#include "kernels/x86/amx_tiles.h"
 #include "kernels/x86/avx512_math.h"
 
 #include <immintrin.h>
@@ -27,18 +28,12 @@
 #define T_B0 6
 #define T_B1 7
 
-/* Tiles of 64-byte rows (palette 1), tile t with rows[t] rows. GCC 12's
- * _tile_loadconfig claims to read 8 bytes, so -O3 may drop the stores that
- * fill the rest: load it with an asm whose operand is all 64. */
+/* Tiles of 64-byte rows (palette 1), tile t with rows[t] rows */
 static inline void tiles_configure_rows(const uint8_t rows[8]) {
   _Alignas(64) uint8_t cfg[64];
   memset(cfg, 0, sizeof cfg);
-  cfg[0] = 1; /* palette */
-  for (int t = 0; t < 8; t++) {
-    cfg[16 + 2 * t] = 64; /* bytes per row */
-    cfg[48 + t] = rows[t];
-  }
-  __asm__ volatile("ldtilecfg %0" ::"m"(*(const struct { uint8_t b[64]; } *)cfg));
+  for (int t = 0; t < 8; t++) tile_cfg_set(cfg, t, rows[t], 64);
+  tile_config(cfg);
 }
 
 /* Every tile 16 rows: the one shape the matmuls use (BF16 16x32, INT8
