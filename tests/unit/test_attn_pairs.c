@@ -23,6 +23,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef DSI_TEST_AMX_EMU
+dsi_attn_pairs_fn dsi_attn_pairs_amx_emu; /* unit/amx_attn_emu.c */
+#endif
+
 #define BS 64
 #define N_BLOCKS 12
 
@@ -234,17 +238,28 @@ int main(void) {
   int cases = 0;
   for (size_t i = 0; i < DSI_ARRAY_LEN(ns); i += 2) run("oracle", dsi_attn_pairs_ref, 3, ns[i], 64, 32, 1, &rng);
   run("oracle", dsi_attn_pairs_ref, 17, 300, 512, 64, 1, &rng);
+  const char *name = "amx";
+  dsi_attn_pairs_fn *fn = dsi_attn_pairs_amx;
   if (!dsi_kern_best()->amx) {
-    printf("AMX not available here: the oracle alone was checked\n");
-    return check_done();
+#ifdef DSI_TEST_AMX_EMU
+    /* without AMX, the AMX version with its tiles emulated (its softmax
+     * and conversions need AVX512-BF16) */
+    name = "amx (tiles emulated)";
+    fn = dsi_attn_pairs_amx_emu;
+    if (dsi_kern_best()->level < DSI_ISA_AVX512BF16)
+#endif
+    {
+      printf("AMX not available here: the oracle alone was checked\n");
+      return check_done();
+    }
   }
   for (size_t h = 0; h < DSI_ARRAY_LEN(heads); h++)
-    for (size_t i = 0; i < DSI_ARRAY_LEN(ns); i++, cases++) run("amx", dsi_attn_pairs_amx, heads[h], ns[i], 512, 64, 1, &rng);
+    for (size_t i = 0; i < DSI_ARRAY_LEN(ns); i++, cases++) run(name, fn, heads[h], ns[i], 512, 64, 1, &rng);
   static const int widths[][2] = {{64, 32}, {256, 32}, {16, 16}, {48, 16}};
   for (size_t w = 0; w < DSI_ARRAY_LEN(widths); w++)
-    for (size_t i = 0; i < DSI_ARRAY_LEN(ns); i += 2, cases++) run("amx", dsi_attn_pairs_amx, 5, ns[i], widths[w][0], widths[w][1], 1, &rng);
+    for (size_t i = 0; i < DSI_ARRAY_LEN(ns); i += 2, cases++) run(name, fn, 5, ns[i], widths[w][0], widths[w][1], 1, &rng);
   /* peaked scores: the running max moves between blocks */
-  for (size_t i = 4; i < DSI_ARRAY_LEN(ns); i++, cases++) run("amx", dsi_attn_pairs_amx, 16, ns[i], 512, 64, 4, &rng);
-  printf("amx: %d pair-attention cases within 4e-3 of double-precision attention, each head the same alone\n", cases);
+  for (size_t i = 4; i < DSI_ARRAY_LEN(ns); i++, cases++) run(name, fn, 16, ns[i], 512, 64, 4, &rng);
+  printf("%s: %d pair-attention cases within 4e-3 of double-precision attention, each head the same alone\n", name, cases);
   return check_done();
 }

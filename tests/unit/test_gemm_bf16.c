@@ -16,7 +16,11 @@
 
 #if defined(DSI_HAVE_AVX512)
 
+#ifdef DSI_TEST_AMX_EMU
+void dsi_gemm_amx_emu(const dsi_gemm *g, int r0, int r1, void *scratch); /* unit/amx_emu.c */
+#endif
 static dsi_gemm_fn g_fn;      /* the kernel under test */
+static const char *g_name;    /* its name */
 static const dsi_kern *g_kern; /* the table that picks it */
 
 /* bf16-representable values, so the oracle on x sees what the kernel sees in xb */
@@ -206,7 +210,7 @@ static void one_case(dsi_dtype dt, dsi_epilogue epi, int rows, int cols, int m, 
   double e = norm_err(y, yref, epi == DSI_EPI_SCATTER_ADD ? y0 : NULL, ny, ldy, ldy);
   int di = dt != DSI_DTYPE_BF16;
   if (!(e <= g_worst[di])) g_worst[di] = e;
-  CHECKF(e <= tol, "%s %s epi %d rows %d cols %d m %d: normalized error %.3g > %.0e", dsi_gemm_kernel_name(g_fn),
+  CHECKF(e <= tol, "%s %s epi %d rows %d cols %d m %d: normalized error %.3g > %.0e", g_name,
          dt == DSI_DTYPE_BF16 ? "bf16" : "fp8", (int)epi, rows, cols, m, e, tol);
   /* nothing written past the outputs (ragged rows) or into padding columns */
   int clean = 1;
@@ -365,8 +369,11 @@ static void rounding_case(int cols, int m, dsi_rng *rng) {
   weight_free(&w);
 }
 
-static void run_kernel(dsi_gemm_fn fn, const dsi_kern *k) {
+/* emulated: the kernel with its tile instructions in C, which the
+ * driver does not pick (no batch through it) */
+static void run_kernel(dsi_gemm_fn fn, const char *name, const dsi_kern *k, int emulated) {
   g_fn = fn;
+  g_name = name;
   g_kern = k;
   g_worst[0] = g_worst[1] = 0;
   dsi_rng rng;
@@ -381,8 +388,9 @@ static void run_kernel(dsi_gemm_fn fn, const dsi_kern *k) {
         for (size_t ci = 0; ci < DSI_ARRAY_LEN(cols_set); ci++)
           for (size_t mi = 0; mi < DSI_ARRAY_LEN(m_set); mi++) {
             int rows = rows_set[ri], cols = cols_set[ci], m = m_set[mi];
-            /* the oracle is scalar: keep the largest products to a few */
-            if ((double)rows * cols * m > 3e7 && !(ri == 6 && ci == 4 && mi == 8)) continue;
+            /* the oracle is scalar (and the emulated tiles too): keep the
+             * largest products to a few */
+            if ((double)rows * cols * m > (emulated ? 3e6 : 3e7) && !(ri == 6 && ci == 4 && mi == 8)) continue;
             one_case(dts[d], (dsi_epilogue)epi, rows, cols, m, &rng);
           }
   /* K long enough to be cut into chunks; M cut into chunks (600); several
@@ -392,13 +400,16 @@ static void run_kernel(dsi_gemm_fn fn, const dsi_kern *k) {
    * prefetches of the next A chunk cross into the next M chunk */
   for (int d = 0; d < 2; d++)
     for (int epi = 0; epi < 3; epi++) {
+      if (emulated && epi != d) continue; /* one epilogue a dtype */
       one_case(dts[d], (dsi_epilogue)epi, 80, 2100, 600, &rng);
       one_case(dts[d], (dsi_epilogue)epi, 300, 2100, 40, &rng);
       one_case(dts[d], (dsi_epilogue)epi, 112, 1568, 556, &rng);
     }
-  batch_case(DSI_DTYPE_BF16, &rng);
-  batch_case(DSI_DTYPE_F8_E4M3, &rng);
-  printf("%s: worst normalized error: bf16 %.2e, fp8 %.2e\n", dsi_gemm_kernel_name(fn), g_worst[0], g_worst[1]);
+  if (!emulated) {
+    batch_case(DSI_DTYPE_BF16, &rng);
+    batch_case(DSI_DTYPE_F8_E4M3, &rng);
+  }
+  printf("%s: worst normalized error: bf16 %.2e, fp8 %.2e\n", name, g_worst[0], g_worst[1]);
 }
 
 int main(void) {
@@ -410,7 +421,7 @@ int main(void) {
   dsi_kern dot = *dsi_kern_get(DSI_ISA_AVX512BF16);
   if (dot.level == DSI_ISA_AVX512BF16) {
     dot.dot_bf16 = 1;
-    run_kernel(dsi_gemm_avx512_bf16, &dot), ran++;
+    run_kernel(dsi_gemm_avx512_bf16, "avx512-bf16", &dot, 0), ran++;
     dsi_rng rng;
     dsi_rng_seed(&rng, 7);
     for (int cols = 31; cols <= 100; cols += 23)
@@ -418,8 +429,14 @@ int main(void) {
   }
   else printf("AVX512-BF16: skipped, not on this CPU\n");
 #if defined(DSI_HAVE_AMX)
-  if (dsi_kern_best()->amx) run_kernel(dsi_gemm_amx, dsi_kern_best()), ran++;
+  if (dsi_kern_best()->amx) run_kernel(dsi_gemm_amx, "amx", dsi_kern_best(), 0), ran++;
   else printf("AMX: skipped, not on this CPU (or tile data not granted)\n");
+#endif
+#ifdef DSI_TEST_AMX_EMU
+  /* without AMX, the AMX kernel with its tiles emulated (its FP8 tables
+   * and epilogues need AVX512-BF16 and VBMI) */
+  if (!dsi_kern_best()->amx && dot.level == DSI_ISA_AVX512BF16)
+    run_kernel(dsi_gemm_amx_emu, "amx (tiles emulated)", &dot, 1), ran++;
 #endif
   dsi_pool_free(g_pool);
   if (!ran) printf("skipped: no bf16 matmul runs on this CPU\n");

@@ -6,6 +6,11 @@
  * max, sum and output; P V holds four 16-column accumulators, loaded from
  * the output and stored back. Each call configures the tiles and releases
  * them. */
+#ifdef DSI_AMX_EMU /* the tests' build with emulated tiles (amx_tiles.h): its own names */
+#define dsi_attn_pairs_amx dsi_attn_pairs_amx_emu
+#define dsi_attn_qk_tiles dsi_attn_qk_tiles_emu
+#define dsi_attn_pv_tiles dsi_attn_pv_tiles_emu
+#endif
 #include "kernels/attn.h"
 #include "kernels/vec.h"
 #include "kernels/x86/amx_util.h"
@@ -62,10 +67,10 @@ static void scatter_scores(const float *c, int nh, float *s) {
 
 /* the accumulators, tiles 0-3 */
 static inline void zero_c(void) {
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
+  tile_zero(0);
+  tile_zero(1);
+  tile_zero(2);
+  tile_zero(3);
 }
 
 /* unscaled scores of chunks [ch0, ch1) for nh <= 16 heads (q tiles qb0,
@@ -84,35 +89,35 @@ static void qk_block(const dsi_attn_pairs *a, const uint16_t *qb0, const uint16_
       if (g > 3) b3 = pair_row(a, (c0 + 3) * CHUNK);
       zero_c();
       for (int ks = 0; ks < nk; ks++) {
-        _tile_loadd(6, qb0 + (size_t)ks * 512, 64);
-        _tile_loadd(4, b0 + (size_t)ks * 64, stride);
-        _tile_dpbf16ps(0, 4, 6);
+        tile_load(6, qb0 + (size_t)ks * 512, 64);
+        tile_load(4, b0 + (size_t)ks * 64, stride);
+        tile_dpbf16ps(0, 4, 6);
         if (g > 1) {
-          _tile_loadd(5, b1 + (size_t)ks * 64, stride);
-          _tile_dpbf16ps(1, 5, 6);
+          tile_load(5, b1 + (size_t)ks * 64, stride);
+          tile_dpbf16ps(1, 5, 6);
         }
         if (g > 2) {
-          _tile_loadd(7, b2 + (size_t)ks * 64, stride);
-          _tile_dpbf16ps(2, 7, 6);
+          tile_load(7, b2 + (size_t)ks * 64, stride);
+          tile_dpbf16ps(2, 7, 6);
         }
         if (g > 3) {
-          _tile_loadd(4, b3 + (size_t)ks * 64, stride);
-          _tile_dpbf16ps(3, 4, 6);
+          tile_load(4, b3 + (size_t)ks * 64, stride);
+          tile_dpbf16ps(3, 4, 6);
         }
       }
       float *sc = s + (size_t)(c0 - ch0) * CHUNK;
-      _tile_stored(0, c, 64);
+      tile_store(0, c, 64);
       scatter_scores(c, nh, sc);
       if (g > 1) {
-        _tile_stored(1, c, 64);
+        tile_store(1, c, 64);
         scatter_scores(c, nh, sc + CHUNK);
       }
       if (g > 2) {
-        _tile_stored(2, c, 64);
+        tile_store(2, c, 64);
         scatter_scores(c, nh, sc + 2 * CHUNK);
       }
       if (g > 3) {
-        _tile_stored(3, c, 64);
+        tile_store(3, c, 64);
         scatter_scores(c, nh, sc + 3 * CHUNK);
       }
     }
@@ -124,26 +129,26 @@ static void qk_block(const dsi_attn_pairs *a, const uint16_t *qb0, const uint16_
     const uint8_t *b0 = pair_row(a, c0 * CHUNK), *b1 = g > 1 ? pair_row(a, (c0 + 1) * CHUNK) : b0;
     zero_c();
     for (int ks = 0; ks < nk; ks++) {
-      _tile_loadd(6, qb0 + (size_t)ks * 512, 64);
-      _tile_loadd(7, qb1 + (size_t)ks * 512, 64);
-      _tile_loadd(4, b0 + (size_t)ks * 64, stride);
-      _tile_dpbf16ps(0, 4, 6);
-      _tile_dpbf16ps(1, 4, 7);
+      tile_load(6, qb0 + (size_t)ks * 512, 64);
+      tile_load(7, qb1 + (size_t)ks * 512, 64);
+      tile_load(4, b0 + (size_t)ks * 64, stride);
+      tile_dpbf16ps(0, 4, 6);
+      tile_dpbf16ps(1, 4, 7);
       if (g > 1) {
-        _tile_loadd(5, b1 + (size_t)ks * 64, stride);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
+        tile_load(5, b1 + (size_t)ks * 64, stride);
+        tile_dpbf16ps(2, 5, 6);
+        tile_dpbf16ps(3, 5, 7);
       }
     }
     float *sc = s + (size_t)(c0 - ch0) * CHUNK, *sc8 = sc + (size_t)8 * BLOCK;
-    _tile_stored(0, c, 64);
+    tile_store(0, c, 64);
     scatter_scores(c, 8, sc);
-    _tile_stored(1, c, 64);
+    tile_store(1, c, 64);
     scatter_scores(c, nh - 8, sc8);
     if (g > 1) {
-      _tile_stored(2, c, 64);
+      tile_store(2, c, 64);
       scatter_scores(c, 8, sc + CHUNK);
-      _tile_stored(3, c, 64);
+      tile_store(3, c, 64);
       scatter_scores(c, nh - 8, sc8 + CHUNK);
     }
   }
@@ -183,33 +188,33 @@ static void pv_block(const dsi_attn_pairs *a, const uint16_t *p, int ch0, int ch
     if (first) {
       zero_c();
     } else {
-      _tile_loadd(0, ot, ldob);
-      if (g > 1) _tile_loadd(1, ot + 16, ldob);
-      if (g > 2) _tile_loadd(2, ot + 32, ldob);
-      if (g > 3) _tile_loadd(3, ot + 48, ldob);
+      tile_load(0, ot, ldob);
+      if (g > 1) tile_load(1, ot + 16, ldob);
+      if (g > 2) tile_load(2, ot + 32, ldob);
+      if (g > 3) tile_load(3, ot + 48, ldob);
     }
     for (int ch = ch0; ch < ch1; ch++) {
       const uint8_t *v = pair_row(a, ch * CHUNK) + (size_t)t0 * 64;
-      _tile_loadd(4, p + (size_t)(ch - ch0) * CHUNK, BLOCK * 2);
-      _tile_loadd(5, v, stride);
-      _tile_dpbf16ps(0, 4, 5);
+      tile_load(4, p + (size_t)(ch - ch0) * CHUNK, BLOCK * 2);
+      tile_load(5, v, stride);
+      tile_dpbf16ps(0, 4, 5);
       if (g > 1) {
-        _tile_loadd(6, v + 64, stride);
-        _tile_dpbf16ps(1, 4, 6);
+        tile_load(6, v + 64, stride);
+        tile_dpbf16ps(1, 4, 6);
       }
       if (g > 2) {
-        _tile_loadd(7, v + 128, stride);
-        _tile_dpbf16ps(2, 4, 7);
+        tile_load(7, v + 128, stride);
+        tile_dpbf16ps(2, 4, 7);
       }
       if (g > 3) {
-        _tile_loadd(5, v + 192, stride);
-        _tile_dpbf16ps(3, 4, 5);
+        tile_load(5, v + 192, stride);
+        tile_dpbf16ps(3, 4, 5);
       }
     }
-    _tile_stored(0, ot, ldob);
-    if (g > 1) _tile_stored(1, ot + 16, ldob);
-    if (g > 2) _tile_stored(2, ot + 32, ldob);
-    if (g > 3) _tile_stored(3, ot + 48, ldob);
+    tile_store(0, ot, ldob);
+    if (g > 1) tile_store(1, ot + 16, ldob);
+    if (g > 2) tile_store(2, ot + 32, ldob);
+    if (g > 3) tile_store(3, ot + 48, ldob);
   }
 }
 
@@ -243,7 +248,7 @@ void dsi_attn_pairs_amx(const dsi_attn_pairs *a, const float *q, int ldq, float 
       pv_block(a, p, ch0, ch1, og, ldo, u0 == 0);
     }
   }
-  _tile_release();
+  tile_release();
   for (int h = 0; h < nh; h++) {
     float *oh = o + (size_t)h * ldo;
     __m512 vl = _mm512_set1_ps(l[h]);
@@ -268,7 +273,7 @@ void dsi_attn_qk_tiles(const dsi_mat *K, const float *q, int ldq, int nq, float 
     const uint8_t *b0 = (const uint8_t *)K->data + (size_t)p * pb;
     block_mac(qa, lda, b0, b0 + pb, ks, nm, nn, &k_no_prefetch, NULL, s + (size_t)p * DSI_TILE_N, (size_t)lds);
   }
-  _tile_release();
+  tile_release();
 }
 
 void dsi_attn_pv_tiles(const dsi_mat *Vt, const float *p, int lds, int nq, float *o, int ldo, const float *alpha,
@@ -305,5 +310,5 @@ void dsi_attn_pv_tiles(const dsi_mat *Vt, const float *p, int lds, int nq, float
       }
     }
   }
-  _tile_release();
+  tile_release();
 }

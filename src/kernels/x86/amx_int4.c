@@ -13,6 +13,9 @@
  * Compiled a second time with DSI_AMX_EMU (tests/unit/amx_int4_emu.c),
  * its tile instructions in C (amx_tiles.h), so it is checked against the
  * oracle on any CPU with VNNI. */
+#ifdef DSI_AMX_EMU /* the tests' build with emulated tiles: its own name */
+#define dsi_gemm_amx_int4 dsi_gemm_amx_int4_emu
+#endif
 #include "kernels/x86/amx_tiles.h"
 #include "kernels/x86/avx512_iq.h"
 
@@ -37,12 +40,6 @@ static void tiles_for(int mb) {
   tile_cfg_set(cfg, TB1, 8, 64);
   tile_config(cfg);
 }
-
-#ifdef DSI_AMX_EMU
-#define GEMM_AMX_I4 dsi_gemm_amx_int4_emu
-#else
-#define GEMM_AMX_I4 dsi_gemm_amx_int4
-#endif
 
 /* two panels (u1 NULL: one) times mb <= 16 rows over ng groups of nsub
  * 32-column sub-blocks, as iq_upass_fn says (avx512_iq.h's passes): the
@@ -90,7 +87,7 @@ static void upass_amx(const uint8_t *u0, const float *sc0, const uint8_t *u1, co
 /* from 8 rows the passes of up to 16 on tiles; below, the VNNI direct passes */
 static const iq_unpacked k_unp_amx = {dsi_i4_unpack_panel, dsi_i4_chunk_bytes, upass_amx, AMX_I4_ROWS, 8};
 
-void GEMM_AMX_I4(const dsi_gemm *g, int r0, int r1, void *scratch) {
+void dsi_gemm_amx_int4(const dsi_gemm *g, int r0, int r1, void *scratch) {
   iq_gemm_run(g, r0, r1, scratch, dsi_i4_pass_vnni, MB_I4, 1, 1, &k_unp_amx);
   tile_release(); /* as the other AMX kernels leave it: nothing for the OS to save on a switch */
 }

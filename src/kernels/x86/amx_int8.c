@@ -5,6 +5,9 @@
  * epilogues are the BF16 kernel's, in amx_util.h). Compiled a second time
  * with DSI_AMX_EMU (tests/unit/amx_int8_emu.c), its tile instructions in
  * C (amx_tiles.h), so it is checked against the oracle without AMX. */
+#ifdef DSI_AMX_EMU /* the tests' build with emulated tiles: its own name */
+#define dsi_gemm_amx_int8 dsi_gemm_amx_int8_emu
+#endif
 #include "kernels/gemm.h"
 #include "kernels/cpu.h"
 #include "base/base.h"
@@ -104,12 +107,7 @@ static void block_run(const int8_t *a, size_t lda, const int8_t *b0, const int8_
  * are read and written once per 128 columns anyway, so short chunks cost
  * nothing more). The f32 adding is issued in order: overlapping it with
  * the next block's products gained nothing (docs/perf-notes.md). */
-#ifdef DSI_AMX_EMU
-#define GEMM_AMX_I8 dsi_gemm_amx_int8_emu
-#else
-#define GEMM_AMX_I8 dsi_gemm_amx_int8
-#endif
-void GEMM_AMX_I8(const dsi_gemm *g, int r0, int r1, void *scratch) {
+void dsi_gemm_amx_int8(const dsi_gemm *g, int r0, int r1, void *scratch) {
   const dsi_mat *w = g->w;
   DSI_ASSERT(w->layout == DSI_LAYOUT_TILES && w->dtype == DSI_DTYPE_I8 && g->xq && g->xq_scale);
   DSI_ASSERT(w->block == BLOCK_STEPS * KSTEP);

@@ -121,17 +121,17 @@ static inline __attribute__((always_inline, unused)) void tiles_mac(const uint8_
   const uint8_t *a1 = a + lda;
   int l = pf->l0;
   for (int s = 0; s < ks; s++) {
-    _tile_loadd(T_B0, b0 + (size_t)s * TILE_BYTES, 64);
-    _tile_loadd(T_A0, a + (size_t)s * TILE_BYTES, 64);
-    _tile_dpbf16ps(T_C00, T_A0, T_B0);
+    tile_load(T_B0, b0 + (size_t)s * TILE_BYTES, 64);
+    tile_load(T_A0, a + (size_t)s * TILE_BYTES, 64);
+    tile_dpbf16ps(T_C00, T_A0, T_B0);
     if (nm == 2) {
-      _tile_loadd(T_A1, a1 + (size_t)s * TILE_BYTES, 64);
-      _tile_dpbf16ps(T_C10, T_A1, T_B0);
+      tile_load(T_A1, a1 + (size_t)s * TILE_BYTES, 64);
+      tile_dpbf16ps(T_C10, T_A1, T_B0);
     }
     if (nn == 2) {
-      _tile_loadd(T_B1, b1 + (size_t)s * TILE_BYTES, 64);
-      _tile_dpbf16ps(T_C01, T_A0, T_B1);
-      if (nm == 2) _tile_dpbf16ps(T_C11, T_A1, T_B1);
+      tile_load(T_B1, b1 + (size_t)s * TILE_BYTES, 64);
+      tile_dpbf16ps(T_C01, T_A0, T_B1);
+      if (nm == 2) tile_dpbf16ps(T_C11, T_A1, T_B1);
     }
     for (int j = 0; j < pf->nb; j++) {
       _mm_prefetch((const char *)pf->b0 + (size_t)(s * pf->nb + j) * 64, _MM_HINT_T1);
@@ -148,23 +148,23 @@ static inline __attribute__((always_inline, unused)) void tiles_mac(const uint8_
  * acc and ends in acc, the staging block, or y itself. */
 static inline __attribute__((always_inline, unused)) void tiles_begin(const float *acc, int nm, int nn) {
   if (!acc) {
-    _tile_zero(T_C00);
-    if (nn == 2) _tile_zero(T_C01);
-    if (nm == 2) _tile_zero(T_C10);
-    if (nm == 2 && nn == 2) _tile_zero(T_C11);
+    tile_zero(T_C00);
+    if (nn == 2) tile_zero(T_C01);
+    if (nm == 2) tile_zero(T_C10);
+    if (nm == 2 && nn == 2) tile_zero(T_C11);
     return;
   }
-  _tile_loadd(T_C00, acc, 128);
-  if (nn == 2) _tile_loadd(T_C01, acc + 16, 128);
-  if (nm == 2) _tile_loadd(T_C10, acc + 512, 128);
-  if (nm == 2 && nn == 2) _tile_loadd(T_C11, acc + 528, 128);
+  tile_load(T_C00, acc, 128);
+  if (nn == 2) tile_load(T_C01, acc + 16, 128);
+  if (nm == 2) tile_load(T_C10, acc + 512, 128);
+  if (nm == 2 && nn == 2) tile_load(T_C11, acc + 528, 128);
 }
 
 static inline __attribute__((always_inline, unused)) void tiles_end(float *out, size_t ld, int nm, int nn) {
-  _tile_stored(T_C00, out, ld * 4);
-  if (nn == 2) _tile_stored(T_C01, out + 16, ld * 4);
-  if (nm == 2) _tile_stored(T_C10, out + 16 * ld, ld * 4);
-  if (nm == 2 && nn == 2) _tile_stored(T_C11, out + 16 * ld + 16, ld * 4);
+  tile_store(T_C00, out, ld * 4);
+  if (nn == 2) tile_store(T_C01, out + 16, ld * 4);
+  if (nm == 2) tile_store(T_C10, out + 16 * ld, ld * 4);
+  if (nm == 2 && nn == 2) tile_store(T_C11, out + 16 * ld + 16, ld * 4);
 }
 
 /* one call per block: not inlined into the drivers (the matmul calls it in
