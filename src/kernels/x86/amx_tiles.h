@@ -51,18 +51,19 @@ static inline void tile_load_(int t, const void *p, size_t stride) {
 static inline void tile_store_(int t, void *p, size_t stride) {
   for (int r = 0; r < g_tiles.rows[t]; r++) memcpy((uint8_t *)p + r * stride, g_tiles.t[t][r], g_tiles.colsb[t]);
 }
-/* c[m][n] += sum over k, i of a[m][4k + i] b[k][4n + i], each byte signed or not */
+/* c[m][n] += sum over k, i of a[m][4k + i] b[k][4n + i], each byte signed
+ * or not (the int32 sums wrap, as AMX's do) */
 static inline void tile_dp_(int c, int a, int b, int a_signed, int b_signed) {
   DSI_ASSERT(g_tiles.rows[c] == g_tiles.rows[a] && g_tiles.rows[b] == g_tiles.colsb[a] / 4 &&
              g_tiles.colsb[b] == g_tiles.colsb[c]);
   for (int m = 0; m < g_tiles.rows[c]; m++)
     for (int n = 0; n < g_tiles.colsb[c] / 4; n++) {
-      int32_t s;
+      uint32_t s;
       memcpy(&s, g_tiles.t[c][m] + 4 * n, 4);
       for (int k = 0; k < g_tiles.colsb[a] / 4; k++)
         for (int i = 0; i < 4; i++) {
           const uint8_t x = g_tiles.t[a][m][4 * k + i], w = g_tiles.t[b][k][4 * n + i];
-          s += (a_signed ? (int32_t)(int8_t)x : (int32_t)x) * (b_signed ? (int32_t)(int8_t)w : (int32_t)w);
+          s += (uint32_t)((a_signed ? (int32_t)(int8_t)x : (int32_t)x) * (b_signed ? (int32_t)(int8_t)w : (int32_t)w));
         }
       memcpy(g_tiles.t[c][m] + 4 * n, &s, 4);
     }
