@@ -4,8 +4,10 @@
 #include "kernels/cpu.h"
 #include "base/base.h"
 #include "kernels/vec.h"
+#include "kernels/gemm.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -91,8 +93,42 @@ int dsi_isa_parse(const char *s) {
 static dsi_kern g_kern[DSI_ISA_AMX + 1][3];
 static pthread_once_t g_kern_once = PTHREAD_ONCE_INIT;
 
+static char g_amx_i4_why[160];
+
+#if DSI_HAVE_AMX
+/* Whether the INT4 matmul's tall passes run on AMX INT8 tiles: as
+ * DSINFER_AMX_INT4 says (on, off), or by default as a race on this core
+ * decides (dsi_gemm_i4_race: the AMX kernel where it gives the VNNI
+ * kernel's bits and is faster by the margin; either way the results are
+ * the same) */
+static int amx_int4_choice(const dsi_cpu *c) {
+  if (!(c->best >= DSI_ISA_AMX && c->amx_int8 && c->avx512vnni)) return 0;
+  const char *e = getenv("DSINFER_AMX_INT4");
+  if (e && (!strcmp(e, "on") || !strcmp(e, "off"))) {
+    snprintf(g_amx_i4_why, sizeof g_amx_i4_why, "AMX INT4 %s (DSINFER_AMX_INT4)", e);
+    return !strcmp(e, "on");
+  }
+  if (e && *e && strcmp(e, "auto"))
+    dsi_log(DSI_LOG_WARN, "DSINFER_AMX_INT4=%s: not on, off or auto; auto (a race at start)", e);
+  double sp = 0;
+  const int r = dsi_gemm_i4_race(&dsi_vec_ops_avx512, dsi_gemm_avx512_vnni_i4, dsi_gemm_amx_int4, &sp);
+  if (r < 0) dsi_log(DSI_LOG_WARN, "the AMX INT4 matmul's results differ from the VNNI kernel's on this CPU: not used");
+  snprintf(g_amx_i4_why, sizeof g_amx_i4_why, "AMX INT4 %s (%.2fx the VNNI kernel at 64 rows, raced at start%s)", r > 0 ? "on" : "off",
+           sp, r < 0 ? ", other results" : "");
+  return r > 0;
+}
+#endif
+
+const char *dsi_amx_int4_choice(void) {
+  dsi_kern_best();
+  return g_amx_i4_why;
+}
+
 static void make_tables(void) {
   const dsi_cpu *c = dsi_cpu_get();
+#if DSI_HAVE_AMX
+  const int amx_i4 = amx_int4_choice(c);
+#endif
   for (int l = DSI_ISA_SCALAR; l <= DSI_ISA_AMX; l++)
     for (int dot = 0; dot < 3; dot++) {
       dsi_kern *k = &g_kern[l][dot];
@@ -116,8 +152,7 @@ static void make_tables(void) {
 #if DSI_HAVE_AMX
       k->amx = k->level >= DSI_ISA_AMX;
       k->amx_int8 = k->amx && c->amx_int8;
-      const char *i4 = getenv("DSINFER_AMX_INT4");
-      k->amx_int4 = k->amx_int8 && i4 && !strcmp(i4, "on");
+      k->amx_int4 = k->amx_int8 && amx_i4;
 #endif
     }
 }

@@ -38,9 +38,9 @@ typedef struct dsi_kern {
                                     multiplies the same bf16-rounded activations) */
   int amx;                       /* the AMX BF16 tile kernels run (matmul, attention) */
   int amx_int8;                  /* and the AMX INT8 matmul */
-  int amx_int4;                  /* and the INT4 matmul's tall passes on AMX INT8 tiles:
-                                    not yet measured on a CPU with AMX, so only where
-                                    DSINFER_AMX_INT4=on asks (else the VNNI kernel) */
+  int amx_int4;                  /* and the INT4 matmul's tall passes on AMX INT8 tiles
+                                    (the VNNI kernel's bits): where a race at start
+                                    finds them faster, or DSINFER_AMX_INT4=on|off says */
   int vnni;                      /* AVX512-VNNI (vpdpbusd) at the AVX512BF16 level and
                                     above: the INT4 matmul uses it */
 } dsi_kern;
@@ -52,5 +52,7 @@ enum { DSI_KERN_DOT_AUTO = 0, DSI_KERN_DOT_ON = 1, DSI_KERN_DOT_OFF = 2 };
 const dsi_kern *dsi_kern_get_dot(dsi_isa cap, int bf16_dot);
 /* the best this CPU runs: dsi_kern_get(DSI_ISA_AMX) */
 const dsi_kern *dsi_kern_best(void);
+/* how amx_int4 was chosen, for the logs ("" without AMX INT8) */
+const char *dsi_amx_int4_choice(void);
 
 #endif

@@ -3,6 +3,10 @@
 #include "kernels/cpu.h"
 #include "kernels/gemm.h"
 #include "kernels/peak.h"
+#include "base/base.h"
+#include "tensor/dtype.h"
+
+#include <string.h>
 
 
 dsi_gemm_fn dsi_gemm_pick(const dsi_kern *k, const dsi_mat *w, int m, int act, int *prep) {
@@ -99,6 +103,58 @@ const char *dsi_gemm_kernel_name(dsi_gemm_fn fn) {
   if (fn == dsi_gemm_avx2_i8) return "avx2-int8";
 #endif
   return fn == dsi_gemm_ref ? "ref" : "?";
+}
+
+int dsi_gemm_i4_race(const struct dsi_vec_ops *v, dsi_gemm_fn base, dsi_gemm_fn cand, double *speedup) {
+  enum { ROWS = 512, COLS = 2048, M = 64, GROUP = 32, REPS = 7 };
+  *speedup = 0;
+  const dsi_mat shape = {.dtype = DSI_DTYPE_F32, .rows = ROWS, .cols = COLS, .layout = DSI_LAYOUT_ROWS};
+  dsi_mat q = shape, w;
+  q.dtype = DSI_DTYPE_I4;
+  q.block = GROUP;
+  /* one allocation: the weight, x, its int8 rows, scales and sums, two
+   * outputs, the kernels' scratch */
+  const int ldq = DSI_XQ_LD(DSI_CEIL_DIV(COLS, GROUP) * GROUP);
+  const size_t wb = (dsi_pack_bytes(&q) + 63) / 64 * 64, xb = (size_t)M * COLS * sizeof(float), qb = (size_t)M * ldq,
+               sb = (size_t)M * (ldq / 32) * sizeof(int32_t), yb = (size_t)M * ROWS * sizeof(float);
+  uint8_t *mem = dsi_alloc_aligned(wb + xb + qb + sb + M * sizeof(float) + 2 * yb + DSI_GEMM_SCRATCH(COLS));
+  if (!mem) return 0;
+  float *x = (float *)(mem + wb), *y[2] = {(float *)(mem + wb + xb + qb + sb), (float *)(mem + wb + xb + qb + sb + yb)};
+  int8_t *xq = (int8_t *)(mem + wb + xb);
+  int32_t *sums = (int32_t *)(mem + wb + xb + qb);
+  float *xs = (float *)(mem + wb + xb + qb + sb + 2 * yb);
+  void *scr = mem + wb + xb + qb + sb + 2 * yb + M * sizeof(float);
+  dsi_pack_describe_i4(&shape, &w, mem, GROUP);
+  DSI_ASSERT(DSI_XQ_LD(w.kpad) == ldq);
+  dsi_rng rng;
+  dsi_rng_seed(&rng, 19);
+  for (size_t i = 0; i < wb; i++) mem[i] = (uint8_t)dsi_rng_u64(&rng); /* the levels */
+  for (int p = 0; p < ROWS / DSI_TILE_N; p++) /* each group's 16 f16 scales, after its levels */
+    for (int c = 0; c < w.kpad / GROUP; c++) {
+      uint8_t *sc = mem + (size_t)p * dsi_i4_panel_bytes(&w) + (size_t)c * dsi_i4_group_bytes(GROUP) + GROUP * DSI_TILE_N / 2;
+      for (int j = 0; j < DSI_TILE_N; j++) {
+        const uint16_t h = dsi_f32_to_f16(0.001f + 0.01f * dsi_rng_uniform(&rng));
+        memcpy(sc + 2 * j, &h, 2);
+      }
+    }
+  for (size_t i = 0; i < (size_t)M * COLS; i++) x[i] = dsi_rng_normal(&rng);
+  dsi_rows_to_i8(v, x, COLS, NULL, M, COLS, ldq, xq, xs, sums);
+  const dsi_gemm_fn fn[2] = {base, cand};
+  double best[2] = {1e30, 1e30};
+  for (int r = -1; r < REPS; r++) /* r = -1: untimed */
+    for (int k = 0; k < 2; k++) {
+      const int f = (r & 1) ? 1 - k : k;
+      dsi_gemm g = {.w = &w, .x = x, .ldx = COLS, .xq = xq, .xq_scale = xs, .xq_sum = sums, .m = M, .y = y[f], .ldy = ROWS,
+                    .epi = DSI_EPI_STORE};
+      const double t0 = dsi_now();
+      fn[f](&g, 0, ROWS, scr);
+      const double dt = dsi_now() - t0;
+      if (r >= 0 && dt < best[f]) best[f] = dt;
+    }
+  const int same = !memcmp(y[0], y[1], yb);
+  dsi_free_aligned(mem);
+  *speedup = best[0] / best[1];
+  return !same ? -1 : *speedup >= DSI_RACE_MARGIN;
 }
 
 #if !DSI_HAVE_AVX512 /* no x86/avx512_peak.c */

@@ -166,6 +166,17 @@ int dsi_gemm_amx_rows(const struct dsi_kern *k, int m, int act);
  * "avx512-vnni-int4", "avx512-int4", "avx2-int4", "avx2-int8" */
 const char *dsi_gemm_kernel_name(dsi_gemm_fn fn);
 
+/* Two INT4 matmuls raced on this core (single-threaded): a 512 x 2048
+ * weight in groups of 32 (made of random levels and scales, not
+ * quantized), 64 rows of int8 activations, plain store. base is the
+ * kernel in use, cand one that promises base's bits. 1: cand gives the
+ * same bits and takes at most 1/DSI_RACE_MARGIN of base's time (fastest
+ * of several runs each, alternating); 0: the same bits, not that much
+ * faster; -1: other bits. *speedup: base's time over cand's. Calls no
+ * dsi_kern_* (cpu.c races while it makes the kernel tables). */
+#define DSI_RACE_MARGIN 1.1
+int dsi_gemm_i4_race(const struct dsi_vec_ops *v, dsi_gemm_fn base, dsi_gemm_fn cand, double *speedup);
+
 /* Pack gate [I, D] and up [I, D] (row-major, same dtype) into one TILES
  * matrix [2I', D] of alternating 16-row panels (I' = I rounded up to 16),
  * for DSI_EPI_SILU_PAIRS. dst->rows = 2I'. */

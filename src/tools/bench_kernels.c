@@ -516,6 +516,7 @@ int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) 
   fprintf(out, "vector peaks (12 chains a core, all threads): f32 FMA %.0f GFLOP/s, vdpbf16ps %.0f GFLOP/s, "
                "vpdpbusd %.0f GOP/s, ymm vpmaddwd %.0f GOP/s, ymm vpmaddubsw %.0f GOP/s (0: not on this CPU)\n",
           pk.fma_gflops, pk.dpbf16_gflops, pk.vnni_gops, pk.maddwd_gops, pk.maddubs_gops);
+  if (dsi_amx_int4_choice()[0]) fprintf(out, "%s\n", dsi_amx_int4_choice());
 #if DSI_HAVE_OPENBLAS
   fprintf(out, "baseline: OpenBLAS cblas_sgemm (f32 weights; this OpenBLAS has no cblas_sbgemm)\n");
   openblas_set_num_threads(nth);

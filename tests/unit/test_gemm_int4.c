@@ -246,7 +246,8 @@ static void test_kernels(dsi_rng *rng) {
   kernel ks[5];
   int nk = 0;
 #if DSI_HAVE_AMX
-  if (kt->amx_int4) ks[nk++] = (kernel){"amx-int4", dsi_gemm_amx_int4};
+  /* wherever AMX INT8 runs, whether or not the race at start picked it */
+  if (kt->amx_int8) ks[nk++] = (kernel){"amx-int4", dsi_gemm_amx_int4};
 #endif
 #if DSI_HAVE_AVX512
   if (kt->vnni) ks[nk++] = (kernel){"avx512-vnni-int4", dsi_gemm_avx512_vnni_i4};
@@ -262,7 +263,8 @@ static void test_kernels(dsi_rng *rng) {
   int dummy;
   dsi_mat probe = {.dtype = DSI_DTYPE_I4, .layout = DSI_LAYOUT_TILES, .block = 32};
   dsi_gemm_fn picked = dsi_gemm_pick(kt, &probe, 1, DSI_ACT_RED_BF16, &dummy);
-  CHECK(dummy == DSI_PREP_I8 && picked == (nk ? ks[0].fn : dsi_gemm_ref));
+  const int first = nk && !kt->amx_int4 && kt->amx_int8; /* the AMX kernel is listed but not picked */
+  CHECK(dummy == DSI_PREP_I8 && picked == (nk > first ? ks[first].fn : dsi_gemm_ref));
   static const int rows_set[] = {16, 7, 48, 200};
   static const int cols_set[] = {32, 100, 256, 1000};
   static const int m_set[] = {1, 2, 3, 5, 8, 9, 17, 70};
@@ -286,6 +288,56 @@ static void test_kernels(dsi_rng *rng) {
   printf("%d cases:", n);
   for (int k = 0; k < nk; k++) printf(" %s", ks[k].name);
   printf("%s; worst SiLU-mul normalized error %.2e\n", nk ? "" : " (none at this level: the oracle alone)", g_worst_silu);
+}
+
+/* ---- the race that decides, at start, whether AMX runs INT4 ----
+ * dsi_gemm_i4_race against kernels of known speed and bits: the level's
+ * own kernel run five times (the same bits, ~5x slower), one that changes
+ * an output (other bits) and, where the tiles are emulated, the AMX
+ * kernel (its bits on the race's own weight and rows; slower). The
+ * ratios asserted are loose: they check that the race measures, not a
+ * speed. */
+static dsi_gemm_fn g_race_base;
+static void slow5(const dsi_gemm *g, int r0, int r1, void *scratch) {
+  for (int i = 0; i < 5; i++) g_race_base(g, r0, r1, scratch);
+}
+static void off_by_one(const dsi_gemm *g, int r0, int r1, void *scratch) {
+  g_race_base(g, r0, r1, scratch);
+  g->y[(size_t)(g->m / 2) * g->ldy + r0 + 3] += 1.0f;
+}
+
+static void test_race(void) {
+  const dsi_kern *kt = test_kern();
+  int prep;
+  dsi_mat probe = {.dtype = DSI_DTYPE_I4, .layout = DSI_LAYOUT_TILES, .block = 32};
+  g_race_base = dsi_gemm_pick(kt, &probe, 64, DSI_ACT_RED_BF16, &prep);
+  if (g_race_base == dsi_gemm_ref) {
+    printf("race: skipped at this level (the oracle alone: too slow to race)\n");
+    return;
+  }
+  double sp = 0;
+  int r = dsi_gemm_i4_race(kt->vec, g_race_base, slow5, &sp);
+  CHECKF(r == 0 && sp < 0.5, "a 5x slower kernel with the same bits: race %d, speedup %.2f", r, sp);
+  r = dsi_gemm_i4_race(kt->vec, slow5, g_race_base, &sp);
+  CHECKF(r == 1 && sp > 2, "a 5x faster kernel with the same bits: race %d, speedup %.2f", r, sp);
+  r = dsi_gemm_i4_race(kt->vec, g_race_base, off_by_one, &sp);
+  CHECKF(r == -1, "a kernel with one output off: race %d", r);
+  printf("race: %s against itself x5, and one output off: as expected", dsi_gemm_kernel_name(g_race_base));
+#if DSI_HAVE_AMX
+  if (kt->amx_int8) {
+    r = dsi_gemm_i4_race(kt->vec, dsi_gemm_avx512_vnni_i4, dsi_gemm_amx_int4, &sp);
+    CHECKF(r >= 0, "the AMX kernel in the race: other bits than the VNNI kernel's (%d)", r);
+    printf("; AMX against VNNI: the same bits, %.2fx (%s)", sp, dsi_amx_int4_choice());
+  }
+#endif
+#ifdef DSI_TEST_AMX_EMU
+  if (kt->vnni) {
+    r = dsi_gemm_i4_race(kt->vec, dsi_gemm_avx512_vnni_i4, dsi_gemm_amx_int4_emu, &sp);
+    CHECKF(r >= 0, "the emulated AMX kernel in the race: other bits than the VNNI kernel's (%d)", r);
+    printf("; emulated AMX against VNNI: the same bits, %.3fx", sp);
+  }
+#endif
+  printf("\n");
 }
 
 /* ---- the driver's batch ----
@@ -421,6 +473,7 @@ int main(void) {
   test_quantization(&rng);
   test_group_levels(&rng);
   test_kernels(&rng);
+  test_race();
   batch_case(20, 6, 12, &rng);  /* each source row in ~3.6 calls: quantized once */
   batch_case(40, 3, 13, &rng);  /* fewer rows gathered than the source has */
   batch_case(10, 4, 5, &rng);   /* under 16 source rows */
