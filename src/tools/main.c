@@ -66,8 +66,14 @@ static int run(int argc, char **argv) {
     else snprintf(route, sizeof route, "%s", k->dot_bf16                 ? "vdpbf16ps"
                                              : k->level >= DSI_ISA_AVX2 ? "f32 FMAs"
                                                                         : "scalar");
-    printf("dsinfer %s (isa: %s%s%s; bf16/fp8 matmul: %s; mpi: %s)\n", DSINFER_VERSION, dsi_isa_name(),
+    /* INT4 weights' kernel for 64 rows (on AMX CPUs as the race at start,
+     * or DSINFER_AMX_INT4, decided) */
+    int prep;
+    const dsi_mat i4 = {.dtype = DSI_DTYPE_I4, .layout = DSI_LAYOUT_TILES, .block = 32};
+    const char *why = k->amx_int8 ? dsi_amx_int4_choice() : "";
+    printf("dsinfer %s (isa: %s%s%s; bf16/fp8 matmul: %s; int4 matmul: %s%s%s; mpi: %s)\n", DSINFER_VERSION, dsi_isa_name(),
            eo.isa ? "; DSINFER_ISA caps it at " : "", eo.isa ? eo.isa : "", route,
+           dsi_gemm_kernel_name(dsi_gemm_pick(k, &i4, 64, DSI_ACT_RED_BF16, &prep)), why[0] ? ", " : "", why,
            dsi_dist_has_mpi() ? "yes" : "no");
     return 0;
   }

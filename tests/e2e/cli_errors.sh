@@ -19,7 +19,16 @@ expect 2 "names separated by single commas" -- "$bin" serve --model x --served-m
 expect 2 "--tokens expects" -- "$bin" generate --model x --tokens 1,,2
 "$bin" --version | grep -q "dsinfer" && ok || bad "--version"
 # the route BF16 and FP8 weights take, under the cap and DSINFER_BF16_DOT
-DSINFER_ISA=scalar "$bin" --version | grep -q "bf16/fp8 matmul: scalar;" && ok || bad "--version capped to scalar"
+DSINFER_ISA=scalar "$bin" --version | grep -q "bf16/fp8 matmul: scalar; int4 matmul: ref;" && ok || bad "--version capped to scalar"
+# and INT4 weights' kernel: the level's (on an AMX CPU, with the race's outcome)
+if "$bin" --version | grep -q "isa: avx2\|isa: avx512\|isa: amx"; then
+  DSINFER_ISA=avx2 "$bin" --version | grep -q "int4 matmul: avx2-int4;" && ok || bad "--version capped to avx2: the INT4 kernel"
+fi
+if "$bin" --version | grep -q "isa: amx"; then
+  "$bin" --version | grep -q "int4 matmul: [a-z0-9-]*, AMX INT4 o[nf]* (.*raced at start)" && ok || bad "--version: the AMX INT4 race"
+  DSINFER_AMX_INT4=off "$bin" --version | grep -q "int4 matmul: avx512-vnni-int4, AMX INT4 off (DSINFER_AMX_INT4)" && ok ||
+    bad "--version with DSINFER_AMX_INT4=off"
+fi
 if "$bin" --version | grep -q "isa: avx512bf16"; then
   DSINFER_BF16_DOT=on "$bin" --version | grep -q "bf16/fp8 matmul: vdpbf16ps;" && ok || bad "--version with the bf16 dot on"
   DSINFER_BF16_DOT=off "$bin" --version | grep -q "bf16/fp8 matmul: f32 FMAs;" && ok || bad "--version with it off"
