@@ -76,15 +76,19 @@ grep -q 'POST /v1/chat/completions 200 chatcmpl-.* in [0-9]* (cached [0-9]*) out
   bad "no request line in the log"
 grep -q 'streamed: in [0-9]* (cached [0-9]*) out [0-9]*' "$S/serve.log" || bad "no streamed request line in the log"
 
-# SIGTERM while a long request runs: it ends, the server exits 0
+# SIGTERM while a long request runs: it ends, the server exits 0. The
+# signal waits for the stream's headers (the request admitted), however
+# slowly node starts on a busy machine.
 node -e '
 fetch(process.argv[1] + "/v1/chat/completions", { method: "POST",
   headers: { Authorization: "Bearer test-key", "Content-Type": "application/json" },
   body: JSON.stringify({ messages: [{ role: "user", content: "go on" }], max_tokens: 400, ignore_eos: true, stream: true }) })
-  .then((r) => r.text()).then((t) => { console.log(t.includes("[DONE]") ? "ended" : "cut"); })
-  .catch((e) => console.log("error " + e.message));' "$url" >"$S/long.txt" &
+  .then((r) => { require("fs").writeFileSync(process.argv[2], "started"); return r.text(); })
+  .then((t) => { console.log(t.includes("[DONE]") ? "ended" : "cut"); })
+  .catch((e) => console.log("error " + e.message));' "$url" "$S/long.started" >"$S/long.txt" &
 npid=$!
-sleep 0.5
+for _ in $(seq 600); do [ -s "$S/long.started" ] && break; sleep 0.05; done
+[ -s "$S/long.started" ] || bad "the long request's stream did not start within 30 s"
 kill -TERM $pid
 wait $pid
 rc=$?

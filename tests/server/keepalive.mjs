@@ -20,12 +20,24 @@ async function raw(path, body) {
   const r = await fetch(base + path, { method: "POST", headers, body: JSON.stringify({ ...body, stream: true }) });
   return await r.text();
 }
+/* the long completions are in, one running and one queued at least,
+ * however slowly they came on a busy machine: what follows queues behind
+ * them (rather than after a fixed wait that a loaded machine outlasts) */
+async function held() {
+  for (let i = 0; i < 400; i++) {
+    const text = await (await fetch(base + "/metrics", { headers })).text();
+    const n = (name) => Number((text.split("\n").find((l) => l.startsWith("dsinfer:" + name + "{")) || " NaN").split(" ").pop());
+    if (n("num_requests_running") >= 1 && n("num_requests_waiting") >= 1) return;
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  throw new Error("the long completions never showed in /metrics as running and queued");
+}
 const hold = () => Promise.all([0, 1, 2, 3].map(() => fetch(base + "/v1/chat/completions", { method: "POST", headers,
   body: JSON.stringify({ messages: ask, max_tokens: 480, ignore_eos: true, temperature: 0 }) }).then((r) => r.json())));
 
 {
   const long = hold();
-  await new Promise((r) => setTimeout(r, 30)); /* they are queued first */
+  await held(); /* they are queued first */
   const [chat, msg] = await Promise.all([raw("/v1/chat/completions", { messages: ask, max_tokens: 8, temperature: 0 }),
     raw("/v1/messages", { messages: ask, max_tokens: 8, temperature: 0 })]);
   await long;
@@ -41,7 +53,7 @@ const hold = () => Promise.all([0, 1, 2, 3].map(() => fetch(base + "/v1/chat/com
   const anthropic = new Anthropic({ baseURL: base, apiKey: key, maxRetries: 0 });
   const alone = await client.chat.completions.create({ model, messages: ask, max_tokens: 8, temperature: 0 });
   const long = hold();
-  await new Promise((r) => setTimeout(r, 30));
+  await held();
   const s = await client.chat.completions.create({ model, messages: ask, max_tokens: 8, temperature: 0, stream: true });
   const m = anthropic.messages.stream({ model, messages: ask, max_tokens: 8, temperature: 0 });
   let text = "";

@@ -74,7 +74,7 @@ try {
   check((await page.title()) === "dsinfer", "the page loads");
   await page.type("#key", key);
   await page.keyboard.press("Tab"); /* the key's change event: the page asks for the model again */
-  await page.waitForFunction(() => document.querySelector("#model").textContent.length > 0, { timeout: 10000 });
+  await page.waitForFunction(() => document.querySelector("#model").textContent.length > 0, { timeout: 60000 });
   const answers = () => page.$$eval(".assistant .answer", (els) => els.map((e) => e.textContent));
   // what each answer showed: the random-weight model may sample <think> at any
   // point, and the rest of its text then streams into the reasoning
