@@ -469,6 +469,7 @@ static double kernel_peak(dsi_gemm_fn fn, const dsi_peaks *pk, int int8, const c
   const char *k = dsi_gemm_kernel_name(fn);
   *name = "-";
   if (!strcmp(k, "amx") || !strcmp(k, "amx-int8")) return *name = "amx", pk->amx_bf16_gflops * (int8 ? 2 : 1);
+  if (!strcmp(k, "amx-int4")) return *name = "amx int8", pk->amx_bf16_gflops * 2; /* INT8 tiles: twice BF16's rate */
   if (!strcmp(k, "avx512-bf16")) return *name = "vdpbf16ps", pk->dpbf16_gflops;
   if (!strcmp(k, "avx512-vnni-int4") || !strcmp(k, "avx512-vnni-int8")) return *name = "vpdpbusd", pk->vnni_gops;
   if (!strcmp(k, "avx2-int4")) return *name = "vpmaddubsw", pk->maddubs_gops;
@@ -578,8 +579,16 @@ int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) 
         fprintf(out, "%-12s: not enough memory\n", k_shapes[s].name);
         continue;
       }
-      for (int mi = 0; mi < n_ms; mi++) {
-        int m = ms[mi];
+      /* INT4 where AMX INT8 runs: the AMX kernel and the VNNI one side by
+       * side, whichever the race at start picked (dsi_gemm_i4_race) */
+      dsi_kern k_alt = *k;
+      k_alt.amx_int4 = !k->amx_int4;
+      dsi_mm mm_alt = mm;
+      mm_alt.k = &k_alt;
+      const int n_var = 1 + (dt == DSI_DTYPE_I4 && k->amx_int8);
+      for (int mv = 0; mv < n_ms * n_var; mv++) {
+        const int m = ms[mv / n_var];
+        dsi_mm *mmv = mv % n_var ? &mm_alt : &mm;
         double t[64];
         int n = 0;
         double spent = 0;
@@ -587,7 +596,7 @@ int dsi_bench_kernels(const dsi_bench_kernels_opts *o, FILE *out, dsi_err *err) 
         for (int rep = 0; rep < reps + 1 && n < 64; rep++) {
           g = (dsi_gemm){.w = &w, .x = x, .ldx = cols, .m = m, .y = y, .ldy = rows, .epi = DSI_EPI_STORE};
           double t0 = dsi_now();
-          dsi_mm_run(pool, &mm, &g, 1, rows, DSI_TILE_N, ws, ws_bytes, &picked);
+          dsi_mm_run(pool, mmv, &g, 1, rows, DSI_TILE_N, ws, ws_bytes, &picked);
           double el = dsi_now() - t0;
           spent += el;
           if (rep > 0) t[n++] = el; /* the first run warms caches and pages */

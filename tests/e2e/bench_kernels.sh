@@ -5,7 +5,8 @@
 # beside another test rounds to 0.0): kv_a's row at M=1
 # and 16 (BF16, FP8, INT4) beside the measured peaks; the ceilings' matvec rates, and where
 # AMX is in use the tile peak, the four stages of the GEMM's tile loop and
-# the GEMM itself; with the ISA capped below AMX, no tile loop. On AVX2
+# the GEMM itself; with the ISA capped below AMX, no tile loop; there INT4
+# rows of both the AMX and the VNNI kernel, and the race's line. On AVX2
 # the INT4 kernel is set beside the vpmaddubsw peak. INT8 under --precision
 # f32 runs a kernel on f32 activations.
 set -euo pipefail
@@ -22,6 +23,12 @@ positive "$scratch/table.txt" "memory read" "GB/s,"
 if grep -qE "isa (avx512|amx)" "$scratch/table.txt"; then # the vector peaks where there is AVX-512
   positive "$scratch/table.txt" "vector peaks" "GFLOP/s,"
   grep -q "kv_a .* int4 .*(avx512.*int4; peak" "$scratch/table.txt" || fail "no int4 kernel named" "" "$scratch/table.txt"
+fi
+if grep -q "isa amx" "$scratch/table.txt"; then # INT4: the AMX kernel beside the VNNI one, and the race's outcome
+  grep -q "^AMX INT4 o[nf]* (" "$scratch/table.txt" || fail "no line of the AMX INT4 race" "" "$scratch/table.txt"
+  [ "$(grep -c "kv_a .* int4 .*(amx-int4; peak amx int8)" "$scratch/table.txt")" -eq 2 ] &&
+    [ "$(grep -c "kv_a .* int4 .*(avx512-vnni-int4; peak vpdpbusd)" "$scratch/table.txt")" -eq 2 ] ||
+    fail "not the two INT4 kernels at each batch size" "" "$scratch/table.txt"
 fi
 if grep -q "isa avx2;" "$scratch/table.txt"; then # AVX2's INT4 judged by its own multiply, vpmaddubsw
   positive "$scratch/table.txt" "vector peaks" "GFLOP/s,"
