@@ -130,15 +130,20 @@ static inline float VEC_FN(quant_one_)(float x, float inv, float q) {
   return v < -q ? -q : v;
 }
 
+/* to_i8 of a row with nothing to scale by (a zero row, or inf / NaN):
+ * zeros, their sums zero */
+static inline float VEC_FN(i8_zeros_)(int8_t *restrict out, int n, int32_t *restrict sums) {
+  if (n > 0) memset(out, 0, (size_t)n);
+  for (int c = 0; sums && c < n; c += 32) sums[c / 32] = 0;
+  return 0;
+}
+
 #ifndef VEC_I8_OWN /* the including file has its own */
 static float VEC_FN(vec_to_i8_)(const float *restrict x, int8_t *restrict out, int n, int32_t *restrict sums) {
   float amax = VEC_FN(amax_)(x, n);
-  if (amax == 0) { /* nothing to scale by: zeros */
-    if (n > 0) memset(out, 0, (size_t)n);
-  } else {
-    float inv = 127.0f / amax;
-    for (int i = 0; i < n; i++) out[i] = (int8_t)(int32_t)VEC_FN(quant_one_)(x[i], inv, 127.0f);
-  }
+  if (amax == 0) return VEC_FN(i8_zeros_)(out, n, sums);
+  float inv = 127.0f / amax;
+  for (int i = 0; i < n; i++) out[i] = (int8_t)(int32_t)VEC_FN(quant_one_)(x[i], inv, 127.0f);
   for (int c = 0; sums && c < n; c += 32) {
     int32_t t = 0;
     for (int k = c; k < n && k < c + 32; k++) t += out[k];

@@ -200,7 +200,8 @@ static void test_quantization(dsi_rng *rng) {
   dsi_free_aligned(mem);
 }
 
-/* ---- activations to int8: every ISA's to_i8 gives the generic one's bytes ----
+/* ---- activations to int8 and int16: every ISA's to_i8 and to_i16 give the
+ * generic ones' values ----
  * Rows of every length to 100 and past, ties (x * 127 / amax at k + 1/2),
  * a zero row, rows holding inf or NaN (nothing to scale by: zeros), a
  * denormal largest magnitude; and the sums of 32 outputs the integer
@@ -209,6 +210,7 @@ static void test_to_i8(const dsi_vec_ops *v, dsi_rng *rng) {
   enum { N = 1100 };
   float *x = dsi_xmalloc(N * sizeof(float));
   int8_t a[N], b[N];
+  int16_t wa[N], wb[N];
   int32_t sa[N / 32 + 1], sb[N / 32 + 1];
   int n_cases = 0;
   for (int kind = 0; kind < 6; kind++)
@@ -225,12 +227,16 @@ static void test_to_i8(const dsi_vec_ops *v, dsi_rng *rng) {
                  !memcmp(sa, sb, (size_t)(n + 31) / 32 * sizeof(int32_t));
       CHECKF(same, "%s to_i8, case %d, n %d: scale %g vs %g, bytes or sums differ", v->name, kind, n, ka, kb);
       if (!same) break;
+      ka = dsi_vec_ops_generic.to_i16(x, wa, n), kb = v->to_i16(x, wb, n);
+      same = !memcmp(&ka, &kb, sizeof ka) && !memcmp(wa, wb, (size_t)n * sizeof *wa);
+      CHECKF(same, "%s to_i16, case %d, n %d: scale %g vs %g, values differ", v->name, kind, n, ka, kb);
+      if (!same) break;
       int32_t t = 0; /* the generic sums themselves */
       for (int i = 0; i < n; i++) t += a[i];
       for (int c = 0; c < (n + 31) / 32; c++) t -= sa[c];
       CHECKF(t == 0, "generic to_i8: the sums of 32 outputs do not add up to the row's (n %d)", n);
     }
-  printf("to_i8 %s: %d rows as the generic one's\n", v->name, n_cases);
+  printf("to_i8, to_i16 %s: %d rows as the generic ones'\n", v->name, n_cases);
   free(x);
 }
 

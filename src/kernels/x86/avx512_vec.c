@@ -312,11 +312,7 @@ static float vec_softmax_step_avx512(float *x, int n, float scale, float *m) {
  * bytes and sums (test_gemm_int8). */
 static float vec_to_i8_avx512(const float *restrict x, int8_t *restrict out, int n, int32_t *restrict sums) {
   const float amax = amax_avx512(x, n);
-  if (amax == 0) { /* a zero row, or inf / NaN: nothing to scale by */
-    if (n > 0) memset(out, 0, (size_t)n);
-    for (int c = 0; sums && c < n; c += 32) sums[c / 32] = 0;
-    return 0;
-  }
+  if (amax == 0) return i8_zeros_avx512(out, n, sums);
   const __m512 inv = _mm512_set1_ps(127.0f / amax);
   const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
   for (int c = 0; c < n; c += 32) {
