@@ -109,8 +109,10 @@ static void VEC_FN(vec_pair_to_f32_)(const uint16_t *restrict pr, int n, float *
 
 /* |x| compared as integers (the order of non-negative floats) and the
  * rounding as rintf of a product, so no ISA can fuse or reorder it. The
- * largest magnitude, or 0 where there is nothing to scale by (a zero row,
- * or inf / NaN) */
+ * largest magnitude, or 0 where there is nothing to scale by: a zero row,
+ * inf / NaN, or a largest magnitude under 2^-100, where q / amax could
+ * overflow to inf (from 9.6e-35 for int16's q, 3.7e-37 for int8's) and
+ * turn the row into NaNs cast to integers */
 static inline float VEC_FN(amax_)(const float *restrict x, int n) {
   const uint32_t *u = (const uint32_t *)x;
   uint32_t mx = 0;
@@ -120,7 +122,7 @@ static inline float VEC_FN(amax_)(const float *restrict x, int n) {
   }
   float amax;
   memcpy(&amax, &mx, sizeof amax);
-  return amax > 0 && amax <= 3.4e38f ? amax : 0;
+  return amax >= 0x1p-100f && amax <= 3.4e38f ? amax : 0;
 }
 
 /* x * (q / amax) rounded to nearest even and clamped to [-q, q] */

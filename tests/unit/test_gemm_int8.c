@@ -203,8 +203,9 @@ static void test_quantization(dsi_rng *rng) {
 /* ---- activations to int8 and int16: every ISA's to_i8 and to_i16 give the
  * generic ones' values ----
  * Rows of every length to 100 and past, ties (x * 127 / amax at k + 1/2),
- * a zero row, rows holding inf or NaN (nothing to scale by: zeros), a
- * denormal largest magnitude; and the sums of 32 outputs the integer
+ * a zero row, rows holding inf or NaN, rows whose largest magnitude is
+ * under 2^-100 (denormals among them; nothing to scale by: zeros, scale
+ * 0), denormals among normals; and the sums of 32 outputs the integer
  * kernels' zero point takes, the last piece a partial one. */
 static void test_to_i8(const dsi_vec_ops *v, dsi_rng *rng) {
   enum { N = 1100 };
@@ -213,7 +214,7 @@ static void test_to_i8(const dsi_vec_ops *v, dsi_rng *rng) {
   int16_t wa[N], wb[N];
   int32_t sa[N / 32 + 1], sb[N / 32 + 1];
   int n_cases = 0;
-  for (int kind = 0; kind < 6; kind++)
+  for (int kind = 0; kind < 8; kind++)
     for (int n = 1; n <= N; n += n < 100 ? 1 : 333, n_cases++) {
       for (int i = 0; i < n; i++) x[i] = (float)dsi_rng_normal(rng) * 0.3f;
       if (kind == 1) /* ties: amax 127, so x * inv lands on halves */
@@ -222,11 +223,18 @@ static void test_to_i8(const dsi_vec_ops *v, dsi_rng *rng) {
       if (kind == 3) x[n / 2] = INFINITY;
       if (kind == 4) x[n - 1] = NAN;
       if (kind == 5) x[n / 3] = 1e-39f * (n % 2 ? 1 : -1), x[0] = 0; /* denormals among normals */
+      if (kind >= 6) /* tiny rows: denormals, or normals just under 2^-100 */
+        for (int i = 0; i < n; i++) x[i] *= kind == 6 ? 1e-38f : 0x1p-101f;
       float ka = dsi_vec_ops_generic.to_i8(x, a, n, sa), kb = v->to_i8(x, b, n, sb);
       int same = !memcmp(&ka, &kb, sizeof ka) && !memcmp(a, b, (size_t)n) &&
                  !memcmp(sa, sb, (size_t)(n + 31) / 32 * sizeof(int32_t));
       CHECKF(same, "%s to_i8, case %d, n %d: scale %g vs %g, bytes or sums differ", v->name, kind, n, ka, kb);
       if (!same) break;
+      if (kind >= 6) { /* nothing to scale by */
+        int zero = ka == 0;
+        for (int i = 0; i < n; i++) zero &= a[i] == 0;
+        CHECKF(zero, "generic to_i8, case %d, n %d: a row under 2^-100 gave scale %g, not zeros", kind, n, ka);
+      }
       ka = dsi_vec_ops_generic.to_i16(x, wa, n), kb = v->to_i16(x, wb, n);
       same = !memcmp(&ka, &kb, sizeof ka) && !memcmp(wa, wb, (size_t)n * sizeof *wa);
       CHECKF(same, "%s to_i16, case %d, n %d: scale %g vs %g, values differ", v->name, kind, n, ka, kb);
