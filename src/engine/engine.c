@@ -23,15 +23,19 @@ const char *dsi_engine_kv_dtype(const dsi_engine *e) { return dsi_fwd_kv_pairs(e
 
 double dsi_engine_matrix_peak(const dsi_engine *e, const dsi_peaks *pk, const char **name) {
   /* INT8 and INT4 weights multiply int8 activations on vpdpbusd (AVX2:
-   * INT8 on vpmaddwd, INT4 on vpmaddubsw) where no AMX runs them (the
-   * attention's bf16 matmuls, and INT4's INT8 lm_head, then count against
-   * it too); INT4's in every precision mode */
+   * INT8 on vpmaddwd, its default int16 activations too, INT4 on
+   * vpmaddubsw) where no AMX runs them (the attention's bf16 matmuls, and
+   * INT4's INT8 lm_head, then count against it too); INT4's in every
+   * precision mode */
   int act = dsi_fwd_act(e->fwd);
-  int i8 = e->m->quant == DSI_QUANT_INT4 || (e->m->quant && (act & DSI_ACT_RED_I8));
-  if (i8 && strcmp(dsi_engine_isa(e), "amx") && pk->vnni_gops > 0) return *name = "vpdpbusd", pk->vnni_gops;
-  if (e->m->quant == DSI_QUANT_INT4 && !strcmp(dsi_engine_isa(e), "avx2") && pk->maddubs_gops > 0)
-    return *name = "vpmaddubsw", pk->maddubs_gops;
-  if (i8 && !strcmp(dsi_engine_isa(e), "avx2") && pk->maddwd_gops > 0) return *name = "vpmaddwd", pk->maddwd_gops;
+  int i8 = e->m->quant == DSI_QUANT_INT4 || (e->m->quant && (act & (DSI_ACT_RED_I8 | DSI_ACT_RED_I16)));
+  const char *isa = dsi_engine_isa(e); /* the level the kernels run at (a cap below the CPU's too) */
+  if (!strcmp(isa, "avx2")) {
+    if (e->m->quant == DSI_QUANT_INT4 && pk->maddubs_gops > 0) return *name = "vpmaddubsw", pk->maddubs_gops;
+    if (i8 && pk->maddwd_gops > 0) return *name = "vpmaddwd", pk->maddwd_gops;
+  } else if (i8 && strcmp(isa, "amx") && strcmp(isa, "scalar") && pk->vnni_gops > 0) {
+    return *name = "vpdpbusd", pk->vnni_gops;
+  }
   return dsi_matrix_peak(pk, dsi_fwd_matrix_isa(e->fwd), name);
 }
 

@@ -80,6 +80,20 @@ if (!["AMX BF16", "vdpbf16ps", "f32 FMA"].includes(j.matrix_peak)) fail("matrix 
 if (Math.abs(j.prefill_peak_fraction - j.prefill_gflops / j.matrix_peak_gflops) > 1e-3) fail("fraction is not the ratio");
 if (!(j.load_s > 0 && j.load_s < 600)) fail("no load time");
 ' "$scratch/bench_out.json"
+# at the AVX2 level the integer weights' matmuls are set beside their own
+# multiply: INT8's (int16 activations by default there) vpmaddwd, INT4's
+# vpmaddubsw
+if "$bin" --version | grep -q "isa: \(avx2\|avx512\|avx512bf16\|amx\)"; then
+  for q in int8:vpmaddwd int4:vpmaddubsw; do
+    DSINFER_ISA=avx2 "$bin" bench --model "$model" --quant "${q%%:*}" --prompt-len 16 --gen-len 2 --reps 1 --threads 2 \
+      --json > "$scratch/bench_$q.json" 2>/dev/null
+    node -e '
+const j = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+if (j.matrix_peak !== process.argv[2] || !(j.matrix_peak_gflops > 0)) {
+  console.error("avx2 --quant " + process.argv[3] + ": matrix peak " + j.matrix_peak + ", not " + process.argv[2]); process.exit(1);
+}' "$scratch/bench_$q.json" "${q#*:}" "${q%%:*}"
+  done
+fi
 # a model path with a quote, a backslash and a tab stays one JSON string
 odd="$scratch/m\"q\\b	t"
 ln -s "$(cd "$model" && pwd)" "$odd"
