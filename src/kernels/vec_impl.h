@@ -132,8 +132,8 @@ static inline float VEC_FN(quant_one_)(float x, float inv, float q) {
   return v < -q ? -q : v;
 }
 
-/* to_i8 of a row with nothing to scale by (a zero row, or inf / NaN):
- * zeros, their sums zero */
+/* to_i8 of a row with nothing to scale by (amax_ gave 0): zeros, their
+ * sums zero */
 static inline float VEC_FN(i8_zeros_)(int8_t *restrict out, int n, int32_t *restrict sums) {
   if (n > 0) memset(out, 0, (size_t)n);
   for (int c = 0; sums && c < n; c += 32) sums[c / 32] = 0;
