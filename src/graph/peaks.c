@@ -13,6 +13,10 @@
 
 #include <string.h>
 
+#ifndef DSI_INSTRUMENTED
+#define DSI_INSTRUMENTED 0
+#endif
+
 typedef struct {
   uint64_t *a;
   float *x, *y, *z;
@@ -70,8 +74,10 @@ int dsi_measure_peaks(int n_threads, dsi_peaks *out) {
   int nth = dsi_pool_size(pool);
   out->threads = nth;
   /* 1 GiB, far past the caches that are ours (the L3 is shared and large:
-   * anything smaller than it can be served from it) */
-  size_t bytes = (size_t)1 << 30;
+   * anything smaller than it can be served from it); 64 MiB in a
+   * sanitizer's build, whose rates mean nothing (there the 1 GiB took ~10
+   * s a command, most of an e2e test's time) */
+  size_t bytes = (size_t)1 << (DSI_INSTRUMENTED ? 26 : 30);
   bw_job j = {0};
   j.a = dsi_alloc_big(bytes, 1);
   if (!j.a) { dsi_pool_free(pool); return DSI_E_NOMEM; }
@@ -86,7 +92,7 @@ int dsi_measure_peaks(int n_threads, dsi_peaks *out) {
   }
   out->read_gbs = dsi_median(t, 7);
   dsi_free_big(j.a, bytes);
-  size_t n = (256u << 20) / sizeof(float);
+  size_t n = ((DSI_INSTRUMENTED ? 16u : 256u) << 20) / sizeof(float);
   j.x = dsi_alloc_big(n * 4, 1);
   j.y = dsi_alloc_big(n * 4, 1);
   j.z = dsi_alloc_big(n * 4, 1);
